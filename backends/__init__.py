@@ -1,0 +1,1 @@
+"""Backends shipped with orchestra (installed as ``orchestra.backends``)."""

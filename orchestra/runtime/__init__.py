@@ -1,0 +1,1 @@
+"""orchestra.runtime: Program, Method, interpreter, kernels, backends."""

@@ -1,0 +1,1 @@
+"""Policies shipped with orchestra (installed as ``orchestra.policies``)."""
