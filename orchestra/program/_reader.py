@@ -1,0 +1,673 @@
+"""Read and verify ``.pte`` bytes into a :class:`ProgramDef`.
+
+Python's flatbuffers package has no verifier, and ``.pte`` files are untrusted input, so this
+reader bounds-checks every table, vtable, vector, string and union it touches, then checks the
+program's own cross references (value, operator, delegate, segment indices; tensor bytes
+against their data). Every failure is a :class:`ProgramError` whose message starts with the
+schema path of the bad thing, e.g.
+``execution_plan[0].values[17].tensor.sizes: vector runs past the end of the buffer``.
+
+Byte payloads are ``memoryview`` slices of the input: nothing is copied.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from dataclasses import dataclass
+from typing import NoReturn
+
+from ..errors import NotFoundError, ProgramError
+from . import _schema as S
+from ._scalar_type import ScalarType
+
+__all__ = ["Limits", "load", "loads"]
+
+FILE_IDENTIFIER = b"ET12"
+EXTENDED_HEADER_MAGIC = b"eh00"
+_EH_MIN_LENGTH = 24  # magic, length, program_size, segment_base_offset
+_EH_SEGMENT_DATA_SIZE_LENGTH = 32  # ... plus segment_data_size
+
+_u8 = struct.Struct("<B").unpack_from
+_u16 = struct.Struct("<H").unpack_from
+_i32 = struct.Struct("<i").unpack_from
+_u32 = struct.Struct("<I").unpack_from
+_i64 = struct.Struct("<q").unpack_from
+_u64 = struct.Struct("<Q").unpack_from
+_f64 = struct.Struct("<d").unpack_from
+
+_VALID_SCALAR_TYPES = frozenset(int(t) for t in ScalarType)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Caps that protect a loader from hostile programs. ``None`` means no cap."""
+
+    max_planned_memory: int | None = 4 << 30  # bytes over all planned arenas of a method
+    max_numel: int | None = 1 << 31  # elements in one tensor
+    max_instructions: int | None = 1_000_000  # over all chains of a method
+    max_values: int | None = 1_000_000  # EValues in one method
+
+
+def _fail(path: str, msg: str) -> NoReturn:
+    raise ProgramError(f"{path}: {msg}")
+
+
+class _Table:
+    __slots__ = ("pos", "vt", "vtsize", "objsize")
+
+    def __init__(self, pos: int, vt: int, vtsize: int, objsize: int) -> None:
+        self.pos = pos
+        self.vt = vt
+        self.vtsize = vtsize
+        self.objsize = objsize
+
+
+class _FlatReader:
+    """Bounds-checked access to one flatbuffer."""
+
+    __slots__ = ("buf", "end")
+
+    def __init__(self, buf: memoryview) -> None:
+        self.buf = buf
+        self.end = len(buf)
+
+    # -- tables -------------------------------------------------------------------------
+    def table(self, pos: int, path: str) -> _Table:
+        buf, end = self.buf, self.end
+        if pos < 0 or pos + 4 > end:
+            _fail(path, "table offset out of bounds")
+        if pos % 4:
+            _fail(path, "table is not 4-byte aligned")
+        vt = pos - _i32(buf, pos)[0]
+        if vt < 0 or vt + 4 > end:
+            _fail(path, "vtable offset out of bounds")
+        if vt % 2:
+            _fail(path, "vtable is not 2-byte aligned")
+        vtsize, objsize = _u16(buf, vt)[0], _u16(buf, vt + 2)[0]
+        if vtsize < 4 or vtsize % 2 or vt + vtsize > end:
+            _fail(path, f"vtable size {vtsize} is invalid or runs past the end of the buffer")
+        if objsize < 4 or pos + objsize > end:
+            _fail(path, f"table size {objsize} runs past the end of the buffer")
+        return _Table(pos, vt, vtsize, objsize)
+
+    def _field(self, t: _Table, slot: int, size: int, path: str) -> int:
+        """Absolute position of field ``slot`` of ``t``, or 0 when absent."""
+        e = 4 + 2 * slot
+        if e + 2 > t.vtsize:
+            return 0
+        o = _u16(self.buf, t.vt + e)[0]
+        if o == 0:
+            return 0
+        if o < 4 or o + size > t.objsize:
+            _fail(path, "field lies outside its table")
+        return t.pos + o
+
+    def _deref(self, p: int, path: str) -> int:
+        target = p + _u32(self.buf, p)[0]
+        if target + 4 > self.end:
+            _fail(path, "offset points past the end of the buffer")
+        return target
+
+    # -- scalars ------------------------------------------------------------------------
+    def u8(self, t: _Table, slot: int, path: str) -> int:
+        p = self._field(t, slot, 1, path)
+        return _u8(self.buf, p)[0] if p else 0
+
+    def i8(self, t: _Table, slot: int, path: str) -> int:
+        v = self.u8(t, slot, path)
+        return v - 256 if v > 127 else v
+
+    def bool(self, t: _Table, slot: int, path: str) -> bool:
+        return self.u8(t, slot, path) != 0
+
+    def i32(self, t: _Table, slot: int, path: str) -> int:
+        p = self._field(t, slot, 4, path)
+        return _i32(self.buf, p)[0] if p else 0
+
+    def u32(self, t: _Table, slot: int, path: str) -> int:
+        p = self._field(t, slot, 4, path)
+        return _u32(self.buf, p)[0] if p else 0
+
+    def i64(self, t: _Table, slot: int, path: str) -> int:
+        p = self._field(t, slot, 8, path)
+        return _i64(self.buf, p)[0] if p else 0
+
+    def u64(self, t: _Table, slot: int, path: str) -> int:
+        p = self._field(t, slot, 8, path)
+        return _u64(self.buf, p)[0] if p else 0
+
+    def f64(self, t: _Table, slot: int, path: str) -> float:
+        p = self._field(t, slot, 8, path)
+        return _f64(self.buf, p)[0] if p else 0.0
+
+    # -- references ---------------------------------------------------------------------
+    def sub_table(self, t: _Table, slot: int, path: str) -> _Table | None:
+        p = self._field(t, slot, 4, path)
+        if not p:
+            return None
+        return self.table(self._deref(p, path), path)
+
+    def _vector(self, t: _Table, slot: int, elem: int, path: str) -> tuple[int, int] | None:
+        p = self._field(t, slot, 4, path)
+        if not p:
+            return None
+        v = self._deref(p, path)
+        if v % 4:
+            _fail(path, "vector is not 4-byte aligned")
+        n = _u32(self.buf, v)[0]
+        start = v + 4
+        if start + n * elem > self.end:
+            _fail(path, "vector runs past the end of the buffer")
+        return start, n
+
+    def string(self, t: _Table, slot: int, path: str) -> str | None:
+        r = self._vector(t, slot, 1, path)
+        if r is None:
+            return None
+        start, n = r
+        if start + n >= self.end or self.buf[start + n] != 0:
+            _fail(path, "string is not null-terminated")
+        try:
+            return str(self.buf[start : start + n], "utf-8")
+        except UnicodeDecodeError:
+            _fail(path, "string is not valid UTF-8")
+
+    def bytes(self, t: _Table, slot: int, path: str) -> memoryview | None:
+        r = self._vector(t, slot, 1, path)
+        if r is None:
+            return None
+        start, n = r
+        return self.buf[start : start + n]
+
+    def scalars(self, t: _Table, slot: int, fmt: str, size: int, path: str) -> tuple | None:
+        r = self._vector(t, slot, size, path)
+        if r is None:
+            return None
+        start, n = r
+        return struct.unpack_from(f"<{n}{fmt}", self.buf, start)
+
+    def tables(self, t: _Table, slot: int, path: str) -> list[tuple[_Table, str]] | None:
+        r = self._vector(t, slot, 4, path)
+        if r is None:
+            return None
+        start, n = r
+        out = []
+        for i in range(n):
+            p = start + 4 * i
+            ep = f"{path}[{i}]"
+            out.append((self.table(self._deref(p, ep), ep), ep))
+        return out
+
+    def union(self, t: _Table, slot: int, path: str) -> tuple[int, _Table | None]:
+        """A union field occupies two slots: its type tag, then its value."""
+        tag = self.u8(t, slot, path)
+        if tag == 0:
+            return 0, None
+        return tag, self.sub_table(t, slot + 1, path)
+
+
+# ---------------------------------------------------------------------------------------
+# Schema decoding. Slot numbers follow the field order of ExecuTorch's program.fbs
+# (a union takes two slots).
+
+
+def _ints(r: _FlatReader, t: _Table, slot: int, fmt: str, size: int, path: str) -> tuple:
+    v = r.scalars(t, slot, fmt, size, path)
+    return () if v is None else v
+
+
+def _tensor(r: _FlatReader, t: _Table, path: str) -> S.Tensor:
+    sizes = _ints(r, t, 2, "i", 4, path + ".sizes")
+    dim_order = _ints(r, t, 3, "B", 1, path + ".dim_order")
+    alloc = r.sub_table(t, 6, path + ".allocation_info")
+    extra = r.sub_table(t, 9, path + ".extra_tensor_info")
+    return S.Tensor(
+        scalar_type=r.i8(t, 0, path + ".scalar_type"),
+        storage_offset=r.i32(t, 1, path + ".storage_offset"),
+        sizes=sizes,
+        dim_order=dim_order,
+        requires_grad=r.bool(t, 4, path + ".requires_grad"),
+        data_buffer_idx=r.u32(t, 5, path + ".data_buffer_idx"),
+        allocation_info=None
+        if alloc is None
+        else S.AllocationDetails(
+            r.u32(alloc, 0, path + ".allocation_info.memory_id"),
+            r.u32(alloc, 1, path + ".allocation_info.memory_offset_low"),
+            r.u32(alloc, 2, path + ".allocation_info.memory_offset_high"),
+        ),
+        layout=r.i8(t, 7, path + ".layout"),
+        shape_dynamism=r.i8(t, 8, path + ".shape_dynamism"),
+        extra_tensor_info=None
+        if extra is None
+        else S.ExtraTensorInfo(
+            r.u64(extra, 0, path + ".extra_tensor_info.mutable_data_segments_idx"),
+            r.string(extra, 1, path + ".extra_tensor_info.fully_qualified_name"),
+            r.i8(extra, 2, path + ".extra_tensor_info.location"),
+        ),
+    )
+
+
+def _evalue(r: _FlatReader, t: _Table, path: str) -> S.EValue:
+    tag, v = r.union(t, 0, path + ".val")
+    if tag == 0:
+        return S.EValue(None)
+    if tag >= len(S.KERNEL_TYPES) + 1:
+        _fail(path + ".val", f"unknown value type tag {tag}")
+    kind = S.KERNEL_TYPES[tag - 1]
+    if v is None:
+        _fail(path + ".val", f"{kind.__name__} value is missing")
+    name = kind.__name__.lower()
+    p = f"{path}.{name}"
+    if kind is S.Tensor:
+        return S.EValue(_tensor(r, v, p))
+    if kind is S.Int:
+        return S.EValue(S.Int(r.i64(v, 0, p + ".int_val")))
+    if kind is S.Bool:
+        return S.EValue(S.Bool(r.bool(v, 0, p + ".bool_val")))
+    if kind is S.Double:
+        return S.EValue(S.Double(r.f64(v, 0, p + ".double_val")))
+    if kind is S.String:
+        return S.EValue(S.String(r.string(v, 0, p + ".string_val")))
+    if kind is S.IntList:
+        return S.EValue(S.IntList(_ints(r, v, 0, "q", 8, p + ".items")))
+    if kind is S.DoubleList:
+        return S.EValue(S.DoubleList(_ints(r, v, 0, "d", 8, p + ".items")))
+    if kind is S.BoolList:
+        return S.EValue(S.BoolList(tuple(bool(b) for b in _ints(r, v, 0, "B", 1, p + ".items"))))
+    if kind is S.TensorList:
+        return S.EValue(S.TensorList(_ints(r, v, 0, "i", 4, p + ".items")))
+    if kind is S.OptionalTensorList:
+        return S.EValue(S.OptionalTensorList(_ints(r, v, 0, "i", 4, p + ".items")))
+    return S.EValue(S.Null())
+
+
+def _instruction(r: _FlatReader, t: _Table, path: str) -> S.Instruction:
+    tag, v = r.union(t, 0, path + ".instr_args")
+    if tag == 0:
+        _fail(path + ".instr_args", "instruction has no arguments")
+    if tag > len(S.INSTRUCTION_TYPES):
+        _fail(path + ".instr_args", f"unknown instruction type tag {tag}")
+    kind = S.INSTRUCTION_TYPES[tag - 1]
+    if v is None:
+        _fail(path + ".instr_args", f"{kind.__name__} arguments are missing")
+    p = f"{path}.{kind.__name__}"
+    if kind is S.KernelCall:
+        args = S.KernelCall(r.i32(v, 0, p + ".op_index"), _ints(r, v, 1, "i", 4, p + ".args"))
+    elif kind is S.DelegateCall:
+        args = S.DelegateCall(r.i32(v, 0, p + ".delegate_index"), _ints(r, v, 1, "i", 4, p + ".args"))
+    elif kind is S.MoveCall:
+        args = S.MoveCall(r.i32(v, 0, p + ".move_from"), r.i32(v, 1, p + ".move_to"))
+    elif kind is S.JumpFalseCall:
+        args = S.JumpFalseCall(
+            r.i32(v, 0, p + ".cond_value_index"), r.i32(v, 1, p + ".destination_instruction")
+        )
+    else:
+        args = S.FreeCall(r.i32(v, 0, p + ".value_index"))
+    return S.Instruction(args)
+
+
+def _frame(r: _FlatReader, t: _Table, path: str) -> S.Frame:
+    return S.Frame(
+        r.string(t, 0, path + ".filename"),
+        r.i32(t, 1, path + ".lineno"),
+        r.string(t, 2, path + ".name"),
+        r.string(t, 3, path + ".context"),
+    )
+
+
+def _chain(r: _FlatReader, t: _Table, path: str) -> S.Chain:
+    instrs = r.tables(t, 2, path + ".instructions") or []
+    st = r.tables(t, 3, path + ".stacktrace")
+    return S.Chain(
+        inputs=_ints(r, t, 0, "i", 4, path + ".inputs"),
+        outputs=_ints(r, t, 1, "i", 4, path + ".outputs"),
+        instructions=tuple(_instruction(r, it, p) for it, p in instrs),
+        stacktrace=None
+        if st is None
+        else tuple(
+            S.FrameList(tuple(_frame(r, ft, fp) for ft, fp in (r.tables(lt, 0, lp + ".items") or [])))
+            for lt, lp in st
+        ),
+    )
+
+
+def _delegate(r: _FlatReader, t: _Table, path: str) -> S.BackendDelegate:
+    did = r.string(t, 0, path + ".id")
+    if did is None:
+        _fail(path + ".id", "delegate has no backend id")
+    pt = r.sub_table(t, 1, path + ".processed")
+    if pt is None:
+        _fail(path + ".processed", "delegate has no processed data reference")
+    specs = []
+    for st, sp in r.tables(t, 2, path + ".compile_specs") or []:
+        key = r.string(st, 0, sp + ".key")
+        val = r.bytes(st, 1, sp + ".value")
+        specs.append(S.CompileSpec("" if key is None else key, b"" if val is None else bytes(val)))
+    return S.BackendDelegate(
+        id=did,
+        processed=S.BackendDelegateDataReference(
+            r.i8(pt, 0, path + ".processed.location"), r.u32(pt, 1, path + ".processed.index")
+        ),
+        compile_specs=tuple(specs),
+    )
+
+
+def _plan(r: _FlatReader, t: _Table, path: str, limits: Limits) -> S.ExecutionPlan:
+    name = r.string(t, 0, path + ".name")
+    if name is None:
+        _fail(path + ".name", "execution plan has no name")
+    cm = r.sub_table(t, 1, path + ".container_meta_type")
+    vtabs = r.tables(t, 2, path + ".values") or []
+    if limits.max_values is not None and len(vtabs) > limits.max_values:
+        _fail(path + ".values", f"{len(vtabs)} values exceed the cap of {limits.max_values}")
+    chains = r.tables(t, 5, path + ".chains") or []
+    if limits.max_instructions is not None:
+        # Cheap pre-check before decoding: count instruction vectors' lengths.
+        total = 0
+        for ct, cp in chains:
+            v = r._vector(ct, 2, 4, cp + ".instructions")
+            total += 0 if v is None else v[1]
+        if total > limits.max_instructions:
+            _fail(path + ".chains", f"{total} instructions exceed the cap of {limits.max_instructions}")
+    ops = []
+    for ot, op in r.tables(t, 6, path + ".operators") or []:
+        oname = r.string(ot, 0, op + ".name")
+        if oname is None:
+            _fail(op + ".name", "operator has no name")
+        ops.append(S.Operator(oname, r.string(ot, 1, op + ".overload") or ""))
+    return S.ExecutionPlan(
+        name=name,
+        container_meta_type=None
+        if cm is None
+        else S.ContainerMetadata(
+            r.string(cm, 0, path + ".container_meta_type.encoded_inp_str"),
+            r.string(cm, 1, path + ".container_meta_type.encoded_out_str"),
+        ),
+        values=tuple(_evalue(r, vt, vp) for vt, vp in vtabs),
+        inputs=_ints(r, t, 3, "i", 4, path + ".inputs"),
+        outputs=_ints(r, t, 4, "i", 4, path + ".outputs"),
+        chains=tuple(_chain(r, ct, cp) for ct, cp in chains),
+        operators=tuple(ops),
+        delegates=tuple(_delegate(r, dt, dp) for dt, dp in r.tables(t, 7, path + ".delegates") or []),
+        non_const_buffer_sizes=_ints(r, t, 8, "q", 8, path + ".non_const_buffer_sizes"),
+    )
+
+
+def _subsegment(r: _FlatReader, t: _Table, path: str) -> S.SubsegmentOffsets:
+    return S.SubsegmentOffsets(
+        r.u32(t, 0, path + ".segment_index"), _ints(r, t, 1, "Q", 8, path + ".offsets")
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# The container and cross-reference checks.
+
+
+def _check_index(i: int, n: int, path: str, what: str) -> None:
+    if not 0 <= i < n:
+        _fail(path, f"{what} index {i} out of range (0..{n - 1})" if n else f"{what} index {i} but there are none")
+
+
+def _tensor_nbytes(t: S.Tensor, path: str, limits: Limits) -> int | None:
+    """Validates a tensor's metadata and returns its byte size (None for unbound/unknown)."""
+    if t.scalar_type not in _VALID_SCALAR_TYPES:
+        _fail(path + ".scalar_type", f"unknown scalar type {t.scalar_type}")
+    if t.storage_offset != 0:
+        _fail(path + ".storage_offset", f"storage_offset {t.storage_offset} is not supported (must be 0)")
+    if t.shape_dynamism not in (0, 1, 2):
+        _fail(path + ".shape_dynamism", f"unknown shape dynamism {t.shape_dynamism}")
+    if t.dim_order and sorted(t.dim_order) != list(range(len(t.sizes))):
+        _fail(path + ".dim_order", f"{list(t.dim_order)} is not a permutation of the {len(t.sizes)} dimensions")
+    if t.shape_dynamism == S.TensorShapeDynamism.DYNAMIC_UNBOUND:
+        return None
+    numel = 1
+    for s in t.sizes:
+        if s < 0:
+            _fail(path + ".sizes", f"negative size {s} in {list(t.sizes)}")
+        numel *= s
+    if limits.max_numel is not None and numel > limits.max_numel:
+        _fail(path + ".sizes", f"{numel} elements exceed the cap of {limits.max_numel}")
+    return numel * ScalarType(t.scalar_type).itemsize
+
+
+def _verify_plan(prog: S.ProgramDef, pi: int, plan: S.ExecutionPlan, limits: Limits) -> None:
+    path = f"execution_plan[{pi}]"
+    nv = len(plan.values)
+    arenas = plan.non_const_buffer_sizes
+    for i, s in enumerate(arenas):
+        if s < 0:
+            _fail(f"{path}.non_const_buffer_sizes[{i}]", f"negative buffer size {s}")
+    planned = sum(arenas[1:])
+    if limits.max_planned_memory is not None and planned > limits.max_planned_memory:
+        _fail(f"{path}.non_const_buffer_sizes", f"{planned} bytes of planned memory exceed the cap of {limits.max_planned_memory}")
+    if prog.constant_buffer:
+        nconst = len(prog.constant_buffer)
+    elif prog.constant_segment is not None:
+        nconst = len(prog.constant_segment.offsets)
+    else:
+        nconst = 0
+
+    for vi, ev in enumerate(plan.values):
+        v = ev.val
+        vp = f"{path}.values[{vi}]"
+        if isinstance(v, S.Tensor):
+            tp = vp + ".tensor"
+            nbytes = _tensor_nbytes(v, tp, limits)
+            if v.allocation_info is not None:
+                a = v.allocation_info
+                ap = tp + ".allocation_info"
+                if not 0 < a.memory_id < len(arenas):
+                    _fail(ap + ".memory_id", f"memory_id {a.memory_id} names no planned buffer (buffers 1..{len(arenas) - 1})")
+                if nbytes is not None and a.offset + nbytes > arenas[a.memory_id]:
+                    _fail(ap, f"tensor of {nbytes} bytes at offset {a.offset} overruns planned buffer {a.memory_id} of {arenas[a.memory_id]} bytes")
+            external = v.extra_tensor_info is not None and v.extra_tensor_info.location == S.TensorDataLocation.EXTERNAL
+            if v.data_buffer_idx > 0 and not external:
+                dp = tp + ".data_buffer_idx"
+                if v.allocation_info is None:
+                    _check_index(v.data_buffer_idx, nconst, dp, "constant buffer")
+                    avail = len(prog.constant_data(v.data_buffer_idx))
+                else:
+                    mi = v.extra_tensor_info.mutable_data_segments_idx if v.extra_tensor_info else 0
+                    _check_index(mi, len(prog.mutable_data_segments), tp + ".extra_tensor_info.mutable_data_segments_idx", "mutable data segment")
+                    ms = prog.mutable_data_segments[mi]
+                    _check_index(v.data_buffer_idx, len(ms.offsets), dp, "mutable data")
+                    seg = prog.segments[ms.segment_index]
+                    avail = seg.size - ms.offsets[v.data_buffer_idx]
+                if nbytes is not None and nbytes > avail:
+                    _fail(dp, f"tensor needs {nbytes} bytes but its data has {avail}")
+        elif isinstance(v, (S.TensorList, S.OptionalTensorList)):
+            opt = isinstance(v, S.OptionalTensorList)
+            for j, item in enumerate(v.items):
+                if opt and item == -1:
+                    continue
+                _check_index(item, nv, f"{vp}.items[{j}]", "value")
+        elif isinstance(v, S.IntList):
+            pass  # items are literal ints (or value indices of SymInts; checked when used)
+    for j, i in enumerate(plan.inputs):
+        _check_index(i, nv, f"{path}.inputs[{j}]", "value")
+    for j, i in enumerate(plan.outputs):
+        _check_index(i, nv, f"{path}.outputs[{j}]", "value")
+    nops, ndel = len(plan.operators), len(plan.delegates)
+    for di, d in enumerate(plan.delegates):
+        dp = f"{path}.delegates[{di}].processed"
+        if d.processed.location == S.DataLocation.INLINE:
+            _check_index(d.processed.index, len(prog.backend_delegate_data), dp + ".index", "inline delegate data")
+        elif d.processed.location == S.DataLocation.SEGMENT:
+            _check_index(d.processed.index, len(prog.segments), dp + ".index", "segment")
+        else:
+            _fail(dp + ".location", f"unknown data location {d.processed.location}")
+    for ci, c in enumerate(plan.chains):
+        cp = f"{path}.chains[{ci}]"
+        for j, i in enumerate(c.inputs):
+            _check_index(i, nv, f"{cp}.inputs[{j}]", "value")
+        for j, i in enumerate(c.outputs):
+            _check_index(i, nv, f"{cp}.outputs[{j}]", "value")
+        n = len(c.instructions)
+        if c.stacktrace is not None and len(c.stacktrace) != n:
+            _fail(cp + ".stacktrace", f"{len(c.stacktrace)} frame lists for {n} instructions")
+        for ii, ins in enumerate(c.instructions):
+            a = ins.instr_args
+            ip = f"{cp}.instructions[{ii}]"
+            if isinstance(a, S.KernelCall):
+                _check_index(a.op_index, nops, ip + ".KernelCall.op_index", "operator")
+                for j, x in enumerate(a.args):
+                    _check_index(x, nv, f"{ip}.KernelCall.args[{j}]", "value")
+            elif isinstance(a, S.DelegateCall):
+                _check_index(a.delegate_index, ndel, ip + ".DelegateCall.delegate_index", "delegate")
+                for j, x in enumerate(a.args):
+                    _check_index(x, nv, f"{ip}.DelegateCall.args[{j}]", "value")
+            elif isinstance(a, S.MoveCall):
+                _check_index(a.move_from, nv, ip + ".MoveCall.move_from", "value")
+                _check_index(a.move_to, nv, ip + ".MoveCall.move_to", "value")
+            elif isinstance(a, S.JumpFalseCall):
+                _check_index(a.cond_value_index, nv, ip + ".JumpFalseCall.cond_value_index", "value")
+                if not 0 <= a.destination_instruction <= n:
+                    _fail(ip + ".JumpFalseCall.destination_instruction", f"destination {a.destination_instruction} out of range (0..{n})")
+            elif isinstance(a, S.FreeCall):
+                _check_index(a.value_index, nv, ip + ".FreeCall.value_index", "value")
+
+
+def _verify(prog: S.ProgramDef, limits: Limits) -> None:
+    nseg = len(prog.segments)
+    if prog.constant_buffer and prog.constant_segment is not None and prog.constant_segment.offsets:
+        _fail("constant_segment", "both constant_buffer and constant_segment.offsets are set")
+    if prog.constant_segment is not None:
+        cs = prog.constant_segment
+        if cs.offsets:
+            _check_index(cs.segment_index, nseg, "constant_segment.segment_index", "segment")
+            size = prog.segments[cs.segment_index].size
+            for j, o in enumerate(cs.offsets):
+                if o > size:
+                    _fail(f"constant_segment.offsets[{j}]", f"offset {o} lies past the end of segment {cs.segment_index} ({size} bytes)")
+    for mi, ms in enumerate(prog.mutable_data_segments):
+        _check_index(ms.segment_index, nseg, f"mutable_data_segments[{mi}].segment_index", "segment")
+        size = prog.segments[ms.segment_index].size
+        for j, o in enumerate(ms.offsets):
+            if o > size:
+                _fail(f"mutable_data_segments[{mi}].offsets[{j}]", f"offset {o} lies past the end of segment {ms.segment_index} ({size} bytes)")
+    for ni, nd in enumerate(prog.named_data):
+        _check_index(nd.segment_index, nseg, f"named_data[{ni}].segment_index", "segment")
+    seen: set[str] = set()
+    for pi, plan in enumerate(prog.execution_plan):
+        if plan.name in seen:
+            _fail(f"execution_plan[{pi}].name", f"duplicate method name {plan.name!r}")
+        seen.add(plan.name)
+        _verify_plan(prog, pi, plan, limits)
+
+
+def _as_memoryview(data: bytes | bytearray | memoryview) -> memoryview:
+    mv = data if isinstance(data, memoryview) else memoryview(data)
+    if mv.ndim != 1 or mv.itemsize != 1:
+        mv = mv.cast("B")
+    return mv
+
+
+def loads(data: bytes | bytearray | memoryview, *, limits: Limits | None = None) -> S.ProgramDef:
+    """Parse and verify ``.pte`` bytes. Payloads in the result are views into ``data``.
+
+    Raises:
+        ProgramError: anything about the bytes is invalid; the message says where.
+    """
+    limits = limits or Limits()
+    try:
+        mv = _as_memoryview(data)
+    except TypeError as exc:
+        raise ProgramError(f"program data must be bytes-like, not {type(data).__name__}") from exc
+    n = len(mv)
+    if n < 8:
+        _fail("header", f"{n} bytes is too short for a program (need at least 8)")
+    ident = bytes(mv[4:8])
+    if ident != FILE_IDENTIFIER:
+        _fail("header", f"file identifier is {ident!r}, expected {FILE_IDENTIFIER!r}: not an ExecuTorch program")
+
+    program_size = n
+    segment_base = 0
+    segment_data_size: int | None = None
+    if n >= 16 and bytes(mv[8:12]) == EXTENDED_HEADER_MAGIC:
+        length = _u32(mv, 12)[0]
+        if length < _EH_MIN_LENGTH or 8 + length > n:
+            _fail("extended_header.length", f"header length {length} is invalid for a {n}-byte file")
+        program_size = _u64(mv, 16)[0]
+        segment_base = _u64(mv, 24)[0]
+        if length >= _EH_SEGMENT_DATA_SIZE_LENGTH:
+            segment_data_size = _u64(mv, 32)[0]
+        if not 8 + length <= program_size <= n:
+            _fail("extended_header.program_size", f"program size {program_size} is outside the file ({n} bytes)")
+        if segment_base and not program_size <= segment_base <= n:
+            _fail("extended_header.segment_base_offset", f"segment base {segment_base} is outside [{program_size}, {n}]")
+        if segment_data_size and segment_base + segment_data_size > n:
+            _fail("extended_header.segment_data_size", f"segment data of {segment_data_size} bytes at {segment_base} runs past the end of the file ({n} bytes)")
+
+    fb = mv[:program_size]
+    r = _FlatReader(fb)
+    root = _u32(fb, 0)[0]
+    t = r.table(root, "program")
+
+    segs = []
+    seg_end = n if not segment_data_size else segment_base + segment_data_size
+    for st, sp in r.tables(t, 4, "segments") or []:
+        off, size = r.u64(st, 0, sp + ".offset"), r.u64(st, 1, sp + ".size")
+        if not segment_base:
+            _fail(sp, "program has segments but no extended header giving their base offset")
+        start = segment_base + off
+        if start + size > seg_end:
+            _fail(sp, f"segment of {size} bytes at offset {off} runs past the end of the segment data ({seg_end - segment_base} bytes)")
+        segs.append(S.DataSegment(off, size, mv[start : start + size]))
+
+    cbuf = []
+    for bt, bp in r.tables(t, 2, "constant_buffer") or []:
+        b = r.bytes(bt, 0, bp + ".storage")
+        cbuf.append(S.Buffer(fb[0:0] if b is None else b))
+    ddata = []
+    for dt, dp in r.tables(t, 3, "backend_delegate_data") or []:
+        b = r.bytes(dt, 0, dp + ".data")
+        ddata.append(S.BackendDelegateInlineData(fb[0:0] if b is None else b))
+    cst = r.sub_table(t, 5, "constant_segment")
+    named = []
+    for nt, np_ in r.tables(t, 7, "named_data") or []:
+        key = r.string(nt, 0, np_ + ".key")
+        if key is None:
+            _fail(np_ + ".key", "named data has no key")
+        named.append(S.NamedData(key, r.u32(nt, 1, np_ + ".segment_index")))
+    prog = S.ProgramDef(
+        version=r.u32(t, 0, "version"),
+        execution_plan=tuple(_plan(r, pt, pp, limits) for pt, pp in r.tables(t, 1, "execution_plan") or []),
+        constant_buffer=tuple(cbuf),
+        backend_delegate_data=tuple(ddata),
+        segments=tuple(segs),
+        constant_segment=None if cst is None else _subsegment(r, cst, "constant_segment"),
+        mutable_data_segments=tuple(
+            _subsegment(r, mt, mp) for mt, mp in r.tables(t, 6, "mutable_data_segments") or []
+        ),
+        named_data=tuple(named),
+    )
+    _verify(prog, limits)
+    return prog
+
+
+def load(path: str | os.PathLike[str], *, limits: Limits | None = None) -> S.ProgramDef:
+    """Memory-map and parse a ``.pte`` file. Payloads are views into the mapping.
+
+    Raises:
+        NotFoundError: the file does not exist or cannot be read.
+        ProgramError: the file is not a valid program; the message starts with its path.
+    """
+    name = os.fspath(path)
+    try:
+        with open(name, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size == 0:
+                raise ProgramError(f"{name}: header: file is empty")
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except FileNotFoundError as exc:
+        raise NotFoundError(f"{name}: no such file") from exc
+    except IsADirectoryError as exc:
+        raise NotFoundError(f"{name}: is a directory, not a .pte file") from exc
+    except OSError as exc:
+        raise NotFoundError(f"{name}: cannot read: {exc.strerror or exc}") from exc
+    try:
+        return loads(memoryview(mm), limits=limits)
+    except ProgramError as exc:
+        raise ProgramError(f"{name}: {exc.message}") from None
