@@ -48,6 +48,9 @@ class Limits:
     max_numel: int | None = 1 << 31  # elements in one tensor
     max_instructions: int | None = 1_000_000  # over all chains of a method
     max_values: int | None = 1_000_000  # EValues in one method
+    # Tables plus vector elements decoded. Flatbuffers may share one table from many places,
+    # so a small hostile file could otherwise make the reader do quadratic work.
+    max_objects: int | None = 10_000_000
 
 
 def _fail(path: str, msg: str) -> NoReturn:
@@ -67,15 +70,24 @@ class _Table:
 class _FlatReader:
     """Bounds-checked access to one flatbuffer."""
 
-    __slots__ = ("buf", "end")
+    __slots__ = ("buf", "end", "budget")
 
-    def __init__(self, buf: memoryview) -> None:
+    def __init__(self, buf: memoryview, budget: int | None) -> None:
         self.buf = buf
         self.end = len(buf)
+        self.budget = budget if budget is not None else 1 << 62
+
+    def spend(self, n: int, path: str) -> None:
+        self.budget -= n
+        if self.budget < 0:
+            _fail(path, "program structure exceeds the cap on decoded objects (Limits.max_objects)")
 
     # -- tables -------------------------------------------------------------------------
     def table(self, pos: int, path: str) -> _Table:
         buf, end = self.buf, self.end
+        self.budget -= 1
+        if self.budget < 0:
+            self.spend(0, path)
         if pos < 0 or pos + 4 > end:
             _fail(path, "table offset out of bounds")
         if pos % 4:
@@ -160,6 +172,7 @@ class _FlatReader:
         start = v + 4
         if start + n * elem > self.end:
             _fail(path, "vector runs past the end of the buffer")
+        self.spend(n, path)
         return start, n
 
     def string(self, t: _Table, slot: int, path: str) -> str | None:
@@ -601,7 +614,7 @@ def loads(data: bytes | bytearray | memoryview, *, limits: Limits | None = None)
             _fail("extended_header.segment_data_size", f"segment data of {segment_data_size} bytes at {segment_base} runs past the end of the file ({n} bytes)")
 
     fb = mv[:program_size]
-    r = _FlatReader(fb)
+    r = _FlatReader(fb, limits.max_objects)
     root = _u32(fb, 0)[0]
     t = r.table(root, "program")
 
@@ -612,6 +625,10 @@ def loads(data: bytes | bytearray | memoryview, *, limits: Limits | None = None)
         if not segment_base:
             _fail(sp, "program has segments but no extended header giving their base offset")
         start = segment_base + off
+        if segs and off < segs[-1].offset + segs[-1].size:
+            prev = segs[-1]
+            _fail(sp, f"segment at offset {off} overlaps or precedes segments[{len(segs) - 1}] "
+                      f"(offsets {prev.offset}..{prev.offset + prev.size}); segments must be sorted by offset")
         if start + size > seg_end:
             _fail(sp, f"segment of {size} bytes at offset {off} runs past the end of the segment data ({seg_end - segment_base} bytes)")
         segs.append(S.DataSegment(off, size, mv[start : start + size]))

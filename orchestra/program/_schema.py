@@ -314,8 +314,8 @@ class DataSegment:
     """A segment after the flatbuffer. ``offset`` is relative to the segment base.
 
     ``data`` holds the segment's bytes (a view into the loaded file). When writing, a
-    segment goes at its ``offset`` if that keeps segments in order and aligned, otherwise
-    at the next aligned position.
+    segment goes at its ``offset`` if that keeps segments in order, otherwise at the next
+    multiple of the segment alignment.
     """
 
     offset: int

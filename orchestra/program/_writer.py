@@ -338,15 +338,14 @@ def dumps(
         program = _relocate_delegates(program, delegate_data)
 
     # Segment offsets (relative to the segment base): honour the recorded offset when it
-    # keeps segments in order and aligned, so a loaded program writes back the same layout.
+    # keeps segments in order, so a loaded program writes back the same layout; new segments
+    # (offset 0 after another) go at the next multiple of segment_alignment.
     seg_offsets: list[int] = []
     cur = 0
     for s in program.segments:
         if len(s.data) != s.size:
             raise InvalidArgumentError(f"segment holds {len(s.data)} bytes but its size says {s.size}")
-        off = _align(cur, segment_alignment)
-        if s.offset >= off and s.offset % segment_alignment == 0:
-            off = s.offset
+        off = s.offset if s.offset >= cur else _align(cur, segment_alignment)
         seg_offsets.append(off)
         cur = off + s.size
 
