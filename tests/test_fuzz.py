@@ -1,0 +1,40 @@
+"""2,000 seeded mutations of the fixtures: each loads or raises ProgramError, within 1 s."""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("fuzz_pte", ROOT / "tools" / "fuzz_pte.py")
+fuzz_pte = importlib.util.module_from_spec(_spec)
+sys.modules["fuzz_pte"] = fuzz_pte
+_spec.loader.exec_module(fuzz_pte)
+
+CASES = 2000
+
+
+def test_mutated_programs_load_or_raise_program_error() -> None:
+    fixtures = [p.read_bytes() for p in sorted((ROOT / "tests" / "fixtures").glob("*.pte"))]
+    assert fixtures
+    kinds: dict[str, int] = {}
+    outcomes: dict[str, int] = {}
+    bad = []
+    for i, kind, _case, out in fuzz_pte.run(fixtures, CASES, seed=20261122):
+        kinds[kind] = kinds.get(kind, 0) + 1
+        outcomes[out.kind] = outcomes.get(out.kind, 0) + 1
+        if out.kind in ("crashed", "slow"):
+            bad.append(f"case {i} ({kind}): {out.kind}: {out.detail}")
+    assert not bad, "\n".join(bad[:20])
+    assert set(kinds) == set(fuzz_pte.KINDS)
+    # The mutations must really exercise both paths.
+    assert outcomes.get("rejected", 0) > CASES // 2
+    assert outcomes.get("loaded", 0) > 0
+
+
+def test_mutator_is_deterministic() -> None:
+    fixtures = [p.read_bytes() for p in sorted((ROOT / "tests" / "fixtures").glob("*.pte"))]
+    a = [c for _, _, c, _ in fuzz_pte.run(fixtures, 50, seed=5)]
+    b = [c for _, _, c, _ in fuzz_pte.run(fixtures, 50, seed=5)]
+    assert a == b

@@ -1,0 +1,255 @@
+"""The .pte format layer: loads/load/dumps, zero copy, verification messages."""
+
+from __future__ import annotations
+
+import dataclasses
+import mmap
+import pathlib
+import struct
+
+import numpy as np
+import pytest
+
+import orchestra
+from orchestra import Error, NotFoundError, OrchestraError, ProgramError
+from orchestra.program import (
+    DataLocation,
+    EValue,
+    KernelCall,
+    Limits,
+    ProgramDef,
+    Tensor,
+    dumps,
+    load,
+    loads,
+)
+from orchestra.program import _reader
+
+FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+ALL = sorted(p.stem for p in FIXTURES.glob("*.pte"))
+
+
+def _bytes(name: str) -> bytes:
+    return (FIXTURES / f"{name}.pte").read_bytes()
+
+
+def _replace_value(prog: ProgramDef, index: int, **changes) -> ProgramDef:
+    plan = prog.execution_plan[0]
+    values = list(plan.values)
+    values[index] = EValue(dataclasses.replace(values[index].val, **changes))
+    return dataclasses.replace(prog, execution_plan=(dataclasses.replace(plan, values=tuple(values)),) + prog.execution_plan[1:])
+
+
+def _first_tensor(prog: ProgramDef, pred=lambda t: True) -> int:
+    for i, ev in enumerate(prog.execution_plan[0].values):
+        if isinstance(ev.val, Tensor) and pred(ev.val):
+            return i
+    raise AssertionError("no such tensor")
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_every_fixture_loads_and_round_trips(name: str) -> None:
+    data = _bytes(name)
+    prog = loads(data)
+    assert prog.method_names
+    for plan in prog.execution_plan:
+        assert plan.chains and plan.chains[0].instructions
+    again = loads(dumps(prog))
+    assert again == prog
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_load_maps_the_file_and_copies_no_weight(name: str) -> None:
+    prog = load(FIXTURES / f"{name}.pte")
+    assert prog == loads(_bytes(name))
+    for seg in prog.segments:
+        assert isinstance(seg.data.obj, mmap.mmap)
+    data = _bytes(name)
+    prog = loads(data)
+    plan = prog.execution_plan[0]
+    consts = [ev.val for ev in plan.values if isinstance(ev.val, Tensor) and ev.val.is_constant]
+    for t in consts:
+        view = prog.constant_data(t.data_buffer_idx)
+        assert view.obj is data  # a view into the caller's bytes, not a copy
+    for d in plan.delegates:
+        assert prog.delegate_data(d.processed).obj is data
+
+
+def test_constant_data_matches_the_bytes_in_the_file() -> None:
+    data = _bytes("mlp")
+    prog = loads(data)
+    i = _first_tensor(prog, lambda t: t.is_constant)
+    t = prog.execution_plan[0].values[i].val
+    view = prog.constant_data(t.data_buffer_idx)
+    seg = prog.segments[prog.constant_segment.segment_index]
+    base = struct.unpack_from("<Q", data, 24)[0]
+    start = base + seg.offset + prog.constant_segment.offsets[t.data_buffer_idx]
+    assert bytes(view[:16]) == data[start : start + 16]
+
+
+def test_delegate_data_moves_between_inline_and_segments() -> None:
+    names = [n for n in ALL if loads(_bytes(n)).execution_plan[0].delegates]
+    if not names:
+        pytest.skip("no delegated fixture yet")
+    for name in names:
+        prog = loads(_bytes(name))
+        blobs = [bytes(prog.delegate_data(d.processed)) for p in prog.execution_plan for d in p.delegates]
+        for mode, loc in (("inline", DataLocation.INLINE), ("segment", DataLocation.SEGMENT)):
+            moved = loads(dumps(prog, delegate_data=mode))
+            ds = [d for p in moved.execution_plan for d in p.delegates]
+            assert all(d.processed.location == loc for d in ds)
+            assert [bytes(moved.delegate_data(d.processed)) for d in ds] == blobs
+            assert loads(dumps(moved, delegate_data="keep")) == moved
+
+
+def test_error_types_and_codes() -> None:
+    with pytest.raises(ProgramError) as ei:
+        loads(b"\0" * 4)
+    assert isinstance(ei.value, OrchestraError)
+    assert ei.value.code is Error.InvalidProgram
+    assert "too short" in str(ei.value)
+    assert issubclass(orchestra.ProgramError, orchestra.OrchestraError)
+
+
+def test_wrong_identifier_is_named() -> None:
+    data = bytearray(_bytes("mlp"))
+    data[4:8] = b"XX99"
+    with pytest.raises(ProgramError, match=r"header: file identifier is b'XX99', expected b'ET12'"):
+        loads(bytes(data))
+
+
+def test_missing_and_bad_files(tmp_path: pathlib.Path) -> None:
+    with pytest.raises(NotFoundError, match="nope.pte: no such file"):
+        load(tmp_path / "nope.pte")
+    empty = tmp_path / "empty.pte"
+    empty.write_bytes(b"")
+    with pytest.raises(ProgramError, match="empty.pte: header: file is empty"):
+        load(empty)
+    bad = tmp_path / "trunc.pte"
+    bad.write_bytes(_bytes("cnn")[:1000])
+    with pytest.raises(ProgramError, match=r"^.*trunc\.pte: extended_header\.program_size"):
+        load(bad)
+
+
+def test_not_bytes() -> None:
+    with pytest.raises(ProgramError, match="must be bytes-like, not int"):
+        loads(42)  # type: ignore[arg-type]
+
+
+def _locate_sizes_vector(data: bytes, value_index: int) -> int:
+    """Position of the length word of values[value_index].tensor.sizes (test navigation)."""
+    fb = memoryview(data)[: struct.unpack_from("<Q", data, 16)[0]]
+    r = _reader._FlatReader(fb, None)
+    root = r.table(struct.unpack_from("<I", fb, 0)[0], "program")
+    plan = r.tables(root, 1, "p")[0][0]
+    val = r.tables(plan, 2, "v")[value_index][0]
+    _, tensor = r.union(val, 0, "val")
+    field = r._field(tensor, 2, 4, "sizes")
+    return field + struct.unpack_from("<I", fb, field)[0]
+
+
+def test_vector_past_the_end_names_the_path() -> None:
+    data = _bytes("mlp")
+    idx = _first_tensor(loads(data))
+    pos = _locate_sizes_vector(data, idx)
+    bad = bytearray(data)
+    struct.pack_into("<I", bad, pos, 0x3FFFFFFF)
+    with pytest.raises(ProgramError) as ei:
+        loads(bytes(bad))
+    assert str(ei.value) == f"execution_plan[0].values[{idx}].tensor.sizes: vector runs past the end of the buffer"
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"scalar_type": 99}, r"\.tensor\.scalar_type: unknown scalar type 99"),
+        ({"storage_offset": 3}, r"\.tensor\.storage_offset: storage_offset 3 is not supported"),
+        ({"dim_order": (0, 0)}, r"\.tensor\.dim_order: \[0, 0\] is not a permutation"),
+        ({"shape_dynamism": 7}, r"\.tensor\.shape_dynamism: unknown shape dynamism 7"),
+        ({"sizes": (-1, 4)}, r"\.tensor\.sizes: negative size -1"),
+    ],
+)
+def test_tensor_metadata_is_verified(changes, message) -> None:
+    prog = loads(_bytes("mlp"))
+    idx = _first_tensor(prog, lambda t: len(t.sizes) == 2)
+    bad = dumps(_replace_value(prog, idx, **changes))
+    with pytest.raises(ProgramError, match=rf"^execution_plan\[0\]\.values\[{idx}\]{message}"):
+        loads(bad)
+
+
+def test_planned_tensor_must_fit_its_arena() -> None:
+    prog = loads(_bytes("mlp"))
+    idx = _first_tensor(prog, lambda t: t.allocation_info is not None)
+    t = prog.execution_plan[0].values[idx].val
+    big = (t.sizes[0] * 1000,) + t.sizes[1:]
+    with pytest.raises(ProgramError, match=r"allocation_info: tensor of \d+ bytes at offset \d+ overruns planned buffer 1"):
+        loads(dumps(_replace_value(prog, idx, sizes=big)))
+
+
+def test_constant_tensor_must_fit_its_data() -> None:
+    prog = loads(_bytes("mlp"))
+    idx = _first_tensor(prog, lambda t: t.is_constant)
+    t = prog.execution_plan[0].values[idx].val
+    with pytest.raises(ProgramError, match=r"data_buffer_idx: tensor needs \d+ bytes but its data has \d+"):
+        loads(dumps(_replace_value(prog, idx, sizes=tuple(s * 64 for s in t.sizes))))
+    with pytest.raises(ProgramError, match=r"data_buffer_idx: constant buffer index 999 out of range"):
+        loads(dumps(_replace_value(prog, idx, data_buffer_idx=999)))
+
+
+def test_instruction_indices_are_verified() -> None:
+    prog = loads(_bytes("mlp"))
+    plan = prog.execution_plan[0]
+    chain = plan.chains[0]
+    ins = list(chain.instructions)
+    k = next(i for i, x in enumerate(ins) if isinstance(x.instr_args, KernelCall))
+    ins[k] = dataclasses.replace(ins[k], instr_args=KernelCall(op_index=len(plan.operators), args=ins[k].instr_args.args))
+    bad = dataclasses.replace(prog, execution_plan=(dataclasses.replace(plan, chains=(dataclasses.replace(chain, instructions=tuple(ins)),)),))
+    with pytest.raises(ProgramError, match=rf"chains\[0\]\.instructions\[{k}\]\.KernelCall\.op_index: operator index \d+ out of range"):
+        loads(dumps(bad))
+
+
+def test_caps_a_caller_can_set() -> None:
+    data = _bytes("cnn")
+    with pytest.raises(ProgramError, match="instructions exceed the cap of 1"):
+        loads(data, limits=Limits(max_instructions=1))
+    with pytest.raises(ProgramError, match="bytes of planned memory exceed the cap of 100"):
+        loads(data, limits=Limits(max_planned_memory=100))
+    with pytest.raises(ProgramError, match="elements exceed the cap of 10"):
+        loads(data, limits=Limits(max_numel=10))
+    with pytest.raises(ProgramError, match="cap on decoded objects"):
+        loads(data, limits=Limits(max_objects=50))
+    assert loads(data, limits=Limits(None, None, None, None, None)) == loads(data)
+
+
+def test_unknown_method_is_not_found() -> None:
+    prog = loads(_bytes("mlp"))
+    with pytest.raises(NotFoundError, match=r"method 'nope' not found \(methods: forward\)"):
+        prog.plan("nope")
+
+
+def test_dumps_rejects_bad_arguments() -> None:
+    prog = loads(_bytes("mlp"))
+    with pytest.raises(orchestra.InvalidArgumentError, match="segment_alignment must be a power of two, got 3"):
+        dumps(prog, segment_alignment=3)
+    with pytest.raises(orchestra.InvalidArgumentError, match="delegate_data must be"):
+        dumps(prog, delegate_data="elsewhere")  # type: ignore[arg-type]
+
+
+@pytest.mark.executorch
+@pytest.mark.parametrize("name", ALL)
+def test_executorch_runs_our_rewrite_identically(name: str) -> None:
+    et = pytest.importorskip("executorch.runtime")
+    torch = pytest.importorskip("torch")
+    npz = np.load(FIXTURES / f"{name}.npz")
+    original = _bytes(name)
+    rewritten = dumps(loads(original))
+    runtime = et.Runtime.get()
+    methods = sorted({k.split(".")[0] for k in npz.files})
+    for method in methods:
+        n_in = len([k for k in npz.files if k.startswith(f"{method}.in_")])
+        inputs = [torch.from_numpy(np.array(npz[f"{method}.in_{i}"])) for i in range(n_in)]
+        want = runtime.load_program(original).load_method(method).execute(inputs)
+        got = runtime.load_program(rewritten).load_method(method).execute(inputs)
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g.numpy(), w.numpy())
