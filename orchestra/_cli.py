@@ -1,0 +1,445 @@
+"""The ``orchestra`` command.
+
+``orchestra inspect FILE.pte [--json]`` prints what a program holds: the file's header and
+segments, and per method its inputs/outputs, instructions, operators, delegates, planned
+memory and constants. Errors a user can cause (a missing or invalid file) print one line,
+``orchestra: <message>``, on stderr and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import struct
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from .errors import OrchestraError
+from .program import (
+    DataLocation,
+    DelegateCall,
+    EValue,
+    ExecutionPlan,
+    FreeCall,
+    JumpFalseCall,
+    KernelCall,
+    MoveCall,
+    ProgramDef,
+    ScalarType,
+    Tensor,
+    TensorDataLocation,
+    TensorShapeDynamism,
+    load,
+    numpy_dtype,
+)
+
+__all__ = ["inspect_file", "main", "render_text"]
+
+_EXIT_USER_ERROR = 2
+_EXTENDED_HEADER_MAGIC = b"eh00"
+_HEADER_READ = 40  # root offset + identifier + the longest extended header (32 bytes)
+
+_DYNAMISM_KEY = {
+    TensorShapeDynamism.STATIC: "static",
+    TensorShapeDynamism.DYNAMIC_BOUND: "dynamic_bound",
+    TensorShapeDynamism.DYNAMIC_UNBOUND: "dynamic_unbound",
+}
+_DYNAMISM_TEXT = {
+    "static": "static",
+    "dynamic_bound": "dynamic ≤ bound (sizes are upper bounds)",
+    "dynamic_unbound": "dynamic, unbound (sizes not meaningful)",
+}
+_INSTRUCTION_WORD = {
+    "kernel_calls": "kernel call", "delegate_calls": "delegate call", "moves": "move",
+    "jumps": "jump", "frees": "free",
+}
+# EValue payload class name -> kind shown for it.
+_KIND = {
+    "Null": "none",
+    "Int": "int",
+    "Bool": "bool",
+    "Double": "float",
+    "String": "string",
+    "IntList": "int_list",
+    "DoubleList": "float_list",
+    "BoolList": "bool_list",
+    "TensorList": "tensor_list",
+    "OptionalTensorList": "optional_tensor_list",
+    "Tensor": "tensor",
+}
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("orchestra")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+# ---------------------------------------------------------------------------------------
+# Facts: one JSON-able dict; the text layout is rendered from it.
+
+
+def _dtype_name(scalar_type: int) -> str:
+    dt = numpy_dtype(scalar_type)
+    if dt is not None:
+        return dt.name
+    try:
+        return ScalarType(scalar_type).name.lower()
+    except ValueError:
+        return f"scalar_type_{scalar_type}"
+
+
+def _tensor_nbytes(t: Tensor) -> int | None:
+    if t.shape_dynamism == TensorShapeDynamism.DYNAMIC_UNBOUND:
+        return None
+    n = 1
+    for s in t.sizes:
+        n *= s
+    return n * ScalarType(t.scalar_type).itemsize
+
+
+def _io_entry(plan: ExecutionPlan, position: int, value_index: int) -> dict[str, Any]:
+    ev: EValue = plan.values[value_index]
+    v = ev.val
+    entry: dict[str, Any] = {
+        "index": position,
+        "value": value_index,
+        "kind": "none" if v is None else _KIND.get(type(v).__name__, type(v).__name__.lower()),
+        "dtype": None,
+        "shape": None,
+        "dynamism": None,
+        "nbytes": None,
+        "literal": None,
+    }
+    if isinstance(v, Tensor):
+        entry["dtype"] = _dtype_name(v.scalar_type)
+        entry["shape"] = list(v.sizes)
+        entry["dynamism"] = _DYNAMISM_KEY.get(TensorShapeDynamism(v.shape_dynamism), "unknown")
+        entry["nbytes"] = _tensor_nbytes(v)
+    elif v is not None:
+        for attr in ("int_val", "bool_val", "double_val", "string_val", "items"):
+            if hasattr(v, attr):
+                lit = getattr(v, attr)
+                entry["literal"] = list(lit) if isinstance(lit, tuple) else lit
+                break
+    return entry
+
+
+def _method_facts(prog: ProgramDef, plan: ExecutionPlan) -> dict[str, Any]:
+    op_calls: Counter[int] = Counter()
+    kinds: Counter[str] = Counter()
+    for chain in plan.chains:
+        for ins in chain.instructions:
+            a = ins.instr_args
+            if isinstance(a, KernelCall):
+                op_calls[a.op_index] += 1
+                kinds["kernel_calls"] += 1
+            elif isinstance(a, DelegateCall):
+                kinds["delegate_calls"] += 1
+            elif isinstance(a, MoveCall):
+                kinds["moves"] += 1
+            elif isinstance(a, JumpFalseCall):
+                kinds["jumps"] += 1
+            elif isinstance(a, FreeCall):
+                kinds["frees"] += 1
+
+    delegates = []
+    for di, d in enumerate(plan.delegates):
+        inline = d.processed.location == DataLocation.INLINE
+        delegates.append({
+            "index": di,
+            "backend": d.id,
+            "blob_size": len(prog.delegate_data(d.processed)),
+            "location": "inline" if inline else "segment",
+            "data_index": d.processed.index,
+            "compile_specs": [c.key for c in d.compile_specs],
+        })
+
+    seen_buffers: set[int] = set()
+    const_count = const_bytes = external = 0
+    for ev in plan.values:
+        t = ev.val
+        if not isinstance(t, Tensor) or not t.is_constant:
+            continue
+        if t.extra_tensor_info is not None and t.extra_tensor_info.location == TensorDataLocation.EXTERNAL:
+            external += 1
+            continue
+        const_count += 1
+        if t.data_buffer_idx not in seen_buffers:
+            seen_buffers.add(t.data_buffer_idx)
+            const_bytes += _tensor_nbytes(t) or 0
+
+    buffers = plan.non_const_buffer_sizes[1:]  # [0] is reserved by ExecuTorch
+    return {
+        "name": plan.name,
+        "inputs": [_io_entry(plan, i, v) for i, v in enumerate(plan.inputs)],
+        "outputs": [_io_entry(plan, i, v) for i, v in enumerate(plan.outputs)],
+        "values": len(plan.values),
+        "chains": [len(c.instructions) for c in plan.chains],
+        "instructions": {k: kinds[k] for k in ("kernel_calls", "delegate_calls", "moves", "jumps", "frees")},
+        "operators": [
+            {"index": oi, "name": op.qualified_name, "calls": op_calls[oi]}
+            for oi, op in enumerate(plan.operators)
+        ],
+        "delegates": delegates,
+        "planned_memory": {
+            "total": sum(buffers),
+            "buffers": [{"id": bi, "size": s} for bi, s in enumerate(buffers, start=1)],
+        },
+        "constants": {
+            "count": const_count, "buffers": len(seen_buffers), "bytes": const_bytes, "external": external,
+        },
+    }
+
+
+def _segment_refs(prog: ProgramDef) -> list[list[dict[str, Any]]]:
+    refs: list[list[dict[str, Any]]] = [[] for _ in prog.segments]
+    cs = prog.constant_segment
+    if cs is not None and cs.offsets and cs.segment_index < len(refs):
+        # offsets[0] belongs to data_buffer_idx 0, which ExecuTorch reserves for "no data".
+        refs[cs.segment_index].append({"kind": "constants", "buffers": max(len(cs.offsets) - 1, 0)})
+    for plan in prog.execution_plan:
+        for di, d in enumerate(plan.delegates):
+            if d.processed.location == DataLocation.SEGMENT:
+                refs[d.processed.index].append({"kind": "delegate", "method": plan.name, "delegate": di})
+    for nd in prog.named_data:
+        refs[nd.segment_index].append({"kind": "named_data", "key": nd.key})
+    for mi, ms in enumerate(prog.mutable_data_segments):
+        refs[ms.segment_index].append({"kind": "mutable_data", "index": mi, "buffers": len(ms.offsets)})
+    return refs
+
+
+def _read_header(path: str) -> tuple[str, dict[str, int | None] | None]:
+    with open(path, "rb") as f:
+        head = f.read(_HEADER_READ)
+    ident = head[4:8].decode("ascii", "backslashreplace")
+    if len(head) < 16 or head[8:12] != _EXTENDED_HEADER_MAGIC:
+        return ident, None
+    length = struct.unpack_from("<I", head, 12)[0]
+    program_size, segment_base = struct.unpack_from("<QQ", head, 16)
+    data_size = struct.unpack_from("<Q", head, 32)[0] if length >= 32 and len(head) >= 40 else None
+    return ident, {
+        "length": length,
+        "program_size": program_size,
+        "segment_base_offset": segment_base,
+        "segment_data_size": data_size,
+    }
+
+
+def inspect_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Everything ``orchestra inspect`` reports about the program at ``path``, as a dict.
+
+    Raises:
+        OrchestraError: the file is missing, unreadable or not a valid program.
+    """
+    name = os.fspath(path)
+    prog = load(name)
+    try:
+        size = os.stat(name).st_size
+        ident, header = _read_header(name)
+    except OSError as exc:  # the file went away after load()
+        from .errors import NotFoundError
+
+        raise NotFoundError(f"{name}: cannot read: {exc.strerror or exc}") from None
+    refs = _segment_refs(prog)
+    return {
+        "file": {
+            "path": name,
+            "name": os.path.basename(name),
+            "size": size,
+            "identifier": ident,
+            "schema_version": prog.version,
+            "extended_header": header,
+        },
+        "segments": [
+            {"index": i, "offset": s.offset, "size": s.size, "used_by": refs[i]}
+            for i, s in enumerate(prog.segments)
+        ],
+        "inline_delegate_data": [
+            {"index": i, "size": len(d.data)} for i, d in enumerate(prog.backend_delegate_data)
+        ],
+        "methods": [_method_facts(prog, plan) for plan in prog.execution_plan],
+    }
+
+
+# ---------------------------------------------------------------------------------------
+# Text layout.
+
+
+def _n(x: int) -> str:
+    return f"{x:,}"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _table(rows: list[list[str]], indent: str, right: frozenset[int] | set[int] = frozenset()) -> list[str]:
+    if not rows:
+        return []
+    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
+    out = []
+    for r in rows:
+        cells = [
+            cell.rjust(widths[c]) if c in right else cell.ljust(widths[c]) for c, cell in enumerate(r)
+        ]
+        out.append((indent + "  ".join(cells)).rstrip())
+    return out
+
+
+def _ref_text(ref: dict[str, Any]) -> str:
+    kind = ref["kind"]
+    if kind == "constants":
+        return f"constants ({_plural(ref['buffers'], 'buffer')})"
+    if kind == "delegate":
+        return f"delegate {ref['delegate']} of method {ref['method']}"
+    if kind == "named_data":
+        return f"named data {ref['key']}"
+    if kind == "mutable_data":
+        return f"mutable data [{ref['index']}] ({_plural(ref['buffers'], 'buffer')})"
+    return kind
+
+
+def _io_rows(entries: list[dict[str, Any]]) -> list[list[str]]:
+    rows = []
+    for e in entries:
+        pos, val = f"[{e['index']}]", f"value {e['value']}"
+        if e["kind"] == "tensor":
+            shape = "[" + ", ".join(str(s) for s in e["shape"]) + "]"
+            rows.append([pos, val, "tensor", e["dtype"], shape, _DYNAMISM_TEXT.get(e["dynamism"], e["dynamism"])])
+        else:
+            lit = "" if e["literal"] is None else f"= {e['literal']}"
+            rows.append([pos, val, e["kind"], lit, "", ""])
+    return rows
+
+
+def render_text(facts: dict[str, Any]) -> str:
+    """The human-readable layout of :func:`inspect_file`'s facts."""
+    f = facts["file"]
+    lines = []
+    eh = f["extended_header"]
+    if eh is None:
+        header = "none"
+    else:
+        header = f"program {_n(eh['program_size'])} bytes, segment base {_n(eh['segment_base_offset'])}"
+        if eh["segment_data_size"] is not None:
+            header += f", segment data {_n(eh['segment_data_size'])} bytes"
+    lines += _table([
+        ["file", f["path"]],
+        ["size", f"{_n(f['size'])} bytes"],
+        ["identifier", f["identifier"]],
+        ["schema", f"version {f['schema_version']}"],
+        ["ext. header", header],
+        ["methods", f"{len(facts['methods'])} ({', '.join(m['name'] for m in facts['methods'])})"],
+        ["segments", str(len(facts["segments"]))],
+    ], "")
+    lines += _table([
+        [f"[{s['index']}]", "offset", _n(s["offset"]), "size", _n(s["size"]),
+         "; ".join(_ref_text(r) for r in s["used_by"]) or "(unreferenced)"]
+        for s in facts["segments"]
+    ], "  ", right={2, 4})
+    if facts["inline_delegate_data"]:
+        lines.append(f"inline delegate data  {len(facts['inline_delegate_data'])}")
+        lines += _table([[f"[{d['index']}]", "size", _n(d["size"])] for d in facts["inline_delegate_data"]],
+                        "  ", right={2})
+
+    for m in facts["methods"]:
+        lines += ["", f"method {m['name']}"]
+        for label in ("inputs", "outputs"):
+            lines.append(f"  {label} ({len(m[label])})")
+            lines += _table(_io_rows(m[label]), "    ")
+        ins = m["instructions"]
+        kinds = ", ".join(_plural(v, _INSTRUCTION_WORD[k]) for k, v in ins.items() if v)
+        per_chain = ", ".join(f"chain {i}: {n}" for i, n in enumerate(m["chains"])) or "no chains"
+        pm, c = m["planned_memory"], m["constants"]
+        const = _plural(c["count"], "tensor")
+        if c["buffers"] != c["count"]:
+            const += f" in {_plural(c['buffers'], 'buffer')}"
+        const += f", {_n(c['bytes'])} bytes"
+        if c["external"]:
+            const += f" (+{c['external']} external)"
+
+        lines.append(f"  {'values':<16}{m['values']}")
+        lines.append(f"  {'instructions':<16}{sum(m['chains'])} ({per_chain}){'; ' + kinds if kinds else ''}")
+        lines.append(f"  {'operators':<16}{len(m['operators'])}")
+        lines += _table([[o["name"], _plural(o["calls"], "call")] for o in m["operators"]], "    ")
+        lines.append(f"  {'delegates':<16}{len(m['delegates'])}")
+        lines += _table([
+            [f"[{d['index']}]", d["backend"], f"blob {_n(d['blob_size'])} bytes",
+             f"{d['location']} [{d['data_index']}]",
+             "compile specs: " + (", ".join(d["compile_specs"]) if d["compile_specs"] else "none")]
+            for d in m["delegates"]
+        ], "    ")
+        lines.append(f"  {'planned memory':<16}{_n(pm['total'])} bytes in {_plural(len(pm['buffers']), 'buffer')}")
+        lines += _table([[f"buffer {b['id']}", f"{_n(b['size'])} bytes"] for b in pm["buffers"]], "    ", right={1})
+        lines.append(f"  {'constants':<16}{const}")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------
+# Entry point.
+
+
+def _write(stream: TextIO, text: str) -> None:
+    enc = getattr(stream, "encoding", None) or "utf-8"
+    try:
+        text.encode(enc)
+    except (UnicodeEncodeError, LookupError):
+        text = text.replace("≤", "<=").encode(enc, "backslashreplace").decode(enc)
+    stream.write(text)
+    stream.flush()
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    facts = inspect_file(args.file)
+    if args.json:
+        _write(sys.stdout, json.dumps(facts, indent=2) + "\n")
+    else:
+        _write(sys.stdout, render_text(facts))
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="orchestra",
+        description="Run many instances of one ExecuTorch program method at once.",
+    )
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    ins = sub.add_parser(
+        "inspect",
+        help="show what a .pte program holds",
+        description="Show a .pte program's header, segments, and per method its inputs, "
+        "outputs, instructions, operators, delegates, planned memory and constants.",
+    )
+    ins.add_argument("file", metavar="FILE.pte", help="the program to inspect")
+    ins.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    ins.set_defaults(func=_cmd_inspect)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``orchestra`` command with ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, usage errors: argparse's status
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else _EXIT_USER_ERROR)
+    try:
+        return args.func(args)
+    except OrchestraError as exc:
+        _write(sys.stderr, f"orchestra: {exc.message}\n")
+        return _EXIT_USER_ERROR
+    except BrokenPipeError:
+        # The reader went away (`orchestra inspect x.pte | head`): not an error of ours.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    except KeyboardInterrupt:
+        return 130
