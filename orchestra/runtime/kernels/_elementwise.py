@@ -1,0 +1,624 @@
+"""Elementwise kernels: arithmetic, comparisons, unary math, activations, where/masked_fill."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ._registry import kernel
+from ._util import (
+    ALL,
+    FLOAT_MATH,
+    INTS,
+    REAL_MATH,
+    bad,
+    dest,
+    finish,
+    float_dtype,
+    result_dtype,
+    shape_of,
+    unsupported,
+    wrap_dim,
+)
+
+__all__: list[str] = []
+
+_SQRT1_2 = math.sqrt(0.5)
+
+
+def _work(out: Any, shape: tuple[int, ...], dt: np.dtype, *inputs: Any) -> np.ndarray:
+    """A buffer of ``shape``/``dt`` to compute in: ``out`` itself when it fits and does not
+    overlap an input (multi-pass kernels read their inputs after the first write)."""
+    o = dest(out, shape, dt)
+    if o is not None:
+        for x in inputs:
+            if isinstance(x, np.ndarray) and np.may_share_memory(o, x):
+                o = None
+                break
+    return np.empty(shape, dt) if o is None else o
+
+
+def _bshape(*vals: Any) -> tuple[int, ...]:
+    return np.broadcast_shapes(*(shape_of(v) for v in vals))
+
+
+def _check_int_divisor(op: str, dt: np.dtype, other: Any) -> None:
+    if dt.kind in "iub" and np.any(np.asarray(other) == 0):
+        raise bad(op, "integer division by zero")
+
+
+# --------------------------------------------------------------------------- arithmetic
+
+
+def _add_sub(op: str, ufunc: np.ufunc, self: Any, other: Any, alpha: Any, out: Any) -> Any:
+    dt = result_dtype(self, other)
+    if alpha is not None and alpha != 1:
+        if dt.kind == "b":
+            raise bad(op, "alpha must be 1 for boolean tensors")
+        if dt.kind in "iu" and isinstance(alpha, float) and not alpha.is_integer():
+            raise bad(op, f"alpha {alpha} must be an integer for integer tensors")
+        other = np.multiply(other, alpha, dtype=dt, casting="unsafe")
+    o = dest(out, _bshape(self, other))
+    res = ufunc(self, other, out=o, dtype=dt, casting="unsafe")
+    return finish(res, out)
+
+
+@kernel("aten::add.out", dtypes=ALL)
+def add_out(self: np.ndarray, other: np.ndarray, alpha: Any, out: np.ndarray) -> np.ndarray:
+    return _add_sub("aten::add.out", np.add, self, other, alpha, out)
+
+
+@kernel("aten::add.Scalar_out", dtypes=ALL)
+def add_scalar_out(self: np.ndarray, other: Any, alpha: Any, out: np.ndarray) -> np.ndarray:
+    return _add_sub("aten::add.Scalar_out", np.add, self, other, alpha, out)
+
+
+@kernel("aten::sub.out", dtypes=REAL_MATH)
+def sub_out(self: np.ndarray, other: np.ndarray, alpha: Any, out: np.ndarray) -> np.ndarray:
+    return _add_sub("aten::sub.out", np.subtract, self, other, alpha, out)
+
+
+@kernel("aten::sub.Scalar_out", dtypes=REAL_MATH)
+def sub_scalar_out(self: np.ndarray, other: Any, alpha: Any, out: np.ndarray) -> np.ndarray:
+    return _add_sub("aten::sub.Scalar_out", np.subtract, self, other, alpha, out)
+
+
+@kernel("aten::rsub.Scalar_out", dtypes=REAL_MATH)
+def rsub_scalar_out(self: np.ndarray, other: Any, alpha: Any, out: np.ndarray) -> np.ndarray:
+    # other - alpha * self
+    dt = result_dtype(self, other)
+    if alpha is not None and alpha != 1:
+        self = np.multiply(self, alpha, dtype=dt, casting="unsafe")
+    o = dest(out, shape_of(self))
+    return finish(np.subtract(other, self, out=o, dtype=dt, casting="unsafe"), out)
+
+
+def _mul(self: Any, other: Any, out: Any) -> Any:
+    dt = result_dtype(self, other)
+    o = dest(out, _bshape(self, other))
+    return finish(np.multiply(self, other, out=o, dtype=dt, casting="unsafe"), out)
+
+
+@kernel("aten::mul.out", dtypes=ALL)
+def mul_out(self: np.ndarray, other: np.ndarray, out: np.ndarray) -> np.ndarray:
+    return _mul(self, other, out)
+
+
+@kernel("aten::mul.Scalar_out", dtypes=ALL)
+def mul_scalar_out(self: np.ndarray, other: Any, out: np.ndarray) -> np.ndarray:
+    return _mul(self, other, out)
+
+
+def _div(op: str, self: Any, other: Any, rounding_mode: str | None, out: Any) -> Any:
+    shape = _bshape(self, other)
+    if rounding_mode is None:
+        dt = float_dtype(result_dtype(self, other))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            res = np.true_divide(self, other, out=dest(out, shape), dtype=dt, casting="unsafe")
+        return finish(res, out)
+    dt = result_dtype(self, other)
+    if rounding_mode not in ("trunc", "floor"):
+        raise bad(op, f"rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+    if dt.kind in "iub":
+        _check_int_divisor(op, dt, other)
+        if dt.kind == "b":
+            dt = np.dtype(np.int64)
+        q = np.floor_divide(self, other, dtype=dt, casting="unsafe")
+        if rounding_mode == "trunc":
+            # floor -> trunc: +1 where the quotient is negative and inexact.
+            r = np.remainder(self, other, dtype=dt, casting="unsafe")
+            fix = (r != 0) & (np.less(self, 0) ^ np.less(other, 0))
+            np.add(q, fix, out=q, casting="unsafe")
+        return finish(q, out)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if rounding_mode == "floor":
+            # numpy's float floor_divide is Python's (and torch's) fmod-based algorithm.
+            res = np.floor_divide(self, other, out=dest(out, shape), dtype=dt, casting="unsafe")
+        else:
+            res = np.true_divide(self, other, out=dest(out, shape), dtype=dt, casting="unsafe")
+            res = np.trunc(res, out=res)
+    return finish(res, out)
+
+
+@kernel("aten::div.out", dtypes=REAL_MATH)
+def div_out(self: np.ndarray, other: np.ndarray, out: np.ndarray) -> np.ndarray:
+    return _div("aten::div.out", self, other, None, out)
+
+
+@kernel("aten::div.out_mode", dtypes=REAL_MATH)
+def div_out_mode(
+    self: np.ndarray, other: np.ndarray, rounding_mode: str | None, out: np.ndarray
+) -> np.ndarray:
+    return _div("aten::div.out_mode", self, other, rounding_mode, out)
+
+
+@kernel("aten::div.Scalar_out", dtypes=REAL_MATH)
+def div_scalar_out(self: np.ndarray, other: Any, out: np.ndarray) -> np.ndarray:
+    return _div("aten::div.Scalar_out", self, other, None, out)
+
+
+@kernel("aten::div.Scalar_mode_out", dtypes=REAL_MATH)
+def div_scalar_mode_out(
+    self: np.ndarray, other: Any, rounding_mode: str | None, out: np.ndarray
+) -> np.ndarray:
+    return _div("aten::div.Scalar_mode_out", self, other, rounding_mode, out)
+
+
+@kernel("aten::floor_divide.out", dtypes=REAL_MATH)
+def floor_divide_out(self: np.ndarray, other: np.ndarray, out: np.ndarray) -> np.ndarray:
+    return _div("aten::floor_divide.out", self, other, "floor", out)
+
+
+def _remainder(op: str, ufunc: np.ufunc, self: Any, other: Any, out: Any) -> Any:
+    dt = result_dtype(self, other)
+    _check_int_divisor(op, dt, other)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        res = ufunc(self, other, out=dest(out, _bshape(self, other)), dtype=dt, casting="unsafe")
+    return finish(res, out)
+
+
+@kernel("aten::remainder.Tensor_out", dtypes=REAL_MATH)
+def remainder_tensor_out(self: np.ndarray, other: np.ndarray, out: np.ndarray) -> np.ndarray:
+    return _remainder("aten::remainder.Tensor_out", np.remainder, self, other, out)
+
+
+@kernel("aten::remainder.Scalar_out", dtypes=REAL_MATH)
+def remainder_scalar_out(self: np.ndarray, other: Any, out: np.ndarray) -> np.ndarray:
+    return _remainder("aten::remainder.Scalar_out", np.remainder, self, other, out)
+
+
+@kernel("aten::fmod.Tensor_out", dtypes=REAL_MATH)
+def fmod_tensor_out(self: np.ndarray, other: np.ndarray, out: np.ndarray) -> np.ndarray:
+    return _remainder("aten::fmod.Tensor_out", np.fmod, self, other, out)
+
+
+@kernel("aten::fmod.Scalar_out", dtypes=REAL_MATH)
+def fmod_scalar_out(self: np.ndarray, other: Any, out: np.ndarray) -> np.ndarray:
+    return _remainder("aten::fmod.Scalar_out", np.fmod, self, other, out)
+
+
+def _pow(op: str, base: Any, exponent: Any, out: Any) -> Any:
+    dt = result_dtype(base, exponent)
+    shape = _bshape(base, exponent)
+    o = dest(out, shape)
+    if dt.kind in "iu" and np.any(np.asarray(exponent) < 0):
+        raise bad(op, "integers to negative integer powers are not allowed")
+    if not isinstance(exponent, np.ndarray) and isinstance(base, np.ndarray):
+        if exponent == 2:
+            return finish(np.square(base, out=o, dtype=dt, casting="unsafe"), out)
+        if exponent == 1:
+            return finish(base, out)
+        if exponent == 0.5 and dt.kind == "f":
+            with np.errstate(invalid="ignore"):
+                return finish(np.sqrt(base, out=o, dtype=dt, casting="unsafe"), out)
+    with np.errstate(all="ignore"):
+        res = np.power(base, exponent, out=o, dtype=dt, casting="unsafe")
+    return finish(res, out)
+
+
+@kernel("aten::pow.Tensor_Scalar_out", dtypes=REAL_MATH)
+def pow_tensor_scalar_out(self: np.ndarray, exponent: Any, out: np.ndarray) -> np.ndarray:
+    return _pow("aten::pow.Tensor_Scalar_out", self, exponent, out)
+
+
+@kernel("aten::pow.Tensor_Tensor_out", dtypes=REAL_MATH)
+def pow_tensor_tensor_out(self: np.ndarray, exponent: np.ndarray, out: np.ndarray) -> np.ndarray:
+    return _pow("aten::pow.Tensor_Tensor_out", self, exponent, out)
+
+
+@kernel("aten::pow.Scalar_out", dtypes=REAL_MATH)
+def pow_scalar_out(self: Any, exponent: np.ndarray, out: np.ndarray) -> np.ndarray:
+    return _pow("aten::pow.Scalar_out", self, exponent, out)
+
+
+def _binary_same(ufunc: np.ufunc) -> Callable[..., Any]:
+    def fn(self: np.ndarray, other: np.ndarray, out: np.ndarray) -> np.ndarray:
+        dt = result_dtype(self, other)
+        o = dest(out, _bshape(self, other))
+        return finish(ufunc(self, other, out=o, dtype=dt, casting="unsafe"), out)
+
+    return fn
+
+
+kernel("aten::maximum.out", dtypes=ALL)(_binary_same(np.maximum))
+kernel("aten::minimum.out", dtypes=ALL)(_binary_same(np.minimum))
+kernel("aten::bitwise_and.Tensor_out", dtypes=INTS + ("bool",))(_binary_same(np.bitwise_and))
+kernel("aten::bitwise_or.Tensor_out", dtypes=INTS + ("bool",))(_binary_same(np.bitwise_or))
+kernel("aten::bitwise_xor.Tensor_out", dtypes=INTS + ("bool",))(_binary_same(np.bitwise_xor))
+
+
+# --------------------------------------------------------------------------- comparisons
+
+
+def _compare(ufunc: np.ufunc) -> Callable[..., Any]:
+    def fn(self: np.ndarray, other: Any, out: np.ndarray) -> np.ndarray:
+        o = dest(out, _bshape(self, other), np.dtype(np.bool_))
+        return finish(ufunc(self, other, out=o), out)
+
+    return fn
+
+
+for _name, _uf in (
+    ("eq", np.equal),
+    ("ne", np.not_equal),
+    ("lt", np.less),
+    ("le", np.less_equal),
+    ("gt", np.greater),
+    ("ge", np.greater_equal),
+):
+    kernel(f"aten::{_name}.Tensor_out", dtypes=ALL)(_compare(_uf))
+    kernel(f"aten::{_name}.Scalar_out", dtypes=ALL)(_compare(_uf))
+
+kernel("aten::logical_and.out", dtypes=ALL)(_compare(np.logical_and))
+kernel("aten::logical_or.out", dtypes=ALL)(_compare(np.logical_or))
+kernel("aten::logical_xor.out", dtypes=ALL)(_compare(np.logical_xor))
+
+
+def _predicate(ufunc: np.ufunc) -> Callable[..., Any]:
+    def fn(self: np.ndarray, out: np.ndarray) -> np.ndarray:
+        o = dest(out, self.shape, np.dtype(np.bool_))
+        return finish(ufunc(self, out=o), out)
+
+    return fn
+
+
+kernel("aten::logical_not.out", dtypes=ALL)(_predicate(np.logical_not))
+kernel("aten::isnan.out", dtypes=ALL)(_predicate(np.isnan))
+kernel("aten::isinf.out", dtypes=ALL)(_predicate(np.isinf))
+
+
+# --------------------------------------------------------------------------- unary
+
+
+def _unary_float(ufunc: np.ufunc, quiet: bool) -> Callable[..., Any]:
+    """exp-like ops: integer inputs give float32 results."""
+
+    def fn(self: np.ndarray, out: np.ndarray) -> np.ndarray:
+        dt = float_dtype(self.dtype)
+        o = dest(out, self.shape)
+        if quiet:
+            with np.errstate(all="ignore"):
+                res = ufunc(self, out=o, dtype=dt, casting="unsafe")
+        else:
+            res = ufunc(self, out=o, dtype=dt, casting="unsafe")
+        return finish(res, out)
+
+    return fn
+
+
+for _name, _uf, _quiet in (
+    ("exp", np.exp, True),
+    ("expm1", np.expm1, True),
+    ("log", np.log, True),
+    ("log1p", np.log1p, True),
+    ("log2", np.log2, True),
+    ("log10", np.log10, True),
+    ("sqrt", np.sqrt, True),
+    ("tanh", np.tanh, False),
+    ("sin", np.sin, False),
+    ("cos", np.cos, False),
+    ("tan", np.tan, False),
+    ("asin", np.arcsin, True),
+    ("acos", np.arccos, True),
+    ("atan", np.arctan, False),
+    ("sinh", np.sinh, True),
+    ("cosh", np.cosh, True),
+    ("reciprocal", np.reciprocal, True),
+):
+    kernel(f"aten::{_name}.out", dtypes=REAL_MATH + ("bool",))(_unary_float(_uf, _quiet))
+
+
+def _unary_same(ufunc: np.ufunc, int_identity: bool = False) -> Callable[..., Any]:
+    """abs-like ops: the result keeps the input's dtype."""
+
+    def fn(self: np.ndarray, out: np.ndarray) -> np.ndarray:
+        if int_identity and self.dtype.kind in "iub":
+            return finish(self, out)
+        o = dest(out, self.shape)
+        return finish(ufunc(self, out=o, dtype=self.dtype, casting="unsafe"), out)
+
+    return fn
+
+
+kernel("aten::abs.out", dtypes=REAL_MATH)(_unary_same(np.abs))
+kernel("aten::neg.out", dtypes=REAL_MATH)(_unary_same(np.negative))
+kernel("aten::sign.out", dtypes=REAL_MATH)(_unary_same(np.sign))
+kernel("aten::floor.out", dtypes=REAL_MATH)(_unary_same(np.floor, int_identity=True))
+kernel("aten::ceil.out", dtypes=REAL_MATH)(_unary_same(np.ceil, int_identity=True))
+kernel("aten::trunc.out", dtypes=REAL_MATH)(_unary_same(np.trunc, int_identity=True))
+# torch.round rounds half to even, like np.rint.
+kernel("aten::round.out", dtypes=REAL_MATH)(_unary_same(np.rint, int_identity=True))
+kernel("aten::bitwise_not.out", dtypes=INTS + ("bool",))(_unary_same(np.invert))
+
+
+@kernel("aten::rsqrt.out", dtypes=REAL_MATH + ("bool",))
+def rsqrt_out(self: np.ndarray, out: np.ndarray) -> np.ndarray:
+    w = _work(out, self.shape, float_dtype(self.dtype))
+    with np.errstate(all="ignore"):
+        np.sqrt(self, out=w, dtype=w.dtype, casting="unsafe")
+        np.reciprocal(w, out=w)
+    return finish(w, out)
+
+
+def _sigmoid_into(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        np.negative(x, out=w, dtype=w.dtype, casting="unsafe")
+        np.exp(w, out=w)
+    np.add(w, 1, out=w)
+    np.reciprocal(w, out=w)
+    return w
+
+
+@kernel("aten::sigmoid.out", dtypes=REAL_MATH + ("bool",))
+def sigmoid_out(self: np.ndarray, out: np.ndarray) -> np.ndarray:
+    return finish(_sigmoid_into(self, _work(out, self.shape, float_dtype(self.dtype))), out)
+
+
+@kernel("aten::silu.out", dtypes=FLOAT_MATH)
+def silu_out(self: np.ndarray, out: np.ndarray) -> np.ndarray:
+    w = _work(out, self.shape, float_dtype(self.dtype), self)
+    _sigmoid_into(self, w)
+    np.multiply(w, self, out=w)
+    return finish(w, out)
+
+
+_ERFC_COEFFS = (-0.82215223, 1.48851587, -1.13520398, 0.27886807, -0.18628806, 0.09678418,
+                0.37409196, 1.00002368)
+
+
+def _erfc_pos(z: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """erfc(z) for z >= 0 with fractional error < 1.2e-7 (the Chebyshev fit ``erfcc`` of
+    Numerical Recipes), in z's dtype. ``z`` is overwritten; the result goes to ``out``."""
+    t = np.multiply(z, 0.5)
+    t += 1
+    np.reciprocal(t, out=t)
+    p = np.multiply(t, 0.17087277, out=out)
+    for c in _ERFC_COEFFS:
+        p += c
+        p *= t
+    p -= 1.26551223
+    np.square(z, out=z)
+    p -= z
+    np.exp(p, out=p)
+    p *= t
+    return p
+
+
+def _erf(x: np.ndarray, dt: np.dtype) -> np.ndarray:
+    x = np.asarray(x, dtype=dt)
+    ax = np.abs(x)
+    small = ax < 0.5
+    # erf = sign(x) * (1 - erfc(|x|)); near 0 a Taylor series keeps the relative error small.
+    res = _erfc_pos(ax)
+    np.subtract(1, res, out=res)
+    np.copysign(res, x, out=res)
+    if small.any():
+        xs = x[small]
+        x2 = xs * xs
+        s = np.full_like(xs, -1.0 / 1320.0)
+        for c in (1.0 / 216.0, -1.0 / 42.0, 1.0 / 10.0, -1.0 / 3.0, 1.0):
+            s *= x2
+            s += c
+        s *= xs
+        s *= 2.0 / math.sqrt(math.pi)
+        res[small] = s
+    return res
+
+
+@kernel("aten::erf.out", dtypes=REAL_MATH + ("bool",))
+def erf_out(self: np.ndarray, out: np.ndarray) -> np.ndarray:
+    with np.errstate(under="ignore"):
+        return finish(_erf(self, float_dtype(self.dtype)), out)
+
+
+@kernel("aten::gelu.out", dtypes=FLOAT_MATH)
+def gelu_out(self: np.ndarray, approximate: str, out: np.ndarray) -> np.ndarray:
+    dt = float_dtype(self.dtype)
+    w = _work(out, self.shape, dt, self)
+    if approximate == "tanh":
+        # 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))
+        np.multiply(self, self, out=w, casting="unsafe")
+        w *= 0.044715
+        w += 1
+        w *= self
+        w *= math.sqrt(2.0 / math.pi)
+        np.tanh(w, out=w)
+        w += 1
+    elif approximate == "none" or approximate is None:
+        # 0.5 * x * (1 + erf(x / sqrt 2)) == 0.5 * x * erfc(-x / sqrt 2), with
+        # erfc(-u) = 2 - erfc(u): accurate in the negative tail, where 1 + erf cancels.
+        with np.errstate(under="ignore", over="ignore"):
+            z = np.multiply(self, _SQRT1_2, dtype=dt, casting="unsafe")
+            np.abs(z, out=z)
+            e = _erfc_pos(z, out=w)  # erfc(|x| / sqrt 2); z is scratch now
+            # For x > 0 use 2 - e, branch-free: e + (x > 0) * (2 - 2e).
+            np.multiply(e, -2, out=z)
+            z += 2
+            np.multiply(z, self > 0, out=z)
+            e += z
+    else:
+        raise bad("aten::gelu.out", f"approximate must be 'none' or 'tanh', got {approximate!r}")
+    w *= self
+    w *= 0.5
+    return finish(w, out)
+
+
+@kernel("aten::relu.out", dtypes=REAL_MATH)
+def relu_out(self: np.ndarray, out: np.ndarray) -> np.ndarray:
+    o = dest(out, self.shape)
+    zero = self.dtype.type(0)
+    return finish(np.maximum(self, zero, out=o, dtype=self.dtype, casting="unsafe"), out)
+
+
+def _clamp(self: np.ndarray, lo: Any, hi: Any, out: Any) -> np.ndarray:
+    dt = result_dtype(self, lo, hi)
+    shape = _bshape(self, lo, hi)
+    o = dest(out, shape)
+    if lo is None and hi is None:
+        return finish(self, out)
+    if lo is None:
+        res = np.minimum(self, hi, out=o, dtype=dt, casting="unsafe")
+    elif hi is None:
+        res = np.maximum(self, lo, out=o, dtype=dt, casting="unsafe")
+    else:
+        # min(max(x, lo), hi): hi wins when lo > hi, as in torch.
+        w = _work(out, shape, dt, hi)
+        np.maximum(self, lo, out=w, dtype=dt, casting="unsafe")
+        res = np.minimum(w, hi, out=w, dtype=dt, casting="unsafe")
+    return finish(res, out)
+
+
+@kernel("aten::clamp.out", dtypes=REAL_MATH)
+def clamp_out(self: np.ndarray, min: Any, max: Any, out: np.ndarray) -> np.ndarray:  # noqa: A002
+    return _clamp(self, min, max, out)
+
+
+@kernel("aten::clamp.Tensor_out", dtypes=REAL_MATH)
+def clamp_tensor_out(
+    self: np.ndarray, min: np.ndarray | None, max: np.ndarray | None, out: np.ndarray  # noqa: A002
+) -> np.ndarray:
+    return _clamp(self, min, max, out)
+
+
+@kernel("aten::clamp_min.out", dtypes=REAL_MATH)
+def clamp_min_out(self: np.ndarray, min: Any, out: np.ndarray) -> np.ndarray:  # noqa: A002
+    return _clamp(self, min, None, out)
+
+
+@kernel("aten::clamp_max.out", dtypes=REAL_MATH)
+def clamp_max_out(self: np.ndarray, max: Any, out: np.ndarray) -> np.ndarray:  # noqa: A002
+    return _clamp(self, None, max, out)
+
+
+@kernel("aten::hardtanh.out", dtypes=REAL_MATH)
+def hardtanh_out(self: np.ndarray, min_val: Any, max_val: Any, out: np.ndarray) -> np.ndarray:
+    w = _work(out, self.shape, self.dtype)
+    np.maximum(self, min_val, out=w, dtype=self.dtype, casting="unsafe")
+    np.minimum(w, max_val, out=w, dtype=self.dtype, casting="unsafe")
+    return finish(w, out)
+
+
+@kernel("aten::leaky_relu.out", dtypes=FLOAT_MATH)
+def leaky_relu_out(self: np.ndarray, negative_slope: Any, out: np.ndarray) -> np.ndarray:
+    w = _work(out, self.shape, self.dtype, self)
+    np.multiply(self, negative_slope, out=w, dtype=self.dtype, casting="unsafe")
+    np.copyto(w, self, where=self > 0)
+    return finish(w, out)
+
+
+@kernel("aten::elu.out", dtypes=FLOAT_MATH)
+def elu_out(
+    self: np.ndarray, alpha: Any, scale: Any, input_scale: Any, out: np.ndarray
+) -> np.ndarray:
+    w = _work(out, self.shape, self.dtype, self)
+    with np.errstate(over="ignore"):
+        np.multiply(self, input_scale, out=w, dtype=self.dtype, casting="unsafe")
+        np.expm1(w, out=w)
+    w *= alpha * scale
+    np.multiply(self, scale, out=w, where=self > 0, dtype=self.dtype, casting="unsafe")
+    return finish(w, out)
+
+
+def _hardsigmoid_into(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    # min(max(x + 3, 0), 6) / 6
+    np.add(x, 3, out=w, casting="unsafe")
+    np.maximum(w, 0, out=w)
+    np.minimum(w, 6, out=w)
+    w /= 6
+    return w
+
+
+@kernel("aten::hardsigmoid.out", dtypes=FLOAT_MATH)
+def hardsigmoid_out(self: np.ndarray, out: np.ndarray) -> np.ndarray:
+    return finish(_hardsigmoid_into(self, _work(out, self.shape, self.dtype)), out)
+
+
+@kernel("aten::hardswish.out", dtypes=FLOAT_MATH)
+def hardswish_out(self: np.ndarray, out: np.ndarray) -> np.ndarray:
+    w = _work(out, self.shape, self.dtype, self)
+    # x * min(max(x + 3, 0), 6) / 6
+    np.add(self, 3, out=w, casting="unsafe")
+    np.maximum(w, 0, out=w)
+    np.minimum(w, 6, out=w)
+    w *= self
+    w /= 6
+    return finish(w, out)
+
+
+@kernel("aten::glu.out", dtypes=FLOAT_MATH)
+def glu_out(self: np.ndarray, dim: int, out: np.ndarray) -> np.ndarray:
+    d = wrap_dim(dim, self.ndim, "aten::glu.out")
+    n = self.shape[d]
+    if n % 2:
+        raise bad("aten::glu.out", f"dim {dim} has odd size {n}")
+    a, b = np.split(self, 2, axis=d)
+    w = _work(out, a.shape, self.dtype)
+    _sigmoid_into(b, w)
+    w *= a
+    return finish(w, out)
+
+
+# --------------------------------------------------------------------------- selection
+
+
+@kernel("aten::where.self_out", dtypes=ALL)
+def where_self_out(
+    condition: np.ndarray, self: np.ndarray, other: np.ndarray, out: np.ndarray
+) -> np.ndarray:
+    dt = result_dtype(self, other)
+    shape = _bshape(condition, self, other)
+    w = _work(out, shape, dt, condition, self, other)
+    cond = condition if condition.dtype == np.bool_ else condition.astype(np.bool_)
+    np.copyto(w, other, casting="unsafe")
+    np.copyto(w, self, where=cond, casting="unsafe")
+    return finish(w, out)
+
+
+@kernel("aten::masked_fill.Scalar_out", dtypes=ALL)
+def masked_fill_scalar_out(
+    self: np.ndarray, mask: np.ndarray, value: Any, out: np.ndarray
+) -> np.ndarray:
+    shape = _bshape(self, mask)
+    w = _work(out, shape, self.dtype, mask)
+    np.copyto(w, self)
+    m = mask if mask.dtype == np.bool_ else mask.astype(np.bool_)
+    np.copyto(w, np.asarray(value).astype(self.dtype), where=m)
+    return finish(w, out)
+
+
+@kernel("aten::native_dropout.out", dtypes=FLOAT_MATH)
+def native_dropout_out(
+    input: np.ndarray, p: float, train: bool | None, out0: np.ndarray, out1: np.ndarray  # noqa: A002
+) -> tuple[np.ndarray, np.ndarray]:
+    """Inference only: returns (input, all-true mask); training-mode dropout is not supported."""
+    if train and p > 0:
+        raise unsupported("aten::native_dropout.out", "training-mode (random) dropout is not supported")
+    mask = dest(out1, input.shape, np.dtype(np.bool_))
+    if mask is None:
+        mask = np.ones(input.shape, np.bool_)
+    else:
+        mask.fill(True)
+    return finish(input, out0), finish(mask, out1)

@@ -1,0 +1,72 @@
+"""Matrix products: mm, bmm, addmm, linear."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ._registry import kernel
+from ._util import REAL_MATH, bad, dest, finish
+
+__all__: list[str] = []
+
+
+def _matmul(op: str, a: np.ndarray, b: np.ndarray, out: Any) -> np.ndarray:
+    if a.shape[-1] != b.shape[-2]:
+        raise bad(op, f"shapes {tuple(a.shape)} and {tuple(b.shape)} cannot be multiplied")
+    dt = np.result_type(a.dtype, b.dtype)
+    shape = a.shape[:-1] + b.shape[-1:]
+    o = dest(out, shape, dt)
+    if o is not None and (np.may_share_memory(o, a) or np.may_share_memory(o, b)):
+        o = None
+    return np.matmul(a, b, out=o)
+
+
+@kernel("aten::mm.out", dtypes=REAL_MATH)
+def mm_out(self: np.ndarray, mat2: np.ndarray, out: np.ndarray) -> np.ndarray:
+    if self.ndim != 2 or mat2.ndim != 2:
+        raise bad("aten::mm.out", f"expected 2-d tensors, got {self.ndim}-d and {mat2.ndim}-d")
+    return finish(_matmul("aten::mm.out", self, mat2, out), out)
+
+
+@kernel("aten::bmm.out", dtypes=REAL_MATH)
+def bmm_out(self: np.ndarray, mat2: np.ndarray, out: np.ndarray) -> np.ndarray:
+    if self.ndim != 3 or mat2.ndim != 3 or self.shape[0] != mat2.shape[0]:
+        raise bad(
+            "aten::bmm.out",
+            f"expected 3-d tensors with equal batch, got {tuple(self.shape)} and {tuple(mat2.shape)}",
+        )
+    return finish(_matmul("aten::bmm.out", self, mat2, out), out)
+
+
+@kernel("aten::addmm.out", dtypes=REAL_MATH)
+def addmm_out(
+    self: np.ndarray, mat1: np.ndarray, mat2: np.ndarray, beta: Any, alpha: Any, out: np.ndarray
+) -> np.ndarray:
+    """beta * self + alpha * (mat1 @ mat2); self is ignored when beta == 0 (torch)."""
+    if mat1.ndim != 2 or mat2.ndim != 2:
+        raise bad("aten::addmm.out", f"expected 2-d matrices, got {mat1.ndim}-d and {mat2.ndim}-d")
+    if isinstance(out, np.ndarray) and np.may_share_memory(out, self):
+        out_ok = None
+    else:
+        out_ok = out
+    res = _matmul("aten::addmm.out", mat1, mat2, out_ok)
+    if alpha != 1:
+        res *= alpha
+    if beta != 0:
+        if beta == 1:
+            res += self
+        else:
+            res += self * beta
+    return finish(res, out)
+
+
+@kernel("aten::linear.out", dtypes=REAL_MATH)
+def linear_out(
+    input: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, out: np.ndarray  # noqa: A002
+) -> np.ndarray:
+    res = _matmul("aten::linear.out", input, weight.T, out)
+    if bias is not None:
+        res += bias
+    return finish(res, out)

@@ -1,0 +1,162 @@
+"""Normalisation: batch norm (inference), layer norm, group norm."""
+
+from __future__ import annotations
+
+
+import numpy as np
+
+from ._registry import kernel
+from ._util import FLOAT_MATH, bad, dest, finish
+
+__all__: list[str] = []
+
+
+def _channel_view(v: np.ndarray, ndim: int) -> np.ndarray:
+    """A per-channel vector shaped to broadcast along dim 1 of an ``ndim``-d tensor."""
+    return v.reshape((1, -1) + (1,) * (ndim - 2))
+
+
+@kernel("aten::_native_batch_norm_legit_no_training.out", dtypes=FLOAT_MATH)
+def native_batch_norm_legit_no_training_out(
+    input: np.ndarray,  # noqa: A002
+    weight: np.ndarray | None,
+    bias: np.ndarray | None,
+    running_mean: np.ndarray,
+    running_var: np.ndarray,
+    momentum: float,
+    eps: float,
+    out0: np.ndarray,
+    out1: np.ndarray,
+    out2: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(x - mean) / sqrt(var + eps) * weight + bias along dim 1.
+
+    Returns (out, save_mean, save_invstd); in inference mode the latter two are empty
+    (shape ``(0,)``), as in torch and ExecuTorch.
+    """
+    x = input
+    if x.ndim < 2:
+        raise bad(
+            "aten::_native_batch_norm_legit_no_training.out",
+            f"expected a tensor with a channel dim (>= 2-d), got shape {tuple(x.shape)}",
+        )
+    dt = x.dtype
+    # Fold the statistics into one scale and shift per channel (C elements, float64 so the
+    # fold adds no rounding of its own), then one multiply-add pass over the input.
+    scale = 1.0 / np.sqrt(running_var.astype(np.float64) + eps)
+    if weight is not None:
+        scale = scale * weight
+    shift = -running_mean * scale
+    if bias is not None:
+        shift = shift + bias
+    nd = x.ndim
+    scale_b = _channel_view(scale.astype(dt), nd)
+    shift_b = _channel_view(shift.astype(dt), nd)
+    o = dest(out0, x.shape, dt)
+    res = np.multiply(x, scale_b, out=o)
+    res += shift_b
+    empty1 = out1 if isinstance(out1, np.ndarray) and out1.shape == (0,) else np.empty((0,), dt)
+    empty2 = out2 if isinstance(out2, np.ndarray) and out2.shape == (0,) else np.empty((0,), dt)
+    return finish(res, out0), finish(empty1, out1), finish(empty2, out2)
+
+
+def _normalize(
+    x: np.ndarray, rows: int, eps: float, out: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(x - mean) * rstd over the trailing elements of each of ``rows`` rows (biased
+    variance, torch's). Returns (normalised (rows, D), mean (rows, 1), rstd (rows, 1)); the
+    first is written into ``out`` when given (C-contiguous, x's size and dtype)."""
+    x2 = x.reshape(rows, -1)
+    d = x2.shape[1]
+    y = np.empty(x2.shape, x.dtype) if out is None else out.reshape(x2.shape)
+    mean = np.mean(x2, axis=1, keepdims=True)
+    np.subtract(x2, mean, out=y)
+    # Sum of squares without a temporary.
+    var = np.einsum("ij,ij->i", y, y).reshape(rows, 1)
+    var /= max(d, 1)
+    var += eps
+    rstd = np.sqrt(var, out=var)
+    np.reciprocal(rstd, out=rstd)
+    y *= rstd
+    return y, mean, rstd
+
+
+def _norm_buffer(out: object, x: np.ndarray) -> np.ndarray | None:
+    o = dest(out, x.shape, x.dtype)
+    if o is None or not o.flags.c_contiguous or np.may_share_memory(o, x):
+        return None
+    return o
+
+
+@kernel("aten::native_layer_norm.out", dtypes=FLOAT_MATH)
+def native_layer_norm_out(
+    input: np.ndarray,  # noqa: A002
+    normalized_shape: list[int],
+    weight: np.ndarray | None,
+    bias: np.ndarray | None,
+    eps: float,
+    out0: np.ndarray,
+    out1: np.ndarray,
+    out2: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Returns (out, mean, rstd); mean and rstd keep the normalised dims as size 1."""
+    x = input
+    k = len(normalized_shape)
+    if k == 0 or k > x.ndim or tuple(x.shape[x.ndim - k :]) != tuple(int(s) for s in normalized_shape):
+        raise bad(
+            "aten::native_layer_norm.out",
+            f"normalized_shape {list(normalized_shape)} does not match the end of input shape "
+            f"{tuple(x.shape)}",
+        )
+    if x.dtype.kind != "f":
+        raise bad("aten::native_layer_norm.out", f"expected a floating tensor, got {x.dtype}")
+    lead = x.shape[: x.ndim - k]
+    rows = int(np.prod(lead, dtype=np.int64))
+    o = _norm_buffer(out0, x)
+    y, mean, rstd = _normalize(x, rows, eps, o)
+    if weight is not None:
+        y *= weight.reshape(1, -1)
+    if bias is not None:
+        y += bias.reshape(1, -1)
+    stat_shape = lead + (1,) * k
+    return (
+        out0 if o is not None else finish(y.reshape(x.shape), out0),
+        finish(mean.reshape(stat_shape), out1),
+        finish(rstd.reshape(stat_shape), out2),
+    )
+
+
+@kernel("aten::native_group_norm.out", dtypes=FLOAT_MATH)
+def native_group_norm_out(
+    input: np.ndarray,  # noqa: A002
+    weight: np.ndarray | None,
+    bias: np.ndarray | None,
+    N: int,  # noqa: N803
+    C: int,  # noqa: N803
+    HxW: int,  # noqa: N803
+    group: int,
+    eps: float,
+    out0: np.ndarray,
+    out1: np.ndarray,
+    out2: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Returns (out, mean, rstd) with mean and rstd of shape (N, group)."""
+    x = input
+    n, c = int(N), int(C)
+    g = int(group)
+    if g <= 0 or c % g or x.size != n * c * int(HxW):
+        raise bad(
+            "aten::native_group_norm.out",
+            f"input {tuple(x.shape)} does not match N={N}, C={C}, HxW={HxW}, group={group}",
+        )
+    y, mean, rstd = _normalize(x, n * g, eps, None)
+    y = y.reshape(n, c, -1)
+    if weight is not None:
+        y *= weight.reshape(1, c, 1)
+    if bias is not None:
+        y += bias.reshape(1, c, 1)
+    return (
+        finish(y.reshape(x.shape), out0),
+        finish(mean.reshape(n, g), out1),
+        finish(rstd.reshape(n, g), out2),
+    )
