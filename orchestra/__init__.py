@@ -10,15 +10,20 @@ from .errors import (
     OrchestraError,
     ProgramError,
 )
+from .runtime import Method, MethodMeta, Program, load_program
 
 __all__ = [
     "BackendError",
     "ConfigError",
     "Error",
     "InvalidArgumentError",
+    "Method",
+    "MethodMeta",
     "NotFoundError",
     "OperatorMissingError",
     "OrchestraError",
+    "Program",
     "ProgramError",
+    "load_program",
 ]
 __version__ = "0.1.0"

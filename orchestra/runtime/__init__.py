@@ -1,1 +1,30 @@
-"""orchestra.runtime: Program, Method, interpreter, kernels, backends."""
+"""The runtime: ``Program``, ``Method``, the interpreter, numpy kernels and backends."""
+
+from ._backend import (
+    Backend,
+    BackendExecutionContext,
+    BackendInitContext,
+    BackendInterface,
+    get_backend_class,
+    register_backend,
+    registered_backends,
+)
+from ._method import Method, MethodMeta, MethodStatistics, TensorInfo, ValueInfo
+from ._program import Program, load_program
+
+__all__ = [
+    "Backend",
+    "BackendExecutionContext",
+    "BackendInitContext",
+    "BackendInterface",
+    "Method",
+    "MethodMeta",
+    "MethodStatistics",
+    "Program",
+    "TensorInfo",
+    "ValueInfo",
+    "get_backend_class",
+    "load_program",
+    "register_backend",
+    "registered_backends",
+]

@@ -1,0 +1,133 @@
+"""The backend interface and registry (ExecuTorch's ``BackendInterface``, in Python).
+
+A backend turns a delegate's processed blob into a handle at ``init`` and runs it at each
+``DelegateCall``. Backends are registered by name, explicitly with :func:`register_backend`
+or through the entry-point group ``orchestra.backends`` (each entry point names a
+:class:`Backend` or a :class:`BackendInterface` subclass), discovered once, on first lookup.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import Any
+
+from ..errors import BackendError, Error, InvalidArgumentError
+from ..program import CompileSpec
+
+__all__ = [
+    "Backend",
+    "BackendExecutionContext",
+    "BackendInitContext",
+    "BackendInterface",
+    "get_backend_class",
+    "register_backend",
+    "registered_backends",
+]
+
+ENTRY_POINT_GROUP = "orchestra.backends"
+
+
+@dataclass(frozen=True, slots=True)
+class BackendInitContext:
+    """What a backend sees at ``init``: which method and delegate it is initialising."""
+
+    method_name: str
+    delegate_index: int
+    backend_id: str
+    named_data: Any = field(default=None, repr=False)  # callable key -> memoryview, or None
+
+
+@dataclass(frozen=True, slots=True)
+class BackendExecutionContext:
+    """What a backend sees at each ``execute``."""
+
+    method_name: str
+    delegate_index: int
+
+
+class BackendInterface(abc.ABC):
+    """One backend. Instances are shared by every Method that uses the backend, so keep
+    per-delegate state in the handle ``init`` returns, never on ``self``."""
+
+    def is_available(self) -> bool:
+        """False when the backend can't run here (missing hardware or library)."""
+        return True
+
+    @abc.abstractmethod
+    def init(self, context: BackendInitContext, processed: memoryview, compile_specs: tuple[CompileSpec, ...]) -> Any:
+        """Builds a handle from the processed blob. Raise an OrchestraError on failure."""
+
+    @abc.abstractmethod
+    def execute(self, context: BackendExecutionContext, handle: Any, args: list[Any]) -> None:
+        """Runs the delegate. ``args`` holds the DelegateCall's values in order (numpy
+        arrays for tensors); write outputs into their arrays, or replace ``args[i]`` with a
+        new array when an output's shape changes."""
+
+    def destroy(self, handle: Any) -> None:
+        """Releases a handle. Called exactly once per successful ``init``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Backend:
+    """A name bound to a backend implementation."""
+
+    name: str
+    backend: BackendInterface
+
+
+# Registry: filled by register_backend and by entry-point discovery (DESIGN: the only
+# module-level mutable state allowed).
+_REGISTRY: dict[str, Backend] = {}
+_DISCOVERED: list[bool] = []
+
+
+def register_backend(backend: Backend) -> None:
+    """Registers ``backend`` under its name. A duplicate name is an error."""
+    if not isinstance(backend, Backend) or not isinstance(backend.backend, BackendInterface):
+        raise InvalidArgumentError(f"register_backend takes a Backend(name, BackendInterface()), got {backend!r}")
+    if backend.name in _REGISTRY:
+        raise InvalidArgumentError(f"backend {backend.name!r} is already registered")
+    _REGISTRY[backend.name] = backend
+
+
+def _discover() -> None:
+    if _DISCOVERED:
+        return
+    _DISCOVERED.append(True)
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name in _REGISTRY:
+            continue
+        try:
+            obj = ep.load()
+            if isinstance(obj, type) and issubclass(obj, BackendInterface):
+                obj = Backend(ep.name, obj())
+            if isinstance(obj, Backend):
+                _REGISTRY.setdefault(obj.name, obj)
+        except Exception as exc:  # a broken plugin must not break every program
+            raise BackendError(
+                f"entry point {ep.name!r} in group {ENTRY_POINT_GROUP!r} ({ep.value}) failed to load: {exc}",
+                Error.NotFound,
+            ) from exc
+
+
+def registered_backends() -> tuple[str, ...]:
+    """Names of every registered backend, sorted."""
+    _discover()
+    return tuple(sorted(_REGISTRY))
+
+
+def get_backend_class(name: str) -> BackendInterface:
+    """The backend registered as ``name``.
+
+    Raises:
+        BackendError: code NotFound when no backend has that name (the message lists those
+            that exist).
+    """
+    _discover()
+    try:
+        return _REGISTRY[name].backend
+    except KeyError:
+        have = ", ".join(sorted(_REGISTRY)) or "none"
+        raise BackendError(f"backend {name!r} is not registered (registered: {have})", Error.NotFound) from None

@@ -1,0 +1,548 @@
+"""One loaded instance of a program method: its arenas, its delegate handles, its steps.
+
+At load time the execution plan is turned into a flat list of pre-bound steps: kernels are
+resolved, planned tensors become numpy views into this Method's own arenas (views alias
+exactly as the memory plan says), constants are read-only views into the program's bytes.
+``execute`` then only copies inputs in, runs the steps and copies outputs out.
+"""
+
+from __future__ import annotations
+
+import operator
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import BackendError, Error, InvalidArgumentError, OperatorMissingError, OrchestraError
+from ..program import (
+    Bool,
+    BoolList,
+    DelegateCall,
+    Double,
+    DoubleList,
+    ExecutionPlan,
+    FreeCall,
+    Int,
+    IntList,
+    JumpFalseCall,
+    KernelCall,
+    MoveCall,
+    Null,
+    OptionalTensorList,
+    ProgramDef,
+    ScalarType,
+    String,
+    Tensor,
+    TensorDataLocation,
+    TensorList,
+    TensorShapeDynamism,
+    numpy_dtype,
+)
+from ._backend import BackendExecutionContext, BackendInitContext, get_backend_class
+from .kernels import get_kernel, nearest_kernel_names
+
+__all__ = ["Method", "MethodMeta", "MethodStatistics", "TensorInfo", "ValueInfo"]
+
+# Instructions one execute may run before it is considered stuck in a JumpFalse loop.
+DEFAULT_INSTRUCTION_CAP = 10_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class TensorInfo:
+    """An input or output tensor: dtype, shape and how that shape may vary.
+
+    ``shape`` is the static shape, or the upper bound when ``dynamism`` is
+    ``DYNAMIC_BOUND`` (each dimension may be smaller at run time).
+    """
+
+    dtype: np.dtype | None
+    scalar_type: ScalarType
+    shape: tuple[int, ...]
+    dynamism: TensorShapeDynamism
+
+    @property
+    def is_dynamic(self) -> bool:
+        return self.dynamism != TensorShapeDynamism.STATIC
+
+
+@dataclass(frozen=True, slots=True)
+class ValueInfo:
+    """A non-tensor input or output: ``kind`` is 'int', 'float', 'bool', 'str' or 'none'."""
+
+    kind: str
+
+
+@dataclass(frozen=True, slots=True)
+class MethodMeta:
+    """What a method takes and returns, and how much planned memory one instance needs."""
+
+    name: str
+    inputs: tuple[TensorInfo | ValueInfo, ...]
+    outputs: tuple[TensorInfo | ValueInfo, ...]
+    planned_buffer_sizes: tuple[int, ...]  # arena 1..n (index 0 is reserved and omitted)
+    num_instructions: int
+    operators: tuple[str, ...]
+    backends: tuple[str, ...]
+
+    @property
+    def planned_bytes(self) -> int:
+        return sum(self.planned_buffer_sizes)
+
+
+@dataclass(frozen=True, slots=True)
+class MethodStatistics:
+    """Counters of one Method."""
+
+    executions: int
+    failures: int
+    total_seconds: float
+    last_seconds: float
+    planned_bytes: int
+    delegates: int
+
+
+def _value_info(plan: ExecutionPlan, i: int) -> TensorInfo | ValueInfo:
+    v = plan.values[i].val
+    if isinstance(v, Tensor):
+        st = ScalarType(v.scalar_type)
+        return TensorInfo(numpy_dtype(st), st, tuple(v.sizes), TensorShapeDynamism(v.shape_dynamism))
+    kind = {Int: "int", Double: "float", Bool: "bool", String: "str"}.get(type(v), "none")
+    return ValueInfo(kind)
+
+
+def method_meta(program: ProgramDef, plan: ExecutionPlan) -> MethodMeta:
+    return MethodMeta(
+        name=plan.name,
+        inputs=tuple(_value_info(plan, i) for i in plan.inputs),
+        outputs=tuple(_value_info(plan, i) for i in plan.outputs),
+        planned_buffer_sizes=tuple(plan.non_const_buffer_sizes[1:]),
+        num_instructions=sum(len(c.instructions) for c in plan.chains),
+        operators=tuple(op.qualified_name for op in plan.operators),
+        backends=tuple(dict.fromkeys(d.id for d in plan.delegates)),
+    )
+
+
+def _strided_view(flat: np.ndarray, sizes: Sequence[int], dim_order: Sequence[int]) -> np.ndarray:
+    """A view of ``flat`` laid out in ``dim_order`` (outermost first) with logical ``sizes``."""
+    if not dim_order or list(dim_order) == list(range(len(sizes))):
+        return flat.reshape(sizes)
+    physical = flat.reshape([sizes[d] for d in dim_order])
+    return physical.transpose(np.argsort(dim_order))
+
+
+class _Slot:
+    """Where a planned tensor lives (shared by every Method of a program; the arena is not)."""
+
+    __slots__ = ("memory_id", "offset", "dtype", "bound", "dim_order", "dynamic")
+
+    def __init__(self, memory_id: int, offset: int, dtype: np.dtype, bound: tuple[int, ...],
+                 dim_order: tuple[int, ...], dynamic: bool) -> None:
+        self.memory_id = memory_id
+        self.offset = offset
+        self.dtype = dtype
+        self.bound = bound
+        self.dim_order = dim_order
+        self.dynamic = dynamic
+
+    def view(self, arenas: list[np.ndarray], shape: tuple[int, ...]) -> np.ndarray:
+        n = 1
+        for s in shape:
+            n *= s
+        flat = arenas[self.memory_id][self.offset : self.offset + n * self.dtype.itemsize].view(self.dtype)
+        return _strided_view(flat, shape, self.dim_order)
+
+
+Step = Callable[[list[Any], "Method"], "int | None"]
+
+
+class CompiledPlan:
+    """A method turned into pre-bound steps, once per Program, shared by its Methods.
+
+    Holds only immutable things: constants (read-only views into the program's bytes),
+    where each planned tensor lives, list definitions, and the steps. Each step is a
+    function ``step(vals, method)`` over one Method's value list.
+    """
+
+    def __init__(self, program: ProgramDef, plan: ExecutionPlan, where: str) -> None:
+        self.program = program
+        self.plan = plan
+        self.where = where
+        self.meta = method_meta(program, plan)
+        self.arena_sizes = tuple(plan.non_const_buffer_sizes[1:])
+        nv = len(plan.values)
+        template: list[Any] = [None] * nv
+        slots: list[_Slot | None] = [None] * nv
+        lists: dict[int, tuple[bool, tuple[int, ...]]] = {}
+        for i, ev in enumerate(plan.values):
+            v = ev.val
+            if isinstance(v, Tensor):
+                template[i], slots[i] = self._tensor_value(i, v)
+            elif isinstance(v, Int):
+                template[i] = v.int_val
+            elif isinstance(v, Bool):
+                template[i] = v.bool_val
+            elif isinstance(v, Double):
+                template[i] = v.double_val
+            elif isinstance(v, String):
+                template[i] = v.string_val
+            elif isinstance(v, (IntList, TensorList, OptionalTensorList)):
+                optional = isinstance(v, OptionalTensorList)
+                for j, it in enumerate(v.items):
+                    if not (optional and it == -1) and not 0 <= it < nv:
+                        raise OrchestraError(f"{where}: values[{i}].items[{j}]: value index {it} out of range", Error.InvalidProgram)
+                lists[i] = (optional, tuple(v.items))
+            elif isinstance(v, (DoubleList, BoolList)):
+                template[i] = list(v.items)
+        self.template = template
+        self.slots = slots
+        self.planned = tuple(i for i, s in enumerate(slots) if s is not None)
+        self.lists = lists
+        self.input_idx = tuple(plan.inputs)
+        self.output_idx = tuple(plan.outputs)
+        self.input_slots = tuple(slots[i] for i in plan.inputs)
+        self.input_infos = self.meta.inputs
+        steps: list[Step] = []
+        for ci, chain in enumerate(plan.chains):
+            for ii, ins in enumerate(chain.instructions):
+                steps.append(self._step(ci, ii, ins.instr_args, len(steps)))
+        self.steps = tuple(steps)
+
+    def _tensor_value(self, i: int, t: Tensor) -> tuple[Any, _Slot | None]:
+        dtype = numpy_dtype(t.scalar_type)
+        where = f"{self.where}: values[{i}]"
+        if dtype is None:
+            raise OrchestraError(f"{where}: scalar type {ScalarType(t.scalar_type).name} is not supported by orchestra's runtime", Error.NotSupported)
+        sizes = tuple(t.sizes)
+        external = t.extra_tensor_info is not None and t.extra_tensor_info.location == TensorDataLocation.EXTERNAL
+        if external:
+            raise OrchestraError(f"{where}: tensor data stored outside the program ({t.extra_tensor_info.fully_qualified_name!r}) is not supported yet", Error.NotSupported)
+        if t.is_constant:
+            n = int(np.prod(sizes, dtype=np.int64))
+            flat = np.frombuffer(self.program.constant_data(t.data_buffer_idx), dtype=dtype, count=n)
+            return _strided_view(flat, sizes, t.dim_order), None
+        if t.allocation_info is not None:
+            a = t.allocation_info
+            if t.data_buffer_idx > 0:
+                raise OrchestraError(f"{where}: mutable tensors with an initial value are not supported yet", Error.NotSupported)
+            return None, _Slot(a.memory_id, a.offset, dtype, sizes, tuple(t.dim_order),
+                               t.shape_dynamism != TensorShapeDynamism.STATIC)
+        return None, None  # filled at run time (an input without planned memory, or a view)
+
+    def _step(self, ci: int, ii: int, a: Any, pc: int) -> Step:
+        plan = self.plan
+        where = f"chains[{ci}].instructions[{ii}]"
+        if isinstance(a, KernelCall):
+            name = plan.operators[a.op_index].qualified_name
+            kd = get_kernel(name)
+            if kd is None:
+                near = nearest_kernel_names(name)
+                hint = f" (nearest registered: {', '.join(near)})" if near else ""
+                raise OperatorMissingError(f"{self.where}: {where}: operator {name} has no kernel{hint}")
+            n = kd.num_params
+            if len(a.args) < n:
+                raise OrchestraError(f"{self.where}: {where}: {name} takes {n} arguments, the program passes {len(a.args)}", Error.InvalidProgram)
+            params, rets = tuple(a.args[:n]), tuple(a.args[n:])
+            self._check_dtypes(kd, params, where)
+            fn = kd.fn
+            what = f"{where} ({name})"
+            lists = tuple(i for i in params if i in self.lists)
+            if n == 0:
+                def getter(vals: list[Any]) -> tuple:
+                    return ()
+            elif n == 1:
+                p0 = params[0]
+
+                def getter(vals: list[Any]) -> tuple:
+                    return (vals[p0],)
+            else:
+                getter = operator.itemgetter(*params)
+            if len(rets) == 1 and not lists:
+                r0 = rets[0]
+
+                def step(vals: list[Any], m: Method) -> None:
+                    res = fn(*getter(vals))
+                    if res is not vals[r0]:
+                        m._write(r0, res, what)
+            else:
+
+                def step(vals: list[Any], m: Method) -> None:
+                    if lists:
+                        m._refresh_lists(lists)
+                    res = fn(*getter(vals))
+                    if len(rets) == 1:
+                        if res is not vals[rets[0]]:
+                            m._write(rets[0], res, what)
+                        return
+                    if len(res) != len(rets):
+                        raise OrchestraError(f"{m._where}: {what}: kernel returned {len(res)} results for {len(rets)} returns", Error.Internal)
+                    for r, x in zip(rets, res):
+                        m._write(r, x, what)
+
+            step.__qualname__ = f"step[{pc}] {name}"
+            return step
+        if isinstance(a, DelegateCall):
+            di = a.delegate_index
+            ctx = BackendExecutionContext(plan.name, di)
+            args_idx = tuple(a.args)
+            lists = tuple(i for i in args_idx if i in self.lists)
+            what = f"{where} (delegate {di}, {plan.delegates[di].id})"
+
+            def step(vals: list[Any], m: Method) -> None:
+                if lists:
+                    m._refresh_lists(lists)
+                args = [vals[i] for i in args_idx]
+                before = list(args)
+                backend, handle = m._handles[di]
+                backend.execute(ctx, handle, args)
+                for i, x, b in zip(args_idx, args, before):
+                    if x is not b:
+                        m._write(i, x, what)
+
+            step.__qualname__ = f"step[{pc}] delegate {plan.delegates[di].id}"
+            return step
+        if isinstance(a, MoveCall):
+            src, dst = a.move_from, a.move_to
+
+            def step(vals: list[Any], m: Method) -> None:
+                m._write(dst, vals[src], f"{where} (move)")
+
+            return step
+        if isinstance(a, JumpFalseCall):
+            cond, dest = a.cond_value_index, a.destination_instruction
+
+            def step(vals: list[Any], m: Method) -> int | None:
+                c = vals[cond]
+                if isinstance(c, np.ndarray):
+                    c = bool(c.reshape(-1)[0]) if c.size else False
+                return None if c else dest
+
+            return step
+        if isinstance(a, FreeCall):
+            def step(vals: list[Any], m: Method) -> None:
+                return None
+
+            return step
+        raise OrchestraError(f"{self.where}: {where}: unknown instruction {type(a).__name__}", Error.InvalidProgram)
+
+    def _check_dtypes(self, kd: Any, params: tuple[int, ...], where: str) -> None:
+        if kd.dtypes is None:
+            return
+        for i in params:
+            v, slot = self.template[i], self.slots[i]
+            if isinstance(v, np.ndarray) or slot is not None:
+                dt = v.dtype.name if isinstance(v, np.ndarray) else slot.dtype.name
+                if dt not in kd.dtypes and dt != "bool":
+                    raise OperatorMissingError(
+                        f"{self.where}: {where}: operator {kd.name} has no kernel for dtype {dt} "
+                        f"(supported: {', '.join(sorted(kd.dtypes))})")
+                return
+
+
+class Method:
+    """One independent instance of a program method.
+
+    Create with ``Program.load_method(name)``. A Method owns its planned arenas and its
+    delegate handles; one thread uses it at a time (a second concurrent ``execute`` raises);
+    different Methods run in parallel. Use as a context manager or call :meth:`close`.
+    """
+
+    __slots__ = ("_cp", "_program", "_name", "_where", "_meta", "_executions", "_failures", "_total",
+                 "_last", "_busy", "_closed", "_handles", "_arenas", "_vals", "_slots", "_lists",
+                 "instruction_cap", "__weakref__")
+
+    def __init__(self, compiled: CompiledPlan) -> None:
+        self._cp = compiled
+        self._program = compiled.program
+        self._name = compiled.plan.name
+        self._where = compiled.where
+        self._meta = compiled.meta
+        self._slots = compiled.slots
+        self._lists = compiled.lists
+        self._executions = 0
+        self._failures = 0
+        self._total = 0.0
+        self._last = 0.0
+        self._busy = False
+        self._closed = False
+        self._handles: list[tuple[Any, Any]] = []  # (backend, handle) per delegate
+        self.instruction_cap = DEFAULT_INSTRUCTION_CAP
+        self._arenas = [np.zeros(0, np.uint8)] + [np.zeros(s, np.uint8) for s in compiled.arena_sizes]
+        vals = list(compiled.template)
+        for i in compiled.planned:
+            slot = compiled.slots[i]
+            vals[i] = slot.view(self._arenas, slot.bound)
+        self._vals = vals
+        self._refresh_lists(tuple(compiled.lists))
+        try:
+            self._init_delegates()
+        except BaseException:
+            self._destroy_handles()
+            raise
+
+    def _init_delegates(self) -> None:
+        plan = self._cp.plan
+        for di, d in enumerate(plan.delegates):
+            backend = get_backend_class(d.id)
+            if not backend.is_available():
+                raise BackendError(f"{self._where}: delegate {di}: backend {d.id!r} is not available on this machine", Error.DelegateInvalidCompatibility)
+            ctx = BackendInitContext(self._name, di, d.id, self._program.named_data_bytes)
+            handle = backend.init(ctx, self._program.delegate_data(d.processed), d.compile_specs)
+            self._handles.append((backend, handle))
+
+    def _write(self, idx: int, value: Any, what: str) -> None:
+        """Stores a kernel or delegate result into value ``idx`` (copying into planned memory)."""
+        vals = self._vals
+        cur = vals[idx]
+        if value is cur:
+            return
+        lst = self._lists.get(idx)
+        if lst is not None:
+            optional, members = lst
+            if len(value) != len(members):
+                raise OrchestraError(f"{self._where}: {what}: returned {len(value)} values for a list of {len(members)}", Error.Internal)
+            for m, x in zip(members, value):
+                if m != -1:
+                    self._write(m, x, what)
+            return
+        slot = self._slots[idx]
+        if slot is None:
+            vals[idx] = value  # no planned storage: alias (views, scalars, unplanned tensors)
+            return
+        arr = np.asarray(value)
+        if cur.shape != arr.shape:
+            if not slot.dynamic or len(arr.shape) != len(slot.bound) or any(s > b for s, b in zip(arr.shape, slot.bound)):
+                raise OrchestraError(
+                    f"{self._where}: {what}: result of shape {list(arr.shape)} does not fit output values[{idx}] "
+                    f"({'bound' if slot.dynamic else 'shape'} {list(slot.bound)})", Error.InvalidState)
+            cur = vals[idx] = slot.view(self._arenas, arr.shape)
+        np.copyto(cur, arr, casting="unsafe")
+
+    def _refresh_lists(self, idxs: tuple[int, ...]) -> None:
+        vals = self._vals
+        lists = self._lists
+        for i in idxs:
+            optional, items = lists[i]
+            vals[i] = [None if (optional and it == -1) else vals[it] for it in items]
+
+    # -- public -------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def meta(self) -> MethodMeta:
+        return self._meta
+
+    def _set_inputs(self, inputs: Sequence[Any]) -> None:
+        cp = self._cp
+        infos = cp.input_infos
+        if len(inputs) != len(infos):
+            raise InvalidArgumentError(f"{self._where}: expected {len(infos)} inputs, got {len(inputs)}")
+        vals = self._vals
+        for k, (idx, info, slot, x) in enumerate(zip(cp.input_idx, infos, cp.input_slots, inputs)):
+            if isinstance(info, TensorInfo):
+                if not isinstance(x, np.ndarray):
+                    if isinstance(x, (int, float, bool)) and not info.shape:
+                        x = np.asarray(x, dtype=info.dtype)
+                    else:
+                        raise InvalidArgumentError(f"{self._where}: input {k}: expected a numpy array of {info.dtype} {list(info.shape)}, got {type(x).__name__}")
+                if x.dtype != info.dtype:
+                    raise InvalidArgumentError(f"{self._where}: input {k}: dtype {x.dtype} does not match the program's {info.dtype}")
+                shape = x.shape
+                if shape != info.shape:
+                    if info.dynamism == TensorShapeDynamism.STATIC or len(shape) != len(info.shape) or (
+                        info.dynamism == TensorShapeDynamism.DYNAMIC_BOUND and any(s > b for s, b in zip(shape, info.shape))
+                    ):
+                        kind = "bound" if info.is_dynamic else "shape"
+                        raise InvalidArgumentError(f"{self._where}: input {k}: shape {list(shape)} does not fit the program's {kind} {list(info.shape)}")
+                if slot is None:
+                    vals[idx] = x
+                else:
+                    cur = vals[idx]
+                    if cur.shape != shape:
+                        cur = vals[idx] = slot.view(self._arenas, shape)
+                    np.copyto(cur, x)
+            else:
+                want = {"int": int, "float": (int, float), "bool": bool, "str": str}.get(info.kind)
+                if want is not None and (not isinstance(x, want) or (info.kind == "int" and isinstance(x, bool))):
+                    raise InvalidArgumentError(f"{self._where}: input {k}: expected {info.kind}, got {type(x).__name__}")
+                vals[idx] = x
+
+    def execute(self, inputs: Sequence[Any]) -> list[Any]:
+        """Runs the method once. Returns the outputs (numpy arrays the caller owns).
+
+        Raises:
+            InvalidArgumentError: wrong input count, dtype or shape (the message names it).
+            OrchestraError: the Method is closed or already executing on another thread, or a
+                kernel or delegate failed (the message names the instruction).
+        """
+        if self._closed:
+            raise OrchestraError(f"{self._where}: execute on a closed Method", Error.InvalidState)
+        if self._busy:
+            raise OrchestraError(f"{self._where}: execute while another execute is running (one thread at a time per Method)", Error.InvalidState)
+        self._busy = True
+        t0 = time.perf_counter()
+        try:
+            self._set_inputs(inputs)
+            vals = self._vals
+            steps = self._cp.steps
+            n = len(steps)
+            pc = 0
+            count = 0
+            cap = self.instruction_cap
+            try:
+                while pc < n:
+                    nxt = steps[pc](vals, self)
+                    pc = pc + 1 if nxt is None else nxt
+                    count += 1
+                    if count > cap:
+                        raise OrchestraError(f"{self._where}: more than {cap} instructions in one execute (a JumpFalse loop that never ends?)", Error.InvalidState)
+            except OrchestraError:
+                raise
+            except Exception as exc:
+                name = getattr(steps[pc], "__qualname__", f"step[{pc}]")
+                raise OrchestraError(f"{self._where}: instruction {pc} ({name.split(' ', 1)[-1]}) failed: {type(exc).__name__}: {exc}", Error.Internal) from exc
+            out = []
+            for i in self._cp.output_idx:
+                v = vals[i]
+                out.append(np.array(v, copy=True) if isinstance(v, np.ndarray) else v)
+        except BaseException:
+            self._failures += 1
+            raise
+        finally:
+            self._busy = False
+        dt = time.perf_counter() - t0
+        self._executions += 1
+        self._total += dt
+        self._last = dt
+        return out
+
+    def statistics(self) -> MethodStatistics:
+        return MethodStatistics(self._executions, self._failures, self._total, self._last,
+                                self._meta.planned_bytes, len(self._handles))
+
+    def _destroy_handles(self) -> None:
+        handles, self._handles = self._handles, []
+        for backend, handle in handles:
+            backend.destroy(handle)
+
+    def close(self) -> None:
+        """Destroys the delegate handles and frees the arenas. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._destroy_handles()
+        self._arenas = []
+        self._vals = []
+
+    def __enter__(self) -> Method:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<Method {self._name!r} ({'closed' if self._closed else 'open'})>"

@@ -1,0 +1,232 @@
+"""The runtime: Program / Method execute real ExecuTorch programs like ExecuTorch does."""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import threading
+
+import numpy as np
+import pytest
+
+import orchestra
+from orchestra import BackendError, Error, InvalidArgumentError, NotFoundError, OperatorMissingError, OrchestraError
+from orchestra.program import load
+from orchestra.runtime import Program, TensorInfo, load_program
+
+FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+DELEGATED = {"xnnpack_convnet", "xnnpack_inline"}
+PLAIN = sorted(p.stem for p in FIXTURES.glob("*.pte") if p.stem not in DELEGATED)
+TOLERANCE = {"transformer": 1e-4}
+
+
+def _cases(name: str) -> dict[str, tuple[list[np.ndarray], list[np.ndarray]]]:
+    npz = np.load(FIXTURES / f"{name}.npz")
+    out: dict[str, tuple[list, list]] = {}
+    for method in sorted({k.split(".")[0] for k in npz.files}):
+        ins = [npz[f"{method}.in_{i}"] for i in range(sum(k.startswith(f"{method}.in_") for k in npz.files))]
+        outs = [npz[f"{method}.out_{i}"] for i in range(sum(k.startswith(f"{method}.out_") for k in npz.files))]
+        out[method] = (ins, outs)
+    return out
+
+
+@pytest.mark.parametrize("name", PLAIN)
+def test_fixture_matches_executorch_outputs(name: str) -> None:
+    prog = load_program(FIXTURES / f"{name}.pte")
+    cases = _cases(name)
+    assert set(cases) == set(prog.method_names)
+    for method, (ins, want) in cases.items():
+        with prog.load_method(method) as m:
+            for _ in range(2):  # the second run reuses the arenas
+                got = m.execute(ins)
+                assert len(got) == len(want)
+                for g, w in zip(got, want):
+                    assert g.dtype == w.dtype and g.shape == w.shape
+                    np.testing.assert_allclose(g, w, rtol=0, atol=TOLERANCE.get(name, 1e-5))
+
+
+def test_outputs_are_owned_by_the_caller() -> None:
+    prog = load_program(FIXTURES / "mlp.pte")
+    (ins, _), = _cases("mlp").values()
+    m = prog.load_method()
+    a = m.execute(ins)[0]
+    keep = a.copy()
+    m.execute([np.ones_like(ins[0])])
+    np.testing.assert_array_equal(a, keep)
+    a[...] = 0  # writable, and writing it changes nothing in the Method
+    np.testing.assert_array_equal(m.execute(ins)[0], keep)
+
+
+def test_constants_are_shared_read_only_views() -> None:
+    prog = load_program(FIXTURES / "convnet.pte")
+    m1, m2 = prog.load_method(), prog.load_method()
+    c1 = [v for v in m1._vals if isinstance(v, np.ndarray) and not v.flags.writeable]
+    c2 = [v for v in m2._vals if isinstance(v, np.ndarray) and not v.flags.writeable]
+    assert c1 and len(c1) == len(c2)
+    for a, b in zip(c1, c2):
+        assert np.shares_memory(a, b)  # one copy of the weights, in the file's mapping
+    arenas1 = [v for v in m1._vals if isinstance(v, np.ndarray) and v.flags.writeable]
+    arenas2 = [v for v in m2._vals if isinstance(v, np.ndarray) and v.flags.writeable]
+    assert not any(np.shares_memory(a, b) for a in arenas1 for b in arenas2)
+
+
+def test_dynamic_batch_every_size_and_out_of_bounds() -> None:
+    prog = load_program(FIXTURES / "dynamic_batch.pte")
+    meta = prog.method_meta("forward")
+    info = meta.inputs[0]
+    assert isinstance(info, TensorInfo) and info.is_dynamic and info.shape[0] == 8
+    m = prog.load_method()
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((8,) + info.shape[1:]).astype(np.float32)
+    singles = [m.execute([x[i : i + 1]])[0] for i in range(8)]
+    for b in range(1, 9):
+        got = m.execute([x[:b]])[0]
+        assert got.shape[0] == b
+        np.testing.assert_allclose(got, np.concatenate(singles[:b]), atol=1e-5)
+    (ins, want), = _cases("dynamic_batch").values()
+    np.testing.assert_allclose(m.execute(ins)[0], want[0], atol=1e-5)
+    with pytest.raises(InvalidArgumentError, match=r"input 0: shape \[9, .*\] does not fit the program's bound \[8, "):
+        m.execute([np.zeros((9,) + info.shape[1:], np.float32)])
+    # A failed call leaves the Method usable.
+    np.testing.assert_allclose(m.execute(ins)[0], want[0], atol=1e-5)
+
+
+@pytest.mark.executorch
+def test_dynamic_batch_matches_executorch_for_every_size() -> None:
+    et = pytest.importorskip("executorch.runtime")
+    torch = pytest.importorskip("torch")
+    data = (FIXTURES / "dynamic_batch.pte").read_bytes()
+    etm = et.Runtime.get().load_program(data).load_method("forward")
+    m = load_program(data).load_method()
+    rng = np.random.default_rng(1)
+    shape = m.meta.inputs[0].shape
+    for b in range(1, 9):
+        x = rng.standard_normal((b,) + shape[1:]).astype(np.float32)
+        np.testing.assert_allclose(m.execute([x])[0], etm.execute([torch.from_numpy(x)])[0].numpy(), atol=1e-5)
+
+
+def test_input_checks_name_the_input() -> None:
+    m = load_program(FIXTURES / "mlp.pte").load_method()
+    (ins, _), = _cases("mlp").values()
+    with pytest.raises(InvalidArgumentError, match="expected 1 inputs, got 2"):
+        m.execute(ins + ins)
+    with pytest.raises(InvalidArgumentError, match="input 0: dtype float64 does not match the program's float32"):
+        m.execute([ins[0].astype(np.float64)])
+    with pytest.raises(InvalidArgumentError, match=r"input 0: shape \[3, 3\] does not fit the program's shape"):
+        m.execute([np.zeros((3, 3), np.float32)])
+    with pytest.raises(InvalidArgumentError, match="input 0: expected a numpy array"):
+        m.execute(["nope"])
+    assert m.statistics().failures == 4
+    m.execute(ins)
+    assert m.statistics().executions == 1
+
+
+def test_unregistered_backend_fails_at_load_method() -> None:
+    prog = load_program(FIXTURES / "xnnpack_convnet.pte")  # loading the program is fine
+    assert prog.method_meta("forward").backends == ("XnnpackBackend",)
+    with pytest.raises(BackendError, match=r"backend 'XnnpackBackend' is not registered \(registered: ") as ei:
+        prog.load_method("forward")
+    assert ei.value.code is Error.NotFound
+
+
+def test_missing_operator_fails_at_load_method_with_nearest_names() -> None:
+    d = load(FIXTURES / "convnet.pte")
+    plan = d.execution_plan[0]
+    ops = tuple(dataclasses.replace(o, name="aten::convolutoin") if o.name == "aten::convolution" else o for o in plan.operators)
+    prog = load_program(dataclasses.replace(d, execution_plan=(dataclasses.replace(plan, operators=ops),)))
+    with pytest.raises(OperatorMissingError, match=r"operator aten::convolutoin\.out has no kernel \(nearest registered: aten::convolution\.out") as ei:
+        prog.load_method()
+    assert ei.value.code is Error.OperatorMissing
+
+
+def test_unknown_method() -> None:
+    prog = load_program(FIXTURES / "two_methods.pte")
+    assert set(prog.method_names) == {"forward", "encode"}
+    with pytest.raises(NotFoundError, match=r"method 'decode' not found \(methods: "):
+        prog.load_method("decode")
+
+
+def test_closed_method_refuses_to_execute() -> None:
+    m = load_program(FIXTURES / "mlp.pte").load_method()
+    m.close()
+    m.close()
+    with pytest.raises(OrchestraError, match="closed Method") as ei:
+        m.execute([])
+    assert ei.value.code is Error.InvalidState
+
+
+def test_load_method_returns_independent_instances() -> None:
+    prog = load_program((FIXTURES / "mlp.pte").read_bytes())
+    a, b = prog.load_method(), prog.load_method()
+    assert a is not b
+    (ins, want), = _cases("mlp").values()
+    a.execute([np.zeros_like(ins[0])])
+    np.testing.assert_allclose(b.execute(ins)[0], want[0], atol=1e-5)
+
+
+def test_two_methods_on_two_threads_give_correct_results_every_time() -> None:
+    prog = load_program(FIXTURES / "convnet.pte")
+    ref = prog.load_method()
+    rng = np.random.default_rng(7)
+    shape = prog.method_meta("forward").inputs[0].shape
+    inputs = [rng.standard_normal(shape).astype(np.float32) for _ in range(16)]
+    expected = [ref.execute([x])[0] for x in inputs]
+    errors: list[str] = []
+    counts = [0, 0]
+
+    def worker(k: int) -> None:
+        m = prog.load_method()
+        for i in range(1000):
+            j = (i * (k + 3)) % len(inputs)  # the two threads walk the inputs differently
+            got = m.execute([inputs[j]])[0]
+            if not np.array_equal(got, expected[j]):
+                errors.append(f"thread {k} iteration {i}")
+            counts[k] += 1
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:5]
+    assert counts == [1000, 1000]
+
+
+def test_public_surface() -> None:
+    assert orchestra.load_program is load_program
+    assert isinstance(orchestra.load_program(FIXTURES / "mlp.pte"), Program)
+
+
+_RSS_SCRIPT = """
+import gc, sys, numpy as np
+from orchestra.runtime import load_program
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+path, inp = sys.argv[1], sys.argv[2]
+prog = load_program(path)
+x = np.load(inp)["forward.in_0"]
+first = prog.load_method()
+first.execute([x])  # compiles the plan and warms numpy's caches
+gc.collect()
+before = rss()
+methods = [prog.load_method() for _ in range(100)]
+for m in methods:
+    m.execute([x])  # touch every arena page
+gc.collect()
+print(rss() - before, prog.method_meta("forward").planned_bytes)
+"""
+
+
+@pytest.mark.skipif(not pathlib.Path("/proc/self/statm").exists(), reason="needs Linux /proc")
+@pytest.mark.parametrize("name", ["convnet", "cnn"])
+def test_hundred_instances_cost_little_more_than_their_arenas(name: str) -> None:
+    """Measured in a fresh process: the test runner's own heap would blur RSS."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", _RSS_SCRIPT, str(FIXTURES / f"{name}.pte"), str(FIXTURES / f"{name}.npz")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    growth, planned = map(int, r.stdout.split())
+    assert growth <= 1.1 * 100 * planned, f"RSS grew {growth} bytes for 100 x {planned} planned bytes"
