@@ -10,7 +10,7 @@ from .errors import (
     OrchestraError,
     ProgramError,
 )
-from .runtime import Method, MethodMeta, Program, load_program
+from .runtime import Method, MethodMeta, Program, Runtime, Session, load_program
 
 __all__ = [
     "BackendError",
@@ -24,6 +24,8 @@ __all__ = [
     "OrchestraError",
     "Program",
     "ProgramError",
+    "Runtime",
+    "Session",
     "load_program",
 ]
 __version__ = "0.1.0"

@@ -11,9 +11,11 @@ from ._backend import (
 )
 from ._method import Method, MethodMeta, MethodStatistics, TensorInfo, ValueInfo
 from ._program import Program, load_program
+from ._session import Function, Runtime, Session, SessionStatistics
 
 __all__ = [
     "Backend",
+    "Function",
     "BackendExecutionContext",
     "BackendInitContext",
     "BackendInterface",
@@ -21,6 +23,9 @@ __all__ = [
     "MethodMeta",
     "MethodStatistics",
     "Program",
+    "Runtime",
+    "Session",
+    "SessionStatistics",
     "TensorInfo",
     "ValueInfo",
     "get_backend_class",

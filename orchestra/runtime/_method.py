@@ -8,6 +8,7 @@ exactly as the memory plan says), constants are read-only views into the program
 
 from __future__ import annotations
 
+import inspect
 import operator
 import time
 from collections.abc import Callable, Sequence
@@ -245,6 +246,13 @@ class CompiledPlan:
             if len(a.args) < n:
                 raise OrchestraError(f"{self.where}: {where}: {name} takes {n} arguments, the program passes {len(a.args)}", Error.InvalidProgram)
             params, rets = tuple(a.args[:n]), tuple(a.args[n:])
+            if not rets:
+                # Schemas returning () (split_with_sizes_copy.out, et_copy_index) still
+                # produce their result in an argument: send what the kernel returns there.
+                names = list(inspect.signature(kd.fn).parameters)[:n]
+                target = "copy_to" if name == "executorch_prim::et_copy_index.tensor" else "out"
+                if target in names:
+                    rets = (params[names.index(target)],)
             self._check_dtypes(kd, params, where)
             fn = kd.fn
             what = f"{where} ({name})"
@@ -264,7 +272,7 @@ class CompiledPlan:
 
                 def step(vals: list[Any], m: Method) -> None:
                     res = fn(*getter(vals))
-                    if res is not vals[r0]:
+                    if res is not vals[r0] and res is not None:
                         m._write(r0, res, what)
             else:
 
@@ -272,6 +280,8 @@ class CompiledPlan:
                     if lists:
                         m._refresh_lists(lists)
                     res = fn(*getter(vals))
+                    if res is None or not rets:
+                        return
                     if len(rets) == 1:
                         if res is not vals[rets[0]]:
                             m._write(rets[0], res, what)
