@@ -9,6 +9,7 @@ from ._backend import (
     register_backend,
     registered_backends,
 )
+from ._options import OptionSpec, RuntimeSpecs
 from ._method import Method, MethodMeta, MethodStatistics, TensorInfo, ValueInfo
 from ._program import Program, load_program
 from ._session import Function, Runtime, Session, SessionStatistics
@@ -20,10 +21,12 @@ __all__ = [
     "BackendInitContext",
     "BackendInterface",
     "Method",
+    "OptionSpec",
     "MethodMeta",
     "MethodStatistics",
     "Program",
     "Runtime",
+    "RuntimeSpecs",
     "Session",
     "SessionStatistics",
     "TensorInfo",

@@ -11,16 +11,19 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import Any
+from typing import Any, ClassVar
 
 from ..errors import BackendError, Error, InvalidArgumentError
 from ..program import CompileSpec
+from ._options import OptionSpec, RuntimeSpecs, validate_option_specs
 
 __all__ = [
     "Backend",
     "BackendExecutionContext",
     "BackendInitContext",
     "BackendInterface",
+    "OptionSpec",
+    "RuntimeSpecs",
     "get_backend_class",
     "register_backend",
     "registered_backends",
@@ -29,27 +32,43 @@ __all__ = [
 ENTRY_POINT_GROUP = "orchestra.backends"
 
 
+_NO_SPECS = RuntimeSpecs("", ())
+
+
 @dataclass(frozen=True, slots=True)
 class BackendInitContext:
-    """What a backend sees at ``init``: which method and delegate it is initialising."""
+    """What a backend sees at ``init``.
+
+    ``runtime_specs`` holds this Method instance's values for this backend (every declared
+    option; defaults fill the rest). ``named_data(key)`` returns the program's named data.
+    """
 
     method_name: str
     delegate_index: int
     backend_id: str
     named_data: Any = field(default=None, repr=False)  # callable key -> memoryview, or None
+    runtime_specs: RuntimeSpecs = _NO_SPECS
 
 
 @dataclass(frozen=True, slots=True)
 class BackendExecutionContext:
-    """What a backend sees at each ``execute``."""
+    """What a backend sees at each ``execute``: ``runtime_specs`` is the snapshot in force
+    for this execute (hot values, with any per-call overrides applied)."""
 
     method_name: str
     delegate_index: int
+    runtime_specs: RuntimeSpecs = _NO_SPECS
 
 
 class BackendInterface(abc.ABC):
     """One backend. Instances are shared by every Method that uses the backend, so keep
-    per-delegate state in the handle ``init`` returns, never on ``self``."""
+    per-delegate state in the handle ``init`` returns, never on ``self``.
+
+    ``option_specs`` declares the runtime options the backend accepts (none by default: a
+    backend that declares nothing accepts nothing and pays nothing).
+    """
+
+    option_specs: ClassVar[tuple[OptionSpec, ...]] = ()
 
     def is_available(self) -> bool:
         """False when the backend can't run here (missing hardware or library)."""
@@ -89,6 +108,7 @@ def register_backend(backend: Backend) -> None:
         raise InvalidArgumentError(f"register_backend takes a Backend(name, BackendInterface()), got {backend!r}")
     if backend.name in _REGISTRY:
         raise InvalidArgumentError(f"backend {backend.name!r} is already registered")
+    validate_option_specs(backend.name, backend.backend.option_specs)
     _REGISTRY[backend.name] = backend
 
 
@@ -104,6 +124,7 @@ def _discover() -> None:
             if isinstance(obj, type) and issubclass(obj, BackendInterface):
                 obj = Backend(ep.name, obj())
             if isinstance(obj, Backend):
+                validate_option_specs(obj.name, obj.backend.option_specs)
                 _REGISTRY.setdefault(obj.name, obj)
         except Exception as exc:  # a broken plugin must not break every program
             raise BackendError(

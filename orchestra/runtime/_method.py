@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import operator
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +43,7 @@ from ..program import (
     numpy_dtype,
 )
 from ._backend import BackendExecutionContext, BackendInitContext, get_backend_class
+from ._options import RuntimeSpecs
 from .kernels import get_kernel, nearest_kernel_names
 
 __all__ = ["Method", "MethodMeta", "MethodStatistics", "TensorInfo", "ValueInfo"]
@@ -103,6 +104,7 @@ class MethodStatistics:
     last_seconds: float
     planned_bytes: int
     delegates: int
+    reinits: int  # delegate handles rebuilt because an init-only option changed
 
 
 def _value_info(plan: ExecutionPlan, i: int) -> TensorInfo | ValueInfo:
@@ -295,7 +297,6 @@ class CompiledPlan:
             return step
         if isinstance(a, DelegateCall):
             di = a.delegate_index
-            ctx = BackendExecutionContext(plan.name, di)
             args_idx = tuple(a.args)
             lists = tuple(i for i in args_idx if i in self.lists)
             what = f"{where} (delegate {di}, {plan.delegates[di].id})"
@@ -306,7 +307,7 @@ class CompiledPlan:
                 args = [vals[i] for i in args_idx]
                 before = list(args)
                 backend, handle = m._handles[di]
-                backend.execute(ctx, handle, args)
+                backend.execute(m._ctx[di], handle, args)
                 for i, x, b in zip(args_idx, args, before):
                     if x is not b:
                         m._write(i, x, what)
@@ -351,6 +352,18 @@ class CompiledPlan:
                 return
 
 
+class _OptionState:
+    """The option values of one Method: an immutable snapshot per backend id, plus a cell
+    that may hold delegate handles prepared for this state ahead of time (claimed with an
+    atomic ``list.pop`` by whichever thread gets there first)."""
+
+    __slots__ = ("specs", "cell")
+
+    def __init__(self, specs: Mapping[str, RuntimeSpecs]) -> None:
+        self.specs = specs
+        self.cell: list[dict[int, Any]] = []
+
+
 class Method:
     """One independent instance of a program method.
 
@@ -361,9 +374,9 @@ class Method:
 
     __slots__ = ("_cp", "_program", "_name", "_where", "_meta", "_executions", "_failures", "_total",
                  "_last", "_busy", "_closed", "_handles", "_arenas", "_vals", "_slots", "_lists",
-                 "instruction_cap", "__weakref__")
+                 "_backends", "_target", "_active", "_ctx", "_reinits", "instruction_cap", "__weakref__")
 
-    def __init__(self, compiled: CompiledPlan) -> None:
+    def __init__(self, compiled: CompiledPlan, backend_options: Mapping[str, Mapping[str, Any]] | None = None) -> None:
         self._cp = compiled
         self._program = compiled.program
         self._name = compiled.plan.name
@@ -386,21 +399,125 @@ class Method:
             vals[i] = slot.view(self._arenas, slot.bound)
         self._vals = vals
         self._refresh_lists(tuple(compiled.lists))
+        self._reinits = 0
+        # One backend object per backend id this method delegates to.
+        backends: dict[str, Any] = {}
+        for di, d in enumerate(compiled.plan.delegates):
+            if d.id not in backends:
+                b = backends[d.id] = get_backend_class(d.id)
+                if not b.is_available():
+                    raise BackendError(f"{self._where}: delegate {di}: backend {d.id!r} is not available on this machine", Error.DelegateInvalidCompatibility)
+        self._backends = backends
+        specs = {bid: RuntimeSpecs(bid, tuple(b.option_specs)) for bid, b in backends.items()}
+        for bid, values in (backend_options or {}).items():
+            self._check_backend(bid)
+            specs[bid] = specs[bid].replace(values)
+        state = _OptionState(specs)
+        self._target = self._active = state
+        self._ctx = self._contexts(state)
         try:
-            self._init_delegates()
+            for di in range(len(compiled.plan.delegates)):
+                self._handles.append((backends[compiled.plan.delegates[di].id], self._init_delegate(di, state)))
         except BaseException:
             self._destroy_handles()
             raise
 
-    def _init_delegates(self) -> None:
-        plan = self._cp.plan
-        for di, d in enumerate(plan.delegates):
-            backend = get_backend_class(d.id)
-            if not backend.is_available():
-                raise BackendError(f"{self._where}: delegate {di}: backend {d.id!r} is not available on this machine", Error.DelegateInvalidCompatibility)
-            ctx = BackendInitContext(self._name, di, d.id, self._program.named_data_bytes)
-            handle = backend.init(ctx, self._program.delegate_data(d.processed), d.compile_specs)
-            self._handles.append((backend, handle))
+    # -- backend options ------------------------------------------------------------------
+    def _check_backend(self, backend_id: str) -> str:
+        if backend_id not in self._backends:
+            have = ", ".join(self._backends) or "no backend"
+            raise InvalidArgumentError(f"{self._where}: backend {backend_id!r} is not used by this method (it delegates to: {have})")
+        return backend_id
+
+    def _init_delegate(self, di: int, state: _OptionState) -> Any:
+        d = self._cp.plan.delegates[di]
+        ctx = BackendInitContext(self._name, di, d.id, self._program.named_data_bytes, state.specs[d.id])
+        return self._backends[d.id].init(ctx, self._program.delegate_data(d.processed), d.compile_specs)
+
+    def _contexts(self, state: _OptionState, override: Mapping[str, RuntimeSpecs] | None = None) -> list[BackendExecutionContext]:
+        specs = state.specs if not override else {**state.specs, **override}
+        return [BackendExecutionContext(self._name, di, specs[d.id]) for di, d in enumerate(self._cp.plan.delegates)]
+
+    def _stale(self, state: _OptionState, new: _OptionState) -> list[int]:
+        """Delegates whose init-only values differ between two states."""
+        return [di for di, d in enumerate(self._cp.plan.delegates)
+                if state.specs[d.id].init_values() != new.specs[d.id].init_values()]
+
+    def _next_state(self, backend_id: str, values: Mapping[str, Any]) -> tuple[_OptionState, _OptionState]:
+        self._check_backend(backend_id)
+        base = self._target
+        specs = dict(base.specs)
+        specs[backend_id] = specs[backend_id].replace(values)
+        return base, _OptionState(specs)
+
+    def _publish(self, base: _OptionState, new: _OptionState) -> None:
+        # Handles prepared for the state being replaced: claim them (an atomic pop; the
+        # executing thread may claim them first, then they are in use and not ours) and
+        # carry them over when still valid, else destroy them here.
+        claimed = base.cell.pop() if base.cell else None
+        if claimed:
+            stale = set(self._stale(base, new))
+            keep = {di: h for di, h in claimed.items() if di not in stale}
+            for di, h in claimed.items():
+                if di not in keep:
+                    self._backends[self._cp.plan.delegates[di].id].destroy(h)
+            if keep:
+                new.cell.append(keep)
+        self._target = new  # the one reference assignment an execute boundary picks up
+
+    def set_backend_options(self, backend_id: str, values: Mapping[str, Any]) -> None:
+        """Changes this instance's options for ``backend_id``. Returns at once; the new
+        values take effect at the start of the next execute, never inside one. Changing an
+        init-only option re-initialises that backend's delegates at that boundary (the new
+        handles are built, swapped in, then the old ones destroyed).
+
+        Raises:
+            InvalidArgumentError: unknown backend or key, wrong type, value outside choices.
+        """
+        base, new = self._next_state(backend_id, values)
+        self._publish(base, new)
+
+    def prepare_backend_options(self, backend_id: str, values: Mapping[str, Any]) -> None:
+        """Like :meth:`set_backend_options`, but builds the re-initialised delegate handles
+        now, on the calling thread (any thread, while the Method keeps executing), so the
+        swap at the next execute boundary costs nothing."""
+        base, new = self._next_state(backend_id, values)
+        prepared = {di: self._init_delegate(di, new) for di in self._stale(self._active, new)}
+        if prepared:
+            new.cell.append(prepared)
+        self._publish(base, new)
+
+    def backend_options(self, backend_id: str) -> dict[str, Any]:
+        """The option values in force for ``backend_id`` (as of the last execute boundary)."""
+        return dict(self._active.specs[self._check_backend(backend_id)])
+
+    def _switch(self, new: _OptionState) -> None:
+        """Makes ``new`` the state in force, at an execute boundary."""
+        old = self._active
+        prepared = new.cell.pop() if new.cell else {}
+        stale = self._stale(old, new)
+        handles = list(self._handles)
+        built: list[int] = []
+        try:
+            for di in stale:
+                h = prepared.pop(di) if di in prepared else self._init_delegate(di, new)
+                built.append(di)
+                handles[di] = (handles[di][0], h)
+        except BaseException:
+            for di in built:
+                handles[di][0].destroy(handles[di][1])
+            for di, h in prepared.items():
+                self._backends[self._cp.plan.delegates[di].id].destroy(h)
+            raise
+        for di, h in prepared.items():  # prepared for a delegate that no longer needs it
+            self._backends[self._cp.plan.delegates[di].id].destroy(h)
+        retired = [self._handles[di] for di in stale]
+        self._handles = handles
+        self._ctx = self._contexts(new)
+        self._active = new
+        self._reinits += len(stale)
+        for backend, h in retired:
+            backend.destroy(h)
 
     def _write(self, idx: int, value: Any, what: str) -> None:
         """Stores a kernel or delegate result into value ``idx`` (copying into planned memory)."""
@@ -481,8 +598,11 @@ class Method:
                     raise InvalidArgumentError(f"{self._where}: input {k}: expected {info.kind}, got {type(x).__name__}")
                 vals[idx] = x
 
-    def execute(self, inputs: Sequence[Any]) -> list[Any]:
+    def execute(self, inputs: Sequence[Any], backend_options: Mapping[str, Mapping[str, Any]] | None = None) -> list[Any]:
         """Runs the method once. Returns the outputs (numpy arrays the caller owns).
+
+        Option changes made since the last execute take effect first. ``backend_options``
+        overrides hot options for this call only (``{"backend": {"key": value}}``).
 
         Raises:
             InvalidArgumentError: wrong input count, dtype or shape (the message names it).
@@ -495,7 +615,15 @@ class Method:
             raise OrchestraError(f"{self._where}: execute while another execute is running (one thread at a time per Method)", Error.InvalidState)
         self._busy = True
         t0 = time.perf_counter()
+        restore = None
         try:
+            target = self._target
+            if target is not self._active:
+                self._switch(target)
+            if backend_options:
+                override = {self._check_backend(b): self._active.specs[b].replace(v, hot_only=True)
+                            for b, v in backend_options.items()}
+                restore, self._ctx = self._ctx, self._contexts(self._active, override)
             self._set_inputs(inputs)
             vals = self._vals
             steps = self._cp.steps
@@ -523,6 +651,8 @@ class Method:
             self._failures += 1
             raise
         finally:
+            if restore is not None:
+                self._ctx = restore
             self._busy = False
         dt = time.perf_counter() - t0
         self._executions += 1
@@ -532,12 +662,16 @@ class Method:
 
     def statistics(self) -> MethodStatistics:
         return MethodStatistics(self._executions, self._failures, self._total, self._last,
-                                self._meta.planned_bytes, len(self._handles))
+                                self._meta.planned_bytes, len(self._handles), self._reinits)
 
     def _destroy_handles(self) -> None:
         handles, self._handles = self._handles, []
         for backend, handle in handles:
             backend.destroy(handle)
+        target = getattr(self, "_target", None)
+        prepared = target.cell.pop() if target is not None and target.cell else {}
+        for di, h in prepared.items():
+            self._backends[self._cp.plan.delegates[di].id].destroy(h)
 
     def close(self) -> None:
         """Destroys the delegate handles and frees the arenas. Idempotent."""

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from ..errors import InvalidArgumentError, NotFoundError, ProgramError
 from ..program import Limits, ProgramDef, load, loads
@@ -49,8 +50,12 @@ class Program:
                 f"{self._source}: method {name!r} not found (methods: {', '.join(self.method_names) or 'none'})"
             ) from None
 
-    def load_method(self, name: str = "forward") -> Method:
+    def load_method(self, name: str = "forward", *, backend_options: Mapping[str, Mapping[str, Any]] | None = None) -> Method:
         """A NEW independent Method (own arenas and delegate handles) on every call.
+
+        ``backend_options`` gives this instance's options per backend id
+        (``{"A": {"threads": 2}}``); every delegate of backend A in this Method sees them in
+        ``BackendInitContext.runtime_specs`` (declared defaults fill the rest).
 
         Raises:
             NotFoundError: no such method.
@@ -62,7 +67,7 @@ class Program:
         if cp is None:
             cp = CompiledPlan(self._def, self._def.plan(name), f"{self._source}: method {name!r}")
             self._compiled[name] = cp
-        return Method(cp)
+        return Method(cp, backend_options)
 
     def __repr__(self) -> str:
         return f"<Program {self._source} methods={list(self.method_names)}>"
