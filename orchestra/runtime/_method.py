@@ -436,12 +436,18 @@ class Method:
 
     def _contexts(self, state: _OptionState, override: Mapping[str, RuntimeSpecs] | None = None) -> list[BackendExecutionContext]:
         specs = state.specs if not override else {**state.specs, **override}
-        return [BackendExecutionContext(self._name, di, specs[d.id]) for di, d in enumerate(self._cp.plan.delegates)]
+        old = getattr(self, "_ctx", None)
+        return [old[di] if old is not None and old[di].runtime_specs is specs[d.id]
+                else BackendExecutionContext(self._name, di, specs[d.id])
+                for di, d in enumerate(self._cp.plan.delegates)]
 
     def _stale(self, state: _OptionState, new: _OptionState) -> list[int]:
         """Delegates whose init-only values differ between two states."""
-        return [di for di, d in enumerate(self._cp.plan.delegates)
-                if state.specs[d.id].init_values() != new.specs[d.id].init_values()]
+        a, b = state.specs, new.specs
+        changed = [bid for bid in a if a[bid] is not b[bid] and a[bid].init_values() != b[bid].init_values()]
+        if not changed:
+            return []
+        return [di for di, d in enumerate(self._cp.plan.delegates) if d.id in changed]
 
     def _next_state(self, backend_id: str, values: Mapping[str, Any]) -> tuple[_OptionState, _OptionState]:
         self._check_backend(backend_id)

@@ -76,15 +76,16 @@ def validate_option_specs(backend: str, specs: Any) -> tuple[OptionSpec, ...]:
 class RuntimeSpecs(Mapping[str, Any]):
     """An immutable snapshot of one backend's option values (every declared option)."""
 
-    __slots__ = ("_backend", "_specs", "_values")
+    __slots__ = ("_backend", "_specs", "_values", "_init")
 
     def __init__(self, backend: str, specs: tuple[OptionSpec, ...], values: Mapping[str, Any] | None = None) -> None:
         self._backend = backend
-        self._specs = specs
+        self._specs = {s.name: s for s in specs}  # shared by every snapshot derived from this one
         merged = {s.name: s.default for s in specs}
         if values:
             merged.update(values)
         self._values = merged
+        self._init: tuple[tuple[str, Any], ...] | None = None
 
     @property
     def backend(self) -> str:
@@ -121,13 +122,16 @@ class RuntimeSpecs(Mapping[str, Any]):
 
     def init_values(self) -> tuple[tuple[str, Any], ...]:
         """The init-only part, comparable: a change here re-initialises delegates."""
-        return tuple((s.name, self._values[s.name]) for s in self._specs if not s.hot)
+        init = self._init
+        if init is None:
+            init = self._init = tuple((n, self._values[n]) for n, s in self._specs.items() if not s.hot)
+        return init
 
     def replace(self, updates: Mapping[str, Any], *, hot_only: bool = False) -> RuntimeSpecs:
         """A new snapshot with ``updates`` applied after validation."""
         if not updates:
             return self
-        specs = {s.name: s for s in self._specs}
+        specs = self._specs
         clean = {}
         for key, value in updates.items():
             spec = specs.get(key)
@@ -136,7 +140,7 @@ class RuntimeSpecs(Mapping[str, Any]):
                     f"backend {self._backend!r} has no option {key!r} (options: {', '.join(specs) or 'none'})"
                 )
             if hot_only and not spec.hot:
-                hot = [s.name for s in self._specs if s.hot]
+                hot = [n for n, s in specs.items() if s.hot]
                 raise InvalidArgumentError(
                     f"backend {self._backend!r} option {key!r} is init-only and can't be overridden per call "
                     f"(hot options: {', '.join(hot) or 'none'})"
@@ -146,4 +150,5 @@ class RuntimeSpecs(Mapping[str, Any]):
         values.update(clean)
         new = RuntimeSpecs.__new__(RuntimeSpecs)
         new._backend, new._specs, new._values = self._backend, self._specs, values
+        new._init = self._init if all(specs[k].hot for k in clean) else None
         return new
