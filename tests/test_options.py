@@ -11,21 +11,15 @@ import numpy as np
 import pytest
 
 from orchestra import InvalidArgumentError
-from orchestra.program import (
-    AllocationDetails,
-    BackendDelegate,
-    BackendDelegateDataReference,
-    BackendDelegateInlineData,
-    Chain,
-    DataLocation,
-    DelegateCall,
-    EValue,
-    ExecutionPlan,
-    Instruction,
-    ProgramDef,
-    ScalarType,
-    Tensor,
+from orchestra.aot import (
+    BackendDetails,
+    CompileSpec,
+    PreprocessResult,
+    ProgramBuilder,
+    aot_backends,
+    register_aot_backend,
 )
+from orchestra.program import ProgramDef
 from orchestra.runtime import (
     Backend,
     BackendInterface,
@@ -88,22 +82,36 @@ for _name, _b in (("RfcA", A), ("RfcB", B), ("RfcPlain", P)):
         register_backend(Backend(_name, _b))
 
 
-def f32(shape, offset):
-    return EValue(Tensor(ScalarType.FLOAT, 0, shape, tuple(range(len(shape))), allocation_info=AllocationDetails(1, offset)))
+class AddDetails(BackendDetails):
+    """AOT side of the test backends: the blob is the float the subgraph adds."""
+
+    @staticmethod
+    def preprocess(program, compile_specs):
+        specs = {c.key: c.value for c in compile_specs}
+        return PreprocessResult(np.float32(float(specs["add"].decode())).tobytes())
+
+
+for _name in ("RfcA", "RfcB", "RfcPlain"):
+    if _name not in aot_backends():
+        register_aot_backend(_name, AddDetails)
+
+
+def _adder(k: float) -> ProgramBuilder:
+    sub = ProgramBuilder()
+    f = sub.method("forward")
+    f.output(f.call("aten::add.Scalar_out", f.input(np.float32, (4,)), k))
+    return sub
 
 
 def two_backend_program(first="RfcA", second="RfcB") -> ProgramDef:
-    """forward(x) = delegate_second(delegate_first(x)): adds 1 then 10."""
-    values = [f32((4,), 0), f32((4,), 16), f32((4,), 32)]
-    delegates = (
-        BackendDelegate(first, BackendDelegateDataReference(DataLocation.INLINE, 0)),
-        BackendDelegate(second, BackendDelegateDataReference(DataLocation.INLINE, 1)),
-    )
-    plan = ExecutionPlan("forward", None, tuple(values), (0,), (2,),
-                         (Chain((0,), (2,), (Instruction(DelegateCall(0, (0, 1))), Instruction(DelegateCall(1, (1, 2))))),),
-                         (), delegates, (0, 64))
-    blobs = (np.float32(1).tobytes(), np.float32(10).tobytes())
-    return ProgramDef(0, (plan,), backend_delegate_data=tuple(BackendDelegateInlineData(memoryview(b)) for b in blobs))
+    """forward(x) = delegate_second(delegate_first(x)): adds 1 then 10, built with ProgramBuilder."""
+    b = ProgramBuilder()
+    f = b.method("forward")
+    x = f.input(np.float32, (4,))
+    (y,) = f.delegate(first, _adder(1), [x], compile_specs=[CompileSpec("add", b"1")])
+    (z,) = f.delegate(second, _adder(10), [y], compile_specs=[CompileSpec("add", b"10")])
+    f.output(z)
+    return b.build()
 
 
 X = np.arange(4, dtype=np.float32)
