@@ -253,3 +253,12 @@ def test_executorch_runs_our_rewrite_identically(name: str) -> None:
         assert len(got) == len(want)
         for g, w in zip(got, want):
             np.testing.assert_array_equal(g.numpy(), w.numpy())
+
+
+def test_large_inline_payloads_cost_nothing_per_byte() -> None:
+    """A 16 MiB inline delegate blob is a view, so it must not trip the object budget."""
+    prog = loads(_bytes("xnnpack_inline"))
+    blob = memoryview(bytes(16 << 20))
+    big = dataclasses.replace(prog, backend_delegate_data=(dataclasses.replace(prog.backend_delegate_data[0], data=blob),))
+    again = loads(dumps(big), limits=Limits(max_objects=100_000))
+    assert len(again.backend_delegate_data[0].data) == 16 << 20

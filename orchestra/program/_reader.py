@@ -161,7 +161,9 @@ class _FlatReader:
             return None
         return self.table(self._deref(p, path), path)
 
-    def _vector(self, t: _Table, slot: int, elem: int, path: str) -> tuple[int, int] | None:
+    def _vector(self, t: _Table, slot: int, elem: int, path: str, *, decoded: bool = True) -> tuple[int, int] | None:
+        """(start, length) of a vector field. ``decoded=False`` for byte payloads that are
+        only sliced (zero copy): they cost one unit of the object budget, not one per byte."""
         p = self._field(t, slot, 4, path)
         if not p:
             return None
@@ -172,11 +174,11 @@ class _FlatReader:
         start = v + 4
         if start + n * elem > self.end:
             _fail(path, "vector runs past the end of the buffer")
-        self.spend(n, path)
+        self.spend(n if decoded else 1, path)
         return start, n
 
     def string(self, t: _Table, slot: int, path: str) -> str | None:
-        r = self._vector(t, slot, 1, path)
+        r = self._vector(t, slot, 1, path, decoded=False)
         if r is None:
             return None
         start, n = r
@@ -188,7 +190,7 @@ class _FlatReader:
             _fail(path, "string is not valid UTF-8")
 
     def bytes(self, t: _Table, slot: int, path: str) -> memoryview | None:
-        r = self._vector(t, slot, 1, path)
+        r = self._vector(t, slot, 1, path, decoded=False)
         if r is None:
             return None
         start, n = r
