@@ -10,6 +10,7 @@ from .errors import (
     OrchestraError,
     ProgramError,
 )
+from .backends.onnxruntime import import_onnx
 from .runtime import Method, MethodMeta, Program, Runtime, Session, load_program
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "ProgramError",
     "Runtime",
     "Session",
+    "import_onnx",
     "load_program",
 ]
 __version__ = "0.1.0"
