@@ -486,6 +486,7 @@ def test_unary(name: str, make: Callable[[], np.ndarray]) -> None:
         ("aten::gelu.out", lambda: (rnd((4000,), lo=-8, hi=8), "tanh")),
         ("aten::gelu.out", lambda: (strided(rnd(A)), "none")),
         ("aten::gelu.out", lambda: (rnd(A, F64), "none")),
+        ("aten::gelu.out", lambda: (rnd((40000,), lo=-8, hi=8), "none")),
         ("aten::leaky_relu.out", lambda: (rnd(A), 0.01)),
         ("aten::leaky_relu.out", lambda: (fortran(rnd(A)), 0.2)),
         ("aten::elu.out", lambda: (rnd(A), 1.0, 1.0, 1.0)),
@@ -770,6 +771,13 @@ def test_softmax(log: bool) -> None:
         ((1, 2, 13, 12), [3, 3], [1, 2], [1, 1], [2, 2], False),
         ((3, 7, 7), [2, 2], [1, 1], [1, 1], [1, 1], False),
         ((1, 1, 5, 5), [2, 2], [2, 2], [0, 0], [1, 1], True),
+        # no padding: the vectorised path (windows inside the input)
+        ((2, 3, 8, 8), [2, 2], [2, 2], [0, 0], [1, 1], True),
+        ((1, 2, 9, 9), [3, 3], [1, 1], [0, 0], [1, 1], False),
+        ((1, 2, 11, 11), [3, 2], [2, 1], [0, 0], [2, 1], False),
+        ((2, 4, 7, 9), [2, 3], [], [0, 0], [1, 1], False),
+        ((3, 8, 8), [2, 2], [2, 2], [0, 0], [1, 1], False),
+        ((1, 1, 6, 6), [1, 1], [1, 1], [0, 0], [1, 1], False),
     ],
 )
 def test_max_pool2d(shape: tuple[int, ...], k: list[int], s: list[int], p: list[int], d: list[int], ceil: bool) -> None:
@@ -782,9 +790,15 @@ def test_max_pool2d(shape: tuple[int, ...], k: list[int], s: list[int], p: list[
 def test_max_pool2d_neg_inf_and_nan() -> None:
     x = np.full((1, 1, 4, 4), -np.inf, F32)
     check("aten::max_pool2d_with_indices.out", x, [3, 3], [2, 2], [1, 1], [1, 1], False, dts=[F32, I64])
+    check("aten::max_pool2d_with_indices.out", x, [2, 2], [2, 2], [0, 0], [1, 1], False, dts=[F32, I64])
     x = rnd((1, 1, 6, 6))
     x[0, 0, 1, 1] = np.nan
     check("aten::max_pool2d_with_indices.out", x, [2, 2], [2, 2], [0, 0], [1, 1], False, dts=[F32, I64])
+    # Two NaNs in one window: torch reports the last one.
+    x[0, 0, 0, 1] = np.nan
+    x[0, 0, 4:, 4:] = -np.inf
+    check("aten::max_pool2d_with_indices.out", x, [2, 2], [2, 2], [0, 0], [1, 1], False, dts=[F32, I64])
+    check("aten::max_pool2d_with_indices.out", x, [3, 3], [1, 1], [0, 0], [1, 1], False, dts=[F32, I64])
 
 
 @pytest.mark.parametrize(
@@ -1127,3 +1141,151 @@ def test_kernels_are_thread_safe() -> None:
     for t in threads:
         t.join()
     assert not errors, errors[0]
+
+
+# --------------------------------------------------------------------------- fast paths
+# Kernels check the common case first (same dtypes, an ``out`` of the result's shape) and
+# fall back to their general path otherwise; these cover the edges of those checks.
+
+
+def readonly(shape: tuple[int, ...], dtype: Any = F32) -> np.ndarray:
+    a = np.zeros(shape, dtype)
+    a.flags.writeable = False
+    return a
+
+
+def test_fast_paths_do_not_broadcast_into_a_bigger_out() -> None:
+    a, b = rnd((4, 5)), rnd((4, 5), seed=1)
+    for name, args, exp in (
+        ("aten::add.out", (a, b, 1), a + b),
+        ("aten::mul.out", (a, b), a * b),
+        ("aten::sub.Scalar_out", (a, 2.0, 1), a - 2),
+        ("aten::lt.Tensor_out", (a, b), a < b),
+        ("aten::relu.out", (a,), np.maximum(a, 0)),
+    ):
+        big = np.zeros((2, 4, 5), exp.dtype)
+        res = get_kernel(name).fn(*args, big)
+        assert res is not big and res.shape == (4, 5), name
+        np.testing.assert_allclose(res, exp, rtol=1e-6, err_msg=name)
+        assert not big.any(), name
+    mm = get_kernel("aten::mm.out").fn
+    res = mm(rnd((5, 7)), rnd((7, 3), seed=1), np.zeros((2, 5, 3), F32))
+    assert res.shape == (5, 3)
+
+
+def test_fast_paths_with_readonly_or_noncontiguous_outs() -> None:
+    a, b = rnd((4, 5)), rnd((4, 5), seed=1)
+    for name, args, exp in (
+        ("aten::add.out", (a, b, 1), a + b),
+        ("aten::permute_copy.out", (a, [1, 0]), a.T),
+        ("aten::view_copy.out", (a, [5, 4]), a.reshape(5, 4)),
+        ("aten::clone.out", (a, None), a),
+        ("aten::tanh.out", (a,), np.tanh(a)),
+        ("aten::sigmoid.out", (a,), 1 / (1 + np.exp(-a))),
+        ("aten::hardtanh.out", (a, -1.0, 1.0), np.clip(a, -1, 1)),
+        ("aten::mm.out", (a, b.T), a @ b.T),
+        ("aten::addmm.out", (rnd((4,), seed=2), a, b.T, 1, 1), a @ b.T + rnd((4,), seed=2)),
+        ("aten::linear.out", (a, b, None), a @ b.T),
+        ("aten::_softmax.out", (a, -1, False), torch.softmax(torch.from_numpy(a), -1).numpy()),
+        ("aten::mean.out", (a, [-1], True, None), a.mean(-1, keepdims=True)),
+    ):
+        res = get_kernel(name).fn(*args, readonly(exp.shape))
+        np.testing.assert_allclose(res, exp, rtol=1e-5, atol=1e-6, err_msg=name)
+        out = fortran(np.zeros(exp.shape, F32))  # np.dot refuses such an out: the general path
+        res = get_kernel(name).fn(*args, out)
+        assert res is out, name
+        np.testing.assert_allclose(out, exp, rtol=1e-5, atol=1e-6, err_msg=name)
+    x = rnd((2, 3, 8))
+    w, bias = rnd((8,), seed=1), rnd((8,), seed=2)
+    ref = [t.numpy() for t in torch.native_layer_norm(torch.from_numpy(x), [8], torch.from_numpy(w), torch.from_numpy(bias), 1e-5)]
+    outs = (np.zeros(x.shape, F32), np.zeros((2, 3, 2), F32)[..., :1], np.zeros((2, 3, 2), F32)[..., 1:])
+    assert not outs[1].flags.c_contiguous
+    res = get_kernel("aten::native_layer_norm.out").fn(x, [8], w, bias, 1e-5, *outs)
+    for r, e in zip(res, ref):
+        np.testing.assert_allclose(r, e, rtol=1e-5, atol=1e-5)
+    bn = get_kernel("aten::_native_batch_norm_legit_no_training.out").fn
+    x = rnd((1, 3, 4, 4))
+    v = [rnd((3,), seed=i, lo=0.5, hi=2) for i in range(4)]
+    exp = (x - v[2].reshape(3, 1, 1)) / np.sqrt(v[3].reshape(3, 1, 1) + 1e-5) * v[0].reshape(3, 1, 1) + v[1].reshape(3, 1, 1)
+    res = bn(x, *v, 0.1, 1e-5, readonly(x.shape), np.empty((0,), F32), np.empty((0,), F32))
+    np.testing.assert_allclose(res[0], exp, rtol=1e-5, atol=1e-5)
+
+
+def test_fast_paths_in_place() -> None:
+    """An out that is also an input (numpy copies overlapping operands)."""
+    x, y = rnd(A), rnd(A, seed=1)
+    exp = x + y
+    assert get_kernel("aten::add.out").fn(x, y, 1, x) is x
+    np.testing.assert_allclose(x, exp, rtol=1e-6)
+    a = rnd((4, 4))
+    exp = a @ a
+    assert get_kernel("aten::mm.out").fn(a, a, a) is a
+    np.testing.assert_allclose(a, exp, rtol=1e-5)
+    a = rnd((4, 4))
+    exp = torch.softmax(torch.from_numpy(a), -1).numpy()
+    assert get_kernel("aten::_softmax.out").fn(a, -1, False, a) is a
+    np.testing.assert_allclose(a, exp, rtol=1e-5)
+    a = rnd((4, 4))
+    exp = a.T.copy()
+    assert get_kernel("aten::permute_copy.out").fn(a, [1, 0], a) is a
+    np.testing.assert_array_equal(a, exp)
+
+
+def test_softmax_non_finite_rows_and_many_rows() -> None:
+    y = rnd((4, 6)) * 10
+    y[0] = -np.inf  # all -inf: NaN row
+    y[1, 2] = np.inf  # +inf: NaN row
+    y[2, 0] = np.nan
+    y[3, :2] = -np.inf
+    for name in ("aten::_softmax.out", "aten::_log_softmax.out"):
+        check(name, y, -1, False)
+        check(name, y, 0, False)
+        with np.errstate(all="raise"):  # no floating-point warnings escape the kernel
+            get_kernel(name).fn(y, -1, False, np.empty_like(y))
+        check(name, rnd((100, 7)), -1, False)  # many rows
+        check(name, rnd((100, 7)), 0, False)
+
+
+def test_softmax_small_inputs() -> None:
+    """Small values (exp needs no max subtraction) in every layout the kernel sees."""
+    for name in ("aten::_softmax.out", "aten::_log_softmax.out"):
+        for dim in (-1, 0, 1):
+            check(name, rnd((2, 8, 8)), dim, False)
+        check(name, rnd((1, 10), F64), -1, False)
+        check(name, strided(rnd((3, 5))), -1, False)
+        check(name, np.array([[63.0, -63.0, 0.0]], F32), -1, False)
+
+
+def test_fast_path_errors_with_outs() -> None:
+    x = rnd(S)
+    raises(Error.InvalidArgument, get_kernel("aten::permute_copy.out").fn, x, [0, 0, 1], np.empty((2, 2, 3), F32))
+    raises(Error.InvalidArgument, get_kernel("aten::permute_copy.out").fn, x, [0, 1, 3], np.empty(S, F32))
+    raises(Error.InvalidArgument, get_kernel("aten::mean.out").fn, x, [1, 1], False, None, np.empty((2, 4), F32))
+    raises(Error.InvalidArgument, get_kernel("aten::mean.out").fn, x, [3], False, None, np.empty((2, 3), F32))
+    emb = get_kernel("aten::embedding.out").fn
+    for bad_index in (-1, 3):
+        raises(Error.InvalidArgument, emb, rnd((3, 2)), np.array([0, bad_index], I64), -1, False, False, np.empty((2, 2), F32))
+        raises(Error.InvalidArgument, emb, rnd((3, 2)), np.array([bad_index], I32), -1, False, False, np.empty((1, 2), F32))
+    mm = get_kernel("aten::mm.out").fn
+    raises(Error.InvalidArgument, mm, rnd((2, 3)), rnd((4, 2)), np.empty((2, 2), F32))
+
+
+def test_conv2d_fast_path_shapes() -> None:
+    # No padding on a strided input (as_strided windows), and a larger stride-1 input
+    # (whole padded rows gathered).
+    x = strided(rnd((1, 3, 8, 8)))
+    check("aten::convolution.out", x, rnd((4, 3, 3, 3), seed=1), None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1, rtol=1e-4, atol=1e-4)
+    check("aten::convolution.out", rnd((1, 8, 32, 32)), rnd((4, 8, 3, 3), seed=1), rnd((4,), seed=2), [1, 1], [1, 1], [1, 1], False, [0, 0], 1, rtol=1e-4, atol=1e-4)
+    check("aten::convolution.out", rnd((2, 8, 32, 32)), rnd((4, 8, 3, 3), seed=1), None, [1, 1], [2, 2], [2, 2], False, [0, 0], 1, rtol=1e-4, atol=1e-4)
+
+
+def test_sigmoid_extremes_without_warnings() -> None:
+    import warnings
+
+    for dt in (F32, F64):
+        x = np.array([-1000, -750, -90, -80.5, -20, 0, 20, 90, np.inf, -np.inf, np.nan], dt)
+        for xs in (x, np.tile(x, 10)):  # a few elements (checked in Python) and more
+            check("aten::sigmoid.out", xs)
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                get_kernel("aten::sigmoid.out").fn(xs, np.empty_like(xs))

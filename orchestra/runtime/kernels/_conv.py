@@ -8,23 +8,21 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ._registry import kernel
-from ._util import F32_64, bad, dest_contig, finish, int_list, unsupported
+from ._util import F32_64, bad, finish, int_list, unsupported
 
 __all__: list[str] = []
 
 _OP = "aten::convolution.out"
 
 
-def _pad_input(x: np.ndarray, ph: int, pw: int, dt: np.dtype, tail: int = 0) -> np.ndarray:
-    """x zero-padded to (N, C, H + 2ph, W + 2pw); with ``tail`` > 0 the planes are returned
-    flattened, (N, C, Hp * Wp + tail), with ``tail`` trailing zeros."""
+def _pad_input_flat(x: np.ndarray, ph: int, pw: int, dt: np.dtype, tail: int) -> np.ndarray:
+    """x zero-padded to (N, C, H + 2ph, W + 2pw), with the planes flattened and ``tail``
+    trailing zeros: (N, C, Hp * Wp + tail)."""
     n, c, h, w = x.shape
-    if tail == 0 and ph == 0 and pw == 0:
-        return x if x.dtype == dt else x.astype(dt)
     hp, wp = h + 2 * ph, w + 2 * pw
     flat = np.zeros((n, c, hp * wp + tail), dt)
     flat[:, :, : hp * wp].reshape(n, c, hp, wp)[:, :, ph : ph + h, pw : pw + w] = x
-    return flat if tail else flat.reshape(n, c, hp, wp)
+    return flat
 
 
 def _windows(a: np.ndarray, shape: tuple[int, ...], strides: tuple[int, ...]) -> np.ndarray:
@@ -35,6 +33,11 @@ def _windows(a: np.ndarray, shape: tuple[int, ...], strides: tuple[int, ...]) ->
         v.flags.writeable = False
         return v
     return as_strided(a, shape=shape, strides=strides, writeable=False)
+
+
+# Above this many im2col elements (N * C * kh * kw * Ho * Wo), stride-1 convolutions gather
+# whole padded rows (contiguous runs) instead of exact windows.
+_WIDE_MIN_COLS = 1 << 16
 
 
 def conv2d(
@@ -49,8 +52,10 @@ def conv2d(
 ) -> np.ndarray:
     """NCHW convolution as im2col + one GEMM (batched over groups).
 
-    Returns ``out`` when it has the result's shape and dtype (and is writable), else a new
-    array.
+    Returns ``out`` when it has the result's shape and dtype (and is writable and
+    C-contiguous), else a new array. ``out`` may overlap ``x``: x is gathered into the
+    im2col buffer (or read by np.matmul / np.dot, which copy overlapping inputs) before
+    anything is written.
     """
     n, c, h, wd = x.shape
     o, cg, kh, kw = w.shape
@@ -63,7 +68,7 @@ def conv2d(
             f"input has {c} channels and weight {tuple(w.shape)} with groups={groups}: "
             f"expected input channels == weight.shape[1] * groups and out channels divisible by groups",
         )
-    if min(sh, sw) < 1 or min(dh, dw) < 1 or min(ph, pw) < 0:
+    if sh < 1 or sw < 1 or dh < 1 or dw < 1 or ph < 0 or pw < 0:
         raise bad(_OP, f"invalid stride {stride}, padding {padding} or dilation {dilation}")
     ho = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
     wo = (wd + 2 * pw - dw * (kw - 1) - 1) // sw + 1
@@ -77,56 +82,76 @@ def conv2d(
         raise bad(_OP, f"bias has shape {tuple(bias.shape)}, expected ({o},)")
     dt = x.dtype if x.dtype == w.dtype else np.result_type(x.dtype, w.dtype)
     shape = (n, o, ho, wo)
-    res = dest_contig(out, shape, dt)
-    if res is None or np.may_share_memory(res, x):
+    if (
+        type(out) is np.ndarray
+        and out.shape == shape
+        and out.dtype == dt
+        and out.flags.c_contiguous
+        and out.flags.writeable
+    ):
+        res = out
+    else:
         res = np.empty(shape, dt)
     og = o // groups
     k = cg * kh * kw
-    wm = w.reshape(groups, og, k)
-    if wm.dtype != dt:
-        wm = wm.astype(dt)
-    b4 = None if bias is None else bias.reshape(1, o, 1, 1).astype(dt, copy=False)
+    if w.dtype != dt:
+        w = w.astype(dt)
+    if x.dtype != dt:
+        x = x.astype(dt)
+    b3 = None if bias is None else bias.reshape(o, 1, 1)  # broadcasts over (N, O, Ho, Wo)
     wp = wd + 2 * pw
+    hw = ho * wo
 
     if kh == 1 and kw == 1 and sh == 1 and sw == 1 and ph == 0 and pw == 0:
         # 1x1 convolution: the input planes are the GEMM operand as they are.
-        width = wo
-        cols = x.reshape(n, groups, k, ho * wo)
-        if cols.dtype != dt:
-            cols = cols.astype(dt)
-    elif sh == 1 and sw == 1 and 4 * (wp - wo) <= wo:
-        # Stride 1: compute each output row over the padded width wp (the last wp - wo
-        # columns are junk, cropped below). Every im2col row is then one contiguous run of
-        # the flattened padded input, so building the columns is a memcpy per row.
-        width = wp
-        flat = _pad_input(x, ph, pw, dt, tail=max((kw - 1) * dw, 1))
+        cols = x.reshape(n, groups, k, hw)
+    elif sh == 1 and sw == 1 and 4 * (wp - wo) <= wo and n * c * kh * kw * hw >= _WIDE_MIN_COLS:
+        # Stride 1, large: compute each output row over the padded width wp (the last
+        # wp - wo columns are junk, cropped by the bias add). Every im2col row is then one
+        # contiguous run of the flattened padded input, so building the columns is a memcpy
+        # per row.
+        flat = _pad_input_flat(x, ph, pw, dt, max((kw - 1) * dw, 1))
         s_n, s_c, s_l = flat.strides
         win = _windows(flat, (n, c, kh, kw, ho * wp), (s_n, s_c, dh * wp * s_l, dw * s_l, s_l))
-        cols = np.empty((n, c, kh, kw, ho * wp), dt)
-        np.copyto(cols, win)
+        cols = np.ascontiguousarray(win).reshape(n, groups, k, ho * wp)
         del win, flat
-        cols = cols.reshape(n, groups, k, ho * wp)
-    else:
-        width = wo
-        xp = _pad_input(x, ph, pw, dt)
-        s_n, s_c, s_h, s_w = xp.strides
-        win = _windows(xp, (n, c, kh, kw, ho, wo), (s_n, s_c, dh * s_h, dw * s_w, sh * s_h, sw * s_w))
-        cols = np.empty((n, c, kh, kw, ho, wo), dt)
-        np.copyto(cols, win)
-        del win, xp
-        cols = cols.reshape(n, groups, k, ho * wo)
-
-    if width == wo:
-        np.matmul(wm, cols, out=res.reshape(n, groups, og, ho * wo))
-        if b4 is not None:
-            res += b4
-    else:
-        full = np.matmul(wm, cols).reshape(n, o, ho, width)[..., :wo]
-        if b4 is not None:
-            np.add(full, b4, out=res)
+        wm = w.reshape(groups, og, k)
+        full = np.matmul(wm, cols).reshape(n, o, ho, wp)[..., :wo]
+        if b3 is not None:
+            np.add(full, b3, out=res)
         else:
             np.copyto(res, full)
+        return res
+    else:
+        if ph or pw:
+            xp = np.zeros((n, c, h + 2 * ph, wp), dt)
+            xp[:, :, ph : ph + h, pw : pw + wd] = x
+        else:
+            xp = x
+        s_n, s_c, s_h, s_w = xp.strides
+        shape6 = (n, c, kh, kw, ho, wo)
+        strides6 = (s_n, s_c, dh * s_h, dw * s_w, sh * s_h, sw * s_w)
+        if xp.flags.c_contiguous:
+            # Much cheaper than as_strided; numpy still checks the view stays inside xp.
+            win = np.ndarray(shape6, dt, xp, 0, strides6)
+        else:
+            win = as_strided(xp, shape6, strides6, writeable=False)
+        cols = np.ascontiguousarray(win).reshape(n, groups, k, hw)
+        del win, xp
+    if groups == 1 and n == 1:
+        # One plain matrix product (np.dot is cheaper to call than the np.matmul gufunc).
+        np.dot(w.reshape(o, k), cols.reshape(k, hw), out=res.reshape(o, hw))
+    else:
+        np.matmul(w.reshape(groups, og, k), cols, out=res.reshape(n, groups, og, hw))
+    if b3 is not None:
+        np.add(res, b3, out=res)
     return res
+
+
+def _pair(v: Any, name: str) -> tuple[int, int]:
+    if type(v) is list and len(v) == 2 and type(v[0]) is int and type(v[1]) is int:
+        return v[0], v[1]
+    return int_list(v, 2, _OP, name)  # type: ignore[return-value]
 
 
 @kernel(_OP, dtypes=F32_64)
@@ -148,9 +173,9 @@ def convolution_out(
     if input.ndim != weight.ndim:
         raise bad(_OP, f"input has {input.ndim} dims but weight has {weight.ndim}")
     if spatial == 2:
-        st = int_list(stride, 2, _OP, "stride")
-        pd = int_list(padding, 2, _OP, "padding")
-        dl = int_list(dilation, 2, _OP, "dilation")
+        st = _pair(stride, "stride")
+        pd = _pair(padding, "padding")
+        dl = _pair(dilation, "dilation")
         return finish(conv2d(input, weight, bias, st, pd, dl, int(groups), out), out)
     if spatial == 1:
         (s,) = int_list(stride, 1, _OP, "stride")

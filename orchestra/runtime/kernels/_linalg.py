@@ -23,8 +23,25 @@ def _matmul(op: str, a: np.ndarray, b: np.ndarray, out: Any) -> np.ndarray:
     return np.matmul(a, b, out=o)
 
 
+def _fits(out: Any, shape: tuple[int, ...], a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether the fast path may write ``a @ b`` straight into ``out``: same dtypes, right
+    shape. (np.dot and np.matmul copy inputs that overlap ``out``; np.dot, cheaper to call
+    than the np.matmul gufunc, also wants a C-contiguous ``out``, else it raises.)"""
+    return (
+        type(out) is np.ndarray
+        and out.shape == shape
+        and a.dtype == b.dtype
+        and out.dtype == a.dtype
+    )
+
+
 @kernel("aten::mm.out", dtypes=REAL_MATH)
 def mm_out(self: np.ndarray, mat2: np.ndarray, out: np.ndarray) -> np.ndarray:
+    if self.ndim == 2 and mat2.ndim == 2 and _fits(out, (self.shape[0], mat2.shape[1]), self, mat2):
+        try:
+            return np.dot(self, mat2, out=out)
+        except ValueError:  # mismatched inner dims or a read-only out: the general path says
+            pass
     if self.ndim != 2 or mat2.ndim != 2:
         raise bad("aten::mm.out", f"expected 2-d tensors, got {self.ndim}-d and {mat2.ndim}-d")
     return finish(_matmul("aten::mm.out", self, mat2, out), out)
@@ -32,6 +49,16 @@ def mm_out(self: np.ndarray, mat2: np.ndarray, out: np.ndarray) -> np.ndarray:
 
 @kernel("aten::bmm.out", dtypes=REAL_MATH)
 def bmm_out(self: np.ndarray, mat2: np.ndarray, out: np.ndarray) -> np.ndarray:
+    if (
+        self.ndim == 3
+        and mat2.ndim == 3
+        and self.shape[0] == mat2.shape[0]
+        and _fits(out, (self.shape[0], self.shape[1], mat2.shape[2]), self, mat2)
+    ):
+        try:
+            return np.matmul(self, mat2, out=out)
+        except ValueError:
+            pass
     if self.ndim != 3 or mat2.ndim != 3 or self.shape[0] != mat2.shape[0]:
         raise bad(
             "aten::bmm.out",
@@ -45,6 +72,19 @@ def addmm_out(
     self: np.ndarray, mat1: np.ndarray, mat2: np.ndarray, beta: Any, alpha: Any, out: np.ndarray
 ) -> np.ndarray:
     """beta * self + alpha * (mat1 @ mat2); self is ignored when beta == 0 (torch)."""
+    if (
+        beta == 1
+        and alpha == 1
+        and mat1.ndim == 2
+        and mat2.ndim == 2
+        and _fits(out, (mat1.shape[0], mat2.shape[1]), mat1, mat2)
+        and self.dtype == out.dtype
+    ):
+        # Fast path (a linear layer): one product, one add that broadcasts self into out.
+        try:
+            return np.add(np.dot(mat1, mat2), self, out=out)
+        except ValueError:
+            pass
     if mat1.ndim != 2 or mat2.ndim != 2:
         raise bad("aten::addmm.out", f"expected 2-d matrices, got {mat1.ndim}-d and {mat2.ndim}-d")
     if isinstance(out, np.ndarray) and np.may_share_memory(out, self):
@@ -66,6 +106,19 @@ def addmm_out(
 def linear_out(
     input: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, out: np.ndarray  # noqa: A002
 ) -> np.ndarray:
+    if (
+        weight.ndim == 2
+        and input.ndim >= 1
+        and _fits(out, input.shape[:-1] + weight.shape[:1], input, weight)
+        and (bias is None or bias.dtype == out.dtype)
+    ):
+        try:
+            # np.dot of an N-d and a 2-d array contracts the last axis with the first: matmul.
+            if bias is None:
+                return np.dot(input, weight.T, out=out)
+            return np.add(np.dot(input, weight.T), bias, out=out)
+        except ValueError:
+            pass
     res = _matmul("aten::linear.out", input, weight.T, out)
     if bias is not None:
         res += bias

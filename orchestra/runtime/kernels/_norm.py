@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from ._registry import kernel
@@ -35,6 +34,43 @@ def native_batch_norm_legit_no_training_out(
     (shape ``(0,)``), as in torch and ExecuTorch.
     """
     x = input
+    nd = x.ndim
+    dt = x.dtype
+    if (
+        type(out0) is np.ndarray
+        and out0.shape == x.shape
+        and out0.dtype == dt
+        and dt.kind == "f"
+        and nd >= 2
+        and running_var.dtype == dt
+        and running_var.shape == running_mean.shape == x.shape[1:2]
+        and type(out1) is np.ndarray
+        and out1.shape == (0,)
+        and type(out2) is np.ndarray
+        and out2.shape == (0,)
+    ):
+        # Fast path: the same fold in x's dtype, as torch's CPU kernel computes it
+        # (alpha = weight / sqrt(var + eps), beta = bias - mean * alpha), then the channel
+        # vectors shaped (C, 1, ..., 1) to broadcast against (N, C, ...) from the right.
+        scale = np.add(running_var, eps)  # a Python float does not widen float32
+        np.sqrt(scale, out=scale)
+        if weight is not None:
+            np.divide(weight, scale, out=scale)
+        else:
+            np.reciprocal(scale, out=scale)
+        shift = np.multiply(running_mean, scale)
+        if bias is not None:
+            np.subtract(bias, shift, out=shift)
+        else:
+            np.negative(shift, out=shift)
+        cshape = x.shape[1:2] + (1,) * (nd - 2)
+        try:
+            np.multiply(x, scale.reshape(cshape), out=out0)
+        except ValueError:  # a read-only out0
+            pass
+        else:
+            np.add(out0, shift.reshape(cshape), out=out0)
+            return out0, out1, out2
     if x.ndim < 2:
         raise bad(
             "aten::_native_batch_norm_legit_no_training.out",
@@ -102,6 +138,46 @@ def native_layer_norm_out(
     """Returns (out, mean, rstd); mean and rstd keep the normalised dims as size 1."""
     x = input
     k = len(normalized_shape)
+    dt = x.dtype
+    if (
+        k == 1
+        and type(out0) is np.ndarray
+        and out0.shape == x.shape
+        and out0.dtype == dt
+        and dt.kind == "f"
+        and dt.itemsize >= 4
+        and type(out1) is np.ndarray
+        and type(out2) is np.ndarray
+        and x.ndim
+    ):
+        d = x.shape[-1]
+        if (
+            normalized_shape[0] == d
+            and d
+            and (weight is None or weight.shape == (d,))
+            and (bias is None or bias.shape == (d,))
+        ):
+            # Fast path over the last dim: row means as one product with a column of 1/d,
+            # straight into out1, the biased variance likewise into out2, then rstd in place.
+            # (np.dot insists on outs of exactly the result's shape and dtype, C-contiguous
+            # and writable: else it raises and the general path below recomputes it all.)
+            col = np.empty((d, 1), dt)
+            col.fill(1.0 / d)
+            try:
+                mean = np.dot(x, col, out=out1)
+                y = np.subtract(x, mean, out=out0)
+                var = np.dot(np.square(y), col, out=out2)
+            except ValueError:
+                pass
+            else:
+                var += np.array(eps, dt)
+                np.sqrt(var, out=var)
+                y *= np.reciprocal(var, out=var)
+                if weight is not None:
+                    y *= weight
+                if bias is not None:
+                    y += bias
+                return out0, out1, out2
     if k == 0 or k > x.ndim or tuple(x.shape[x.ndim - k :]) != tuple(int(s) for s in normalized_shape):
         raise bad(
             "aten::native_layer_norm.out",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from ._registry import kernel
 from ._util import ALL, FLOAT_MATH, REAL_MATH, bad, dest, finish, int_list
@@ -135,6 +136,57 @@ def _tap_views(
     return view
 
 
+# Up to this many input elements, _max_pool_inside (a fixed number of numpy calls, more
+# memory traffic) beats the general path (a few numpy calls per kernel tap).
+_INSIDE_MAX_SIZE = 1 << 15
+
+
+def _max_pool_inside(
+    x: np.ndarray,
+    k: tuple[int, int],
+    s: tuple[int, int],
+    d: tuple[int, int],
+    o: tuple[int, int],
+    out: np.ndarray,
+    indices: np.ndarray,
+) -> bool:
+    """Max pooling of 4-d ``x`` when every window lies inside the input (no padding, no
+    ceil_mode overhang), in a fixed handful of whole-array numpy calls whatever the kernel:
+    on small inputs the cost is the number of calls (per-row arg-reductions and masked
+    ufuncs are slow in numpy).
+
+    ``taps`` (kh, kw, N, C, Ho, Wo) holds every window tap, gathered by one copy of a strided
+    view of ``x``; the values are its max over the two tap axes. Within a window the input
+    offsets ``h * W + w`` of the taps grow with the tap number, so the first tap holding the
+    max (torch moves on only to a strictly greater value) is the one with the smallest
+    offset among the taps equal to the max; the offsets are one strided view of a ramp.
+    Writes ``out`` and ``indices`` (4-d, int64) and returns True; returns False when a window
+    holds NaN (torch reports its last NaN; the caller's general path handles that).
+    """
+    (kh, kw), (sh, sw), (dh, dw), (ho, wo) = k, s, d, o
+    n, c, h, w = x.shape
+    sn, sc, sy, sx = x.strides
+    shape = (kh, kw, n, c, ho, wo)
+    strides = (dh * sy, dw * sx, sn, sc, sh * sy, sw * sx)
+    if x.flags.c_contiguous:
+        view = np.ndarray(shape, x.dtype, x, 0, strides)
+    else:
+        view = as_strided(x, shape, strides, writeable=False)
+    taps = np.ascontiguousarray(view)
+    best = np.maximum.reduce(taps, axis=(0, 1), out=out)  # propagates NaN
+    if x.dtype.kind == "f":
+        # NaN check: a sum of squares is NaN only if some value is (inf stays inf, and
+        # np.vdot, unlike a ufunc, raises no floating-point warnings).
+        ss = np.vdot(best, best)
+        if ss != ss:
+            return False
+    ramp = np.arange(h * w, dtype=np.int64)
+    pos = np.ndarray((kh, kw, 1, 1, ho, wo), np.int64, ramp, 0, (dh * w * 8, dw * 8, 0, 0, sh * w * 8, sw * 8))
+    pos = np.ascontiguousarray(pos)  # np.where is much slower on strided operands
+    np.minimum.reduce(np.where(np.equal(taps, best), pos, h * w), axis=(0, 1), out=indices)
+    return True
+
+
 @kernel("aten::max_pool2d_with_indices.out", dtypes=REAL_MATH)
 def max_pool2d_with_indices_out(
     self: np.ndarray,
@@ -147,6 +199,44 @@ def max_pool2d_with_indices_out(
     indices: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Returns (values, indices); indices are int64 offsets ``h * W + w`` within each plane."""
+    x = self
+    if (
+        type(out) is np.ndarray
+        and type(indices) is np.ndarray
+        and 3 <= x.ndim <= 4
+        and x.dtype.kind in "fiu"
+        and out.dtype == x.dtype
+        and indices.dtype == _I64
+        and x.size
+        and 1 <= len(kernel_size) <= 2
+        and (stride is None or len(stride) <= 2)
+        and 1 <= len(padding) <= 2
+        and 1 <= len(dilation) <= 2
+        and not any(padding)
+        and x.size <= _INSIDE_MAX_SIZE
+    ):
+        # Fast path: every window inside the input.
+        kh, kw = kernel_size[0], kernel_size[-1]
+        sh, sw = (stride[0], stride[-1]) if stride else (kh, kw)
+        dh, dw = dilation[0], dilation[-1]
+        h, w = x.shape[-2], x.shape[-1]
+        if min(kh, kw, sh, sw, dh, dw) >= 1 and h >= dh * (kh - 1) + 1 and w >= dw * (kw - 1) + 1:
+            ho = (h - dh * (kh - 1) - 1) // sh + 1
+            wo = (w - dw * (kw - 1) - 1) // sw + 1
+            if (
+                (not ceil_mode or ((h - dh * (kh - 1) - 1) % sh == 0 and (w - dw * (kw - 1) - 1) % sw == 0))
+                and out.shape == x.shape[:-2] + (ho, wo)
+                and indices.shape == out.shape
+                and out.flags.writeable
+                and indices.flags.writeable
+                and not np.may_share_memory(out, x)  # x is re-read if a window holds NaN
+            ):
+                if x.ndim == 3:
+                    x4, o4, i4 = x[None], out[None], indices[None]
+                else:
+                    x4, o4, i4 = x, out, indices
+                if _max_pool_inside(x4, (kh, kw), (sh, sw), (dh, dw), (ho, wo), o4, i4):
+                    return out, indices
     op = "aten::max_pool2d_with_indices.out"
     (kh, kw), (sh, sw), (ph, pw), (dh, dw) = _pool_args(op, kernel_size, stride, padding, dilation)
     x = _as4d(op, self)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -53,7 +54,41 @@ def _reduce(
     return finish(fn(x, axis=axes, keepdims=bool(keepdim), out=o), out)
 
 
+def _fast_axes(dim: Any, ndim: int) -> tuple[int, ...] | None:
+    """``dim`` (a non-empty int list) as distinct non-negative axes, or None when the general
+    path must decide (None, empty, out of range, repeated)."""
+    if not dim or type(dim) not in (list, tuple):
+        return None
+    axes = tuple(d + ndim if d < 0 else d for d in dim)
+    for a in axes:
+        if not 0 <= a < ndim:
+            return None
+    if len(axes) > 1 and len(set(axes)) != len(axes):
+        return None
+    return axes
+
+
 def _mean(op: str, x: np.ndarray, dim: Any, keepdim: bool, dtype: int | None, out: Any) -> Any:
+    if (
+        dtype is None
+        and type(out) is np.ndarray
+        and x.dtype.kind == "f"
+        and x.dtype.itemsize >= 4  # np.mean sums float16 in float32
+        and out.dtype == x.dtype
+    ):
+        # Fast path: np.mean's own arithmetic (sum in x's dtype, then true division by the
+        # count) without its Python-level wrapper.
+        axes = _fast_axes(dim, x.ndim)
+        if axes is not None:
+            n = 1
+            for a in axes:
+                n *= x.shape[a]
+            try:
+                res = np.add.reduce(x, axis=axes, keepdims=bool(keepdim), out=out)
+            except ValueError:  # out has another shape, or is read-only
+                res = None
+            if res is not None and n:
+                return np.true_divide(res, n, out=res)
     acc = scalar_dtype(dtype, op)
     if acc is None:
         if x.dtype.kind not in "f":
@@ -284,29 +319,58 @@ def var_mean_correction_out(
 # --------------------------------------------------------------------------- softmax
 
 
+def _softmax_into(
+    x: np.ndarray, d: int, log: bool, w: np.ndarray, m: np.ndarray | None = None
+) -> np.ndarray:
+    """(log_)softmax of float ``x`` along axis ``d`` into ``w`` (x's shape and dtype; may
+    overlap x: x is read only by the first write). ``m``: x's maxima along d, if known."""
+    if m is None:
+        m = np.maximum.reduce(x, axis=d, keepdims=True)
+    np.subtract(x, m, out=w)
+    if log:
+        s = np.add.reduce(np.exp(w), axis=d, keepdims=True)
+        np.log(s, out=s)
+        w -= s
+    else:
+        np.exp(w, out=w)
+        w /= np.add.reduce(w, axis=d, keepdims=True)
+    return w
+
+
 def _softmax(op: str, x: np.ndarray, dim: int, log: bool, out: Any) -> Any:
+    nd = x.ndim
+    if x.dtype.kind == "f" and x.size and -nd <= dim < nd:
+        d = dim + nd if dim < 0 else dim
+        fits = type(out) is np.ndarray and out.shape == x.shape and out.dtype == x.dtype and out.flags.writeable
+        w = out if fits else np.empty(x.shape, x.dtype)  # the algorithms below allow w to overlap x
+        # The cheapest safe algorithm, chosen by x alone (so out's shape never changes the
+        # result); the checks go through Python floats or np.vdot, cheaper than np.errstate.
+        if x.size <= 4096 and x.dtype.itemsize >= 4 and np.vdot(x, x) < 4096.0:
+            # A sum of squares under 64**2 means every |x| < 64: exp(x) neither overflows nor
+            # underflows (nor do the row sums), so the max subtraction that keeps exp in range
+            # is not needed. NaN and inf fail the test; np.vdot raises no FP warnings.
+            if log:
+                s = np.add.reduce(np.exp(x), axis=d, keepdims=True)
+                np.subtract(x, np.log(s, out=s), out=w)
+            else:
+                np.exp(x, out=w)
+                np.true_divide(w, np.add.reduce(w, axis=d, keepdims=True), out=w)
+        else:
+            m = np.maximum.reduce(x, axis=d, keepdims=True) if x.size <= 64 * x.shape[d] else None
+            if m is not None and math.isfinite(sum(m.ravel().tolist())):
+                # Finite row maxima (at most 64 rows): x - max <= 0 and the row sums are >= 1,
+                # so no floating-point warning is possible.
+                _softmax_into(x, d, log, w, m)
+            else:
+                with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+                    _softmax_into(x, d, log, w, m)
+        return w if fits else finish(w, out)
     if x.dtype.kind != "f":
         raise bad(op, f"expected a floating tensor, got {x.dtype}")
     if x.ndim == 0:
         return finish(np.zeros((), x.dtype) if log else np.ones((), x.dtype), out)
-    d = wrap_dim(dim, x.ndim, op)
-    w = dest(out, x.shape, x.dtype)
-    if w is None or np.may_share_memory(w, x):
-        w = np.empty(x.shape, x.dtype)
-    if x.shape[d] == 0 or x.size == 0:
-        return finish(w, out)
-    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        m = np.amax(x, axis=d, keepdims=True)
-        np.subtract(x, m, out=w)
-        if log:
-            s = np.sum(np.exp(w), axis=d, keepdims=True)
-            np.log(s, out=s)
-            w -= s
-        else:
-            np.exp(w, out=w)
-            s = np.sum(w, axis=d, keepdims=True)
-            w /= s
-    return finish(w, out)
+    wrap_dim(dim, x.ndim, op)  # raises for a dim out of range
+    return finish(np.empty(x.shape, x.dtype), out)  # an empty tensor
 
 
 @kernel("aten::_softmax.out", dtypes=FLOAT_MATH)

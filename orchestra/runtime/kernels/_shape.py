@@ -4,6 +4,7 @@ padding, dtype conversion copies."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -14,6 +15,8 @@ from ._util import ALL, bad, dest, finish, result_dtype, wrap_dim
 __all__: list[str] = []
 
 _I64 = np.dtype(np.int64)
+# Signed integer itemsize -> the unsigned dtype of the same size (read-only).
+_UNSIGNED = MappingProxyType({np.dtype(t).itemsize: np.dtype(t) for t in (np.uint8, np.uint16, np.uint32, np.uint64)})
 
 
 def resolve_shape(op: str, size: Sequence[int], numel: int) -> tuple[int, ...]:
@@ -35,6 +38,15 @@ def resolve_shape(op: str, size: Sequence[int], numel: int) -> tuple[int, ...]:
 
 
 def _reshape_into(op: str, x: np.ndarray, size: Sequence[int], out: Any) -> np.ndarray:
+    if type(out) is np.ndarray:
+        # Fast path: ``size`` is ``out``'s shape already (no -1 to resolve).
+        shape = out.shape
+        if tuple(size) == shape and x.size == out.size:
+            try:
+                out[...] = x.reshape(shape)
+                return out
+            except ValueError:  # a read-only out
+                pass
     target = resolve_shape(op, size, x.size)
     o = dest(out, target)
     if o is not None and o.flags.c_contiguous:
@@ -56,6 +68,15 @@ def unsafe_view_out(self: np.ndarray, size: list[int], out: np.ndarray) -> np.nd
 
 @kernel("aten::permute_copy.out", dtypes=ALL)
 def permute_copy_out(self: np.ndarray, dims: list[int], out: np.ndarray) -> np.ndarray:
+    if type(out) is np.ndarray:
+        # Fast path: numpy validates the permutation (wrong length, repeats, range).
+        try:
+            t = self.transpose(dims)
+            if t.shape == out.shape:
+                out[...] = t
+                return out
+        except (ValueError, TypeError):
+            pass
     op = "aten::permute_copy.out"
     axes = tuple(wrap_dim(int(d), self.ndim, op) for d in dims)
     if sorted(axes) != list(range(self.ndim)):
@@ -100,6 +121,12 @@ def expand_copy_out(self: np.ndarray, size: list[int], implicit: bool, out: np.n
 
 
 def _copy(self: np.ndarray, out: Any) -> Any:
+    if type(out) is np.ndarray and out.shape == self.shape and out.dtype == self.dtype:
+        try:
+            out[...] = self
+            return out
+        except ValueError:  # a read-only out
+            pass
     with np.errstate(invalid="ignore"):
         return finish(self, out)
 
@@ -274,10 +301,18 @@ def _split(op: str, x: np.ndarray, sizes: Sequence[int], d: int, out: Any) -> li
         raise bad(op, f"{len(sizes)} pieces but {n} out tensors")
     res = []
     start = 0
+    lead = (slice(None),) * d
     for size, o in zip(sizes, out):
-        piece = x[(slice(None),) * d + (slice(start, start + size),)]
-        res.append(finish(piece, o))
+        piece = x[lead + (slice(start, start + size),)]
         start += size
+        if type(o) is np.ndarray and o.shape == piece.shape:
+            try:
+                o[...] = piece
+                res.append(o)
+                continue
+            except ValueError:  # a read-only out
+                pass
+        res.append(finish(piece, o))
     return res
 
 
@@ -289,7 +324,7 @@ def split_with_sizes_copy_out(
     op = "aten::split_with_sizes_copy.out"
     d = wrap_dim(dim, self.ndim, op)
     sizes = [int(s) for s in split_sizes]
-    if any(s < 0 for s in sizes) or sum(sizes) != self.shape[d]:
+    if sum(sizes) != self.shape[d] or min(sizes, default=0) < 0:
         raise bad(op, f"split_sizes {sizes} do not add up to dim {dim} of size {self.shape[d]}")
     return _split(op, self, sizes, d, out)
 
@@ -389,6 +424,21 @@ def embedding_out(
     sparse: bool,
     out: np.ndarray,
 ) -> np.ndarray:
+    if (
+        type(out) is np.ndarray
+        and indices.dtype.kind == "i"
+        and weight.ndim == 2
+        and out.dtype == weight.dtype
+        and out.shape == indices.shape + weight.shape[1:]
+        and indices.size
+    ):
+        # Fast path: seen as unsigned, negative indices are huge, so one max checks both ends.
+        unsigned = indices.view(_UNSIGNED[indices.dtype.itemsize])
+        if int(np.maximum.reduce(unsigned, axis=None)) < weight.shape[0]:
+            try:
+                return weight.take(indices, axis=0, out=out, mode="clip")
+            except ValueError:  # a read-only out
+                pass
     op = "aten::embedding.out"
     if weight.ndim != 2:
         raise bad(op, f"weight must be 2-d, got shape {tuple(weight.shape)}")

@@ -167,11 +167,12 @@ def finish(res: Any, out: Any) -> Any:
     """
     if res is out:
         return out
-    res = np.asarray(res)
+    if type(res) is not np.ndarray:
+        res = np.asarray(res)
     if not isinstance(out, np.ndarray):
         return res
     if out.shape == res.shape and out.flags.writeable:
-        np.copyto(out, res, casting="unsafe")
+        out[...] = res  # an unsafe-casting copy, like np.copyto(casting="unsafe"), but cheaper
         return out
     if res.dtype != out.dtype:
         res = res.astype(out.dtype)
