@@ -293,19 +293,3 @@ def test_import_configures_no_logging() -> None:
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-
-
-def test_cli_imports_only_base_and_format_layers() -> None:
-    """_cli reads programs through orchestra.program only (no runtime layer yet)."""
-    tree = ast.parse(pathlib.Path(_cli.__file__).read_text())
-    targets = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom):
-            if node.level:
-                targets.add("orchestra." + (node.module or ""))
-            elif node.module:
-                targets.add(node.module)
-        elif isinstance(node, ast.Import):
-            targets.update(a.name for a in node.names)
-    ours = {t for t in targets if t == "orchestra" or t.startswith("orchestra.")}
-    assert ours <= {"orchestra.errors", "orchestra.telemetry", "orchestra.program"}, ours
