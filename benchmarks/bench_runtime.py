@@ -104,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
             row["orch_us"] = median_latency(f, args.seconds) * 1e6
             row["orch_x2"] = throughput(make_orchestra, 2, args.seconds) / throughput(make_orchestra, 1, args.seconds)
         except OrchestraError as exc:
-            row["orch_note"] = str(exc).split(": ")[-1][:60]
+            msg = str(exc)
+            row["orch_note"] = msg[msg.find("backend '"):].split(" (")[0] if "backend '" in msg else msg[-70:]
         if et_runtime is not None:
             et_prog = et_runtime.load_program(data)
             t_inputs = [torch.from_numpy(x) for x in inputs]
