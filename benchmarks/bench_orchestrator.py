@@ -1,0 +1,266 @@
+#!/usr/bin/env python3
+"""What the orchestrator costs per execute, and how close its instances get to the machine.
+
+1. Per-execute overhead on a trivial program (one kernel on 4 floats), on asyncio and on
+   uvloop: latency of ``await instance.execute(x)`` minus a direct ``Method.execute(x)``,
+   p50 and p99, next to two references measured in the same run and doing the same work:
+   ``asyncio.to_thread(method.execute, x)`` and a bare thread round trip (a dedicated thread,
+   ``queue.SimpleQueue`` in, ``loop.call_soon_threadsafe`` out). Rounds of each are
+   interleaved so machine noise hits them alike. Also the amortised cost with 8 executes in
+   flight (the worker batches results while executes are short).
+   Goal: orchestrator p50 overhead within 1.2x of the bare round trip, under half of
+   ``asyncio.to_thread``'s.
+2. Aggregate throughput of N = 1, 2, 4 instances of the conv-net fixture
+   (``tests/fixtures/convnet.pte``) on worker threads and on worker processes, against the machine's ceiling measured
+   in the same run: N separate processes running the same Method workload with no
+   orchestrator (multiprocessing), both for the same wall-clock window, interleaved, medians
+   of ``--repeats``. Prints the fraction of the ceiling.
+
+    python benchmarks/bench_orchestrator.py [--rounds 7] [--n 2000] [--seconds 1] [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing as mp
+import os
+import pathlib
+import queue
+import statistics
+import sys
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import structlog
+
+from orchestra.aot import ProgramBuilder
+from orchestra.orchestrator import InstanceSpec, Orchestrator
+from orchestra.runtime import Method, Program, load_program
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CONVNET = ROOT / "tests" / "fixtures" / "convnet.pte"
+CONVNET_IN = ROOT / "tests" / "fixtures" / "convnet.npz"
+
+
+def trivial_program() -> Program:
+    b = ProgramBuilder()
+    f = b.method("forward")
+    f.output(f.call("aten::add.Scalar_out", f.input(np.float32, (4,)), 1.0))
+    return load_program(b.to_bytes())
+
+
+def pct(xs: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(xs), q))
+
+
+# -- 1. per-execute overhead ----------------------------------------------------------------
+class BareWorker:
+    """The reference: a dedicated thread, SimpleQueue in, call_soon_threadsafe out."""
+
+    def __init__(self, method: Method) -> None:
+        self.q: queue.SimpleQueue = queue.SimpleQueue()
+        self.method = method
+        self.t = threading.Thread(target=self.run, daemon=True)
+        self.t.start()
+
+    def run(self) -> None:
+        get, execute = self.q.get, self.method.execute
+        while True:
+            item = get()
+            if item is None:
+                return
+            loop, fut, x = item
+            out = execute(x)
+            loop.call_soon_threadsafe(_set, fut, out)
+
+    async def call(self, x: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        self.q.put((loop, fut, x))
+        return await fut
+
+    def close(self) -> None:
+        self.q.put(None)
+        self.t.join()
+
+
+def _set(fut: asyncio.Future, value: Any) -> None:
+    if not fut.done():
+        fut.set_result(value)
+
+
+async def overhead_run(rounds: int, n: int) -> dict[str, dict[str, float]]:
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))  # quiet
+    prog = trivial_program()
+    x = [np.arange(4, dtype=np.float32)]
+    direct_m = prog.load_method()
+    thread_m = prog.load_method()
+    bare_m = prog.load_method()
+    bare = BareWorker(bare_m)
+    samples: dict[str, list[float]] = {k: [] for k in ("direct", "orchestrator", "bare", "to_thread")}
+    piped: dict[str, list[float]] = {"orchestrator": [], "bare": []}
+    perf = time.perf_counter
+    async with Orchestrator(period=None) as orch:
+        p = await orch.load(prog, instances=[InstanceSpec("bench")])
+        inst = p["bench"]
+        for _ in range(200):  # warm up
+            await inst.execute(x)
+            await bare.call(x)
+            await asyncio.to_thread(thread_m.execute, x)
+        for _ in range(rounds):
+            s = samples["direct"]
+            for _ in range(n):
+                t0 = perf()
+                direct_m.execute(x)
+                s.append(perf() - t0)
+            s = samples["orchestrator"]
+            for _ in range(n):
+                t0 = perf()
+                await inst.execute(x)
+                s.append(perf() - t0)
+            s = samples["bare"]
+            for _ in range(n):
+                t0 = perf()
+                await bare.call(x)
+                s.append(perf() - t0)
+            s = samples["to_thread"]
+            for _ in range(n // 2):
+                t0 = perf()
+                await asyncio.to_thread(thread_m.execute, x)
+                s.append(perf() - t0)
+            for name, call in (("orchestrator", inst.execute), ("bare", bare.call)):
+                t0 = perf()
+                for _ in range(n // 8):
+                    await asyncio.gather(*(call(x) for _ in range(8)))
+                piped[name].append((perf() - t0) / (n // 8 * 8))
+    bare.close()
+    d50, d99 = pct(samples["direct"], 50), pct(samples["direct"], 99)
+    out: dict[str, dict[str, float]] = {"direct": {"p50": d50, "p99": d99, "ovh50": 0.0, "ovh99": 0.0}}
+    for k in ("orchestrator", "bare", "to_thread"):
+        p50, p99 = pct(samples[k], 50), pct(samples[k], 99)
+        out[k] = {"p50": p50, "p99": p99, "ovh50": p50 - d50, "ovh99": p99 - d99}
+    for k, v in piped.items():
+        out[k]["piped"] = statistics.median(v) - d50
+    return out
+
+
+def run_overhead(use_uvloop: bool, rounds: int, n: int) -> dict[str, dict[str, float]]:
+    if use_uvloop:
+        import uvloop
+
+        return uvloop.run(overhead_run(rounds, n))
+    return asyncio.run(overhead_run(rounds, n))
+
+
+# -- 2. throughput against the machine's ceiling --------------------------------------------
+def _ceiling_proc(ready: Any, stop: Any, out: Any) -> None:
+    """One process of the ceiling: the same Method workload, no orchestrator."""
+    prog = load_program(str(CONVNET))
+    x = [np.load(CONVNET_IN)["forward.in_0"]]
+    m = prog.load_method()
+    for _ in range(20):
+        m.execute(x)
+    ready.wait()  # every process is warm: go
+    n = 0
+    is_set = stop.is_set
+    while not is_set():
+        m.execute(x)
+        n += 1
+    out.put(n)
+
+
+def ceiling(n_procs: int, seconds: float) -> float:
+    """Executes per second of ``n_procs`` processes running concurrently for ``seconds``."""
+    ctx = mp.get_context("spawn")
+    ready, stop, out = ctx.Barrier(n_procs + 1), ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=_ceiling_proc, args=(ready, stop, out)) for _ in range(n_procs)]
+    for p in procs:
+        p.start()
+    ready.wait()
+    t0 = time.perf_counter()
+    time.sleep(seconds)
+    stop.set()
+    total = sum(out.get() for _ in procs)
+    elapsed = time.perf_counter() - t0
+    for p in procs:
+        p.join()
+    return total / elapsed
+
+
+async def orchestrated(n_inst: int, seconds: float, in_flight: int, placement: str) -> float:
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
+    prog = load_program(str(CONVNET))
+    x = [np.load(CONVNET_IN)["forward.in_0"]]
+    async with Orchestrator(period=None) as orch:
+        p = await orch.load(prog, instances=[InstanceSpec(f"c{i}", placement=placement) for i in range(n_inst)])
+        for inst in p:
+            for _ in range(20):
+                await inst.execute(x)
+        count = 0
+        stop = False
+
+        async def drive(inst: Any) -> None:
+            nonlocal count
+            while not stop:
+                await inst.execute(x)
+                count += 1
+
+        tasks = [asyncio.create_task(drive(inst)) for inst in p for _ in range(in_flight)]
+        t0 = time.perf_counter()
+        await asyncio.sleep(seconds)
+        stop = True
+        await asyncio.gather(*tasks)
+        return count / (time.perf_counter() - t0)
+
+
+def run_orchestrated(n_inst: int, seconds: float, placement: str, in_flight: int = 2) -> float:
+    import uvloop
+
+    return uvloop.run(orchestrated(n_inst, seconds, in_flight, placement))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--n", type=int, default=2000)
+    ap.add_argument("--seconds", type=float, default=1.0)
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args()
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    print(f"python {sys.version.split()[0]}, {cpus} CPUs, numpy {np.__version__}")
+    print()
+    print("1. per-execute overhead over a direct Method.execute (trivial program), microseconds")
+    us = 1e6
+    results = {}
+    for name, uv in (("uvloop", True), ("asyncio", False)):
+        results[name] = r = run_overhead(uv, args.rounds, args.n)
+        print(f"\n  {name}: direct Method.execute p50 {r['direct']['p50'] * us:.1f}  p99 {r['direct']['p99'] * us:.1f}")
+        print(f"  {'mechanism':<34}{'p50':>8}{'p99':>8}{'8 in flight':>13}")
+        for k, label in (("orchestrator", "await instance.execute"), ("bare", "bare thread round trip"),
+                         ("to_thread", "asyncio.to_thread(method.execute)")):
+            piped = f"{r[k]['piped'] * us:>13.1f}" if "piped" in r[k] else f"{'':>13}"
+            print(f"  {label:<34}{r[k]['ovh50'] * us:>8.1f}{r[k]['ovh99'] * us:>8.1f}{piped}")
+        o, b, t = r["orchestrator"]["ovh50"], r["bare"]["ovh50"], r["to_thread"]["ovh50"]
+        ok1, ok2 = o <= 1.2 * b, o < 0.5 * t
+        print(f"  orchestrator / bare round trip: {o / b:.2f}x (goal <= 1.2x: {'met' if ok1 else 'MISSED'}); "
+              f"/ asyncio.to_thread: {o / t:.2f}x (goal < 0.5x: {'met' if ok2 else 'MISSED'})")
+    print()
+    print(f"2. conv-net throughput (tests/fixtures/convnet.pte), {args.seconds:g} s per point, uvloop, "
+          f"2 executes in flight per instance")
+    print(f"  {'N':>3}{'ceiling: N processes':>22}{'N threads':>14}{'fraction':>10}{'N processes':>14}{'fraction':>10}")
+    for n in (1, 2, 4):
+        ceils, threads, procs = [], [], []
+        for _ in range(args.repeats):  # interleaved, medians
+            ceils.append(ceiling(n, args.seconds))
+            threads.append(run_orchestrated(n, args.seconds, "thread"))
+            procs.append(run_orchestrated(n, args.seconds, "process"))
+        ceil, th, pr = statistics.median(ceils), statistics.median(threads), statistics.median(procs)
+        print(f"  {n:>3}{ceil:>19.0f}/s{th:>12.0f}/s{th / ceil:>10.2f}{pr:>12.0f}/s{pr / ceil:>10.2f}")
+    print("  (placement='thread': worker threads in this process; placement='process': a worker process per")
+    print("   instance, tensors through shared memory; ceiling: bare processes, no orchestrator)")
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+"""The orchestrator: many instances of one program method at once, each on its own worker
+thread and bound hardware, retuned between executes by a policy engine.
+
+``Orchestrator`` (anyio; runs on asyncio with or without uvloop) loads a method as a
+:class:`Pool` of :class:`Instance` objects described by :class:`InstanceSpec` and bound to
+units of a :class:`ResourcePool` (:class:`NpuSimResource`, :class:`CpuResource`).
+"""
+
+from ._engine import ActionExplanation, Explanation, OptionExplanation
+from ._errors import DeadlineError, ExecuteError, InstanceClosedError, InstanceFailedError, ResourceError
+from ._instance import Instance, Origin, Pool
+from ._orchestrator import Orchestrator
+from ._resources import CpuResource, NpuSimResource, Reservation, Resource, ResourcePool
+from ._spec import InstanceSpec, RestartPolicy
+from ._stats import EngineRun, InstanceStatistics, OrchestratorStatistics, PoolStatistics
+
+__all__ = [
+    "ActionExplanation",
+    "CpuResource",
+    "DeadlineError",
+    "EngineRun",
+    "ExecuteError",
+    "Explanation",
+    "Instance",
+    "InstanceClosedError",
+    "InstanceFailedError",
+    "InstanceSpec",
+    "InstanceStatistics",
+    "NpuSimResource",
+    "OptionExplanation",
+    "Orchestrator",
+    "OrchestratorStatistics",
+    "Origin",
+    "Pool",
+    "PoolStatistics",
+    "Reservation",
+    "Resource",
+    "ResourceError",
+    "ResourcePool",
+    "RestartPolicy",
+]

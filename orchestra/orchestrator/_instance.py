@@ -1,0 +1,807 @@
+"""Instances (loop side of a worker) and pools (a method loaded as several instances).
+
+Everything here runs on the event loop's thread; the worker thread talks back only through
+``loop.call_soon_threadsafe``. ``Instance.execute`` is the hot path: a loop future, one
+``SimpleQueue.put``, one await.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import math
+import queue
+import time
+from collections.abc import Hashable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from ..errors import InvalidArgumentError, NotFoundError, OrchestraError
+from ..runtime import OptionSpec, Program, get_backend_class
+from ..telemetry import LatencyWindow, bound, get_logger
+from ._errors import DeadlineError, InstanceClosedError, InstanceFailedError, ResourceError
+from ._resources import Reservation
+from ._spec import InstanceSpec
+from ._stats import InstanceStatistics, PoolStatistics
+from ._worker import STOP, WAKE, OptionChange, Worker
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._orchestrator import Orchestrator
+
+__all__ = ["Instance", "Origin", "Pool"]
+
+_log = get_logger(__name__)
+
+Options = Mapping[str, Mapping[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Who set a value and why (what ``explain()`` reports).
+
+    ``source`` is ``"default"`` (the backend's declared default), ``"spec"`` (the
+    InstanceSpec's backend_options), ``"binding"`` (implied by the resource binding) or
+    ``"policy"`` (then ``policy``, ``priority``, ``reason`` and ``signals`` say which, why and
+    on what signal values). ``at`` is ``time.monotonic()`` and ``wall`` ``time.time()`` when
+    the value was set.
+    """
+
+    source: str
+    value: Any
+    policy: str | None = None
+    priority: int | None = None
+    reason: str = ""
+    signals: Mapping[str, Any] = field(default_factory=dict)
+    at: float = 0.0
+    wall: float = 0.0
+
+
+def _settle(fut: asyncio.Future, exc: BaseException | None = None, value: Any = None) -> None:
+    if not fut.done():
+        if exc is None:
+            fut.set_result(value)
+        else:
+            fut.set_exception(exc)
+
+
+def _frozen(options: Mapping[str, Mapping[str, Any]]) -> Options:
+    return MappingProxyType({b: MappingProxyType(dict(v)) for b, v in options.items()})
+
+
+class Instance:
+    """One instance of a pool's method: a worker thread owning one Method.
+
+    Get it with ``pool["front"]``. The object stays the same across restarts and
+    replacements (its worker changes).
+    """
+
+    def __init__(self, pool: Pool, spec: InstanceSpec, reservation: Reservation,
+                 baseline: Options, sources: Mapping[tuple[str, str], str]) -> None:
+        self.pool = pool
+        self.spec = spec
+        self.name = spec.name
+        self.reservation = reservation
+        self._orch = pool._orch
+        self._loop = pool._orch._loop
+        self.baseline = baseline
+        self._sources = dict(sources)
+        self.desired: Options = baseline  # replaced whole, never mutated: workers read it
+        now, wall = time.monotonic(), time.time()
+        self.origins: dict[tuple[str, str], Origin] = {
+            k: Origin(src, baseline[k[0]][k[1]], at=now, wall=wall) for k, src in sources.items()}
+        self.action_origins: dict[str, Origin] = {}
+        self.latency = LatencyWindow()
+        self._in_flight = 0
+        self._state = "starting"
+        self._paused = False
+        self._blocked = True  # paused, or not running: execute takes the slow path
+        self._wake = anyio.Event()
+        self._rate = spec.target_rate_hz
+        self._base = [0, 0, 0]  # executes, failures, restarts of workers that are gone
+        self.replacements = 0
+        self._fail_reason: str | None = None
+        self._fail_exc: BaseException | None = None
+        self._generation = 0
+        self._worker: Worker | None = None
+        self._ready: dict[Worker, asyncio.Future] = {}
+        self._exit: dict[Worker, asyncio.Future] = {}
+
+    # -- the hot path -------------------------------------------------------------------
+    async def execute(self, inputs: Sequence[Any], backend_options: Mapping[str, Mapping[str, Any]] | None = None) -> list[Any]:
+        """Runs the method once on this instance's worker; returns its outputs.
+
+        ``backend_options`` overrides hot options for this call only. On a paused instance
+        this waits until it is resumed (wrap it in ``anyio.fail_after`` to bound the wait).
+        Cancelling the call abandons its result (a request already queued still runs).
+
+        Raises:
+            ExecuteError: the Method raised (``__cause__`` is its exception; the instance
+                restarts per its RestartPolicy).
+            DeadlineError: the execute ran past the instance's ``deadline_s``.
+            InstanceFailedError: the instance failed (gave up restarting); says why.
+            InstanceClosedError: the instance was removed or the orchestrator closed.
+        """
+        if self._blocked:
+            await self._wait_runnable()
+        fut = self._loop.create_future()
+        self._in_flight += 1
+        self._worker.inbox.put((fut, inputs, backend_options))  # type: ignore[union-attr]
+        return await fut
+
+    def _resolve(self, batch: list) -> None:
+        """Runs on the loop: results from the worker."""
+        self._in_flight -= len(batch)
+        for fut, ok, value in batch:
+            if ok is None or fut.done():
+                continue
+            if ok:
+                fut.set_result(value)
+            else:
+                fut.set_exception(value)
+
+    @staticmethod
+    def _resolve_late(batch: list) -> None:
+        """Results from an abandoned worker: counted already, delivered if still awaited."""
+        for fut, ok, value in batch:
+            if ok is not None and not fut.done():
+                (fut.set_result if ok else fut.set_exception)(value)
+
+    async def _wait_runnable(self) -> None:
+        while self._blocked:
+            state = self._state
+            if state == "failed":
+                err = InstanceFailedError(f"instance {self.name!r} failed: {self._fail_reason}", instance=self.name)
+                raise err from self._fail_exc
+            if state in ("draining", "closed"):
+                raise InstanceClosedError(f"instance {self.name!r} is {'being removed' if state == 'draining' else 'closed'}")
+            if state == "starting":
+                raise InstanceClosedError(f"instance {self.name!r} is not started")
+            await self._wake.wait()  # paused
+
+    def _update(self) -> None:
+        blocked = self._paused or self._state != "running"
+        was = self._blocked
+        self._blocked = blocked
+        if was and not blocked or blocked and self._state in ("failed", "draining", "closed"):
+            self._wake.set()
+            self._wake = anyio.Event()
+        self.pool._routing_changed()
+
+    # -- lifetime -------------------------------------------------------------------------
+    def _spawn(self) -> Worker:
+        self._generation += 1
+        w = Worker(instance=self.name, pool=self.pool.name, program=self.pool.program, method_name=self.pool.method,
+                   desired=lambda: self.desired, cpus=self.reservation.cpus, restart=self.spec.restart,
+                   loop=self._loop, latency=self.latency, resolve=self._resolve, on_ready=self._on_ready,
+                   on_failed=self._on_failed, on_exit=self._on_exit,
+                   period=1.0 / self._rate if self._rate else 0.0, generation=self._generation,
+                   placement=self.spec.placement, initializer=self._orch.process_initializer)
+        w.redirect = self._resubmit
+        self._ready[w] = self._loop.create_future()
+        self._exit[w] = self._loop.create_future()
+        return w
+
+    async def _start(self) -> None:
+        w = self._worker = self._spawn()
+        w.start()
+        ready = self._ready[w]
+        try:
+            await ready
+        except BaseException:
+            self._state = "closed"
+            w.inbox.put(STOP)  # cancelled while loading: the worker exits once loaded
+            self._update()
+            raise
+        finally:
+            self._ready.pop(w, None)
+        self._state = "running"
+        self._update()
+
+    def _on_ready(self, w: Worker, exc: BaseException | None) -> None:
+        fut = self._ready.pop(w, None)
+        if fut is not None:  # the first start: load() awaits it
+            _settle(fut, exc)
+            return
+        if w is not self._worker:
+            return
+        if exc is not None:  # a replacement failed to load
+            self._mark_failed(f"its replacement failed to load: {type(exc).__name__}: {exc}", exc, w)
+        else:
+            _log.info("instance replacement ready", instance=self.name, generation=w.generation)
+            self._update()
+
+    def _on_failed(self, w: Worker, reason: str, exc: BaseException) -> None:
+        if w is self._worker:
+            self._mark_failed(reason, exc, w)
+
+    def _on_exit(self, w: Worker) -> None:
+        fut = self._exit.pop(w, None)
+        if fut is not None:
+            _settle(fut)
+
+    def _mark_failed(self, reason: str, exc: BaseException, w: Worker) -> None:
+        if self._state in ("failed", "closed"):
+            return
+        self._state = "failed"
+        self._fail_reason = reason
+        self._fail_exc = exc
+        err = InstanceFailedError(f"instance {self.name!r} failed: {reason}", instance=self.name)
+        err.__cause__ = exc
+        leftovers = []
+        while True:  # posted before the loop learned of the failure
+            try:
+                item = w.inbox.get_nowait()
+            except queue.Empty:
+                break
+            if item is not STOP and item is not WAKE:
+                leftovers.append((item[0], False, err))
+        if leftovers:
+            self._resolve(leftovers)
+        self._orch.resources.release(self.reservation)
+        with bound(instance=self.name, pool=self.pool.name):
+            _log.error("instance marked failed and removed from routing", reason=reason)
+        self._update()
+
+    def _resubmit(self, item: Any) -> None:
+        w = self._worker
+        if self._state == "failed" or w is None:
+            self._resolve([(item[0], False, InstanceFailedError(f"instance {self.name!r} failed: {self._fail_reason}",
+                                                                  instance=self.name))])
+        else:
+            w.inbox.put(item)
+
+    def _quarantine(self, w: Worker, started: float) -> None:
+        """The deadline watchdog found ``w`` stuck in an execute since ``started``."""
+        if w is not self._worker or w.started != started or w.abandoned or self._state in ("failed", "closed"):
+            return
+        w.abandoned = True
+        w.resolve = self._resolve_late
+        w.kill()  # a worker process is ended; a thread can only be abandoned
+        deadline = self.spec.deadline_s
+        err = DeadlineError(
+            f"instance {self.name!r}: execute ran past its deadline of {deadline:g} s; the instance was quarantined "
+            f"({'its worker process killed' if self.spec.placement == 'process' else 'its worker thread abandoned'}, "
+            f"its Method never reused) and replaced by a fresh one", instance=self.name)
+        done, w.pending = w.pending, []
+        fut = w.current
+        if fut is not None:
+            done.append((fut, False, err))
+        self._resolve(done)
+        self._base[0] += w.executions
+        self._base[1] += w.failures + 1
+        self._base[2] += w.restarts
+        self.replacements += 1
+        moved = []
+        while True:
+            try:
+                item = w.inbox.get_nowait()
+            except queue.Empty:
+                break
+            if item is not STOP and item is not WAKE:
+                moved.append(item)
+        while w.mailbox:  # the replacement loads the desired options directly
+            ch = w.mailbox.popleft()
+            if ch.ack is not None:
+                ch.ack(None)
+        exited = self._exit.pop(w, None)
+        if exited is not None:
+            _settle(exited)  # nobody waits for the abandoned thread
+        with bound(instance=self.name, pool=self.pool.name):
+            _log.error("instance quarantined after a deadline; replacing it", deadline_s=deadline,
+                       stuck_thread=w.thread.name, requeued=len(moved))
+        if self._state == "draining":  # being removed: no replacement; queued work fails
+            self._resolve([(it[0], False, InstanceClosedError(f"instance {self.name!r} was removed")) for it in moved])
+            self._state = "closed"
+            self._update()
+            return
+        nw = self._worker = self._spawn()
+        self._ready.pop(nw, None)  # readiness arrives through _on_ready as a replacement
+        for item in moved:
+            nw.inbox.put(item)
+        nw.start()
+
+    async def _stop(self, timeout: float | None) -> None:
+        """Drains: requests already queued complete, then the worker exits."""
+        if self._state in ("closed",):
+            return
+        failed = self._state == "failed"
+        if not failed:
+            self._state = "draining"
+        self._update()
+        w = self._worker
+        fut = self._exit.get(w) if w is not None else None
+        if w is not None and fut is not None and not failed:
+            w.inbox.put(STOP)
+        if fut is not None:
+            with anyio.move_on_after(math.inf if timeout is None else timeout) as scope:
+                await fut
+            if scope.cancelled_caught:
+                _log.warning("instance did not drain in time; its worker is abandoned (a worker process is killed)",
+                             instance=self.name, timeout_s=timeout)
+                if w is not None:
+                    w.abandoned = True
+                    w.resolve = self._resolve_late
+                    w.kill()
+        self._state = "closed"
+        self._update()
+
+    # -- state ----------------------------------------------------------------------------
+    @property
+    def state(self) -> str:
+        """``running``, ``paused``, ``restarting``, ``replacing``, ``draining``, ``failed`` or ``closed``."""
+        s = self._state
+        if s != "running":
+            return s
+        w = self._worker
+        if w is not None and w.state == "loading":
+            return "replacing"
+        if w is not None and w.state == "restarting":
+            return "restarting"
+        return "paused" if self._paused else "running"
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    @property
+    def binding(self) -> Mapping[str, Any]:
+        return self.reservation.bind
+
+    def pause(self) -> None:
+        """Takes the instance out of routing; its executes wait until :meth:`resume`."""
+        if not self._paused:
+            self._paused = True
+            self._update()
+
+    def resume(self) -> None:
+        if self._paused:
+            self._paused = False
+            self._update()
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def set_target_rate(self, hz: float | None) -> None:
+        """Paces executes to at most ``hz`` per second on the worker (None: no limit)."""
+        if hz is not None and (isinstance(hz, bool) or not isinstance(hz, (int, float)) or not 0 < hz < math.inf):
+            raise InvalidArgumentError(f"instance {self.name!r}: target rate must be a number > 0 or None, got {hz!r}")
+        self._rate = hz
+        if self._worker is not None:
+            self._worker.period = 1.0 / hz if hz else 0.0
+
+    @property
+    def target_rate_hz(self) -> float | None:
+        return self._rate
+
+    def options_in_force(self) -> dict[str, dict[str, Any]]:
+        w = self._worker
+        m = w.method if w is not None else None
+        if m is None:
+            return {}
+        out = {}
+        for b in self.pool.backends:
+            try:
+                out[b] = m.backend_options(b)
+            except OrchestraError:  # pragma: no cover - closed under us
+                pass
+        return out
+
+    def value(self, backend: str, option: str) -> Any:
+        """The desired (in force or pending) value of one option."""
+        v = self.desired.get(backend, {})
+        if option in v:
+            return v[option]
+        return self.pool.option_specs[backend][option].default
+
+    def baseline_origin(self, backend: str, option: str) -> Origin:
+        """Where the value comes from when no policy sets it."""
+        vals = self.baseline.get(backend, {})
+        if option in vals:
+            return Origin(self._sources.get((backend, option), "spec"), vals[option])
+        return Origin("default", self.pool.option_specs[backend][option].default)
+
+    def apply_options(self, changes: Mapping[str, Mapping[str, Any]], *, cpus: tuple[int, ...] | None = None) -> asyncio.Future:
+        """Makes ``changes`` (backend -> option -> value) this instance's desired options and
+        sends them to the worker as one change. Returns a future set once they are
+        published (in force from the next execute), with an exception if they failed."""
+        merged = {b: dict(v) for b, v in self.desired.items()}
+        init_only = set()
+        for b, vals in changes.items():
+            merged.setdefault(b, {}).update(vals)
+            specs = self.pool.option_specs[b]
+            if any(not specs[k].hot for k in vals):
+                init_only.add(b)
+        self.desired = _frozen(merged)
+        done = self._loop.create_future()
+        w = self._worker
+        if w is None or self._state in ("failed", "closed") or w.state in ("failed", "stopped"):
+            _settle(done)
+            return done
+        ch = OptionChange(_frozen(changes), frozenset(init_only), cpus, lambda exc: _settle(done, exc))
+        w.mailbox.append(ch)
+        w.inbox.put(WAKE)
+        return done
+
+    def counters(self) -> tuple[int, int, int]:
+        """(executes, failures, restarts) over every worker this instance had."""
+        w = self._worker
+        ex, fa, re = self._base
+        if w is not None and not w.abandoned:
+            ex, fa, re = ex + w.executions, fa + w.failures, re + w.restarts
+        return ex, fa, re
+
+    def describe(self) -> dict[str, Any]:
+        """Cheap: who this is, what it is bound to, the options in force (what a pipeline's
+        statistics show for its executor)."""
+        return {"instance": self.name, "pool": self.pool.name, "unit": dict(self.reservation.bind),
+                "options": self.options_in_force(), "state": self.state}
+
+    def statistics(self) -> InstanceStatistics:
+        w = self._worker
+        ex, fa, re = self.counters()
+        in_force = self.options_in_force()
+        pending = {}
+        for b, vals in self.desired.items():
+            diff = {k: v for k, v in vals.items() if b in in_force and in_force[b].get(k) != v}
+            if diff:
+                pending[b] = diff
+        err = self._fail_reason or (repr(w.last_error) if w is not None and w.last_error is not None else None)
+        return InstanceStatistics(
+            name=self.name, pool=self.pool.name, state=self.state, binding=self.reservation.bind,
+            cpus=self.reservation.cpus, executes=ex, failures=fa, restarts=re, replacements=self.replacements,
+            in_flight=self._in_flight, latency=self.latency.summary(), options=_frozen(in_force),
+            pending=_frozen(pending), paused=self._paused, target_rate_hz=self._rate, last_error=err)
+
+    def __repr__(self) -> str:
+        return f"<Instance {self.name!r} of pool {self.pool.name!r} {self.state} bind={dict(self.reservation.bind)}>"
+
+
+_MISSING = object()
+
+
+class Pool:
+    """A program method loaded as several instances; ``orch.load`` returns one.
+
+    ``pool["front"]`` is an :class:`Instance`; ``await pool.execute(x, key="cam7")`` routes:
+    a key sticks to the instance it was first routed to (while that instance can take
+    work), otherwise the least loaded instance (fewest requests in flight) takes it.
+    Paused instances are skipped; when every instance is paused the call waits.
+    """
+
+    def __init__(self, orch: Orchestrator, name: str, program: Program, method: str) -> None:
+        self._orch = orch
+        self.name = name
+        self.program = program
+        self.method = method
+        self.meta = program.method_meta(method)
+        self.backends: tuple[str, ...] = self.meta.backends
+        self.option_specs: dict[str, dict[str, OptionSpec]] = {
+            b: {s.name: s for s in get_backend_class(b).option_specs} for b in self.backends}
+        self._instances: dict[str, Instance] = {}
+        self._routable: list[Instance] = []
+        self._sticky: dict[Hashable, Instance] = {}
+        self._rr = 0
+        self._routed = 0
+        self._avail = anyio.Event()
+        self._template: InstanceSpec | None = None
+        self._closed = False
+
+    # -- access ---------------------------------------------------------------------------
+    def __getitem__(self, name: str) -> Instance:
+        try:
+            return self._instances[name]
+        except KeyError:
+            raise NotFoundError(f"pool {self.name!r} has no instance {name!r} "
+                                f"(instances: {', '.join(self._instances) or 'none'})") from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._instances
+
+    def __iter__(self) -> Iterator[Instance]:
+        return iter(list(self._instances.values()))
+
+    def __len__(self) -> int:
+        return len(self._instances)
+
+    @property
+    def instances(self) -> tuple[str, ...]:
+        """Instance names, in the order they were added."""
+        return tuple(self._instances)
+
+    # -- routing --------------------------------------------------------------------------
+    def _routing_changed(self) -> None:
+        self._routable = [i for i in self._instances.values() if not i._blocked]
+        self._avail.set()  # waiters re-check
+        self._avail = anyio.Event()
+
+    def _pick(self) -> Instance | None:
+        r = self._routable
+        n = len(r)
+        if n == 0:
+            return None
+        if n == 1:
+            return r[0]
+        start = self._rr = (self._rr + 1) % n
+        best = r[start]
+        load = best._in_flight
+        if load:
+            for k in range(1, n):
+                i = r[(start + k) % n]
+                if i._in_flight < load:
+                    best, load = i, i._in_flight
+                    if not load:
+                        break
+        return best
+
+    async def _wait_pick(self) -> Instance:
+        while True:
+            inst = self._pick()
+            if inst is not None:
+                return inst
+            if self._closed:
+                raise InstanceClosedError(f"pool {self.name!r} is closed")
+            waiting = [i for i in self._instances.values() if i._state in ("running", "starting")]
+            if not waiting:
+                why = "; ".join(f"{i.name}: {i.state}" + (f" ({i._fail_reason})" if i._fail_reason else "")
+                                for i in self._instances.values()) or "it has no instances"
+                raise InstanceFailedError(f"pool {self.name!r} has no instance that can execute ({why})")
+            await self._avail.wait()
+
+    async def execute(self, inputs: Sequence[Any], *, key: Hashable | None = None,
+                      backend_options: Mapping[str, Mapping[str, Any]] | None = None) -> list[Any]:
+        """Runs the method once on a routed instance (see the class docstring)."""
+        self._routed += 1
+        if key is None:
+            inst = self._pick() or await self._wait_pick()
+        else:
+            inst = self._sticky.get(key)
+            if inst is None or inst._blocked:
+                inst = self._pick() or await self._wait_pick()
+                self._sticky[key] = inst
+        return await inst.execute(inputs, backend_options)
+
+    def routed_to(self, key: Hashable) -> str | None:
+        """The instance ``key`` sticks to, if any."""
+        inst = self._sticky.get(key)
+        return inst.name if inst is not None else None
+
+    # -- elastic --------------------------------------------------------------------------
+    def _baseline(self, spec: InstanceSpec, res: Reservation) -> tuple[Options, dict[tuple[str, str], str]]:
+        where = f"pool {self.name!r} instance {spec.name!r}"
+        opts: dict[str, dict[str, Any]] = {}
+        sources: dict[tuple[str, str], str] = {}
+        for b, vals in spec.backend_options.items():
+            specs = self.option_specs.get(b)
+            if specs is None:
+                raise InvalidArgumentError(f"{where}: backend {b!r} is not used by method {self.method!r} "
+                                           f"(it delegates to: {', '.join(self.backends) or 'no backend'})")
+            for k, v in vals.items():
+                s = specs.get(k)
+                if s is None:
+                    raise InvalidArgumentError(f"{where}: backend {b!r} has no option {k!r} (options: {', '.join(specs) or 'none'})")
+                opts.setdefault(b, {})[k] = s.check(v, b)
+                sources[(b, k)] = "spec"
+        for b, vals in res.options.items():
+            for k, v in vals.items():
+                mine = opts.get(b, {})
+                if k in mine and mine[k] != v:
+                    raise ResourceError(f"{where}: backend_options sets {b} {k}={mine[k]!r} but its binding "
+                                        f"{dict(res.bind)} sets {k}={v!r}; leave {k!r} to the binding")
+                opts.setdefault(b, {})[k] = v
+                sources[(b, k)] = "binding"
+        return _frozen(opts), sources
+
+    async def add(self, spec: InstanceSpec) -> Instance:
+        """Adds an instance: holds its binding, starts its worker, loads its Method.
+
+        Raises:
+            ResourceError: the binding can't be satisfied (names the unit and its holder).
+            InvalidArgumentError: the name is taken, or an option is invalid.
+        """
+        (inst,) = await self._add_many([spec])
+        return inst
+
+    async def _add_many(self, specs: Sequence[InstanceSpec]) -> list[Instance]:
+        orch = self._orch
+        orch._check_open()
+        made: list[Instance] = []
+        try:
+            for spec in specs:
+                if not isinstance(spec, InstanceSpec):
+                    raise InvalidArgumentError(f"pool {self.name!r}: instances must be InstanceSpec, got {spec!r}")
+                orch._claim_name(spec.name, self.name)
+                try:
+                    res = orch.resources.reserve(spec.name, spec.bind, self.backends)
+                except BaseException:
+                    orch._drop_name(spec.name)
+                    raise
+                try:
+                    baseline, sources = self._baseline(spec, res)
+                except BaseException:
+                    orch.resources.release(res)
+                    orch._drop_name(spec.name)
+                    raise
+                made.append(Instance(self, spec, res, baseline, sources))
+            errors: list[BaseException] = []
+
+            async def start(inst: Instance) -> None:
+                try:
+                    await inst._start()
+                except Exception as exc:  # noqa: BLE001 - collected below
+                    errors.append(exc)
+
+            async with anyio.create_task_group() as tg:
+                for inst in made:
+                    tg.start_soon(start, inst)
+            if errors:
+                raise errors[0]
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                for inst in made:
+                    if inst._state == "running":
+                        await inst._stop(orch.close_timeout)
+                    orch.resources.release(inst.reservation)
+                    orch._drop_name(inst.name)
+            raise
+        for inst in made:
+            self._instances[inst.name] = inst
+            orch._instances[inst.name] = inst
+            self._template = inst.spec
+            with bound(instance=inst.name, pool=self.name):
+                _log.info("instance added", binding=dict(inst.reservation.bind), cpus=inst.reservation.cpus)
+        self._routing_changed()
+        return made
+
+    async def remove(self, name: str) -> None:
+        """Removes an instance after draining it: requests already queued complete, new
+        ones are refused (routing skips it at once). Its resources are released."""
+        inst = self[name]
+        await inst._stop(self._orch.close_timeout)
+        self._forget(inst)
+
+    def _forget(self, inst: Instance) -> None:
+        self._instances.pop(inst.name, None)
+        self._orch._instances.pop(inst.name, None)
+        self._orch._drop_name(inst.name)
+        self._orch.resources.release(inst.reservation)
+        for k in [k for k, v in self._sticky.items() if v is inst]:
+            del self._sticky[k]
+        self._routing_changed()
+        with bound(instance=inst.name, pool=self.name):
+            _log.info("instance removed")
+
+    def _next_name(self) -> str:
+        k = 1
+        while self._orch._name_taken(f"{self.name}-{k}"):
+            k += 1
+        return f"{self.name}-{k}"
+
+    async def scale(self, n: int) -> tuple[str, ...]:
+        """Runs ``n`` instances (failed ones don't count): adds instances named
+        ``<pool>-<k>`` like the most recently added one still in the pool (same options,
+        restart policy, deadline), each bound to free units of the same kind, or removes
+        (drains) the most recently added. Returns the names added or
+        removed.
+
+        Raises:
+            ResourceError: no free unit for a new instance (code OutOfResources).
+        """
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise InvalidArgumentError(f"pool {self.name!r}: scale takes an int >= 0, got {n!r}")
+        live = [i for i in self._instances.values() if i._state not in ("failed", "closed")]
+        if n > len(live):
+            t = live[-1].spec if live else self._template
+            if t is None:
+                raise InvalidArgumentError(f"pool {self.name!r} has no instance to copy; add() one first")
+            specs = []
+            resources = self._orch.resources
+            held: list[Reservation] = []
+            try:
+                for _ in range(n - len(live)):
+                    name = self._next_name()
+                    bind = resources.auto_bind(name, t.bind, self.backends) if t.bind else {}
+                    spec = dataclasses.replace(t, name=name, bind=bind)
+                    self._orch._claim_name(name, self.name)  # so the next name differs
+                    held.append(resources.reserve(name, bind, self.backends))  # so the next bind differs
+                    specs.append(spec)
+            finally:
+                for r in held:
+                    resources.release(r)
+                for s in specs:
+                    self._orch._drop_name(s.name)
+            made = await self._add_many(specs)
+            return tuple(i.name for i in made)
+        gone = [i.name for i in reversed(live)][: len(live) - n]
+        async with anyio.create_task_group() as tg:
+            for name in gone:
+                tg.start_soon(self.remove, name)
+        return tuple(gone)
+
+    async def move(self, name: str, bind: Mapping[str, Any], *, origin: Origin | None = None) -> bool:
+        """Rebinds an instance: holds the new units, changes its init-only options (the new
+        delegate handles are prepared on a helper thread while it keeps executing, and
+        swapped in at an execute boundary) and its worker's CPU affinity, then releases the
+        old units. Returns False when ``bind`` is what it holds already.
+
+        Raises:
+            ResourceError: the new binding can't be satisfied (it keeps the old one).
+            OrchestraError: the backend failed to initialise on the new units (it keeps the
+                old binding and options).
+        """
+        inst = self[name]
+        resources = self._orch.resources
+        old = inst.reservation
+        new = resources.resolve(name, bind, self.backends, ignore=name)
+        if set(new.slots) == set(old.slots) and dict(new.bind) == dict(old.bind):
+            return False
+        changes: dict[str, dict[str, Any]] = {}
+        for b, vals in new.options.items():
+            for k, v in vals.items():
+                if inst.value(b, k) != v:
+                    changes.setdefault(b, {})[k] = v
+        saved = (inst.baseline, inst.desired, dict(inst._sources), dict(inst.origins))
+        resources.hold(new)
+        inst.reservation = new
+        base = {b: dict(v) for b, v in inst.baseline.items()}
+        for b, vals in new.options.items():
+            base.setdefault(b, {}).update(vals)
+            for k in vals:
+                inst._sources[(b, k)] = "binding"
+        inst.baseline = _frozen(base)
+        now, wall = time.monotonic(), time.time()
+        for b, vals in changes.items():
+            for k, v in vals.items():
+                o = origin if origin is not None else Origin("binding", v)
+                inst.origins[(b, k)] = dataclasses.replace(o, source="binding", value=v, at=now, wall=wall)
+        cpus = None if new.cpus == old.cpus else (new.cpus or ())
+        with bound(instance=name, pool=self.name):
+            _log.info("instance moving", binding=dict(new.bind), previous=dict(old.bind), changes=changes,
+                      policy=origin.policy if origin else None, reason=origin.reason if origin else "")
+        if changes or cpus is not None:
+            done = inst.apply_options(changes, cpus=cpus)
+            with anyio.move_on_after(self._orch.apply_timeout) as scope:
+                try:
+                    await done
+                except Exception as exc:
+                    with bound(instance=name, pool=self.name):
+                        _log.error("instance move failed; it keeps its old binding", error=repr(exc))
+                    resources.release(new)
+                    inst.reservation = old
+                    inst.baseline, inst.desired, inst._sources, inst.origins = saved
+                    raise
+            if scope.cancelled_caught:
+                with bound(instance=name, pool=self.name):
+                    _log.warning("instance move not confirmed in time (the worker is busy); it applies at the "
+                                 "worker's next execute boundary", apply_timeout_s=self._orch.apply_timeout)
+        resources.release(old)
+        return True
+
+    async def close(self) -> None:
+        """Drains and removes every instance."""
+        self._closed = True
+        async with anyio.create_task_group() as tg:
+            for inst in list(self._instances.values()):
+                tg.start_soon(inst._stop, self._orch.close_timeout)
+        for inst in list(self._instances.values()):
+            self._forget(inst)
+        self._avail.set()
+
+    def describe(self) -> dict[str, Any]:
+        """Cheap: the pool, its method and its instances with their bindings."""
+        return {"pool": self.name, "method": self.method,
+                "instances": {n: dict(i.reservation.bind) for n, i in self._instances.items()}}
+
+    def statistics(self) -> PoolStatistics:
+        inst = tuple(i.statistics() for i in self._instances.values())
+        return PoolStatistics(
+            name=self.name, method=self.method, instances=inst,
+            executes=sum(s.executes for s in inst), failures=sum(s.failures for s in inst),
+            restarts=sum(s.restarts for s in inst), replacements=sum(s.replacements for s in inst),
+            in_flight=sum(s.in_flight for s in inst), routed=self._routed, keys=len(self._sticky))
+
+    def __repr__(self) -> str:
+        return f"<Pool {self.name!r} method={self.method!r} instances={list(self._instances)}>"

@@ -1,0 +1,93 @@
+"""Statistics: small frozen dataclasses (anyio style), built on demand on the loop."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..telemetry import LatencySummary
+
+__all__ = ["EngineRun", "InstanceStatistics", "OrchestratorStatistics", "PoolStatistics"]
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceStatistics:
+    """One instance.
+
+    ``executes`` counts executes that returned, ``failures`` those that raised (including
+    the one a deadline cut short); ``restarts`` fresh Methods after a failure;
+    ``replacements`` quarantines after a deadline. ``latency`` is the time of
+    ``Method.execute`` on the worker (not the queueing before it). ``options`` are the
+    values in force (as of the last execute boundary) per backend; ``pending`` the values
+    the engine has set that are not in force yet.
+    """
+
+    name: str
+    pool: str
+    state: str  # running, paused, restarting, replacing, draining, failed, closed
+    binding: Mapping[str, Any]
+    cpus: tuple[int, ...] | None
+    executes: int
+    failures: int
+    restarts: int
+    replacements: int
+    in_flight: int
+    latency: LatencySummary
+    options: Mapping[str, Mapping[str, Any]]
+    pending: Mapping[str, Mapping[str, Any]]
+    paused: bool
+    target_rate_hz: float | None
+    last_error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class PoolStatistics:
+    """One pool: sums over its instances, and each instance."""
+
+    name: str
+    method: str
+    instances: tuple[InstanceStatistics, ...]
+    executes: int
+    failures: int
+    restarts: int
+    replacements: int
+    in_flight: int
+    routed: int  # executes routed by the pool (p.execute)
+    keys: int  # sticky routing keys
+
+    def __getitem__(self, name: str) -> InstanceStatistics:
+        for s in self.instances:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+
+@dataclass(frozen=True, slots=True)
+class OrchestratorStatistics:
+    """The orchestrator: its pools and its policy engine."""
+
+    pools: tuple[PoolStatistics, ...]
+    engine_runs: int
+    changes_applied: int
+    actions_applied: int
+    proposals_rejected: int
+    policy_errors: int
+    signals: Mapping[str, Any]
+
+    def __getitem__(self, name: str) -> PoolStatistics:
+        for p in self.pools:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineRun:
+    """What one run of the policy engine did (``await orch.refresh()`` returns it)."""
+
+    policies: tuple[str, ...]  # the policies that ran
+    changes: int  # option values changed (instance x backend x option)
+    actions: int  # actions applied
+    rejected: int  # proposal entries and actions rejected (logged)
+    errors: int  # policies that raised (logged)

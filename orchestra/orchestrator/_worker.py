@@ -1,0 +1,404 @@
+"""The worker: one dedicated, long-lived thread per instance that owns its Method.
+
+Hand-off (the per-execute hot path, see DESIGN "Performance facts"):
+
+* in: the event loop puts ``(future, inputs, overrides)`` on the worker's
+  ``queue.SimpleQueue`` (no lock, no task, no anyio stream);
+* out: the worker sends finished results back with one ``loop.call_soon_threadsafe`` per
+  *batch*: while executes are fast (under ``BATCH_BELOW_S``) and more requests are already
+  queued, results collect for up to ``FLUSH_AFTER_S`` and cross to the loop in one hop;
+  slow executes deliver each result at once. A result whose future is already done
+  (cancelled by its caller, or failed by the deadline watchdog) is dropped there.
+
+Option changes reach the Method only on this thread, at an execute boundary: the loop
+appends a change to ``mailbox`` (a deque) and wakes the worker; before every execute the
+worker applies every queued change, all of one change's backends back to back, so an
+execute sees one consistent snapshot across backends. A change of init-only values of a
+single backend is *prepared* on a short-lived helper thread
+(``Method.prepare_backend_options``) while this thread keeps executing with the old
+values; later changes wait until it is published, and the swap at the next boundary costs
+nothing. Init-only changes spanning several backends are set here
+(``set_backend_options``) and rebuilt at the boundary, to stay atomic.
+
+CPU placement: ``os.sched_setaffinity(0, cpus)`` called on the worker thread pins that
+thread only (Linux applies affinity per thread; pid 0 is the calling thread). Threads the
+backends start inherit it when they are created from this thread. With
+``placement="process"`` the Method is a :class:`~._process.RemoteMethod` in a worker
+process pinned to the CPUs instead; this thread then only relays (see ``_process.py``).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import Error, InvalidArgumentError, OrchestraError
+from ..runtime import Method, Program
+from ..telemetry import LatencyWindow, bound, get_logger
+from ._errors import ExecuteError, InstanceFailedError
+from ._process import RemoteMethod
+from ._spec import RestartPolicy
+
+__all__ = ["BATCH_BELOW_S", "FLUSH_AFTER_S", "OptionChange", "Worker"]
+
+_log = get_logger(__name__)
+
+STOP = object()  # finish what is queued before it, close the Method, exit
+WAKE = object()  # look at the mailbox
+
+BATCH_BELOW_S = 100e-6  # batch results only while executes take less than this
+FLUSH_AFTER_S = 100e-6  # ... and for at most this long
+MAX_BATCH = 64
+
+
+@dataclass(slots=True, eq=False)
+class OptionChange:
+    """One consistent change of an instance's options (applied at one execute boundary).
+
+    ``init_only``: backends whose init-only values change; ``cpus``: a new worker affinity
+    (None: keep; ``()``: back to the inherited one); ``ack``: called on the loop with the
+    exception or None once the change is published (in force from the next execute).
+    """
+
+    changes: Mapping[str, Mapping[str, Any]]
+    init_only: frozenset[str] = frozenset()
+    cpus: tuple[int, ...] | None = None
+    ack: Callable[[BaseException | None], None] | None = None
+
+
+class Worker:
+    """A thread that owns one Method of one instance. Created and driven by the Instance.
+
+    The loop reads ``executions``/``failures``/``restarts``/``started``/``current``/``state``
+    (each written only by this thread); it writes ``period``, ``abandoned``, ``resolve``,
+    and appends to ``inbox`` and ``mailbox``. No locks: single-writer attributes and the
+    queue/deque's own atomicity.
+    """
+
+    def __init__(self, *, instance: str, pool: str, program: Program, method_name: str,
+                 desired: Callable[[], Mapping[str, Mapping[str, Any]]], cpus: tuple[int, ...] | None,
+                 restart: RestartPolicy, loop: Any, latency: LatencyWindow,
+                 resolve: Callable[[list], None], on_ready: Callable[[Worker, BaseException | None], None],
+                 on_failed: Callable[[Worker, str, BaseException], None], on_exit: Callable[[Worker], None],
+                 period: float = 0.0, generation: int = 0, placement: str = "thread",
+                 initializer: Callable[[], None] | None = None) -> None:
+        self.instance = instance
+        self.pool = pool
+        self.program = program
+        self.method_name = method_name
+        self.desired = desired
+        self.cpus = cpus
+        self.restart = restart
+        self.loop = loop
+        self.latency = latency
+        self.resolve = resolve
+        self.redirect: Callable[[Any], None] | None = None
+        self.on_ready = on_ready
+        self.on_failed = on_failed
+        self.on_exit = on_exit
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.mailbox: collections.deque[OptionChange] = collections.deque()
+        self.pending: list = []
+        self.method: Method | None = None
+        self.state = "loading"
+        self.executions = 0
+        self.failures = 0
+        self.restarts = 0
+        self.consecutive = 0
+        self.started = 0.0  # perf_counter() when the running execute started; 0.0 when idle
+        self.current: Any = None  # the future of the running execute
+        self.period = period  # pacing: seconds between execute starts (0: none)
+        self._next_start = 0.0
+        self.abandoned = False
+        self.last_error: BaseException | None = None
+        self.generation = generation
+        self.placement = placement
+        self.initializer = initializer
+        self._prep: threading.Thread | None = None
+        self._inherited: set[int] | None = None
+        self.thread = threading.Thread(target=self._main, name=f"orchestra:{instance}#{generation}", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    # -- posting to the loop ------------------------------------------------------------
+    def _post(self, fn: Callable[..., Any], *args: Any) -> None:
+        try:
+            self.loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # the loop is closed: nobody is waiting any more
+            pass
+
+    def _flush(self) -> None:
+        batch = self.pending
+        if batch:
+            self.pending = []
+            self._post(self.resolve, batch)
+
+    # -- lifetime -------------------------------------------------------------------------
+    def _main(self) -> None:
+        with bound(instance=self.instance, pool=self.pool):
+            try:
+                if hasattr(os, "sched_getaffinity"):
+                    self._inherited = os.sched_getaffinity(0)
+                if self.placement == "thread":
+                    self._pin(self.cpus)
+                self.method = self._load()
+            except BaseException as exc:  # noqa: BLE001 - reported to the loop
+                self.state = "failed"
+                self.last_error = exc
+                self._post(self.on_ready, self, exc)
+                return
+            self.state = "running"
+            self._post(self.on_ready, self, None)
+            try:
+                self._serve()
+            except BaseException as exc:  # pragma: no cover - a bug in this module
+                _log.exception("worker crashed", error=repr(exc))
+                self._fail(f"worker crashed: {type(exc).__name__}: {exc}", exc)
+            finally:
+                self._flush()
+                if not self.abandoned or self.started == 0.0:
+                    self._close_method()
+                if self.state not in ("failed",):
+                    self.state = "stopped"
+                self._post(self.on_exit, self)
+
+    def _load(self) -> Method | RemoteMethod:
+        if self.placement == "process":
+            return RemoteMethod(self.program, self.method_name, self.desired(), self.cpus, self.initializer,
+                                f"instance {self.instance!r}")
+        return self.program.load_method(self.method_name, backend_options=self.desired())
+
+    def kill(self) -> None:
+        """Ends a stuck worker process (process placement; threads can't be killed)."""
+        m = self.method
+        if isinstance(m, RemoteMethod):
+            m.kill()
+
+    def _close_method(self) -> None:
+        prep = self._prep
+        if prep is not None:
+            prep.join()
+            self._prep = None
+        m, self.method = self.method, None
+        if m is not None:
+            try:
+                m.close()
+            except Exception as exc:  # noqa: BLE001 - closing must not take the worker down
+                _log.warning("closing a Method failed", error=repr(exc))
+
+    def _pin(self, cpus: tuple[int, ...] | None) -> None:
+        if cpus is None or not hasattr(os, "sched_setaffinity"):
+            return
+        target = 0
+        if self.placement == "process":
+            if not isinstance(self.method, RemoteMethod) or self.method.pid is None:
+                return
+            target = self.method.pid  # the worker process's main thread, which runs the Method
+        os.sched_setaffinity(target, cpus if cpus else (self._inherited or range(os.cpu_count() or 1)))
+
+    # -- the loop -------------------------------------------------------------------------
+    def _serve(self) -> None:
+        get = self.inbox.get
+        empty = self.inbox.empty
+        perf = time.perf_counter
+        mailbox = self.mailbox
+        record = self.latency.record
+        post = self.loop.call_soon_threadsafe
+        t_first = 0.0
+        while True:
+            item = get()
+            if self.abandoned:  # a stuck execute came back after the instance was replaced
+                self._redirect(item)
+                return
+            if mailbox or self._prep is not None:
+                self._boundary()
+            if item is STOP:
+                return
+            if item is WAKE:
+                if self.pending and empty():
+                    self._flush()
+                continue
+            fut, inputs, overrides = item
+            if fut.cancelled():
+                self.pending.append((fut, None, None))
+                if empty():
+                    self._flush()
+                continue
+            if self.period:
+                if self.pending:
+                    self._flush()
+                self._pace()
+            pending = self.pending
+            if pending and perf() - t_first > FLUSH_AFTER_S:
+                self._flush()
+                pending = self.pending
+            self.current = fut
+            t0 = self.started = perf()
+            try:
+                out = self.method.execute(inputs, overrides)  # type: ignore[union-attr]
+            except Exception as exc:  # noqa: BLE001 - sent to the caller
+                self.started = 0.0
+                self.current = None
+                if self.abandoned or not self._failed(fut, exc):
+                    return
+                continue
+            t1 = perf()
+            self.started = 0.0
+            self.current = None
+            if self.abandoned:
+                self.pending.append((fut, True, out))
+                return
+            dt = t1 - t0
+            if not pending:
+                t_first = t1
+            pending.append((fut, True, out))
+            # Batch results only while executes are short and more requests are queued; the
+            # bookkeeping after the hand-off overlaps with the loop waking up.
+            if dt > BATCH_BELOW_S or empty() or len(pending) >= MAX_BATCH or t1 - t_first > FLUSH_AFTER_S:
+                self.pending = []
+                try:
+                    post(self.resolve, pending)
+                except RuntimeError:  # the loop is closed
+                    pass
+            record(dt)
+            self.executions += 1
+            self.consecutive = 0
+
+    def _pace(self) -> None:
+        now = time.perf_counter()
+        nxt = self._next_start
+        if now < nxt:
+            time.sleep(nxt - now)
+            now = nxt
+        self._next_start = now + self.period
+
+    def _redirect(self, item: Any) -> None:
+        """An abandoned worker hands anything it took back to its instance (its new worker)."""
+        if item is not STOP and item is not WAKE and self.redirect is not None:
+            self._post(self.redirect, item)
+
+    # -- options ----------------------------------------------------------------------------
+    def _boundary(self) -> None:
+        prep = self._prep
+        if prep is not None:
+            if prep.is_alive():
+                return
+            self._prep = None
+        mailbox = self.mailbox
+        while mailbox:
+            ch = mailbox.popleft()
+            if ch.cpus is not None:
+                try:
+                    self._pin(ch.cpus)
+                except OSError as exc:
+                    _log.warning("setting worker CPU affinity failed", cpus=ch.cpus, error=repr(exc))
+            m = self.method
+            if m is None:
+                self._ack(ch, None)
+                continue
+            if len(ch.changes) == 1 and ch.init_only and getattr(m, "supports_prepare", True):
+                (backend, values), = ch.changes.items()
+                t = threading.Thread(target=self._prepare, args=(m, backend, values, ch),
+                                     name=f"orchestra:{self.instance}:prepare", daemon=True)
+                self._prep = t
+                t.start()
+                return
+            try:
+                for backend, values in ch.changes.items():
+                    m.set_backend_options(backend, values)
+            except Exception as exc:  # noqa: BLE001 - the engine validated; reported, never fatal
+                self._ack(ch, exc)
+            else:
+                self._ack(ch, None)
+
+    def _prepare(self, m: Method, backend: str, values: Mapping[str, Any], ch: OptionChange) -> None:
+        with bound(instance=self.instance, pool=self.pool, backend=backend):
+            try:
+                m.prepare_backend_options(backend, values)
+            except Exception as exc:  # noqa: BLE001 - reported to the loop
+                self._ack(ch, exc)
+            else:
+                self._ack(ch, None)
+            finally:
+                self.inbox.put(WAKE)
+
+    def _ack(self, ch: OptionChange, exc: BaseException | None) -> None:
+        if ch.ack is not None:
+            self._post(ch.ack, exc)
+
+    # -- faults ---------------------------------------------------------------------------
+    def _wrap(self, exc: BaseException, what: str) -> ExecuteError:
+        code = exc.code if isinstance(exc, OrchestraError) else Error.Internal
+        err = ExecuteError(f"instance {self.instance!r}: execute failed: {type(exc).__name__}: {exc} ({what})",
+                           code, instance=self.instance)
+        err.__cause__ = exc
+        return err
+
+    def _failed(self, fut: Any, exc: Exception) -> bool:
+        """Handles a failed execute. Returns False when the worker must exit."""
+        self.failures += 1
+        self.last_error = exc
+        if isinstance(exc, InvalidArgumentError):
+            self.pending.append((fut, False, self._wrap(exc, "not restarted: the inputs or options were rejected")))
+            self._flush()
+            return True
+        self.consecutive += 1
+        limit = self.restart.max_restarts
+        if self.consecutive > limit:
+            reason = (f"{self.consecutive} consecutive failed executes (max_restarts={limit}); "
+                      f"last: {type(exc).__name__}: {exc}")
+            self.pending.append((fut, False, self._wrap(exc, f"instance failed: {reason}")))
+            self._fail(reason, exc)
+            return False
+        self.pending.append((fut, False, self._wrap(exc, f"restarting, {self.consecutive} of {limit}")))
+        self._flush()
+        return self._restart(exc)
+
+    def _restart(self, exc: BaseException) -> bool:
+        while True:
+            self.state = "restarting"
+            self.restarts += 1
+            delay = self.restart.backoff(self.consecutive)
+            _log.warning("instance restarting", attempt=self.consecutive, max_restarts=self.restart.max_restarts,
+                         backoff_s=delay, error=f"{type(exc).__name__}: {exc}")
+            self._close_method()
+            if delay:
+                time.sleep(delay)
+            try:
+                self.method = self._load()
+            except Exception as load_exc:  # noqa: BLE001
+                exc = load_exc
+                self.last_error = exc
+                self.consecutive += 1
+                if self.consecutive > self.restart.max_restarts:
+                    self._fail(f"reloading the method failed {self.consecutive} times in a row (max_restarts="
+                               f"{self.restart.max_restarts}); last: {type(exc).__name__}: {exc}", exc)
+                    return False
+                continue
+            self.state = "running"
+            return True
+
+    def _fail(self, reason: str, exc: BaseException) -> None:
+        self.state = "failed"
+        self._close_method()
+        err = InstanceFailedError(f"instance {self.instance!r} failed: {reason}", instance=self.instance)
+        err.__cause__ = exc
+        while True:
+            try:
+                item = self.inbox.get_nowait()
+            except queue.Empty:
+                break
+            if item is not STOP and item is not WAKE:
+                self.pending.append((item[0], False, err))
+        while self.mailbox:
+            self._ack(self.mailbox.popleft(), None)
+        self._flush()
+        _log.error("instance failed", reason=reason)
+        self._post(self.on_failed, self, reason, exc)
