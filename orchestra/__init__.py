@@ -24,6 +24,7 @@ from .orchestrator import (
     ResourcePool,
     RestartPolicy,
 )
+from .pipeline import Frame, FramesFile, Pipeline, Pipelines, SyntheticCamera
 from .runtime import Method, MethodMeta, Program, Runtime, Session, load_program
 
 __all__ = [
@@ -33,6 +34,8 @@ __all__ = [
     "DeadlineError",
     "Error",
     "ExecuteError",
+    "Frame",
+    "FramesFile",
     "InstanceClosedError",
     "InstanceFailedError",
     "InstanceSpec",
@@ -44,6 +47,8 @@ __all__ = [
     "OperatorMissingError",
     "OrchestraError",
     "Orchestrator",
+    "Pipeline",
+    "Pipelines",
     "Program",
     "ProgramError",
     "ResourceError",
@@ -51,6 +56,7 @@ __all__ = [
     "RestartPolicy",
     "Runtime",
     "Session",
+    "SyntheticCamera",
     "import_onnx",
     "load_program",
 ]

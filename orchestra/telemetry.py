@@ -54,7 +54,7 @@ class LatencyWindow:
     def __init__(self, size: int = 1024) -> None:
         if size <= 0:
             raise ValueError(f"size must be positive, got {size}")
-        self._buf = np.zeros(size, np.float64)
+        self._buf = np.full(size, 0.0)  # written now, so memory doesn't creep as it fills
         self._n = 0
         self._size = size
 

@@ -1,0 +1,52 @@
+"""Per-camera pipelines: sources → bounded streams with drop policies → an executor → sinks,
+with exact frame accounting and per-camera statistics.
+
+A :class:`Pipeline` runs one camera: its :class:`Source` yields :class:`Frame`\\ s into a
+bounded :class:`FrameStream` (``drop_oldest``, ``drop_newest`` or ``block``), workers take
+them through an optional pre-process, an :class:`Executor` (an orchestrator instance or
+pool, or anything with ``async execute(inputs) -> list``), an optional post-process and a
+:class:`Sink`. :class:`Pipelines` runs many at once in one task group. See README.md.
+"""
+
+from ._frame import Frame, Result
+from ._metrics import Accounting, AccountingError, PipelineStatistics, PipelinesStatistics, RateMeter
+from ._pipeline import Executor, Pipeline, Pipelines, SourceError, keyed
+from ._sinks import CallbackSink, CollectSink, Sink
+from ._sources import (
+    ENTRY_POINT_GROUP,
+    FramesFile,
+    Source,
+    SyntheticCamera,
+    load_source,
+    register_source,
+    source_names,
+)
+from ._stream import DropPolicy, DropReason, FrameStream
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "Accounting",
+    "AccountingError",
+    "CallbackSink",
+    "CollectSink",
+    "DropPolicy",
+    "DropReason",
+    "Executor",
+    "Frame",
+    "FrameStream",
+    "FramesFile",
+    "Pipeline",
+    "PipelineStatistics",
+    "Pipelines",
+    "PipelinesStatistics",
+    "RateMeter",
+    "Result",
+    "Sink",
+    "Source",
+    "SourceError",
+    "SyntheticCamera",
+    "keyed",
+    "load_source",
+    "register_source",
+    "source_names",
+]

@@ -1,0 +1,56 @@
+"""The values that flow through a pipeline: :class:`Frame` in, :class:`Result` out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Frame", "Result"]
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One frame of one camera.
+
+    Attributes:
+        camera: the source's name.
+        index: the frame's number at its source, from 0, one more per frame produced (a
+            frame dropped later keeps its number, so gaps in a sink's indices are drops).
+        data: the pixels (or any array); the pipeline never copies or writes it.
+        t_capture: when it was captured, in seconds of the source's clock (``time.monotonic``
+            unless the source says otherwise); latencies are measured from here.
+    """
+
+    camera: str
+    index: int
+    data: np.ndarray
+    t_capture: float
+
+    def __repr__(self) -> str:
+        d = self.data
+        return (f"Frame(camera={self.camera!r}, index={self.index}, data=<{d.dtype} {tuple(d.shape)}>, "
+                f"t_capture={self.t_capture:.6f})")
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """What a sink receives for each processed frame.
+
+    Attributes:
+        frame: the frame it came from.
+        outputs: what the executor returned for it.
+        value: what the post-process returned (``outputs`` when there is none).
+        t_done: when the result reached the sink, on the frame's clock.
+    """
+
+    frame: Frame
+    outputs: list[Any]
+    value: Any
+    t_done: float
+
+    @property
+    def latency(self) -> float:
+        """Seconds from capture to the sink."""
+        return self.t_done - self.frame.t_capture
