@@ -4,6 +4,10 @@
 segments, and per method its inputs/outputs, instructions, operators, delegates, planned
 memory and constants. Errors a user can cause (a missing or invalid file) print one line,
 ``orchestra: <message>``, on stderr and exit with status 2.
+
+``orchestra validate FILE.toml`` checks a config file (see :mod:`orchestra.config`): it
+prints ``FILE: ok (N cameras, M policies)`` and exits 0, or prints every problem on stderr,
+one line each prefixed ``FILE: `` (``FILE:LINE: `` for TOML syntax errors), and exits 2.
 """
 
 from __future__ import annotations
@@ -405,6 +409,87 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from .config import _check_for_cli
+
+    config, lines = _check_for_cli(args.file)
+    if config is None:
+        _write(sys.stderr, "".join(line + "\n" for line in lines))
+        return _EXIT_USER_ERROR
+    n, m = len(config.cameras), len(config.policies)
+    _write(sys.stdout, f"{args.file}: ok ({n} camera{'' if n == 1 else 's'}, {m} polic{'y' if m == 1 else 'ies'})\n")
+    return 0
+
+
+def _duration(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < v < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
+    return v
+
+
+def _port(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= v <= 65535:
+        raise argparse.ArgumentTypeError(f"must be 0..65535 (0: any free port), got {text!r}")
+    return v
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from ._run import deferred_signals
+
+    # Ctrl-C while the config loads is acted on once the run can drain (it then ends at once)
+    with deferred_signals() as early:
+        return _run_config(args, early)
+
+
+def _run_config(args: argparse.Namespace, early: list[int]) -> int:
+    from ._dashboard import LogBuffer
+    from ._run import RunOptions, configure_logging, render_summary, run
+    from .config import _check_for_cli
+
+    config, lines = _check_for_cli(args.file)
+    if config is None:
+        _write(sys.stderr, "".join(line + "\n" for line in lines))
+        return _EXIT_USER_ERROR
+    dashboard = not args.no_dashboard and sys.stdout.isatty()
+    logs = None
+    log_file = None
+    if args.log_file:
+        try:
+            log_file = open(args.log_file, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - closed below
+        except OSError as exc:
+            _write(sys.stderr, f"orchestra: --log-file {args.log_file}: {exc.strerror or exc}\n")
+            return _EXIT_USER_ERROR
+        stream: Any = log_file
+    elif dashboard:
+        stream = logs = LogBuffer()
+    else:
+        stream = sys.stderr
+    configure_logging(args.log_format, stream, timefmt="%H:%M:%S.%f" if logs is not None else "iso")
+    duration = args.duration if args.duration is not None else config.run.duration_s
+    try:
+        result = run(config, RunOptions(duration_s=duration, dashboard=dashboard, metrics_port=args.metrics_port,
+                                        metrics_host=args.metrics_host, logs=logs), early_signals=early)
+    finally:
+        if logs is not None:  # what the dashboard kept off the screen
+            kept, lost = logs.drain()
+            if lost:
+                _write(sys.stderr, f"({lost} earlier log lines not kept)\n")
+            _write(sys.stderr, "".join(line + "\n" for line in kept))
+        configure_logging(args.log_format, sys.stderr)
+        if log_file is not None:
+            log_file.close()
+    _write(sys.stdout, render_summary(result))
+    return result.exit_code
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="orchestra",
@@ -421,6 +506,34 @@ def _parser() -> argparse.ArgumentParser:
     ins.add_argument("file", metavar="FILE.pte", help="the program to inspect")
     ins.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     ins.set_defaults(func=_cmd_inspect)
+    val = sub.add_parser(
+        "validate",
+        help="check a TOML config file",
+        description="Check a config file (programs, devices, cameras, policies, signals, run) and "
+        "print every problem, one line each, starting with where it is in the file.",
+    )
+    val.add_argument("file", metavar="FILE.toml", help="the config to check")
+    val.set_defaults(func=_cmd_validate)
+    run = sub.add_parser(
+        "run",
+        help="run a config's cameras with a live dashboard",
+        description="Run every camera of a config file as a pipeline on its own orchestrator instance, "
+        "with the policy engine retuning them; show a live dashboard (or a status line when stdout is "
+        "not a terminal) and a summary at the end. Ctrl-C stops the sources, drains and exits 130.",
+    )
+    run.add_argument("file", metavar="FILE.toml", help="the config to run")
+    run.add_argument("--duration", type=_duration, metavar="S",
+                     help="seconds to run (default: the config's run.duration_s; none: until Ctrl-C)")
+    run.add_argument("--log-format", choices=("console", "json"), default="console",
+                     help="log events as key=value lines (console, default) or JSON lines")
+    run.add_argument("--log-file", metavar="PATH", help="append log events to PATH (default: stderr)")
+    run.add_argument("--metrics-port", type=_port, metavar="N",
+                     help="serve Prometheus metrics at http://HOST:N/metrics (0: any free port)")
+    run.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
+                     help="the address the metrics server listens on (default 127.0.0.1)")
+    run.add_argument("--no-dashboard", action="store_true",
+                     help="no live dashboard: a status line every few seconds instead")
+    run.set_defaults(func=_cmd_run)
     return p
 
 

@@ -1,0 +1,485 @@
+"""``orchestra run``: the real command as a subprocess (and once under a pseudo-terminal).
+
+Every test runs real cameras on a simulated NPU for a few seconds; none asserts on
+wall-clock time beyond "it ended".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+CAMERAS = EXAMPLES / "cameras.toml"
+MODEL = EXAMPLES / "models" / "convnet_npu.pte"
+NAMES = ("front", "rear", "left", "right")
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="POSIX signals and ptys")
+
+
+def _env() -> dict[str, str]:
+    return dict(os.environ, PYTHONIOENCODING="utf-8", NO_COLOR="1")
+
+
+def _orchestra(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "orchestra", *args], capture_output=True, text=True,
+                          encoding="utf-8", env=_env(), cwd=ROOT, timeout=timeout)
+
+
+def _cameras_table(out: str) -> dict[str, dict[str, object]]:
+    """The summary's camera table: name -> produced, processed, dropped (by reason), failed, accounting."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("camera") and "produced" in line)
+    head = re.split(r"\s{2,}", lines[start].strip())
+    rows = {}
+    for line in lines[start + 1:]:
+        if not line.strip():
+            break
+        cells = dict(zip(head, re.split(r"\s{2,}", line.strip())))
+        if cells["camera"] == "total":
+            continue
+        dropped = {} if cells["dropped"] == "0" else {
+            k: int(v) for k, v in (part.rsplit(" ", 1) for part in cells["dropped"].split(", "))}
+        rows[cells["camera"]] = {"produced": int(cells["produced"]), "processed": int(cells["processed"]),
+                                 "failed": int(cells["failed"]), "dropped": dropped,
+                                 "accounting": line.split()[-1]}
+    return rows
+
+
+def _executions(out: str) -> dict[str, dict[str, int]]:
+    """The summary's "executions per option set": camera -> option set -> executes."""
+    lines = out.splitlines()
+    start = lines.index("executions per option set")
+    found = {}
+    for line in lines[start + 1:]:
+        if not line.strip():
+            break
+        cam, rest = line.strip().split(None, 1)
+        found[cam] = {label: int(n) for label, n in re.findall(r"([^,]+?): (\d+)(?:, |$)", rest)}
+    return found
+
+
+def _check_accounting(out: str, names: tuple[str, ...] = NAMES) -> dict[str, dict[str, object]]:
+    table = _cameras_table(out)
+    assert set(table) == set(names), table
+    for cam, row in table.items():
+        dropped = sum(row["dropped"].values())  # type: ignore[union-attr]
+        assert row["produced"] == row["processed"] + row["failed"] + dropped, (cam, row)
+        assert row["accounting"] == "ok", (cam, row)
+    assert "accounting: produced = processed + dropped + failed for every camera" in out
+    return table
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _config(tmp_path: pathlib.Path, text: str) -> pathlib.Path:
+    path = tmp_path / "run.toml"
+    path.write_text(text.replace("MODEL", json.dumps(str(MODEL))), encoding="utf-8")
+    return path
+
+
+# -- the example: the battery switch shows in the summary ------------------------------------
+
+
+def test_cameras_example_switches_power_mode_mid_run() -> None:
+    r = _orchestra("run", str(CAMERAS), "--duration", "3")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr
+    out = r.stdout
+    table = _check_accounting(out)
+    assert all(row["processed"] > 0 for row in table.values())
+    executions = _executions(out)
+    assert set(executions) == set(NAMES)
+    for cam, sets in executions.items():
+        # the options each execute ran with: balanced before the battery dropped, low after
+        assert sets.get("power_mode=balanced", 0) > 0, (cam, sets)
+        assert sets.get("power_mode=low", 0) > 0, (cam, sets)
+        assert sum(sets.values()) == table[cam]["processed"], (cam, sets, table[cam])
+    # the decisions, with the policy and its reason
+    decisions = [line for line in out.splitlines() if "NpuSimBackend.power_mode" in line]
+    assert len(decisions) == 4
+    assert all("balanced -> low" in d and "battery" in d and "battery.percent=15" in d for d in decisions)
+    assert {n for d in decisions for n in NAMES if f" {n} " in d} == set(NAMES)
+    assert "instances" in out and "restarts" in out
+    assert out.rstrip().endswith("result: ok")
+    # not a terminal: a status line instead of the dashboard, no ANSI codes
+    assert "\x1b[" not in out
+    assert re.search(r"^\[\s*2\.0s\] front ", out, re.M)
+    # logs went to stderr as console lines
+    assert "backend option changed" in r.stderr
+
+
+# -- the dashboard, on a pseudo-terminal ------------------------------------------------------
+
+
+def test_dashboard_renders_on_a_terminal() -> None:
+    import fcntl
+    import struct
+    import termios
+
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
+    proc = subprocess.Popen([sys.executable, "-m", "orchestra", "run", str(CAMERAS), "--duration", "3"],
+                            stdin=subprocess.DEVNULL, stdout=slave, stderr=subprocess.PIPE, env=_env(), cwd=ROOT)
+    os.close(slave)
+    err: list[bytes] = []
+    reader = threading.Thread(target=lambda: err.append(proc.stderr.read()), daemon=True)  # type: ignore[union-attr]
+    reader.start()
+    screen = b""
+    deadline = time.monotonic() + 90
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.1)
+            if ready:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # EIO: the child closed its end
+                    break
+                if not chunk:
+                    break
+                screen += chunk
+            elif proc.poll() is not None:
+                break
+        rc = proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(master)
+    reader.join(10)
+    text = screen.decode("utf-8", "replace")
+    assert rc == 0, text[-3000:]
+    # redrawn in place: cursor up, clear line, clear below; the cursor hidden, then shown
+    assert re.search(r"\x1b\[\d+A", text)
+    assert "\x1b[K" in text and "\x1b[J" in text
+    assert "\x1b[?25l" in text and "\x1b[?25h" in text
+    assert len(re.findall(r"\x1b\[\d+A", text)) >= 4  # refreshed several times
+    dashboard, _, summary = text.partition("\x1b[?25h")
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", dashboard)
+    for cam in NAMES:  # a row per camera with its bound core and options
+        assert re.search(rf"^{cam}\s+(running|stopping|done)\s+[\d.]+\s+[\d.]+\s.*npu0\.core \d\s+power_mode=", plain, re.M), cam
+    assert "policy decisions" in plain
+    assert "balanced -> low" in plain  # a decision shown as it happened
+    # log lines stay in the dashboard's log area (indented), never raw on the screen
+    for line in plain.splitlines():
+        if "[info" in line:
+            assert line.startswith("  "), line
+    # ... and are written to stderr once the dashboard is gone; the summary follows it
+    stderr = b"".join(err).decode("utf-8", "replace")
+    assert "cameras running" in stderr and "backend option changed" in stderr
+    assert "executions per option set" in summary
+    assert summary.rstrip().endswith("result: ok")
+
+
+# -- logs -------------------------------------------------------------------------------------
+
+
+def test_json_logs_go_to_the_log_file(tmp_path: pathlib.Path) -> None:
+    log = tmp_path / "run.jsonl"
+    r = _orchestra("run", str(CAMERAS), "--duration", "3", "--no-dashboard", "--log-format", "json",
+                   "--log-file", str(log))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stderr == ""  # everything went to the file
+    events = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
+    assert events
+    assert all({"event", "level", "timestamp"} <= set(e) for e in events)
+    names = [e["event"] for e in events]
+    assert "orchestrator started" in names and "cameras running" in names and "orchestrator closed" in names
+    changed = [e for e in events if e["event"] == "backend option changed"]
+    assert {e["instance"] for e in changed} == set(NAMES)
+    assert all(e["option"] == "power_mode" and e["value"] == "low" and e["policy"] == "battery" for e in changed)
+
+
+# -- metrics ----------------------------------------------------------------------------------
+
+
+def test_metrics_endpoint_during_the_run() -> None:
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "orchestra", "run", str(CAMERAS), "--duration", "3", "--no-dashboard",
+                             "--metrics-port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, encoding="utf-8", env=_env(), cwd=ROOT)
+    body = content_type = None
+    missing = None
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+                    text = resp.read().decode("utf-8")
+                    content_type = resp.headers["Content-Type"]
+                if all(re.search(rf'^orchestra_frames_processed_total{{camera="{c}"}} [1-9]', text, re.M) for c in NAMES):
+                    body = text  # frames are flowing on every camera
+                    try:
+                        urllib.request.urlopen(f"http://127.0.0.1:{port}/nope", timeout=5)
+                    except urllib.error.HTTPError as exc:
+                        missing = exc.code
+                    break
+            except (urllib.error.URLError, ConnectionError):
+                pass
+            time.sleep(0.2)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out + err
+    assert body is not None, "never scraped /metrics while the cameras ran"
+    assert content_type is not None and content_type.startswith("text/plain; version=0.0.4")
+    assert missing == 404
+    for name in ("orchestra_frames_produced_total", "orchestra_frames_processed_total", "orchestra_frames_dropped_total",
+                 "orchestra_frames_failed_total", "orchestra_frame_latency_seconds", "orchestra_queue_depth",
+                 "orchestra_instance_executions_total", "orchestra_instance_executions_by_options_total",
+                 "orchestra_backend_option_info"):
+        assert f"# TYPE {name} " in body, name
+    for cam in NAMES:
+        assert re.search(rf'^orchestra_frames_processed_total{{camera="{cam}"}} [1-9]\d*$', body, re.M), cam
+        assert f'orchestra_frames_dropped_total{{camera="{cam}",reason="evicted"}}' in body
+        assert f'orchestra_frame_latency_seconds{{camera="{cam}",quantile="0.99"}}' in body
+        assert re.search(rf'^orchestra_instance_executions_total{{instance="{cam}",pool="convnet"}} \d+$', body, re.M)
+        assert re.search(rf'^orchestra_backend_option_info{{instance="{cam}",backend="NpuSimBackend",'
+                         rf'option="power_mode",value="(balanced|low)"}} 1$', body, re.M)
+    assert re.search(r'^orchestra_instance_executions_by_options_total{instance="rear",options="power_mode=\w+ priority=0"} '
+                     r'[1-9]\d*$', body, re.M)
+    for line in body.splitlines():  # well-formed exposition lines
+        assert line.startswith("# ") or re.fullmatch(r'[a-z_]+(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? \S+', line), line
+    assert f"metrics: http://127.0.0.1:{port}/metrics" in out
+
+
+# -- block mode loses nothing -------------------------------------------------------------------
+
+
+BLOCK = """
+[program]
+name = "convnet"
+path = MODEL
+
+[device.npu0]
+kind = "npu_sim"
+cores = 2
+links = { a = 0, b = 1 }
+time_scale = 1.0
+
+[[camera]]
+name = "a"
+source = { kind = "synthetic", fps = 250, shape = [1, 3, 16, 16], seed = 1 }
+bind = { camera_link = "npu0" }
+queue = 2
+drop = "block"
+
+[[camera]]
+name = "b"
+source = { kind = "synthetic", fps = 250, shape = [1, 3, 16, 16], seed = 2 }
+bind = { "npu0.core" = 1 }
+backend_options = { NpuSimBackend = { power_mode = "low" } }
+queue = 2
+drop = "block"
+
+[run]
+duration_s = 2
+"""
+
+
+def test_block_mode_loses_no_frame(tmp_path: pathlib.Path) -> None:
+    r = _orchestra("run", str(_config(tmp_path, BLOCK)), "--no-dashboard")
+    assert r.returncode == 0, r.stdout + r.stderr
+    table = _check_accounting(r.stdout, ("a", "b"))
+    for cam, row in table.items():
+        assert row["processed"] == row["produced"] > 0, (cam, row)
+        assert row["dropped"] == {} and row["failed"] == 0, (cam, row)
+
+
+# -- failures make the exit status 1 -----------------------------------------------------------
+
+
+BADCAM = """
+import time
+
+import anyio
+import numpy as np
+
+from orchestra.pipeline import Frame
+
+
+class BadCamera:
+    \"\"\"Every third frame has the wrong shape: its execute fails (and is not retried).\"\"\"
+
+    def __init__(self, name, fps=50.0, count=30):
+        self.name, self.fps, self.count = name, fps, count
+
+    async def frames(self):
+        for i in range(self.count):
+            shape = (1, 3, 8, 8) if i % 3 == 2 else (1, 3, 16, 16)
+            yield Frame(self.name, i, np.zeros(shape, np.float32), time.monotonic())
+            await anyio.sleep(1 / self.fps)
+"""
+
+FAILING = """
+[program]
+name = "convnet"
+path = MODEL
+
+[device.npu0]
+kind = "npu_sim"
+cores = 1
+links = { a = 0 }
+
+[[camera]]
+name = "a"
+source = { kind = "badcam_for_test_run:BadCamera", fps = 50, count = 30 }
+bind = { "npu0.core" = 0 }
+drop = "block"
+"""
+
+
+def test_failed_frames_exit_1(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "badcam_for_test_run.py").write_text(BADCAM, encoding="utf-8")
+    path = _config(tmp_path, FAILING)
+    env = dict(_env(), PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "-m", "orchestra", "run", str(path), "--no-dashboard"], capture_output=True,
+                       text=True, encoding="utf-8", env=env, cwd=ROOT, timeout=90)
+    assert r.returncode == 1, r.stdout + r.stderr
+    table = _check_accounting(r.stdout, ("a",))  # the source ended: every frame accounted for
+    assert table["a"] == {"produced": 30, "processed": 20, "failed": 10, "dropped": {}, "accounting": "ok"}
+    assert "(sources ended)" in r.stdout.splitlines()[0]
+    assert "result: FAILED" in r.stdout
+    assert "a: 10 frames failed (last: execute: ExecuteError:" in r.stdout
+
+
+# -- bad input ----------------------------------------------------------------------------------
+
+
+BAD = """
+[program]
+path = MODEL
+
+[device.npu0]
+kind = "npu_sim"
+cores = 2
+
+[[camera]]
+name = "front"
+source = { kind = "synthetic", fps = 30 }
+bind = { "npu0.core" = 7 }
+drop = "sometimes"
+"""
+
+
+def test_invalid_config_exits_2_one_line_per_error(tmp_path: pathlib.Path) -> None:
+    path = _config(tmp_path, BAD)
+    r = _orchestra("run", str(path))
+    assert r.returncode == 2
+    assert r.stdout == ""
+    assert "Traceback" not in r.stderr
+    lines = r.stderr.splitlines()
+    assert len(lines) == 2, lines
+    assert all(line.startswith(f"{path}: camera[0].") for line in lines), lines
+    assert any("bind" in line and "core 7" in line for line in lines)
+    assert any("drop" in line and "sometimes" in line for line in lines)
+    # the same lines as `orchestra validate`
+    assert _orchestra("validate", str(path)).stderr == r.stderr
+
+
+@pytest.mark.parametrize("args", [("--duration", "0"), ("--duration", "soon"), ("--metrics-port", "70000"),
+                                  ("--log-format", "xml")])
+def test_bad_arguments_exit_2(args: tuple[str, ...]) -> None:
+    from orchestra import _cli
+
+    assert _cli.main(["run", str(CAMERAS), *args]) == 2
+
+
+def test_missing_config_exits_2() -> None:
+    r = _orchestra("run", "no/such/file.toml")
+    assert r.returncode == 2
+    assert r.stderr.splitlines() == ["no/such/file.toml: no such file"]
+
+
+# -- Ctrl-C -------------------------------------------------------------------------------------
+
+
+def test_ctrl_c_drains_and_exits_130() -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "orchestra", "run", str(CAMERAS), "--duration", "30"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, encoding="utf-8",
+                            env=_env(), cwd=ROOT)
+    t0 = time.monotonic()
+    err_lines: list[str] = []
+    running = threading.Event()
+
+    def read_err() -> None:
+        for line in proc.stderr:  # type: ignore[union-attr]
+            err_lines.append(line)
+            if "cameras running" in line:
+                running.set()
+
+    reader = threading.Thread(target=read_err, daemon=True)
+    reader.start()
+    try:
+        assert running.wait(60), "".join(err_lines)
+        time.sleep(max(1.5 - (time.monotonic() - t0), 0.5))
+        proc.send_signal(signal.SIGINT)
+        out = proc.stdout.read()  # type: ignore[union-attr]
+        rc = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    reader.join(10)
+    err = "".join(err_lines)
+    assert rc == 130, out + err
+    assert "Traceback" not in err
+    assert "interrupted" in err
+    assert "(interrupted)" in out.splitlines()[0]
+    table = _check_accounting(out)
+    assert all(row["processed"] > 0 for row in table.values())
+    assert all(row["dropped"].get("shutdown", 0) == 0 for row in table.values())  # drained, not dropped
+    assert "result: interrupted (SIGINT); queues drained" in out
+
+
+# -- embedding ----------------------------------------------------------------------------------
+
+
+def test_embed_example_runs() -> None:
+    r = subprocess.run([sys.executable, str(EXAMPLES / "embed.py")], capture_output=True, text=True,
+                       encoding="utf-8", env=_env(), cwd=ROOT, timeout=90)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for cam in ("front", "rear"):
+        line = next(line for line in r.stdout.splitlines() if line.startswith(cam + " "))
+        assert "npu0.core" in line and "balanced:" in line and "low:" in line, line
+    assert "power_mode = 'low' <- battery" in r.stdout
+
+
+# -- in-process, on plain asyncio -----------------------------------------------------------------
+
+
+def test_run_in_process_on_plain_asyncio() -> None:
+    import io
+
+    from orchestra._run import RunOptions, render_summary, run
+    from orchestra.config import load_config
+
+    out = io.StringIO()
+    result = run(load_config(CAMERAS), RunOptions(duration_s=1.0, use_uvloop=False, status_interval_s=0.4), out=out)
+    assert result.loop == "asyncio"
+    assert result.exit_code == 0, result.problems
+    assert result.ended_by == "duration"
+    assert [c.name for c in result.cameras] == list(NAMES)
+    assert all(c.processed > 0 and c.produced == c.processed + c.failed + sum(c.dropped.values())
+               for c in result.cameras)
+    assert out.getvalue().startswith("[")  # status lines
+    summary = render_summary(result)
+    assert "executions per option set" in summary and summary.rstrip().endswith("result: ok")
+    _check_accounting(summary)
