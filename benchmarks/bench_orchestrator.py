@@ -15,8 +15,17 @@
    in the same run: N separate processes running the same Method workload with no
    orchestrator (multiprocessing), both for the same wall-clock window, interleaved, medians
    of ``--repeats``. Prints the fraction of the ceiling.
+3. Fault isolation (``--faults``, run by default, ``--no-faults`` skips it, ``--only-faults``
+   runs only it): 3 healthy instances + 1 faulty instance of the same small program (a test
+   backend registered here doing ~0.2-0.5 ms of numpy work per execute), each driven by its
+   own closed loop on uvloop, in one run: phase A all healthy; phase B the 4th instance's
+   backend raises on every execute (it restarts per its RestartPolicy, with backoff);
+   phase C it hangs far past its ``deadline_s`` (quarantined and replaced, again and again).
+   Prints the 3 healthy instances' executes/s per phase and its ratio to phase A.
+   Goal: the others' throughput stays within 10 % of before (ratio >= 0.90).
 
     python benchmarks/bench_orchestrator.py [--rounds 7] [--n 2000] [--seconds 1] [--repeats 5]
+        [--no-faults | --only-faults] [--fault-seconds 2]
 """
 
 from __future__ import annotations
@@ -36,9 +45,19 @@ from typing import Any
 import numpy as np
 import structlog
 
-from orchestra.aot import ProgramBuilder
-from orchestra.orchestrator import InstanceSpec, Orchestrator
-from orchestra.runtime import Method, Program, load_program
+from orchestra import OrchestraError
+from orchestra.aot import BackendDetails, PreprocessResult, ProgramBuilder, aot_backends, register_aot_backend
+from orchestra.orchestrator import InstanceSpec, Orchestrator, RestartPolicy
+from orchestra.runtime import (
+    Backend,
+    BackendInterface,
+    Method,
+    OptionSpec,
+    Program,
+    load_program,
+    register_backend,
+    registered_backends,
+)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CONVNET = ROOT / "tests" / "fixtures" / "convnet.pte"
@@ -222,16 +241,160 @@ def run_orchestrated(n_inst: int, seconds: float, placement: str, in_flight: int
     return uvloop.run(orchestrated(n_inst, seconds, in_flight, placement))
 
 
+# -- 3. fault isolation ---------------------------------------------------------------------
+FAULT_BACKEND = "BenchFaulty"
+FAULT_SHAPE = (32, 1024)
+# label -> "ok" | "raise" | "hang"; read by every execute of the handle with that label
+FAULT_MODE: dict[str, str] = {}
+FAULT_RELEASE = threading.Event()  # set at the end: hanging executes return, their threads exit
+FAULT_HUNG: list[threading.Thread] = []  # threads that hung, joined at the end
+
+
+class FaultyWork(BackendInterface):
+    """sin() over 32K floats (a few hundred microseconds of real numpy work); per its label's
+    mode it raises, or hangs until FAULT_RELEASE (far past any deadline)."""
+
+    option_specs = (OptionSpec("label", str, ""),)
+
+    def init(self, context, processed, compile_specs):
+        return {"label": context.runtime_specs["label"]}
+
+    def execute(self, context, handle, args):
+        mode = FAULT_MODE.get(handle["label"], "ok")
+        if mode == "raise":
+            raise RuntimeError(f"injected fault in {handle['label']}")
+        if mode == "hang":
+            FAULT_HUNG.append(threading.current_thread())
+            FAULT_RELEASE.wait(60)
+        np.sin(args[0], out=args[1])
+
+    def destroy(self, handle) -> None:
+        pass
+
+
+class _NoBlob(BackendDetails):
+    @staticmethod
+    def preprocess(program, compile_specs):
+        return PreprocessResult(b"\0")
+
+
+def fault_program() -> Program:
+    if FAULT_BACKEND not in registered_backends():
+        register_backend(Backend(FAULT_BACKEND, FaultyWork()))
+    if FAULT_BACKEND not in aot_backends():
+        register_aot_backend(FAULT_BACKEND, _NoBlob)
+    sub = ProgramBuilder()
+    s = sub.method("forward")
+    s.output(s.call("aten::add.Scalar_out", s.input(np.float32, FAULT_SHAPE), 0.0))
+    b = ProgramBuilder()
+    f = b.method("forward")
+    (z,) = f.delegate(FAULT_BACKEND, sub, [f.input(np.float32, FAULT_SHAPE)])
+    f.output(z)
+    return load_program(b.to_bytes())
+
+
+async def faults_run(seconds: float) -> list[dict[str, Any]]:
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(50))  # quiet: faults log errors
+    prog = fault_program()
+    x = [np.random.default_rng(0).standard_normal(FAULT_SHAPE).astype(np.float32)]
+    healthy = ("h0", "h1", "h2")
+    # many restarts allowed so it keeps restarting (with growing backoff) for all of phase B
+    restart = RestartPolicy(max_restarts=10_000, backoff_s=0.005, backoff_factor=1.25)
+    specs = [InstanceSpec(n, backend_options={FAULT_BACKEND: {"label": n}}) for n in healthy]
+    specs.append(InstanceSpec("faulty", backend_options={FAULT_BACKEND: {"label": "faulty"}},
+                              restart=restart, deadline_s=0.2))
+    FAULT_MODE.clear()
+    rows: list[dict[str, Any]] = []
+    async with Orchestrator(period=None) as orch:
+        p = await orch.load(prog, instances=specs)
+        for inst in p:
+            for _ in range(20):
+                await inst.execute(x)
+        counts = {n: 0 for n in (*healthy, "faulty")}
+        errors = 0
+        stop = False
+
+        async def drive(name: str) -> None:
+            nonlocal errors
+            inst = p[name]
+            while not stop:
+                try:
+                    await inst.execute(x)
+                except (OrchestraError, TimeoutError):
+                    errors += 1
+                    await asyncio.sleep(0)
+                    continue
+                counts[name] += 1
+
+        tasks = [asyncio.create_task(drive(n)) for n in counts]
+        await asyncio.sleep(0.2)  # settle
+        for phase, mode in (("A: all healthy", "ok"), ("B: 4th raises", "raise"), ("C: 4th hangs", "hang")):
+            FAULT_MODE["faulty"] = mode
+            st0 = p["faulty"].statistics()
+            c0, e0, t0 = sum(counts[n] for n in healthy), errors, time.perf_counter()
+            await asyncio.sleep(seconds)
+            c1, e1, t1 = sum(counts[n] for n in healthy), errors, time.perf_counter()
+            st1 = p["faulty"].statistics()
+            rows.append({"phase": phase, "rate": (c1 - c0) / (t1 - t0), "errors": e1 - e0,
+                         "restarts": st1.restarts - st0.restarts,
+                         "replacements": st1.replacements - st0.replacements, "state": st1.state})
+        FAULT_MODE["faulty"] = "ok"
+        stop = True
+        FAULT_RELEASE.set()  # anything still hanging returns now
+        await asyncio.wait_for(asyncio.gather(*tasks), 10)
+    FAULT_RELEASE.set()
+    for t in FAULT_HUNG:  # abandoned worker threads close their Methods and exit
+        t.join(5)
+    rows.append({"alive": sum(t.is_alive() for t in FAULT_HUNG), "hung": len(FAULT_HUNG)})
+    return rows
+
+
+def run_faults(seconds: float) -> None:
+    import uvloop
+
+    print(f"3. fault isolation: 3 healthy + 1 faulty instance of one program (sin over {FAULT_SHAPE[0]}x"
+          f"{FAULT_SHAPE[1]} floats per execute), thread placement, uvloop, 1 closed loop per instance, "
+          f"{seconds:g} s per phase")
+    try:
+        rows = uvloop.run(faults_run(seconds))
+    finally:
+        FAULT_RELEASE.set()
+    tail = rows.pop()
+    base = rows[0]["rate"]
+    print(f"  {'phase':<16}{'healthy executes/s':>20}{'ratio to A':>12}{'4th: errors':>13}{'restarts':>10}"
+          f"{'replacements':>14}  goal (ratio >= 0.90)")
+    for r in rows:
+        ratio = r["rate"] / base
+        goal = "-" if r is rows[0] else ("met" if ratio >= 0.90 else "MISSED")
+        print(f"  {r['phase']:<16}{r['rate']:>18.0f}/s{ratio:>12.2f}{r['errors']:>13}{r['restarts']:>10}"
+              f"{r['replacements']:>14}  {goal}")
+    print(f"  (4th instance ends '{rows[-1]['state']}'; {tail['hung']} hung executes released at the end, "
+          f"{tail['alive']} abandoned worker threads still alive after join)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--n", type=int, default=2000)
     ap.add_argument("--seconds", type=float, default=1.0)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--faults", dest="faults", action="store_true", default=True,
+                    help="run the fault-isolation section (the default)")
+    ap.add_argument("--no-faults", dest="faults", action="store_false", help="skip the fault-isolation section")
+    ap.add_argument("--only-faults", action="store_true", help="run only the fault-isolation section")
+    ap.add_argument("--fault-seconds", type=float, default=2.0, help="seconds per fault phase")
     args = ap.parse_args()
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     print(f"python {sys.version.split()[0]}, {cpus} CPUs, numpy {np.__version__}")
     print()
+    if not args.only_faults:
+        sections_1_2(args)
+    if args.faults or args.only_faults:
+        print()
+        run_faults(args.fault_seconds)
+
+
+def sections_1_2(args: argparse.Namespace) -> None:
     print("1. per-execute overhead over a direct Method.execute (trivial program), microseconds")
     us = 1e6
     results = {}
