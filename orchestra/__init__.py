@@ -10,7 +10,6 @@ from .errors import (
     OrchestraError,
     ProgramError,
 )
-from .backends.onnxruntime import import_onnx
 from .orchestrator import (
     CpuResource,
     DeadlineError,
@@ -61,3 +60,12 @@ __all__ = [
     "load_program",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    # import_onnx lives with the onnxruntime backend and pulls in the AOT layer: load on use.
+    if name == "import_onnx":
+        from .backends.onnxruntime import import_onnx
+
+        return import_onnx
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,9 +11,9 @@ them. Registered through entry points as ``OnnxRuntimeBackend`` (groups
 ``orchestra.backends`` and ``orchestra.aot_backends``). See README.md.
 """
 
-from ._aot import OnnxRuntimeBackendDetails
+from typing import Any
+
 from ._common import BACKEND_ID
-from ._import import import_onnx
 from ._runtime import OnnxRuntimeBackend, OnnxRuntimeHandle
 
 __all__ = [
@@ -23,3 +23,17 @@ __all__ = [
     "OnnxRuntimeHandle",
     "import_onnx",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The AOT half pulls in orchestra.aot (ProgramBuilder, schemas); load it only when asked,
+    # so running programs (and `import orchestra`) stays cheap.
+    if name == "OnnxRuntimeBackendDetails":
+        from ._aot import OnnxRuntimeBackendDetails
+
+        return OnnxRuntimeBackendDetails
+    if name == "import_onnx":
+        from ._import import import_onnx
+
+        return import_onnx
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
