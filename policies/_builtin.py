@@ -7,16 +7,20 @@ proposes options only for backends an instance actually delegates to
 or a value outside the option's choices when ``InstanceView.option_specs`` says so (the
 engine would reject it). Every proposed option and action comes with a human-readable reason
 in ``Proposal.reasons``; reasons for pool actions (``ScaleTo``) are keyed
-``(POOL, "", "ScaleTo")``.
+``(pool, "", "ScaleTo")``, or ``(POOL, "", "ScaleTo")`` when the instances shown don't name
+their pool (``InstanceView.pool`` is None; then the ``ScaleTo`` names none either).
 
-Policies with hysteresis or a cool-down keep that state on the policy object; one policy
-object serves one pool.
+The engine shows a policy the running instances of every pool. The policies that scale
+(``core_availability``, ``memory_pressure``) group them by ``InstanceView.pool`` and propose
+one ``ScaleTo`` per pool they change, naming it. Policies with hysteresis or a cool-down keep
+that state on the policy object (per pool or per instance where it is about one); one policy
+object serves one orchestrator.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from orchestra.errors import InvalidArgumentError
@@ -36,7 +40,7 @@ __all__ = [
 ]
 
 POOL = "*"
-"""The instance name used in reason keys of pool-wide actions: ``(POOL, "", "ScaleTo")``."""
+"""The name in the reason key of a ``ScaleTo`` that names no pool: ``(POOL, "", "ScaleTo")``."""
 
 _log = get_logger(__name__)
 
@@ -95,6 +99,46 @@ def applicable(instance: InstanceView, backend: str, option: str, value: Any) ->
     return True
 
 
+def _pool_sizes(instances: Iterable[InstanceView]) -> dict[str | None, int]:
+    """How many of ``instances`` each pool has, pools in the order they first appear (None:
+    views that don't name their pool)."""
+    sizes: dict[str | None, int] = {}
+    for inst in instances:
+        sizes[inst.pool] = sizes.get(inst.pool, 0) + 1
+    return sizes
+
+
+def _in_pool(pool: str | None, sizes: Mapping[str | None, int]) -> str:
+    """`` in pool 'a'`` when several pools are shown; nothing for one (its reasons read as
+    they always did)."""
+    return f" in pool {pool!r}" if len(sizes) > 1 and pool is not None else ""
+
+
+def _drain(sizes: Mapping[str | None, int], total: int) -> dict[str | None, int]:
+    """Counts per pool summing to ``total`` where it can: one instance at a time off the
+    largest pool (ties: the one listed last), never a pool below 1."""
+    counts = dict(sizes)
+    order = list(reversed(counts))
+    while sum(counts.values()) > total:
+        pool = max(order, key=counts.__getitem__)
+        if counts[pool] <= 1:
+            break
+        counts[pool] -= 1
+    return counts
+
+
+def _restore(sizes: Mapping[str | None, int], marks: Mapping[str | None, int], total: int) -> dict[str | None, int]:
+    """Counts per pool summing to at most ``total``: one instance at a time onto the pool
+    furthest below its mark (ties: the one listed first), never a pool above its mark."""
+    counts = dict(sizes)
+    while sum(counts.values()) < total:
+        behind = [p for p in counts if counts[p] < marks.get(p, 0)]
+        if not behind:
+            break
+        counts[max(behind, key=lambda p: marks[p] - counts[p])] += 1
+    return counts
+
+
 class _Builder:
     """Collects options, actions and reasons for one Proposal."""
 
@@ -115,9 +159,9 @@ class _Builder:
             for option, value in values.items():
                 self.option(instance, backend, option, value, reason)
 
-    def scale_to(self, count: int, reason: str) -> None:
-        self.actions.append(ScaleTo(count))
-        self.reasons[(POOL, "", "ScaleTo")] = reason
+    def scale_to(self, count: int, reason: str, pool: str | None = None) -> None:
+        self.actions.append(ScaleTo(count, pool))
+        self.reasons[(POOL if pool is None else pool, "", "ScaleTo")] = reason
 
     def build(self) -> Proposal:
         if not self.options and not self.actions:
@@ -268,9 +312,14 @@ class CoreAvailabilityPolicy:
     ``max_threads``, where ``n`` is the number of such instances.
 
     With ``scale_instances``, when the CPUs fit fewer instances than run
-    (``floor(available - reserve) // min_threads < n``) it also proposes ``ScaleTo`` that
-    many (at least 1), and shares the CPUs among that many. When CPUs come back it proposes
-    ``ScaleTo`` back up, never above the count it scaled down from.
+    (``fit = floor(available - reserve) // min_threads < n``) it also proposes ``ScaleTo``
+    that many (at least 1), and shares the CPUs among that many. When CPUs come back it
+    proposes ``ScaleTo`` back up, never above the count it scaled down from. The ``n``
+    instances may belong to several pools (``InstanceView.pool``): then it drains one
+    instance at a time off the largest pool (ties: the one listed last; never a pool below 1)
+    until ``fit`` remain, and on the way back adds one at a time to the pool furthest below
+    the count it scaled that pool down from; it proposes one ``ScaleTo`` naming the pool for
+    each pool it changes. With one pool this is the count above.
 
     Args:
         backend: the backend id whose thread count it sets (``NumpyCpuBackend``; for
@@ -317,7 +366,7 @@ class CoreAvailabilityPolicy:
         self.max_threads = max_threads
         self.scale_instances = scale_instances
         self.reserve = reserve
-        self._scaled_from: int | None = None
+        self._scaled_from: dict[str | None, int] = {}  # pool -> the count it scaled it down from
 
     def available(self, signals: Signals) -> tuple[float, str] | None:
         """(CPUs, the signal it came from), or None when no CPU signal is present."""
@@ -336,22 +385,7 @@ class CoreAvailabilityPolicy:
         usable = max(0, math.floor(available - self.reserve))
         have = f"{source}={fmt(available)}" + (f" - reserve={fmt(self.reserve)}" if self.reserve else "")
         b = _Builder()
-        n = len(using)
-        count = n
-        if self.scale_instances:
-            fit = max(1, usable // self.min_threads)
-            if fit < n:
-                count = fit
-                self._scaled_from = max(self._scaled_from or 0, n)
-                b.scale_to(fit, f"{have} fits {fit} instance(s) of >= {self.min_threads} thread(s), {n} running")
-            elif self._scaled_from is not None and n < self._scaled_from:
-                if fit > n:
-                    count = min(fit, self._scaled_from)
-                    b.scale_to(count, f"{have} fits {fit} instance(s) again; back towards {self._scaled_from}")
-                if count >= self._scaled_from:
-                    self._scaled_from = None
-            else:
-                self._scaled_from = None
+        count = self._scale(b, using, usable, have) if self.scale_instances else len(using)
         threads = max(self.min_threads, usable // count)
         capped = ""
         if self.max_threads is not None and threads > self.max_threads:
@@ -361,6 +395,33 @@ class CoreAvailabilityPolicy:
         for inst in using:
             b.option(inst, self.backend, self.option, threads, why)
         return b.build()
+
+    def _scale(self, b: _Builder, using: Sequence[InstanceView], usable: int, have: str) -> int:
+        """Proposes ``ScaleTo`` per pool it changes; returns the instance count to share the
+        CPUs among."""
+        sizes = _pool_sizes(using)
+        n = len(using)
+        fit = max(1, usable // self.min_threads)
+        marks = self._scaled_from
+        if fit < n:
+            counts = _drain(sizes, fit)
+            for pool, k in sizes.items():
+                if counts[pool] < k:
+                    marks[pool] = max(marks.get(pool, 0), k)
+                    b.scale_to(counts[pool], f"{have} fits {fit} instance(s) of >= {self.min_threads} thread(s), "
+                                             f"{n} running{_in_pool(pool, sizes)}", pool)
+            return sum(counts.values())
+        if not any(k < marks.get(pool, 0) for pool, k in sizes.items()):
+            marks.clear()
+            return n
+        counts = _restore(sizes, marks, fit) if fit > n else dict(sizes)
+        for pool, k in sizes.items():
+            if counts[pool] > k:
+                b.scale_to(counts[pool], f"{have} fits {fit} instance(s) again; back towards "
+                                         f"{marks[pool]}{_in_pool(pool, sizes)}", pool)
+            if pool in marks and counts[pool] >= marks[pool]:
+                del marks[pool]
+        return sum(counts.values())
 
     def __repr__(self) -> str:
         return f"CoreAvailabilityPolicy(backend={self.backend!r}, option={self.option!r}, name={self.name!r})"
@@ -464,10 +525,13 @@ class MemoryPressurePolicy:
 
     Reads ``memory.psi_full_avg10`` (percent of the last 10 s all tasks stalled on memory)
     and ``memory.available_bytes`` (bytes). Under pressure — ``psi_full_avg10 >
-    psi_full_threshold`` or ``available_bytes < min_available_bytes`` — it proposes
-    ``ScaleTo(n - 1)`` (never below 1), ``n`` being the number of instances, at most once per
-    ``min_interval_s`` (``Signals.at`` is the clock); between steps it keeps proposing the last
-    count while the pressure lasts. It proposes no options, and never scales up.
+    psi_full_threshold`` or ``available_bytes < min_available_bytes`` — it drains one
+    instance: ``ScaleTo(n - 1)`` (never below 1), ``n`` being the number of instances, at
+    most once per ``min_interval_s`` (``Signals.at`` is the clock); between steps it keeps
+    proposing the last count while the pressure lasts. It proposes no options, and never
+    scales up. When the instances belong to several pools (``InstanceView.pool``), the one
+    instance comes off the largest pool (ties: the one listed last; never a pool below 1),
+    ``n`` is that pool's size and the ``ScaleTo`` names it; between steps it holds that pool.
 
     Args:
         psi_full_threshold: percent (0–100) above which ``memory.psi_full_avg10`` is pressure.
@@ -499,6 +563,7 @@ class MemoryPressurePolicy:
         self.min_available_bytes = min_available_bytes
         self.min_interval_s = min_interval_s
         self._last_at: float | None = None
+        self._last_pool: str | None = None
         self._last_count: int | None = None
 
     def pressure(self, signals: Signals) -> list[str]:
@@ -518,17 +583,25 @@ class MemoryPressurePolicy:
         if not why or n == 0:
             return EMPTY
         reason = " and ".join(why)
+        sizes = _pool_sizes(instances)
         b = _Builder()
         waiting = self._last_at is not None and signals.at - self._last_at < self.min_interval_s
         if waiting:
-            count = n if self._last_count is None else min(n, self._last_count)
-            b.scale_to(count, f"{reason}: {n} -> {count} (next step after min_interval_s={fmt(self.min_interval_s)})")
-        elif n <= 1:
-            b.scale_to(1, f"{reason}; already at 1 instance")
+            pool = self._last_pool
+            k = sizes.get(pool)
+            if k is not None:  # None: that pool has no running instance now
+                count = k if self._last_count is None else min(k, self._last_count)
+                b.scale_to(count, f"{reason}: {k} -> {count}{_in_pool(pool, sizes)} "
+                                  f"(next step after min_interval_s={fmt(self.min_interval_s)})", pool)
+        elif all(k <= 1 for k in sizes.values()):
+            for pool in sizes:
+                b.scale_to(1, f"{reason}; already at 1 instance{_in_pool(pool, sizes)}", pool)
         else:
-            count = n - 1
-            self._last_at, self._last_count = signals.at, count
-            b.scale_to(count, f"{reason}: {n} -> {count} instance(s)")
+            pool = max(reversed(list(sizes)), key=sizes.__getitem__)
+            k = sizes[pool]
+            count = k - 1
+            self._last_at, self._last_pool, self._last_count = signals.at, pool, count
+            b.scale_to(count, f"{reason}: {k} -> {count} instance(s){_in_pool(pool, sizes)}", pool)
         return b.build()
 
     def __repr__(self) -> str:

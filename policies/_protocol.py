@@ -61,6 +61,9 @@ class InstanceView:
         executions / failures: counters.
         latency_p50 / latency_p95: seconds over recent executes (0.0 when unknown).
         paused: True when a policy paused it.
+        pool: the name of the pool it belongs to. The engine shows every policy the running
+            instances of every pool, so a policy that proposes ``ScaleTo`` groups them by
+            this to name the pool it means. None when unknown (a view built by hand).
     """
 
     name: str
@@ -73,6 +76,7 @@ class InstanceView:
     latency_p50: float = 0.0
     latency_p95: float = 0.0
     paused: bool = False
+    pool: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,9 +107,18 @@ class Move:
 
 @dataclass(frozen=True, slots=True)
 class ScaleTo:
-    """Run ``count`` instances of the pool (the orchestrator adds or drains instances)."""
+    """Run ``count`` instances of a pool (the orchestrator adds or drains instances).
+
+    Attributes:
+        count: the number of instances to run (an int >= 0).
+        pool: the name of the pool to scale (``InstanceView.pool``); None scales every pool
+            of the orchestrator to ``count``. The engine rejects (logs, never raises) a name
+            that is no pool. Its reason is ``Proposal.reasons[(pool, "", "ScaleTo")]``, or
+            ``[("*", "", "ScaleTo")]`` (``POOL``) for every pool and as the fallback.
+    """
 
     count: int
+    pool: str | None = None
 
 
 Action = Pause | Resume | TargetRate | Move | ScaleTo
@@ -117,9 +130,11 @@ class Proposal:
 
     Attributes:
         options: instance -> backend id -> option -> value.
-        actions: instance actions.
+        actions: instance actions, and ``ScaleTo`` for pools.
         reasons: (instance, backend, option) -> why, e.g. ``"battery.percent=14 < 20"``;
-            the engine's ``explain()`` reports it.
+            the engine's ``explain()`` reports it. An action's reason is keyed
+            ``(instance, "", "Pause")`` (the action's class name); ``ScaleTo``'s is keyed
+            ``(pool, "", "ScaleTo")``, or ``("*", "", "ScaleTo")`` when it names no pool.
     """
 
     options: Mapping[str, Mapping[str, Mapping[str, Any]]] = field(default_factory=dict)
@@ -134,7 +149,8 @@ EMPTY = Proposal()
 class Policy(Protocol):
     """A policy. ``name`` identifies it in explanations; higher ``priority`` wins when two
     policies set the same option; ``signals`` names the signals it reads (the engine re-runs
-    it when one of them changes)."""
+    it when one of them changes). ``propose`` is shown the running instances of every pool of
+    the orchestrator; ``InstanceView.pool`` says which pool each one belongs to."""
 
     name: str
     priority: int

@@ -1066,3 +1066,98 @@ async def test_orchestrator_statistics_and_misuse() -> None:
         k = p["k"]
     with pytest.raises(InstanceClosedError, match="'k' is closed"):
         await k.execute([X4])
+
+
+# -- ScaleTo naming a pool ----------------------------------------------------------------
+class Scaler:
+    """Proposes the actions the test sets (with ``reasons``); records the pools it was shown."""
+
+    signals: tuple[str, ...] = ()
+
+    def __init__(self, name: str = "scaler", priority: int = 1, actions: tuple = (), reasons: dict | None = None) -> None:
+        self.name, self.priority, self.actions, self.reasons = name, priority, actions, dict(reasons or {})
+        self.shown: list[dict[str, str | None]] = []
+
+    def propose(self, signals: Signals, instances: Sequence[InstanceView]) -> Proposal:
+        self.shown.append({i.name: i.pool for i in instances})
+        return Proposal(actions=self.actions, reasons=self.reasons)
+
+
+def sizes(orch: Orchestrator) -> dict[str, int]:
+    return {name: len(pool) for name, pool in orch.pools.items()}
+
+
+async def two_pools(orch: Orchestrator, n: int = 2) -> None:
+    for pool in ("a", "b"):
+        await orch.load(probe_program(), name=pool, instances=[InstanceSpec(f"{pool}{k}") for k in range(n)])
+
+
+@pytest.mark.anyio
+async def test_scale_to_a_named_pool_scales_only_that_pool_and_without_a_name_every_pool() -> None:
+    scaler = Scaler(actions=(ScaleTo(1, pool="a"),), reasons={("a", "", "ScaleTo"): "only a", ("*", "", "ScaleTo"): "all"})
+    async with Orchestrator(policies=[scaler], period=None) as orch:
+        await two_pools(orch)
+        run = await orch.refresh()
+        assert scaler.shown[-1] == {"a0": "a", "a1": "a", "b0": "b", "b1": "b"}  # every pool's instances, named
+        assert run.actions == 1 and run.rejected == 0
+        assert sizes(orch) == {"a": 1, "b": 2}
+        ex = orch.explain()
+        scaled = ex.actions_of("a")["scale"]
+        assert (scaled.value, scaled.policy, scaled.reason) == (1, "scaler", "only a")
+        assert ex.actions_of("b") == {}
+        np.testing.assert_array_equal((await orch.pool("b").execute([X4]))[0], X4 + 2)
+        # no pool named: every pool, as before (its reason under "*")
+        scaler.actions = (ScaleTo(3),)
+        run = await orch.refresh()
+        assert run.actions == 2 and sizes(orch) == {"a": 3, "b": 3}
+        ex = orch.explain()
+        assert {p: ex.actions_of(p)["scale"].reason for p in "ab"} == {"a": "all", "b": "all"}
+        # a later ScaleTo of the same policy naming a pool overrides its earlier one there
+        scaler.actions = (ScaleTo(2), ScaleTo(1, pool="b"))
+        await orch.refresh()
+        assert sizes(orch) == {"a": 2, "b": 1}
+        assert orch.explain().actions_of("b")["scale"].reason == "all"  # no reason keyed ("b", "", "ScaleTo"): "*"
+
+
+@pytest.mark.anyio
+async def test_scale_to_conflicts_are_settled_per_pool_by_priority() -> None:
+    hi = Scaler("hi", 20, actions=(ScaleTo(1, pool="a"),))
+    lo = Scaler("lo", 5, actions=(ScaleTo(3),))
+    async with Orchestrator(policies=[lo, hi], period=None) as orch:
+        await two_pools(orch)
+        await orch.refresh()
+        assert sizes(orch) == {"a": 1, "b": 3}  # hi wins pool a only; lo's every-pool ScaleTo takes b
+        ex = orch.explain()
+        assert (ex.actions_of("a")["scale"].policy, ex.actions_of("b")["scale"].policy) == ("hi", "lo")
+        hi.actions, lo.actions = (ScaleTo(2),), (ScaleTo(1, pool="b"),)
+        await orch.refresh()
+        assert sizes(orch) == {"a": 2, "b": 2}  # an every-pool ScaleTo of higher priority wins each pool
+
+
+@pytest.mark.anyio
+async def test_scale_to_an_unknown_pool_is_a_warning_and_the_engine_goes_on() -> None:
+    scaler = Scaler(actions=(ScaleTo(1, pool="nope"),))
+    async with Orchestrator(policies=[scaler], period=None) as orch:
+        await two_pools(orch)
+        with structlog.testing.capture_logs() as logs:
+            run = await orch.refresh()
+        assert run.actions == 0 and run.rejected == 1 and run.errors == 0
+        (w,) = [e for e in logs if e["event"] == "policy action rejected"]
+        assert w["log_level"] == "warning" and w["policy"] == "scaler" and w["pool"] == "nope"
+        assert w["reason"] == "no pool 'nope' (pools: a, b)"
+        assert sizes(orch) == {"a": 2, "b": 2} and orch.explain().actions == ()
+        assert orch.statistics().proposals_rejected == 1
+    # the engine's own loop keeps running past it, and applies a good ScaleTo afterwards
+    scaler = Scaler(actions=(ScaleTo(1, pool="nope"), ScaleTo(0, pool=3)))  # type: ignore[arg-type]
+    async with Orchestrator(policies=[scaler], period=0.01) as orch:
+        await two_pools(orch)
+        with anyio.fail_after(30):
+            while orch.statistics().proposals_rejected < 6:
+                await anyio.sleep(0.01)
+        assert sizes(orch) == {"a": 2, "b": 2} and orch.statistics().policy_errors == 0
+        scaler.actions = (ScaleTo(1, pool="b"),)
+        with anyio.fail_after(30):
+            while sizes(orch) != {"a": 2, "b": 1}:
+                await anyio.sleep(0.01)
+        np.testing.assert_array_equal((await orch.pool("a").execute([X4]))[0], X4 + 2)
+

@@ -13,8 +13,14 @@ Each run:
    override): bad entries are logged and skipped, a policy that raises is logged and keeps its
    last good proposal; nothing a policy does stops the engine;
 4. applies the actions of the policies that ran (Pause/Resume, TargetRate, Move, ScaleTo;
-   conflicts on one instance go to the higher priority; an action's reason is
-   ``Proposal.reasons[(instance, "", "Pause")]``, ``[("*", "", "ScaleTo")]`` for ScaleTo);
+   conflicts on one instance, or one pool for ScaleTo, go to the higher priority; an
+   action's reason is ``Proposal.reasons[(instance, "", "Pause")]``). ``ScaleTo(n,
+   pool="a")`` scales pool ``"a"`` only (its reason ``[("a", "", "ScaleTo")]``, else
+   ``[("*", "", "ScaleTo")]``); ``ScaleTo(n)`` scales every pool (reason
+   ``[("*", "", "ScaleTo")]``) and counts as one proposal per pool in conflicts, so a
+   policy's later ``ScaleTo`` naming a pool overrides its earlier one for that pool. A
+   ``ScaleTo`` naming no pool of the orchestrator is rejected (a ``policy action rejected``
+   warning naming the policy and the pool); explain() records a scale under the pool's name;
 5. merges every policy's latest option proposal — higher ``priority`` wins per
    (instance, backend, option), ties go to the policy listed first — over each instance's
    baseline (spec options, binding options, declared defaults: an option no policy
@@ -264,7 +270,8 @@ class Engine:
                 why = self._check_action(a)
                 if why:
                     rejected += 1
-                    _log.warning("policy action rejected", policy=p.name, action=repr(a), reason=why)
+                    named = {"pool": a.pool} if isinstance(a, ScaleTo) and a.pool is not None else {}
+                    _log.warning("policy action rejected", policy=p.name, action=repr(a), reason=why, **named)
                     continue
                 actions.append((p, a, sig, _action_reason(prop, a)))
         n_actions, bad = await self._apply_actions(actions, now, wall)
@@ -300,7 +307,7 @@ class Engine:
         return InstanceView(name=inst.name, bind=inst.reservation.bind, backends=pool.backends,
                             options=MappingProxyType(options), option_specs=MappingProxyType(specs),
                             executions=ex, failures=fa, latency_p50=lat.p50,
-                            latency_p95=lat.p95, paused=inst.paused)
+                            latency_p95=lat.p95, paused=inst.paused, pool=pool.name)
 
     def _check_options(self, p: Policy, prop: Proposal) -> tuple[dict[tuple[str, str, str], tuple[Any, str]], int]:
         out: dict[tuple[str, str, str], tuple[Any, str]] = {}
@@ -354,6 +361,10 @@ class Engine:
         if isinstance(a, ScaleTo):
             if isinstance(a.count, bool) or not isinstance(a.count, int) or a.count < 0:
                 return f"ScaleTo.count must be an int >= 0, got {a.count!r}"
+            if a.pool is not None and not isinstance(a.pool, str):
+                return f"ScaleTo.pool must be a pool name or None, got {a.pool!r}"
+            if a.pool is not None and a.pool not in self._orch._pools:
+                return f"no pool {a.pool!r} (pools: {', '.join(self._orch._pools) or 'none'})"
             return ""
         if a.instance not in self._orch._instances:
             return f"no instance {a.instance!r} (instances: {', '.join(self._orch._instances) or 'none'})"
@@ -374,11 +385,15 @@ class Engine:
         winners: dict[tuple[str, str], tuple[Policy, Any, Mapping[str, Any], str]] = {}
         for entry in actions:  # later actions of one policy override its earlier ones
             p, a = entry[0], entry[1]
-            kind = ("scale", "") if isinstance(a, ScaleTo) else (
-                "pause" if isinstance(a, (Pause, Resume)) else "rate" if isinstance(a, TargetRate) else "move", a.instance)
-            have = winners.get(kind)
-            if have is None or self._rank(p) <= self._rank(have[0]):
-                winners[kind] = entry
+            if isinstance(a, ScaleTo):  # ("scale", pool name): one per pool it scales
+                keys = [("scale", a.pool)] if a.pool is not None else [("scale", name) for name in orch._pools]
+            else:
+                keys = [("pause" if isinstance(a, (Pause, Resume)) else "rate" if isinstance(a, TargetRate) else "move",
+                         a.instance)]
+            for key in keys:
+                have = winners.get(key)
+                if have is None or self._rank(p) <= self._rank(have[0]):
+                    winners[key] = entry
         applied = bad = 0
         for (kind, iname), (p, a, sig, reason) in winners.items():
             def record(instance: str, name: str, value: Any) -> None:
@@ -388,14 +403,16 @@ class Engine:
                     _log.info(f"instance {name}", value=value, policy=p.name, reason=reason, signals=dict(sig))
             try:
                 if kind == "scale":
-                    for pool in list(orch._pools.values()):
-                        live = sum(1 for i in pool if i._state not in ("failed", "closed"))
-                        if live != a.count:
-                            await pool.scale(a.count)
-                            self._actions[(pool.name, "scale")] = ActionExplanation(
-                                pool.name, "scale", a.count, p.name, p.priority, reason, sig, now, wall)
-                            _log.info("pool scaled", pool=pool.name, count=a.count, policy=p.name, reason=reason)
-                            applied += 1
+                    pool = orch._pools.get(iname)
+                    if pool is None:  # unloaded while earlier actions were applied
+                        continue
+                    live = sum(1 for i in pool if i._state not in ("failed", "closed"))
+                    if live != a.count:
+                        await pool.scale(a.count)
+                        self._actions[(pool.name, "scale")] = ActionExplanation(
+                            pool.name, "scale", a.count, p.name, p.priority, reason, sig, now, wall)
+                        _log.info("pool scaled", pool=pool.name, count=a.count, policy=p.name, reason=reason)
+                        applied += 1
                     continue
                 inst = orch._instances.get(iname)
                 if inst is None or inst._state in ("failed", "closed", "draining"):
@@ -419,7 +436,7 @@ class Engine:
                         applied += 1
             except Exception as exc:  # noqa: BLE001 - logged, never fatal
                 bad += 1
-                with bound(instance=iname or None):
+                with bound(**({"pool": iname} if kind == "scale" else {"instance": iname})):
                     _log.warning("policy action failed", policy=p.name, action=repr(a),
                                  error=exc.message if isinstance(exc, OrchestraError) else repr(exc))
         return applied, bad
@@ -486,10 +503,12 @@ _NONE = object()
 
 def _action_reason(prop: Proposal, a: Any) -> str:
     """An action's reason: ``reasons[(instance, "", "Pause")]``; for ``ScaleTo``
+    ``reasons[(pool, "", "ScaleTo")]`` when it names a pool, else (or when that is missing)
     ``reasons[("*", "", "ScaleTo")]`` (the built-in policies' keys)."""
     reasons = prop.reasons if isinstance(prop.reasons, Mapping) else {}
     kind = type(a).__name__
-    for key in ((getattr(a, "instance", "*"), "", kind), ("*", "", kind)):
+    first = (a.pool if a.pool is not None else "*") if isinstance(a, ScaleTo) else getattr(a, "instance", "*")
+    for key in ((first, "", kind), ("*", "", kind)):
         if key in reasons:
             return str(reasons[key])
     return ""

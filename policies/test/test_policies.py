@@ -209,6 +209,56 @@ def test_core_availability_scales_instances_down_and_back() -> None:
     assert not CoreAvailabilityPolicy().propose(sig(cpu__available=1), four).actions
 
 
+def test_scale_to_names_a_pool_or_none() -> None:
+    assert ScaleTo(2) == ScaleTo(2, pool=None) and ScaleTo(2).pool is None  # as before: every pool
+    assert ScaleTo(2, "a") == ScaleTo(count=2, pool="a") != ScaleTo(2)
+    with pytest.raises(AttributeError):
+        ScaleTo(2).pool = "a"  # type: ignore[misc]
+    assert InstanceView("x").pool is None
+
+
+def test_core_availability_names_the_pool_of_the_instances_it_scales() -> None:
+    pol = CoreAvailabilityPolicy(scale_instances=True)
+    four = [inst(f"i{k}", CPU, pool="cams") for k in range(4)]
+    p = pol.propose(sig(cpu__available=2), four)
+    assert p.actions == (ScaleTo(2, pool="cams"),)
+    assert p.reasons[("cams", "", "ScaleTo")] == "cpu.available=2 fits 2 instance(s) of >= 1 thread(s), 4 running"
+    assert (POOL, "", "ScaleTo") not in p.reasons
+    assert pol.propose(sig(cpu__available=16), four[:2]).actions == (ScaleTo(4, pool="cams"),)
+
+
+def test_core_availability_scales_several_pools_sharing_the_cpus() -> None:
+    pol = CoreAvailabilityPolicy(scale_instances=True)
+    a = [inst(f"a{k}", CPU, pool="a") for k in range(3)]
+    b = [inst("b0", CPU, pool="b")]
+    other = [inst("n0", NPU, pool="npu")]  # not on the backend: not reasoned about
+    # 2 CPUs fit 2 of the 4 instances: both come off the largest pool, b keeps its one
+    p = pol.propose(sig(cpu__available=2), a + b + other)
+    assert p.actions == (ScaleTo(1, pool="a"),)
+    assert p.reasons[("a", "", "ScaleTo")] == "cpu.available=2 fits 2 instance(s) of >= 1 thread(s), 4 running in pool 'a'"
+    assert opts(p)["b0"][CPU]["num_threads"] == 1 and "n0" not in opts(p)
+    # drained: nothing to scale while 2 CPUs stay
+    p = pol.propose(sig(cpu__available=2), a[:1] + b)
+    assert not p.actions and opts(p)["a0"][CPU]["num_threads"] == 1
+    # CPUs come back: a grows back towards the 3 it had, never beyond, b is left alone
+    p = pol.propose(sig(cpu__available=3), a[:1] + b)
+    assert p.actions == (ScaleTo(2, pool="a"),)
+    assert p.reasons[("a", "", "ScaleTo")] == "cpu.available=3 fits 3 instance(s) again; back towards 3 in pool 'a'"
+    p = pol.propose(sig(cpu__available=16), a[:2] + b)
+    assert p.actions == (ScaleTo(3, pool="a"),) and opts(p)["b0"][CPU]["num_threads"] == 4
+    assert not pol.propose(sig(cpu__available=16), a + b).actions
+    # equal pools: the one listed last gives first; every pool keeps at least one instance
+    a2, b2 = a[:2], [inst(f"b{k}", CPU, pool="b") for k in range(2)]
+    assert CoreAvailabilityPolicy(scale_instances=True).propose(sig(cpu__available=3), a2 + b2).actions == (
+        ScaleTo(1, pool="b"),)
+    assert CoreAvailabilityPolicy(scale_instances=True).propose(sig(cpu__available=2), a2 + b2).actions == (
+        ScaleTo(1, pool="a"), ScaleTo(1, pool="b"))
+    c = [inst(f"c{k}", CPU, pool="c") for k in range(2)]
+    p = CoreAvailabilityPolicy(scale_instances=True).propose(sig(cpu__available=1), a[:1] + b + c)
+    assert p.actions == (ScaleTo(1, pool="c"),)
+    assert p.reasons[("a0", CPU, "num_threads")] == "cpu.available=1 over 3 instance(s) -> num_threads=1 (min_threads)"
+
+
 # ---------------------------------------------------------------------------- thermal
 
 
@@ -261,6 +311,29 @@ def test_memory_pressure_scales_down_with_cool_down() -> None:
     assert p.actions == (ScaleTo(1),)  # never below 1
     assert " and " in p.reasons[(POOL, "", "ScaleTo")]
     assert pol.propose(sig(at=40), four[:1]) == Proposal()  # no signals: nothing
+
+
+def test_memory_pressure_drains_the_largest_of_several_pools() -> None:
+    pol = MemoryPressurePolicy(min_interval_s=10)
+    a = [inst("a0", CPU, pool="a")]
+    b = [inst(f"b{k}", NPU, pool="b") for k in range(3)]
+    p = pol.propose(sig(at=1, memory__psi_full_avg10=12.5), a + b)
+    assert p.actions == (ScaleTo(2, pool="b"),)  # one instance in all, off the largest pool
+    assert p.reasons[("b", "", "ScaleTo")] == "memory.psi_full_avg10=12.5 > psi_full_threshold=10: 3 -> 2 instance(s) in pool 'b'"
+    p = pol.propose(sig(at=5, memory__psi_full_avg10=12.5), a + b)  # cooling down: hold b at 2
+    assert p.actions == (ScaleTo(2, pool="b"),)
+    assert "next step after min_interval_s=10" in p.reasons[("b", "", "ScaleTo")]
+    p = pol.propose(sig(at=11, memory__psi_full_avg10=12.5), a + b[:2])
+    assert p.actions == (ScaleTo(1, pool="b"),)
+    p = pol.propose(sig(at=30, memory__psi_full_avg10=12.5), a + b[:1])  # every pool at 1: never below
+    assert p.actions == (ScaleTo(1, pool="a"), ScaleTo(1, pool="b"))
+    assert p.reasons[("a", "", "ScaleTo")].endswith("; already at 1 instance in pool 'a'")
+    # equal pools: the one listed last gives; one pool shown: reasons read as for a single pool
+    two = [inst(f"c{k}", CPU, pool="c") for k in range(2)]
+    assert MemoryPressurePolicy().propose(sig(memory__psi_full_avg10=50), two + b[:2]).actions == (ScaleTo(1, pool="b"),)
+    p = MemoryPressurePolicy().propose(sig(memory__psi_full_avg10=50), two)
+    assert p.actions == (ScaleTo(1, pool="c"),)
+    assert p.reasons[("c", "", "ScaleTo")] == "memory.psi_full_avg10=50 > psi_full_threshold=10: 2 -> 1 instance(s)"
 
 
 # ---------------------------------------------------------------------------- latency
