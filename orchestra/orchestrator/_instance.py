@@ -26,6 +26,7 @@ from ._errors import DeadlineError, InstanceClosedError, InstanceFailedError, Re
 from ._resources import Reservation
 from ._spec import InstanceSpec
 from ._stats import InstanceStatistics, PoolStatistics
+from ._process_worker import ProcessWorker
 from ._worker import STOP, WAKE, OptionChange, Worker
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -173,12 +174,13 @@ class Instance:
     # -- lifetime -------------------------------------------------------------------------
     def _spawn(self) -> Worker:
         self._generation += 1
-        w = Worker(instance=self.name, pool=self.pool.name, program=self.pool.program, method_name=self.pool.method,
+        cls = ProcessWorker if self.spec.placement == "process" else Worker
+        w = cls(instance=self.name, pool=self.pool.name, program=self.pool.program, method_name=self.pool.method,
                    desired=lambda: self.desired, cpus=self.reservation.cpus, restart=self.spec.restart,
                    loop=self._loop, latency=self.latency, resolve=self._resolve, on_ready=self._on_ready,
                    on_failed=self._on_failed, on_exit=self._on_exit,
                    period=1.0 / self._rate if self._rate else 0.0, generation=self._generation,
-                   placement=self.spec.placement, initializer=self._orch.process_initializer)
+                   initializer=self._orch.process_initializer)
         w.redirect = self._resubmit
         self._ready[w] = self._loop.create_future()
         self._exit[w] = self._loop.create_future()
@@ -291,7 +293,7 @@ class Instance:
             _settle(exited)  # nobody waits for the abandoned thread
         with bound(instance=self.name, pool=self.pool.name):
             _log.error("instance quarantined after a deadline; replacing it", deadline_s=deadline,
-                       stuck_thread=w.thread.name, requeued=len(moved))
+                       stuck=w.label, requeued=len(moved))
         if self._state == "draining":  # being removed: no replacement; queued work fails
             self._resolve([(it[0], False, InstanceClosedError(f"instance {self.name!r} was removed")) for it in moved])
             self._state = "closed"

@@ -1,21 +1,31 @@
 """``placement="process"``: the instance's Method lives in a worker process.
 
-The instance keeps its worker thread (the same hand-off to the event loop, the same
-batching, restarts and deadlines); instead of a :class:`~orchestra.runtime.Method` it drives
-a :class:`RemoteMethod`: a child process (``spawn``) pinned to the binding's CPUs
-(``os.sched_setaffinity`` in the child, so the whole process and the threads its backends
-start), which loads the program and the Method itself. Tensors cross through one
-``multiprocessing.shared_memory`` block per process: inputs are copied into it, the child
-executes on views of it and writes the outputs back there; the pipe carries only shapes,
-scalars and small control messages. Each instance's worker thread is the only user of its
-process, so there is one request in flight per process and no locking.
+The child process (``spawn``) pins itself to the binding's CPUs (``os.sched_setaffinity``
+before it loads anything, so the threads its backends start inherit the mask), loads the
+program and the Method, then serves requests from a pipe one at a time, in order.
 
-A restart starts a fresh process; a deadline kills the stuck process outright (nothing is
-abandoned). Backends reach the child through the entry-point registry; backends and devices
-registered at run time in the parent don't exist there: pass ``process_initializer`` (a
-picklable, module-level function) to the Orchestrator to register them in each child.
-Init-only option changes are set and rebuilt at the next execute boundary in the child
-(never prepared concurrently), options in force are mirrored after every execute.
+Tensors cross through one ``multiprocessing.shared_memory`` block with
+:data:`PIPELINE_DEPTH` *slots* (each room for every input and output at its static shape or
+upper bound): the parent copies a request's inputs into a free slot and writes a small
+message (slot, shapes, scalars, per-call overrides) on the request pipe; the child executes
+on views of that slot, copies the outputs into it and answers on the reply pipe. With two
+slots the next request is already waiting in the pipe when the child finishes one, so the
+child never waits for the parent between executes.
+
+Messages are length-prefixed (4-byte little-endian length) pickles, except the two of the
+common case, which skip pickle: a request whose inputs have exactly their static shapes and
+no per-call overrides is the byte 0 and the slot number; its reply, when every output has its
+static shape and the options in force did not change, is the byte 0 and the execute's
+duration (a little-endian double). The parent side
+(:class:`ProcessWorker` in ``_process_worker.py``) is driven by the event loop: it writes
+requests from ``Instance.execute`` and reads replies in a ``loop.add_reader`` callback, so
+an execute costs the parent a few syscalls and no thread hop. :class:`WorkerProcess` here is
+the parent's handle of one child; starting it blocks (it waits for the child to load), so
+the ProcessWorker starts it on a short-lived thread.
+
+Backends reach the child through the entry-point registry; backends and devices registered
+at run time in the parent don't exist there: pass ``process_initializer`` (a picklable,
+module-level function) to the Orchestrator to register them in each child.
 """
 
 from __future__ import annotations
@@ -24,6 +34,8 @@ import math
 import multiprocessing as mp
 import os
 import pathlib
+import pickle
+import struct
 import time
 from collections.abc import Callable, Mapping, Sequence
 from multiprocessing import shared_memory
@@ -34,16 +46,23 @@ import numpy as np
 from .. import errors as _errors
 from ..errors import Error, OrchestraError
 from ..program import dumps
-from ..runtime import MethodStatistics, Program, TensorInfo, load_program
+from ..runtime import MethodMeta, Program, TensorInfo, load_program
 
-__all__ = ["RemoteMethod"]
+__all__ = ["PIPELINE_DEPTH", "WorkerProcess"]
+
+PIPELINE_DEPTH = 2  # requests a worker process may hold at once (slots of the shared block)
 
 _ALIGN = 64
+_LEN = struct.Struct("<I")
+_PICKLE = pickle.HIGHEST_PROTOCOL
+_MAX_MESSAGE = 1 << 30
+
+Slot = tuple[int, np.dtype, tuple[int, ...]]
 
 
-def _layout(infos: Sequence[Any], start: int) -> tuple[list[tuple[int, np.dtype, tuple[int, ...]] | None], int]:
+def _layout(infos: Sequence[Any], start: int) -> tuple[list[Slot | None], int]:
     """Offsets of the tensors of ``infos`` (their static shape or upper bound)."""
-    out: list[tuple[int, np.dtype, tuple[int, ...]] | None] = []
+    out: list[Slot | None] = []
     off = start
     for info in infos:
         if isinstance(info, TensorInfo) and info.dtype is not None:
@@ -55,15 +74,22 @@ def _layout(infos: Sequence[Any], start: int) -> tuple[list[tuple[int, np.dtype,
     return out, off
 
 
-def _view(buf: Any, slot: tuple[int, np.dtype, tuple[int, ...]], shape: tuple[int, ...]) -> np.ndarray:
-    off, dtype, _ = slot
-    return np.ndarray(shape, dtype, buffer=buf, offset=off) if math.prod(shape) else np.empty(shape, dtype)
+def _slots(meta: MethodMeta) -> tuple[list[tuple[list[Slot | None], list[Slot | None]]], int]:
+    """``PIPELINE_DEPTH`` slots, each (input layout, output layout), and the block size."""
+    slots = []
+    end = 0
+    for _ in range(PIPELINE_DEPTH):
+        ins, end = _layout(meta.inputs, end)
+        outs, end = _layout(meta.outputs, end)
+        slots.append((ins, outs))
+        end = -(-end // _ALIGN) * _ALIGN
+    return slots, max(end, 1)
 
 
 class _Views:
     """Views into the shared block, cached per (tensor, shape)."""
 
-    def __init__(self, buf: Any, slots: list) -> None:
+    def __init__(self, buf: Any, slots: list[Slot | None]) -> None:
         self.buf = buf
         self.slots = slots
         self.cache: dict[tuple[int, tuple[int, ...]], np.ndarray] = {}
@@ -73,11 +99,52 @@ class _Views:
         if v is None:
             if len(self.cache) > 256:
                 self.cache.clear()
-            v = self.cache[(k, shape)] = _view(self.buf, self.slots[k], shape)
+            off, dtype, _ = self.slots[k]  # type: ignore[misc]
+            v = np.ndarray(shape, dtype, buffer=self.buf, offset=off) if math.prod(shape) else np.empty(shape, dtype)
+            self.cache[(k, shape)] = v
         return v
 
 
-def _describe(exc: BaseException) -> tuple[str, str, int | None, list[str]]:
+def frame(msg: Any) -> bytes:
+    """One message on a pipe: its length, then its pickle."""
+    body = pickle.dumps(msg, _PICKLE)
+    return _LEN.pack(len(body)) + body
+
+
+_FAST_REQUEST = struct.Struct("<IBB")  # length 2, 0, slot
+_FAST_REPLY = struct.Struct("<IBd")  # length 9, 0, duration
+
+
+def fast_request(slot: int) -> bytes:
+    return _FAST_REQUEST.pack(2, 0, slot)
+
+
+def fast_reply(dt: float) -> bytes:
+    return _FAST_REPLY.pack(9, 0, dt)
+
+
+def unframe(buf: bytearray) -> list[Any]:
+    """Takes every whole message off the front of ``buf`` (the rest stays)."""
+    out = []
+    pos = 0
+    n = len(buf)
+    while n - pos >= 4:
+        (size,) = _LEN.unpack_from(buf, pos)
+        if size > _MAX_MESSAGE:
+            raise OrchestraError(f"worker process pipe: message of {size} bytes (corrupt stream)", Error.Internal)
+        if n - pos - 4 < size:
+            break
+        if size and buf[pos + 4] == 0:  # a fast request (its slot, an int) or reply (its duration, a float)
+            out.append(buf[pos + 5] if size == 2 else _FAST_REPLY.unpack_from(buf, pos)[2])
+        else:
+            out.append(pickle.loads(memoryview(buf)[pos + 4:pos + 4 + size]))
+        pos += 4 + size
+    if pos:
+        del buf[:pos]
+    return out
+
+
+def describe_error(exc: BaseException) -> tuple[str, str, int | None, list[str]]:
     chain = []
     c = exc.__cause__
     while c is not None and len(chain) < 5:
@@ -87,7 +154,9 @@ def _describe(exc: BaseException) -> tuple[str, str, int | None, list[str]]:
     return type(exc).__name__, str(exc), code, chain
 
 
-def _rebuild(info: tuple[str, str, int | None, list[str]], where: str) -> OrchestraError:
+def rebuild_error(info: tuple[str, str, int | None, list[str]], where: str) -> OrchestraError:
+    """The parent's copy of an error raised in a worker process (same class when it is an
+    orchestra error, its cause chain as text)."""
     name, message, code, chain = info
     cls = getattr(_errors, name, None)
     if not (isinstance(cls, type) and issubclass(cls, OrchestraError)) or cls is _errors.ConfigError:
@@ -106,10 +175,51 @@ def _in_force(m: Any) -> dict[str, dict[str, Any]]:
     return {b: m.backend_options(b) for b in m.meta.backends}
 
 
-def _child(conn: Any, program_ref: Any, method_name: str, options: Mapping[str, Mapping[str, Any]],
-           cpus: tuple[int, ...] | None, shm_name: str, in_slots: list, out_slots: list,
-           initializer: Callable[[], None] | None) -> None:
+def _reply(out_slots: list[Slot | None], outs_v: _Views, outs: list[Any], dt: float, m: Any) -> tuple:
+    """An ``ok`` reply: tensor outputs copied into the slot (their shapes sent), others sent
+    as they are; the options in force when ``m`` is given (they changed)."""
+    oshapes: list[Any] = []
+    oscalars: list[Any] = []
+    for k, (slot, v) in enumerate(zip(out_slots, outs)):
+        if slot is not None and isinstance(v, np.ndarray):
+            np.copyto(outs_v.get(k, v.shape), v)
+            oshapes.append(v.shape)
+            oscalars.append(None)
+        else:
+            oshapes.append(None)
+            oscalars.append(v)
+    return ("ok", oshapes, oscalars, dt, _in_force(m) if m is not None else None)
+
+
+class _Reader:
+    """Blocking message reader of the child."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.buf = bytearray()
+        self.ready: list[Any] = []
+
+    def next(self) -> Any:
+        while not self.ready:
+            data = os.read(self.fd, 1 << 16)
+            if not data:
+                raise EOFError
+            self.buf += data
+            self.ready = unframe(self.buf)
+            self.ready.reverse()
+        return self.ready.pop()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _child(requests: Any, replies: Any, program_ref: Any, method_name: str, options: Mapping[str, Mapping[str, Any]],
+           cpus: tuple[int, ...] | None, shm_name: str, slots: list, initializer: Callable[[], None] | None) -> None:
     """The worker process: load, then serve requests from the pipe one at a time."""
+    rfd, wfd = requests.fileno(), replies.fileno()
     shm = None
     m = None
     try:
@@ -119,190 +229,300 @@ def _child(conn: Any, program_ref: Any, method_name: str, options: Mapping[str, 
             initializer()
         m = load_program(program_ref).load_method(method_name, backend_options=options)
         shm = shared_memory.SharedMemory(name=shm_name)
-        ins, outs_v = _Views(shm.buf, in_slots), _Views(shm.buf, out_slots)
-        conn.send(("ready", _in_force(m)))
+        views = [(_Views(shm.buf, i), _Views(shm.buf, o)) for i, o in slots]
+        # per slot: the inputs at their static shapes (a fast request's), the outputs' views
+        static_in = [[None if sl is None else views[s][0].get(k, sl[2]) for k, sl in enumerate(i)]
+                     for s, (i, _) in enumerate(slots)]
+        static_out = [[(None, None) if sl is None else (views[s][1].get(k, sl[2]), sl[2]) for k, sl in enumerate(o)]
+                      for s, (_, o) in enumerate(slots)]
+        _write_all(wfd, frame(("ready", _in_force(m))))
     except BaseException as exc:  # noqa: BLE001 - reported to the parent
-        conn.send(("error", _describe(exc)))
+        try:
+            _write_all(wfd, frame(("error", describe_error(exc))))
+        except OSError:
+            pass
         return
+    reader = _Reader(rfd)
+    perf = time.perf_counter
+    execute = m.execute
     changed = False
+    ins = outs_v = inputs = None
     try:
         while True:
             try:
-                msg = conn.recv()
+                msg = reader.next()
             except (EOFError, OSError):
                 return
-            kind = msg[0]
-            if kind == "exec":
-                _, shapes, scalars, overrides = msg
-                inputs = [scalars[k] if slot is None else ins.get(k, shapes[k]) for k, slot in enumerate(in_slots)]
-                t0 = time.perf_counter()
+            if type(msg) is int:  # fast request: inputs at their static shapes in slot ``msg``
+                s = msg
+                t0 = perf()
                 try:
-                    outs = m.execute(inputs, overrides)
+                    outs = execute(static_in[s], None)
                 except BaseException as exc:  # noqa: BLE001
-                    conn.send(("error", _describe(exc)))
+                    _write_all(wfd, frame(("error", describe_error(exc))))
                     continue
-                dt = time.perf_counter() - t0
-                oshapes, oscalars = [], []
-                for k, (slot, v) in enumerate(zip(out_slots, outs)):
-                    if slot is not None and isinstance(v, np.ndarray):
-                        np.copyto(outs_v.get(k, v.shape), v)
-                        oshapes.append(v.shape)
-                        oscalars.append(None)
+                dt = perf() - t0
+                fast = not changed
+                for (view, shape), v in zip(static_out[s], outs):
+                    if view is not None and type(v) is np.ndarray and v.shape == shape:
+                        np.copyto(view, v)
                     else:
-                        oshapes.append(None)
-                        oscalars.append(v)
-                forced = _in_force(m) if changed else None
-                changed = False
-                conn.send(("ok", oshapes, oscalars, dt, forced))
-            elif kind == "options":
+                        fast = False
+                        break
+                if fast:
+                    _write_all(wfd, fast_reply(dt))
+                else:
+                    _write_all(wfd, frame(_reply(slots[s][1], views[s][1], outs, dt, m if changed else None)))
+                    changed = False
+                continue
+            kind = msg[0]
+            if kind == "x":
+                _, s, shapes, scalars, overrides = msg
+                ins, outs_v = views[s]
+                in_slots = slots[s][0]
+                inputs = [scalars[k] if slot is None else ins.get(k, shapes[k]) for k, slot in enumerate(in_slots)]
+                t0 = perf()
+                try:
+                    outs = execute(inputs, overrides)
+                except BaseException as exc:  # noqa: BLE001
+                    reply: Any = ("error", describe_error(exc))
+                else:
+                    reply = _reply(slots[s][1], outs_v, outs, perf() - t0, m if changed else None)
+                    changed = False
+                _write_all(wfd, frame(reply))
+            elif kind == "o":
                 try:
                     for b, vals in msg[1].items():
                         m.set_backend_options(b, vals)
-                    changed = True
-                    conn.send(("ok",))
                 except BaseException as exc:  # noqa: BLE001
-                    conn.send(("error", _describe(exc)))
-            elif kind == "stats":
-                conn.send(("ok", m.statistics()))
-            elif kind == "stop":
+                    _write_all(wfd, frame(("error", describe_error(exc))))
+                else:
+                    changed = True
+                    _write_all(wfd, frame(("ok",)))
+            elif kind == "s":
                 return
     finally:
-        if m is not None:
-            m.close()
-        if shm is not None:
-            ins = outs_v = None  # drop the views before closing the block
+        m.close()
+        views = ins = outs_v = inputs = None  # drop the views before closing the block
+        try:
             shm.close()
+        except BufferError:  # pragma: no cover - a view survived; the process exits anyway
+            pass
 
 
-class RemoteMethod:
-    """A Method in a worker process, driven from one thread (the instance's worker)."""
+class WorkerProcess:
+    """The parent's handle of one worker process (see the module docstring).
 
-    supports_prepare = False
+    Construction blocks until the child has loaded the Method (or raises what it raised).
+    Afterwards everything is non-blocking and meant for one thread (the event loop's):
+    :meth:`send_execute` / :meth:`send_options` write requests, :attr:`fd` becomes
+    readable when replies arrive, :meth:`read` returns them in request order.
+    """
 
     def __init__(self, program: Program, method_name: str, options: Mapping[str, Mapping[str, Any]],
                  cpus: tuple[int, ...] | None, initializer: Callable[[], None] | None, where: str) -> None:
         self.where = where
         self.meta = program.method_meta(method_name)
-        self._in, end = _layout(self.meta.inputs, 0)
-        self._out, end = _layout(self.meta.outputs, end)
-        self._shm = shared_memory.SharedMemory(create=True, size=max(end, 1))
-        self._ins, self._outs = _Views(self._shm.buf, self._in), _Views(self._shm.buf, self._out)
+        self._slots, size = _slots(self.meta)
+        self._shm = shared_memory.SharedMemory(create=True, size=size)
+        self._views = [(_Views(self._shm.buf, i), _Views(self._shm.buf, o)) for i, o in self._slots]
         src = program.source
         ref: Any = src if src not in ("<bytes>", "<ProgramDef>") and pathlib.Path(src).is_file() else dumps(program.definition)
         ctx = mp.get_context("spawn")
-        self._conn, child = ctx.Pipe()
+        req_r, self._req = ctx.Pipe(duplex=False)
+        self._rep, rep_w = ctx.Pipe(duplex=False)
         self._proc = ctx.Process(target=_child, name=f"orchestra:{where}",
-                                 args=(child, ref, method_name, {b: dict(v) for b, v in options.items()}, cpus,
-                                       self._shm.name, self._in, self._out, initializer), daemon=True)
+                                 args=(req_r, rep_w, ref, method_name, {b: dict(v) for b, v in options.items()}, cpus,
+                                       self._shm.name, self._slots, initializer), daemon=True)
         self._closed = False
+        self._buf = bytearray()
+        self._out = bytearray()  # request bytes the pipe did not take yet
+        self.fd = self._rep.fileno()
+        self._wfd = self._req.fileno()
         try:
             self._proc.start()
-            child.close()
-            reply = self._recv()
+            req_r.close()
+            rep_w.close()
+            reply = self._first_reply()
         except BaseException:
             self.close()
             raise
         if reply[0] != "ready":
             self.close()
-            raise _rebuild(reply[1], where)
-        self._forced: dict[str, dict[str, Any]] = reply[1]
-        self._executions = self._failures = 0
-        self._total = self._last = 0.0
+            raise rebuild_error(reply[1], where)
+        self.forced: dict[str, dict[str, Any]] = reply[1]
+        self._fast_path()
+        os.set_blocking(self.fd, False)
+        os.set_blocking(self._wfd, False)
+
+    def _first_reply(self) -> Any:
+        reader = _Reader(self.fd)
+        try:
+            return reader.next()
+        except (EOFError, OSError):
+            self._proc.join(5)
+            code = self._proc.exitcode
+            raise OrchestraError(f"{self.where}: the worker process exited while loading (exit code {code})",
+                                 Error.Internal) from None
 
     @property
     def pid(self) -> int | None:
         return self._proc.pid
 
-    def _recv(self) -> Any:
-        try:
-            return self._conn.recv()
-        except (EOFError, OSError):
-            code = self._proc.exitcode
-            raise OrchestraError(f"{self.where}: the worker process exited (exit code {code})", Error.Internal) from None
+    @property
+    def exitcode(self) -> int | None:
+        return self._proc.exitcode
 
-    def _send(self, msg: Any) -> None:
-        try:
-            self._conn.send(msg)
-        except (OSError, ValueError):
-            raise OrchestraError(f"{self.where}: the worker process is gone", Error.Internal) from None
+    # -- requests ---------------------------------------------------------------------------
+    def _fast_path(self) -> None:
+        """Per slot: views of every input at its static shape and the request message to send
+        when the inputs have exactly those shapes and there are no per-call overrides."""
+        self._fast: list[tuple[list[tuple[np.ndarray, np.dtype, tuple[int, ...]]], bytes] | None] = []
+        for s, (ins, _) in enumerate(self._slots):
+            if not ins or any(sl is None for sl in ins):
+                self._fast.append(None)
+                continue
+            views = self._views[s][0]
+            self._fast.append(([(views.get(k, sl[2]), sl[1], sl[2]) for k, sl in enumerate(ins)],  # type: ignore[index]
+                               fast_request(s)))
+        # per slot: the outputs at their static shapes (what a fast reply leaves there)
+        self._static_out = [[None if sl is None else self._views[s][1].get(k, sl[2]) for k, sl in enumerate(outs)]
+                            for s, (_, outs) in enumerate(self._slots)]
 
-    def execute(self, inputs: Sequence[Any], backend_options: Mapping[str, Mapping[str, Any]] | None = None) -> list[Any]:
-        if self._closed:
-            raise OrchestraError(f"{self.where}: execute on a closed worker process", Error.InvalidState)
+    def send_execute(self, slot: int, inputs: Sequence[Any], overrides: Mapping[str, Mapping[str, Any]] | None) -> None:
+        """Copies ``inputs`` into ``slot`` and sends the request. Raises InvalidArgumentError
+        (nothing sent) when an input does not fit."""
+        fast = self._fast[slot]
+        if fast is not None and overrides is None and len(inputs) == len(fast[0]):
+            for (view, dtype, shape), x in zip(fast[0], inputs):
+                if type(x) is not np.ndarray or x.shape != shape or x.dtype != dtype:
+                    break
+                np.copyto(view, x)
+            else:
+                self._write(fast[1])
+                return
+        shapes, scalars = self._put_inputs(slot, inputs)
+        self._write(frame(("x", slot, shapes, scalars, overrides)))
+
+    def _put_inputs(self, slot: int, inputs: Sequence[Any]) -> tuple[list[Any], list[Any]]:
         infos = self.meta.inputs
         if len(inputs) != len(infos):
             raise _errors.InvalidArgumentError(f"{self.where}: expected {len(infos)} inputs, got {len(inputs)}")
-        views = self._ins
+        views = self._views[slot][0]
         shapes: list[Any] = []
         scalars: list[Any] = []
-        for k, (slot, x) in enumerate(zip(self._in, inputs)):
-            if slot is None:
+        for k, (sl, x) in enumerate(zip(self._slots[slot][0], inputs)):
+            if sl is None:
                 shapes.append(None)
                 scalars.append(x)
                 continue
-            _, dtype, bound = slot
+            _, dtype, bound = sl
             if not isinstance(x, np.ndarray):
                 x = np.asarray(x)
-            if x.dtype != dtype or len(x.shape) != len(bound) or any(s > b for s, b in zip(x.shape, bound)):
+            shape = x.shape
+            if x.dtype != dtype or len(shape) != len(bound) or any(s > b for s, b in zip(shape, bound)):
                 raise _errors.InvalidArgumentError(
-                    f"{self.where}: input {k}: {x.dtype} {list(x.shape)} does not fit the program's {dtype} {list(bound)}")
-            np.copyto(views.get(k, x.shape), x)
-            shapes.append(x.shape)
+                    f"{self.where}: input {k}: {x.dtype} {list(shape)} does not fit the program's {dtype} {list(bound)}")
+            np.copyto(views.get(k, shape), x)
+            shapes.append(shape)
             scalars.append(None)
-        self._send(("exec", shapes, scalars, backend_options))
-        reply = self._recv()
-        if reply[0] != "ok":
-            self._failures += 1
-            raise _rebuild(reply[1], self.where)
-        _, oshapes, oscalars, dt, forced = reply
+        return shapes, scalars
+
+    def send_options(self, changes: Mapping[str, Mapping[str, Any]]) -> None:
+        self._write(frame(("o", {b: dict(v) for b, v in changes.items()})))
+
+    def _write(self, data: bytes) -> None:
+        if self._out:
+            self._out += data
+            return
+        try:
+            n = os.write(self._wfd, data)
+        except BlockingIOError:
+            n = 0
+        except (BrokenPipeError, OSError, ValueError):
+            return  # the child is gone: the reply pipe reports it (EOF)
+        if n < len(data):
+            self._out += memoryview(data)[n:]
+
+    @property
+    def backlog(self) -> bool:
+        """Request bytes wait for room in the pipe (call :meth:`flush` when writable)."""
+        return bool(self._out)
+
+    def flush(self) -> None:
+        try:
+            n = os.write(self._wfd, self._out)
+        except BlockingIOError:
+            return
+        except (BrokenPipeError, OSError, ValueError):
+            self._out.clear()
+            return
+        del self._out[:n]
+
+    # -- replies ------------------------------------------------------------------------------
+    def read(self) -> list[Any] | None:
+        """Replies that arrived (in request order); None when the child is gone."""
+        try:
+            data = os.read(self.fd, 1 << 16)
+        except BlockingIOError:
+            return []
+        except OSError:
+            return None
+        if not data:
+            return None
+        self._buf += data
+        return unframe(self._buf)
+
+    def static_outputs(self, slot: int) -> list[Any]:
+        """The outputs of a fast reply (every output a tensor at its static shape), copied."""
+        return [np.array(v, copy=True) for v in self._static_out[slot]]
+
+    def outputs(self, slot: int, shapes: list[Any], scalars: list[Any], forced: Any) -> list[Any]:
+        """The outputs of an ``ok`` reply, copied out of ``slot``."""
         if forced is not None:
-            self._forced = forced
-        self._executions += 1
-        self._total += dt
-        self._last = dt
-        outs = self._outs
-        return [v if shape is None else np.array(outs.get(k, shape), copy=True)
-                for k, (shape, v) in enumerate(zip(oshapes, oscalars))]
-
-    def set_backend_options(self, backend_id: str, values: Mapping[str, Any]) -> None:
-        self._send(("options", {backend_id: dict(values)}))
-        reply = self._recv()
-        if reply[0] != "ok":
-            raise _rebuild(reply[1], self.where)
-
-    prepare_backend_options = set_backend_options
+            self.forced = forced
+        views = self._views[slot][1]
+        return [v if shape is None else np.array(views.get(k, shape), copy=True)
+                for k, (shape, v) in enumerate(zip(shapes, scalars))]
 
     def backend_options(self, backend_id: str) -> dict[str, Any]:
-        return dict(self._forced.get(backend_id, {}))
+        """Options in force in the child (as of its last reply)."""
+        return dict(self.forced.get(backend_id, {}))
 
-    def statistics(self) -> MethodStatistics:
-        return MethodStatistics(self._executions, self._failures, self._total, self._last,
-                                self.meta.planned_bytes, 0, 0)
-
+    # -- end ------------------------------------------------------------------------------------
     def kill(self) -> None:
-        """Ends the process at once (a stuck execute: its caller was already answered)."""
-        if self._proc.is_alive():
-            self._proc.kill()
+        """Ends the process at once."""
+        try:
+            if self._proc.is_alive():
+                self._proc.kill()
+        except (AssertionError, ValueError):  # never started, or closed
+            pass
 
-    def close(self) -> None:
+    def close(self, timeout: float = 10.0) -> None:
+        """Asks the child to finish what it holds and exit; kills it after ``timeout``.
+        Blocks up to ``timeout`` (call it off the event loop)."""
         if self._closed:
             return
         self._closed = True
         try:
             if self._proc.is_alive():
                 try:
-                    self._conn.send(("stop",))
+                    os.set_blocking(self._wfd, True)
+                    if self._out:
+                        _write_all(self._wfd, bytes(self._out))
+                    _write_all(self._wfd, frame(("s",)))
                 except (OSError, ValueError):
                     pass
-                self._proc.join(10)
+                self._proc.join(timeout)
                 if self._proc.is_alive():
                     self._proc.kill()
                     self._proc.join(5)
         except (AssertionError, ValueError):  # never started
             pass
         finally:
-            self._conn.close()
-            self._ins = self._outs = None  # type: ignore[assignment]
+            self._req.close()
+            self._rep.close()
+            self._views = []
             try:
                 self._shm.close()
             except BufferError:  # a view is still referenced somewhere; the unlink still frees the name
@@ -313,4 +533,4 @@ class RemoteMethod:
                 pass
 
     def __repr__(self) -> str:
-        return f"<RemoteMethod {self.where} pid={self._proc.pid}>"
+        return f"<WorkerProcess {self.where} pid={self._proc.pid}>"

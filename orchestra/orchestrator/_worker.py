@@ -22,9 +22,8 @@ nothing. Init-only changes spanning several backends are set here
 
 CPU placement: ``os.sched_setaffinity(0, cpus)`` called on the worker thread pins that
 thread only (Linux applies affinity per thread; pid 0 is the calling thread). Threads the
-backends start inherit it when they are created from this thread. With
-``placement="process"`` the Method is a :class:`~._process.RemoteMethod` in a worker
-process pinned to the CPUs instead; this thread then only relays (see ``_process.py``).
+backends start inherit it when they are created from this thread. ``placement="process"``
+instances use :class:`~._process_worker.ProcessWorker` instead (no thread of their own).
 """
 
 from __future__ import annotations
@@ -42,10 +41,9 @@ from ..errors import Error, InvalidArgumentError, OrchestraError
 from ..runtime import Method, Program
 from ..telemetry import LatencyWindow, bound, get_logger
 from ._errors import ExecuteError, InstanceFailedError
-from ._process import RemoteMethod
 from ._spec import RestartPolicy
 
-__all__ = ["BATCH_BELOW_S", "FLUSH_AFTER_S", "OptionChange", "Worker"]
+__all__ = ["BATCH_BELOW_S", "FLUSH_AFTER_S", "OptionChange", "Worker", "wrap_error"]
 
 _log = get_logger(__name__)
 
@@ -55,6 +53,15 @@ WAKE = object()  # look at the mailbox
 BATCH_BELOW_S = 100e-6  # batch results only while executes take less than this
 FLUSH_AFTER_S = 100e-6  # ... and for at most this long
 MAX_BATCH = 64
+
+
+def wrap_error(instance: str, exc: BaseException, what: str) -> ExecuteError:
+    """The ExecuteError a caller gets for an execute that raised ``exc`` (its cause)."""
+    code = exc.code if isinstance(exc, OrchestraError) else Error.Internal
+    err = ExecuteError(f"instance {instance!r}: execute failed: {type(exc).__name__}: {exc} ({what})",
+                       code, instance=instance)
+    err.__cause__ = exc
+    return err
 
 
 @dataclass(slots=True, eq=False)
@@ -86,8 +93,7 @@ class Worker:
                  restart: RestartPolicy, loop: Any, latency: LatencyWindow,
                  resolve: Callable[[list], None], on_ready: Callable[[Worker, BaseException | None], None],
                  on_failed: Callable[[Worker, str, BaseException], None], on_exit: Callable[[Worker], None],
-                 period: float = 0.0, generation: int = 0, placement: str = "thread",
-                 initializer: Callable[[], None] | None = None) -> None:
+                 period: float = 0.0, generation: int = 0, **_: Any) -> None:
         self.instance = instance
         self.pool = pool
         self.program = program
@@ -118,14 +124,16 @@ class Worker:
         self.abandoned = False
         self.last_error: BaseException | None = None
         self.generation = generation
-        self.placement = placement
-        self.initializer = initializer
         self._prep: threading.Thread | None = None
         self._inherited: set[int] | None = None
         self.thread = threading.Thread(target=self._main, name=f"orchestra:{instance}#{generation}", daemon=True)
 
     def start(self) -> None:
         self.thread.start()
+
+    @property
+    def label(self) -> str:
+        return self.thread.name
 
     # -- posting to the loop ------------------------------------------------------------
     def _post(self, fn: Callable[..., Any], *args: Any) -> None:
@@ -146,8 +154,7 @@ class Worker:
             try:
                 if hasattr(os, "sched_getaffinity"):
                     self._inherited = os.sched_getaffinity(0)
-                if self.placement == "thread":
-                    self._pin(self.cpus)
+                self._pin(self.cpus)
                 self.method = self._load()
             except BaseException as exc:  # noqa: BLE001 - reported to the loop
                 self.state = "failed"
@@ -169,17 +176,11 @@ class Worker:
                     self.state = "stopped"
                 self._post(self.on_exit, self)
 
-    def _load(self) -> Method | RemoteMethod:
-        if self.placement == "process":
-            return RemoteMethod(self.program, self.method_name, self.desired(), self.cpus, self.initializer,
-                                f"instance {self.instance!r}")
+    def _load(self) -> Method:
         return self.program.load_method(self.method_name, backend_options=self.desired())
 
     def kill(self) -> None:
-        """Ends a stuck worker process (process placement; threads can't be killed)."""
-        m = self.method
-        if isinstance(m, RemoteMethod):
-            m.kill()
+        """Nothing to do: a thread can't be killed, only abandoned."""
 
     def _close_method(self) -> None:
         prep = self._prep
@@ -196,12 +197,7 @@ class Worker:
     def _pin(self, cpus: tuple[int, ...] | None) -> None:
         if cpus is None or not hasattr(os, "sched_setaffinity"):
             return
-        target = 0
-        if self.placement == "process":
-            if not isinstance(self.method, RemoteMethod) or self.method.pid is None:
-                return
-            target = self.method.pid  # the worker process's main thread, which runs the Method
-        os.sched_setaffinity(target, cpus if cpus else (self._inherited or range(os.cpu_count() or 1)))
+        os.sched_setaffinity(0, cpus if cpus else (self._inherited or range(os.cpu_count() or 1)))
 
     # -- the loop -------------------------------------------------------------------------
     def _serve(self) -> None:
@@ -303,7 +299,7 @@ class Worker:
             if m is None:
                 self._ack(ch, None)
                 continue
-            if len(ch.changes) == 1 and ch.init_only and getattr(m, "supports_prepare", True):
+            if len(ch.changes) == 1 and ch.init_only:
                 (backend, values), = ch.changes.items()
                 t = threading.Thread(target=self._prepare, args=(m, backend, values, ch),
                                      name=f"orchestra:{self.instance}:prepare", daemon=True)
@@ -335,11 +331,7 @@ class Worker:
 
     # -- faults ---------------------------------------------------------------------------
     def _wrap(self, exc: BaseException, what: str) -> ExecuteError:
-        code = exc.code if isinstance(exc, OrchestraError) else Error.Internal
-        err = ExecuteError(f"instance {self.instance!r}: execute failed: {type(exc).__name__}: {exc} ({what})",
-                           code, instance=self.instance)
-        err.__cause__ = exc
-        return err
+        return wrap_error(self.instance, exc, what)
 
     def _failed(self, fut: Any, exc: Exception) -> bool:
         """Handles a failed execute. Returns False when the worker must exit."""

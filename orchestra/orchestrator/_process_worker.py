@@ -1,0 +1,519 @@
+"""The worker of a ``placement="process"`` instance, driven by the event loop.
+
+Same contract towards the :class:`~._instance.Instance` as the thread
+:class:`~._worker.Worker` (``inbox``, ``mailbox``, counters, ``started``/``current`` for the
+deadline watchdog, ``kill``, the ready/failed/exit callbacks), but no relay thread: every
+method here runs on the event loop's thread.
+
+* ``inbox.put(request)`` (from ``Instance.execute``) queues it and, while a slot of the
+  worker process is free, copies the inputs into shared memory and writes one small message
+  on the request pipe (:class:`~._process.WorkerProcess`). Up to
+  :data:`~._process.PIPELINE_DEPTH` requests are in the process at once, so it never waits
+  for the parent between executes.
+* Replies are read in a ``loop.add_reader`` callback, in request order; each result is
+  copied out of its slot and resolved at once, and the freed slot takes the next request.
+* Option changes (``mailbox`` + ``WAKE``) are written on the same pipe, so they apply in the
+  child exactly between the executes sent before and after them (all backends of one
+  change back to back); the ack comes with the child's reply. A CPU change re-pins the
+  worker process.
+* Faults: a failed execute answers its caller, then the process is killed and a fresh one
+  started after the restart policy's backoff; requests that were behind the failed one in the
+  process are sent again to the new process (their results were never delivered). A process
+  that dies (a crash in a backend) counts as a failed execute of its oldest request. A
+  deadline kills the process (``kill``); the Instance moves what was queued to a replacement.
+* Starting a process blocks (spawn, import, load), so it runs on a short-lived thread that
+  posts the result back to the loop.
+
+Inputs and outputs are copied on the event loop's thread (memcpy speed: about 0.1 ms per MB);
+bound very large tensors with thread placement instead.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..errors import Error, InvalidArgumentError, OrchestraError
+from ..runtime import Program
+from ..telemetry import LatencyWindow, bound, get_logger
+from ._errors import InstanceClosedError, InstanceFailedError
+from ._process import PIPELINE_DEPTH, WorkerProcess, rebuild_error
+from ._spec import RestartPolicy
+from ._worker import STOP, WAKE, OptionChange, wrap_error
+
+__all__ = ["ProcessWorker"]
+
+_log = get_logger(__name__)
+
+
+class _Inbox:
+    """What the Instance sees as the worker's queue (all calls on the loop's thread)."""
+
+    __slots__ = ("w",)
+
+    def __init__(self, w: ProcessWorker) -> None:
+        self.w = w
+
+    def put(self, item: Any) -> None:
+        w = self.w
+        if item is STOP:
+            w._stopping = True
+            w._maybe_finish()
+        elif item is WAKE:
+            w._pump()
+        elif w.abandoned:
+            if w.redirect is not None:
+                w.redirect(item)
+        else:
+            w._queue.append(item)
+            if w._free:
+                w._pump()
+
+    def get_nowait(self) -> Any:
+        """Takes back a request that has not produced a result (quarantine, failure)."""
+        q = self.w._queue
+        if not q:
+            raise queue.Empty
+        return q.popleft()
+
+
+class ProcessWorker:
+    """A worker process and the loop-side state machine that drives it (see the module
+    docstring). Created and driven by the Instance."""
+
+    def __init__(self, *, instance: str, pool: str, program: Program, method_name: str,
+                 desired: Callable[[], Mapping[str, Mapping[str, Any]]], cpus: tuple[int, ...] | None,
+                 restart: RestartPolicy, loop: Any, latency: LatencyWindow,
+                 resolve: Callable[[list], None], on_ready: Callable[[Any, BaseException | None], None],
+                 on_failed: Callable[[Any, str, BaseException], None], on_exit: Callable[[Any], None],
+                 period: float = 0.0, generation: int = 0, initializer: Callable[[], None] | None = None,
+                 **_: Any) -> None:
+        self.instance = instance
+        self.pool = pool
+        self.program = program
+        self.method_name = method_name
+        self.desired = desired
+        self.cpus = cpus
+        self.restart = restart
+        self.loop = loop
+        self.latency = latency
+        self.resolve = resolve
+        self.redirect: Callable[[Any], None] | None = None
+        self.on_ready = on_ready
+        self.on_failed = on_failed
+        self.on_exit = on_exit
+        self.period = period
+        self.generation = generation
+        self.initializer = initializer
+        self.where = f"instance {instance!r}"
+        self.inbox = _Inbox(self)
+        self.mailbox: collections.deque[OptionChange] = collections.deque()
+        self.pending: list = []  # results are resolved as they arrive; kept for the Instance
+        self.method: WorkerProcess | None = None
+        self.state = "loading"
+        self.executions = 0
+        self.failures = 0
+        self.restarts = 0
+        self.consecutive = 0
+        self.started = 0.0  # perf_counter() when the oldest request in the process started; 0.0 when idle
+        self.current: Any = None  # the future of that request
+        self.abandoned = False
+        self.last_error: BaseException | None = None
+        self._queue: collections.deque = collections.deque()  # requests not sent yet
+        # in the process, in order: [request, slot, sent_at] for executes, OptionChange for options
+        self._sent: collections.deque = collections.deque()
+        self._free = list(range(PIPELINE_DEPTH - 1, -1, -1))
+        self._stopping = False
+        self._first = True
+        self._writing = False
+        self._next_start = 0.0
+        self._paced: Any = None
+        self._inherited = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+
+    @property
+    def label(self) -> str:
+        m = self.method
+        return f"orchestra:{self.instance}#{self.generation} (worker process {m.pid if m is not None else '-'})"
+
+    # -- lifetime -------------------------------------------------------------------------
+    def start(self) -> None:
+        self._spawn_loader(0.0)
+
+    def _spawn_loader(self, delay: float) -> None:
+        threading.Thread(target=self._load, args=(delay,), name=f"orchestra:{self.instance}:start", daemon=True).start()
+
+    def _load(self, delay: float) -> None:
+        """On a helper thread: start the worker process, post the outcome to the loop."""
+        if delay:
+            time.sleep(delay)
+        proc: WorkerProcess | None = None
+        err: BaseException | None = None
+        with bound(instance=self.instance, pool=self.pool):
+            try:
+                proc = WorkerProcess(self.program, self.method_name, self.desired(), self.cpus, self.initializer,
+                                     self.where)
+            except BaseException as exc:  # noqa: BLE001 - reported to the loop
+                err = exc
+        try:
+            self.loop.call_soon_threadsafe(self._loaded, proc, err)
+        except RuntimeError:  # the loop is closed: nobody wants the process
+            if proc is not None:
+                proc.close()
+
+    def _loaded(self, proc: WorkerProcess | None, exc: BaseException | None) -> None:
+        if self.abandoned or self.state in ("failed", "stopped"):
+            if proc is not None:
+                _close_later(proc)
+            return
+        if proc is None:
+            assert exc is not None
+            self.last_error = exc
+            if self._first:
+                self._first = False
+                self.state = "failed"
+                self.on_ready(self, exc)
+                self.on_exit(self)
+                return
+            self.consecutive += 1
+            if self.consecutive > self.restart.max_restarts:
+                self._fail(f"reloading the method failed {self.consecutive} times in a row (max_restarts="
+                           f"{self.restart.max_restarts}); last: {type(exc).__name__}: {exc}", exc)
+                return
+            self._schedule_restart(exc)
+            return
+        self.method = proc
+        self.state = "running"
+        self.loop.add_reader(proc.fd, self._readable)
+        if self._first:
+            self._first = False
+            self.on_ready(self, None)
+        self._pump()
+        if self._stopping:
+            self._maybe_finish()
+
+    def _maybe_finish(self) -> None:
+        """After STOP: once nothing is queued or in the process, close it and exit."""
+        if self.state != "running" or self._queue or self._sent or self.mailbox:
+            if self.state in ("failed", "stopped"):
+                return
+            if self.state == "running" and self.mailbox:
+                self._pump()
+            return
+        self.state = "stopped"
+        proc = self._detach()
+        if proc is None:
+            self.loop.call_soon(self.on_exit, self)
+        else:  # exited once the process is gone (the Instance's drain waits for that)
+            _close_later(proc, lambda: self._post(self.on_exit, self))
+
+    def _detach(self) -> WorkerProcess | None:
+        proc, self.method = self.method, None
+        if proc is not None:
+            self.loop.remove_reader(proc.fd)
+            if self._writing:
+                self.loop.remove_writer(proc._wfd)
+                self._writing = False
+        return proc
+
+    def kill(self) -> None:
+        """Ends the worker process at once (a deadline, or a drain that timed out).
+
+        Requests sent behind the stuck one go back to the queue (the Instance takes them for
+        the replacement); anything still here on the next loop turn fails as closed."""
+        proc = self._detach()
+        if proc is not None:
+            proc.kill()
+            _close_later(proc)
+        self._requeue()
+        self.state = "stopped"
+        self.loop.call_soon(self._discard)
+
+    def _requeue(self) -> None:
+        """Requests in the process that produced no result go back to the front of the
+        queue, in order (all but ``current``: its caller is answered by whoever stopped it);
+        option changes in flight are acked (a new process loads the desired options)."""
+        back = []
+        for e in self._sent:
+            if isinstance(e, OptionChange):
+                self._ack(e, None)
+            elif e[0][0] is not self.current:
+                back.append(e[0])
+        self._sent.clear()
+        self._queue.extendleft(reversed(back))
+        self._free = list(range(PIPELINE_DEPTH - 1, -1, -1))
+
+    def _discard(self) -> None:
+        err = InstanceClosedError(f"instance {self.instance!r}: its worker process was stopped")
+        batch = [(item[0], False, err) for item in self._queue]
+        self._queue.clear()
+        cur = self.current
+        if cur is not None and not cur.done():
+            batch.append((cur, False, err))
+        self.current = None
+        self.started = 0.0
+        if batch:
+            self.resolve(batch)
+        while self.mailbox:
+            self._ack(self.mailbox.popleft(), None)
+
+    # -- requests -------------------------------------------------------------------------
+    def _pump(self) -> None:
+        """Sends queued option changes and requests while the process has room."""
+        m = self.method
+        if m is None or self.state != "running" or self.abandoned:
+            return
+        if self.mailbox:
+            self._apply_mailbox(m)
+        q, free = self._queue, self._free
+        period = self.period
+        while q and free:
+            if period:  # paced: one request at a time, started no sooner than the schedule
+                if len(free) < PIPELINE_DEPTH:
+                    break
+                now = time.perf_counter()
+                if now < self._next_start:
+                    if self._paced is None:
+                        self._paced = self.loop.call_later(self._next_start - now, self._pace_due)
+                    break
+                self._next_start = now + period
+            item = q.popleft()
+            fut, inputs, overrides = item
+            if fut.cancelled():
+                self.resolve([(fut, None, None)])
+                continue
+            slot = free.pop()
+            try:
+                m.send_execute(slot, inputs, overrides)
+            except Exception as exc:  # noqa: BLE001 - the inputs were rejected; nothing was sent
+                free.append(slot)
+                if not isinstance(exc, InvalidArgumentError):
+                    exc = InvalidArgumentError(f"{self.where}: inputs rejected: {type(exc).__name__}: {exc}")
+                self.failures += 1
+                self.last_error = exc
+                self.resolve([(fut, False, wrap_error(self.instance, exc,
+                                                      "not restarted: the inputs or options were rejected"))])
+                continue
+            t = time.perf_counter()
+            self._sent.append([item, slot, t])
+            if self.current is None:
+                self.current = fut
+                self.started = t
+        if m.backlog and not self._writing:
+            self._writing = True
+            self.loop.add_writer(m._wfd, self._writable)
+
+    def _pace_due(self) -> None:
+        self._paced = None
+        self._pump()
+
+    def _writable(self) -> None:
+        m = self.method
+        if m is None:
+            return
+        m.flush()
+        if not m.backlog:
+            self._writing = False
+            self.loop.remove_writer(m._wfd)
+
+    def _apply_mailbox(self, m: WorkerProcess) -> None:
+        mailbox = self.mailbox
+        while mailbox:
+            ch = mailbox.popleft()
+            if ch.cpus is not None and hasattr(os, "sched_setaffinity") and m.pid is not None:
+                try:
+                    os.sched_setaffinity(m.pid, ch.cpus if ch.cpus else (self._inherited or range(os.cpu_count() or 1)))
+                except OSError as exc:
+                    _log.warning("setting worker process CPU affinity failed", instance=self.instance, cpus=ch.cpus,
+                                 error=repr(exc))
+            if ch.changes:
+                m.send_options(ch.changes)
+                self._sent.append(ch)
+            else:
+                self._ack(ch, None)
+
+    def _ack(self, ch: OptionChange, exc: BaseException | None) -> None:
+        if ch.ack is not None:
+            ch.ack(exc)
+
+    # -- replies --------------------------------------------------------------------------
+    def _readable(self) -> None:
+        m = self.method
+        if m is None:
+            return
+        try:
+            replies = m.read()
+        except OrchestraError as exc:  # a corrupt stream: treat the process as crashed
+            replies = None
+            self.last_error = exc
+        if replies is None:
+            self._died(m)
+            return
+        if not replies:
+            return
+        sent, free = self._sent, self._free
+        record = self.latency.record
+        results = []
+        for r in replies:
+            e = sent.popleft()
+            if isinstance(e, OptionChange):
+                exc = None if r[0] == "ok" else rebuild_error(r[1], self.where)
+                if exc is not None:
+                    _log.warning("option change rejected by the worker process", instance=self.instance,
+                                 error=repr(exc))
+                self._ack(e, exc)
+                continue
+            item, slot, _ = e
+            free.append(slot)
+            if type(r) is float:  # fast reply: its duration; outputs at their static shapes
+                results.append((item[0], True, m.static_outputs(slot)))
+                record(r)
+                self.executions += 1
+                self.consecutive = 0
+                continue
+            if r[0] == "ok":
+                _, oshapes, oscalars, dt, forced = r
+                results.append((item[0], True, m.outputs(slot, oshapes, oscalars, forced)))
+                record(dt)
+                self.executions += 1
+                self.consecutive = 0
+                continue
+            if item[0] is self.current:
+                self.current = None
+            if results:
+                self.resolve(results)
+                results = []
+            if not self._failed(item[0], rebuild_error(r[1], self.where)):
+                return  # restarting or failed: what the process still sends is discarded
+        self._track()
+        if self._queue:  # the process gets its next request before the loop resolves anything
+            self._pump()
+        if results:
+            self.resolve(results)
+        if self._stopping:
+            self._maybe_finish()
+
+    def _track(self) -> None:
+        """Points the watchdog at the oldest request still in the process."""
+        for e in self._sent:
+            if not isinstance(e, OptionChange):
+                fut = e[0][0]
+                if fut is not self.current:  # it started when the one before it finished
+                    self.current = fut
+                    self.started = max(e[2], time.perf_counter())
+                return
+        self.current = None
+        self.started = 0.0
+
+    # -- faults ---------------------------------------------------------------------------
+    def _failed(self, fut: Any, exc: OrchestraError) -> bool:
+        """A failed execute. Returns False when the process is being replaced (restart) or the
+        instance failed."""
+        self.failures += 1
+        self.last_error = exc
+        if isinstance(exc, InvalidArgumentError):
+            self.resolve([(fut, False, wrap_error(self.instance, exc,
+                                                  "not restarted: the inputs or options were rejected"))])
+            return True
+        self.consecutive += 1
+        limit = self.restart.max_restarts
+        if self.consecutive > limit:
+            reason = (f"{self.consecutive} consecutive failed executes (max_restarts={limit}); "
+                      f"last: {type(exc).__name__}: {exc}")
+            self.resolve([(fut, False, wrap_error(self.instance, exc, f"instance failed: {reason}"))])
+            self._fail(reason, exc)
+            return False
+        self.resolve([(fut, False, wrap_error(self.instance, exc, f"restarting, {self.consecutive} of {limit}"))])
+        self._begin_restart(exc)
+        return False
+
+    def _died(self, m: WorkerProcess) -> None:
+        """The reply pipe closed: the process exited without being asked to."""
+        if self.abandoned or self.state != "running":
+            return
+        code = m.exitcode
+        exc = OrchestraError(f"{self.where}: the worker process exited unexpectedly"
+                             f"{f' (exit code {code})' if code is not None else ''}", Error.Internal)
+        for e in self._sent:
+            if not isinstance(e, OptionChange):
+                self._sent.remove(e)
+                self._free.append(e[1])
+                if e[0][0] is self.current:
+                    self.current = None
+                self._failed(e[0][0], exc)
+                return
+        self.last_error = exc
+        self.consecutive += 1
+        if self.consecutive > self.restart.max_restarts:
+            self._fail(f"the worker process exited {self.consecutive} times in a row "
+                       f"(max_restarts={self.restart.max_restarts})", exc)
+        else:
+            self._begin_restart(exc)
+
+    def _begin_restart(self, exc: BaseException) -> None:
+        proc = self._detach()
+        if proc is not None:
+            proc.kill()
+            _close_later(proc)
+        self.current = None
+        self._requeue()
+        self.started = 0.0
+        self._schedule_restart(exc)
+
+    def _schedule_restart(self, exc: BaseException) -> None:
+        self.state = "restarting"
+        self.restarts += 1
+        delay = self.restart.backoff(self.consecutive)
+        with bound(instance=self.instance, pool=self.pool):
+            _log.warning("instance restarting", attempt=self.consecutive, max_restarts=self.restart.max_restarts,
+                         backoff_s=delay, error=f"{type(exc).__name__}: {exc}", placement="process")
+        self._spawn_loader(delay)
+
+    def _post(self, fn: Callable[..., Any], *args: Any) -> None:
+        try:
+            self.loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # the loop is closed: nobody is waiting any more
+            pass
+
+    def _fail(self, reason: str, exc: BaseException) -> None:
+        self.state = "failed"
+        proc = self._detach()
+        if proc is not None:
+            proc.kill()
+        err = InstanceFailedError(f"instance {self.instance!r} failed: {reason}", instance=self.instance)
+        err.__cause__ = exc
+        self.current = None
+        self._requeue()
+        batch = [(item[0], False, err) for item in self._queue]
+        self._queue.clear()
+        self.started = 0.0
+        if batch:
+            self.resolve(batch)
+        while self.mailbox:
+            self._ack(self.mailbox.popleft(), None)
+        with bound(instance=self.instance, pool=self.pool):
+            _log.error("instance failed", reason=reason)
+        self.loop.call_soon(self.on_failed, self, reason, exc)
+        if proc is None:
+            self.loop.call_soon(self.on_exit, self)
+        else:
+            _close_later(proc, lambda: self._post(self.on_exit, self))
+
+    def __repr__(self) -> str:
+        return f"<ProcessWorker {self.instance!r}#{self.generation} {self.state}>"
+
+
+def _close_later(proc: WorkerProcess, then: Callable[[], None] | None = None) -> None:
+    """Joins and cleans up a worker process off the event loop, then calls ``then`` there."""
+    def run() -> None:
+        try:
+            proc.close()
+        finally:
+            if then is not None:
+                then()
+
+    threading.Thread(target=run, name="orchestra:close-worker-process", daemon=True).start()
