@@ -34,7 +34,7 @@
    Goal: the others' throughput stays within 10 % of A0 in B and C (ratio to A0 >= 0.90).
 
     python benchmarks/bench_orchestrator.py [--rounds 7] [--n 2000] [--seconds 1] [--repeats 5]
-        [--ns 1,2,4] [--in-flight 2]
+        [--sections 1,2,3] [--ns 1,2,4] [--in-flight 2]
         [--no-faults | --only-faults] [--fault-seconds 2] [--fault-rounds 3]
 """
 
@@ -420,6 +420,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=2000)
     ap.add_argument("--seconds", type=float, default=1.0)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--sections", default="1,2,3", help="which sections to run, comma-separated")
     ap.add_argument("--ns", default="1,2,4", help="instance counts of section 2, comma-separated")
     ap.add_argument("--in-flight", type=int, default=2, help="executes in flight per instance in section 2")
     ap.add_argument("--faults", dest="faults", action="store_true", default=True,
@@ -434,14 +435,20 @@ def main() -> None:
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     print(f"python {sys.version.split()[0]}, {cpus} CPUs, numpy {np.__version__}")
     print()
-    if not args.only_faults:
-        sections_1_2(args)
-    if args.faults or args.only_faults:
-        print()
+    sections = {s.strip() for s in args.sections.split(",")}
+    if args.only_faults:
+        sections = {"3"}
+    elif not args.faults:
+        sections.discard("3")
+    if "1" in sections:
+        section_1(args)
+    if "2" in sections:
+        section_2(args)
+    if "3" in sections:
         run_faults(args.fault_seconds, args.fault_rounds)
 
 
-def sections_1_2(args: argparse.Namespace) -> None:
+def section_1(args: argparse.Namespace) -> None:
     print("1. per-execute overhead over a direct Method.execute (trivial program), microseconds")
     us = 1e6
     results = {}
@@ -458,6 +465,9 @@ def sections_1_2(args: argparse.Namespace) -> None:
         print(f"  orchestrator / bare round trip: {o / b:.2f}x (goal <= 1.2x: {'met' if ok1 else 'MISSED'}); "
               f"/ asyncio.to_thread: {o / t:.2f}x (goal < 0.5x: {'met' if ok2 else 'MISSED'})")
     print()
+
+
+def section_2(args: argparse.Namespace) -> None:
     ns = [int(v) for v in args.ns.split(",")]
     print(f"2. conv-net throughput (tests/fixtures/convnet.pte), {args.seconds:g} s per point, uvloop, "
           f"{args.in_flight} executes in flight per instance, medians of {args.repeats} interleaved repeats")
@@ -478,6 +488,7 @@ def sections_1_2(args: argparse.Namespace) -> None:
     print("   per instance, driven from the event loop, tensors through shared memory; ceiling: bare processes, no")
     print("   orchestrator. Parent CPU/execute: with placement='process', the CPU time this process spends per")
     print("   execute (event loop, pipes, copies), taken from the instances' share when N >= the CPU count)")
+    print()
 
 
 if __name__ == "__main__":

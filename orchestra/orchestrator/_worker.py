@@ -252,20 +252,21 @@ class Worker:
                 self.pending.append((fut, True, out))
                 return
             dt = t1 - t0
+            record(dt)
+            self.executions += 1
+            self.consecutive = 0
             if not pending:
                 t_first = t1
             pending.append((fut, True, out))
-            # Batch results only while executes are short and more requests are queued; the
-            # bookkeeping after the hand-off overlaps with the loop waking up.
+            # Batch results only while executes are short and more requests are queued. Nothing
+            # runs between the hand-off and the next get(), which releases the GIL the waking
+            # loop needs.
             if dt > BATCH_BELOW_S or empty() or len(pending) >= MAX_BATCH or t1 - t_first > FLUSH_AFTER_S:
                 self.pending = []
                 try:
                     post(self.resolve, pending)
                 except RuntimeError:  # the loop is closed
                     pass
-            record(dt)
-            self.executions += 1
-            self.consecutive = 0
 
     def _pace(self) -> None:
         now = time.perf_counter()
