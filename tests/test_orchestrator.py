@@ -621,6 +621,13 @@ async def test_routing_sticks_per_key_and_otherwise_picks_the_least_loaded() -> 
         await p.execute([X4], key="cam0")
         assert p.routed_to("cam0") != victim and other == victim
         assert p.statistics().routed == 30 + 5 + 1 and p.statistics().keys == 5
+        p[victim].resume()
+        # a bounded memory of keys: the least recently routed one is forgotten first
+        p.max_sticky_keys = 3
+        for key in ("cam1", "cam2", "cam0", "cam3"):
+            await p.execute([X4], key=key)
+        assert p.statistics().keys == 3
+        assert [p.routed_to(f"cam{k}") is not None for k in range(5)] == [True, False, True, True, False]
 
 
 @pytest.mark.anyio

@@ -8,6 +8,7 @@ Everything here runs on the event loop's thread; the worker thread talks back on
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import math
 import queue
@@ -472,7 +473,13 @@ class Pool:
     a key sticks to the instance it was first routed to (while that instance can take
     work), otherwise the least loaded instance (fewest requests in flight) takes it.
     Paused instances are skipped; when every instance is paused the call waits.
+
+    A pool remembers the ``max_sticky_keys`` (default 65,536) most recently routed keys; a
+    key forgotten beyond that is routed afresh next time (and sticks again). Set the
+    attribute on a pool to change it.
     """
+
+    max_sticky_keys: int = 65_536
 
     def __init__(self, orch: Orchestrator, name: str, program: Program, method: str) -> None:
         self._orch = orch
@@ -485,7 +492,7 @@ class Pool:
             b: {s.name: s for s in get_backend_class(b).option_specs} for b in self.backends}
         self._instances: dict[str, Instance] = {}
         self._routable: list[Instance] = []
-        self._sticky: dict[Hashable, Instance] = {}
+        self._sticky: collections.OrderedDict[Hashable, Instance] = collections.OrderedDict()
         self._rr = 0
         self._routed = 0
         self._avail = anyio.Event()
@@ -560,10 +567,14 @@ class Pool:
         if key is None:
             inst = self._pick() or await self._wait_pick()
         else:
-            inst = self._sticky.get(key)
+            sticky = self._sticky
+            inst = sticky.get(key)
             if inst is None or inst._blocked:
                 inst = self._pick() or await self._wait_pick()
-                self._sticky[key] = inst
+                sticky[key] = inst
+            sticky.move_to_end(key)
+            while len(sticky) > self.max_sticky_keys:
+                sticky.popitem(last=False)  # the least recently routed key
         return await inst.execute(inputs, backend_options)
 
     def routed_to(self, key: Hashable) -> str | None:
