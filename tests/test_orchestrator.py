@@ -405,7 +405,10 @@ async def test_battery_timeline_switches_each_instance_at_the_first_execute_afte
         core = ex["front"][NPU]["core"]
         assert (core.value, core.source, core.policy) == (0, "binding", None)
         assert (ex["rear"][NPU]["priority"].source, ex["rear"][PROBE]["label"].source) == ("default", "spec")
-        assert "front NpuSimBackend.power_mode = 'low' <- battery-modes (priority 10): battery.percent=15 < 20" in ex.format()
+        text = ex.format()
+        assert "front NpuSimBackend.power_mode = 'low' <- battery-modes (priority 10): battery.percent=15 < 20" in text
+        assert "\nrear NpuSimBackend.priority = " in text
+        assert [ln for ln in text.splitlines() if "<- default" in ln and " at " in ln] == []  # never set: no time
         st = orch.statistics()
         assert st.engine_runs == len(timeline) and st.changes_applied == 8 * 3  # -> performance, balanced, low
         assert st.signals == {"battery.percent": 15}

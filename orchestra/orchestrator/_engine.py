@@ -138,10 +138,15 @@ class Explanation:
             who = f"{e.policy} (priority {e.priority}): {e.reason}" if e.source == "policy" else e.source
             sig = f" [{', '.join(f'{k}={v!r}' for k, v in e.signals.items())}]" if e.signals else ""
             pend = "" if e.in_force else " (pending)"
-            lines.append(f"{e.instance} {e.backend}.{e.option} = {e.value!r}{pend} <- {who}{sig} at {time.strftime('%H:%M:%S', time.localtime(e.wall))}")
+            lines.append(f"{e.instance} {e.backend}.{e.option} = {e.value!r}{pend} <- {who}{sig}{_when(e.wall)}")
         for a in self.actions:
-            lines.append(f"{a.instance} {a.action} {a.value!r} <- {a.policy}: {a.reason}")
+            lines.append(f"{a.instance} {a.action} {a.value!r} <- {a.policy}: {a.reason}{_when(a.wall)}")
         return "\n".join(lines)
+
+
+def _when(wall: float) -> str:
+    """`` at HH:MM:SS`` (local time), or nothing for a value that was never set (a default)."""
+    return f" at {time.strftime('%H:%M:%S', time.localtime(wall))}" if wall else ""
 
 
 @dataclass(slots=True)
