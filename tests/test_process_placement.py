@@ -53,10 +53,14 @@ class Adder(BackendInterface):
     option_specs = (
         OptionSpec("add", float, 0.0, hot=True),
         OptionSpec("label", str, "", doc="init-only: which plan entry applies"),
+        OptionSpec("offset", float, 0.0, doc="init-only: also added (read at init)"),
+        OptionSpec("init_sleep_s", float, 0.0, doc="init-only: init takes this long"),
     )
 
     def init(self, context, processed, compile_specs):
-        return {"label": context.runtime_specs["label"]}
+        specs = context.runtime_specs
+        time.sleep(specs["init_sleep_s"])
+        return {"label": specs["label"], "offset": specs["offset"]}
 
     def execute(self, context, handle, args):
         plan = PLAN.get(handle["label"], {})
@@ -72,7 +76,7 @@ class Adder(BackendInterface):
                 raise RuntimeError(f"injected fault in {handle['label']}")
         if plan.get("raise"):
             raise RuntimeError(f"injected fault in {handle['label']}")
-        np.add(args[0], context.runtime_specs["add"], out=args[1])
+        np.add(args[0], context.runtime_specs["add"] + handle["offset"], out=args[1])
 
     def destroy(self, handle) -> None:
         pass
@@ -202,6 +206,36 @@ async def test_option_changes_apply_between_executes_and_never_mix_across_backen
         assert all(x % 11 == 0 for x in sums), [x for x in sums if x % 11]
         assert sums == sorted(sums)
         assert inst.statistics().options[A]["add"] == 11.0 and inst.statistics().options[B]["add"] == 110.0
+
+
+@pytest.mark.anyio
+async def test_an_init_only_change_is_built_in_the_process_while_it_keeps_executing() -> None:
+    async with orch() as o:
+        p = await o.load(two_backend_program(), instances=[
+            InstanceSpec("w", placement="process", backend_options=opts("w", 1.0, 10.0))])
+        inst = p["w"]
+        done = inst.apply_options({A: {"offset": 100.0, "init_sleep_s": 0.3}})
+        during = []
+        while not done.done():  # the old handles keep executing while the new ones are built
+            during.append(float((await inst.execute([X4]))[0][0]))
+        await done
+        # old values while it was built (the process went on executing), then the new ones from
+        # the first boundary after it was built (that execute's result may beat the ack here)
+        k = during.index(111.0) if 111.0 in during else len(during)
+        assert k > 0 and set(during[:k]) == {11.0} and set(during[k:]) <= {111.0}
+        assert float((await inst.execute([X4]))[0][0]) == 111.0
+        assert inst.statistics().options[A]["offset"] == 100.0
+        # a second change right behind a first waits for it; both land, in order
+        first = inst.apply_options({A: {"offset": 200.0, "init_sleep_s": 0.05}})
+        second = inst.apply_options({A: {"offset": 300.0, "init_sleep_s": 0.0}})
+        await first
+        await second
+        assert float((await inst.execute([X4]))[0][0]) == 311.0
+        # an init-only change the backend rejects is reported, and the instance goes on
+        bad = inst.apply_options({A: {"offset": 400.0, "init_sleep_s": -1.0}})
+        with pytest.raises(Exception, match="sleep length must be non-negative"):
+            await bad
+        assert float((await inst.execute([X4]))[0][0]) == 311.0
 
 
 @pytest.mark.anyio

@@ -36,6 +36,7 @@ import os
 import pathlib
 import pickle
 import struct
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from multiprocessing import shared_memory
@@ -247,6 +248,24 @@ def _child(requests: Any, replies: Any, program_ref: Any, method_name: str, opti
     execute = m.execute
     changed = False
     ins = outs_v = inputs = None
+    lock = threading.Lock()  # replies come from this thread and from a preparing one
+
+    def send(data: bytes) -> None:
+        with lock:
+            _write_all(wfd, data)
+
+    prepared = [False]  # set by the preparing thread: the options in force change at the next execute
+    prep: threading.Thread | None = None
+
+    def prepare(cid: int, backend: str, values: Mapping[str, Any]) -> None:
+        try:
+            m.prepare_backend_options(backend, values)
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent
+            send(frame(("prep", cid, describe_error(exc))))
+        else:
+            prepared[0] = True
+            send(frame(("prep", cid, None)))
+
     try:
         while True:
             try:
@@ -259,9 +278,12 @@ def _child(requests: Any, replies: Any, program_ref: Any, method_name: str, opti
                 try:
                     outs = execute(static_in[s], None)
                 except BaseException as exc:  # noqa: BLE001
-                    _write_all(wfd, frame(("error", describe_error(exc))))
+                    send(frame(("error", describe_error(exc))))
                     continue
                 dt = perf() - t0
+                if prepared[0]:
+                    prepared[0] = False
+                    changed = True
                 fast = not changed
                 for (view, shape), v in zip(static_out[s], outs):
                     if view is not None and type(v) is np.ndarray and v.shape == shape:
@@ -270,9 +292,9 @@ def _child(requests: Any, replies: Any, program_ref: Any, method_name: str, opti
                         fast = False
                         break
                 if fast:
-                    _write_all(wfd, fast_reply(dt))
+                    send(fast_reply(dt))
                 else:
-                    _write_all(wfd, frame(_reply(slots[s][1], views[s][1], outs, dt, m if changed else None)))
+                    send(frame(_reply(slots[s][1], views[s][1], outs, dt, m if changed else None)))
                     changed = False
                 continue
             kind = msg[0]
@@ -287,21 +309,34 @@ def _child(requests: Any, replies: Any, program_ref: Any, method_name: str, opti
                 except BaseException as exc:  # noqa: BLE001
                     reply: Any = ("error", describe_error(exc))
                 else:
+                    if prepared[0]:
+                        prepared[0] = False
+                        changed = True
                     reply = _reply(slots[s][1], outs_v, outs, perf() - t0, m if changed else None)
                     changed = False
-                _write_all(wfd, frame(reply))
+                send(frame(reply))
+            elif kind == "p":  # one backend's init-only change: built on a thread, swapped at a boundary
+                if prep is not None:
+                    prep.join()  # a change waits until the one before it is published
+                prep = threading.Thread(target=prepare, args=msg[1:], name="orchestra:prepare", daemon=True)
+                prep.start()
             elif kind == "o":
+                if prep is not None:
+                    prep.join()
+                    prep = None
                 try:
                     for b, vals in msg[1].items():
                         m.set_backend_options(b, vals)
                 except BaseException as exc:  # noqa: BLE001
-                    _write_all(wfd, frame(("error", describe_error(exc))))
+                    send(frame(("error", describe_error(exc))))
                 else:
                     changed = True
-                    _write_all(wfd, frame(("ok",)))
+                    send(frame(("ok",)))
             elif kind == "s":
                 return
     finally:
+        if prep is not None:
+            prep.join()
         m.close()
         views = ins = outs_v = inputs = None  # drop the views before closing the block
         try:
@@ -429,7 +464,14 @@ class WorkerProcess:
         return shapes, scalars
 
     def send_options(self, changes: Mapping[str, Mapping[str, Any]]) -> None:
+        """Options set at the next execute boundary in the process; answered in order."""
         self._write(frame(("o", {b: dict(v) for b, v in changes.items()})))
+
+    def send_prepare(self, cid: int, backend_id: str, values: Mapping[str, Any]) -> None:
+        """One backend's init-only change, built on a thread of the process while it keeps
+        executing and swapped in at the first execute boundary after; answered out of order
+        with ``("prep", cid, error or None)`` once built."""
+        self._write(frame(("p", cid, backend_id, dict(values))))
 
     def _write(self, data: bytes) -> None:
         if self._out:

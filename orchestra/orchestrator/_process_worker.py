@@ -14,8 +14,10 @@ method here runs on the event loop's thread.
   copied out of its slot and resolved at once, and the freed slot takes the next request.
 * Option changes (``mailbox`` + ``WAKE``) are written on the same pipe, so they apply in the
   child exactly between the executes sent before and after them (all backends of one
-  change back to back); the ack comes with the child's reply. A CPU change re-pins the
-  worker process.
+  change back to back); the ack comes with the child's reply. A change of one backend's
+  init-only values is instead *prepared* on a thread of the process while it keeps
+  executing, swapped in at the first boundary after, and acked once built (like the thread
+  worker's). A CPU change re-pins the worker process.
 * Faults: a failed execute answers its caller, then the process is killed and a fresh one
   started after the restart policy's backoff; requests that were behind the failed one in the
   process are sent again to the new process (their results were never delivered). A process
@@ -31,6 +33,7 @@ bound very large tensors with thread placement instead.
 from __future__ import annotations
 
 import collections
+import itertools
 import os
 import queue
 import threading
@@ -128,6 +131,8 @@ class ProcessWorker:
         # in the process, in order: [request, slot, sent_at] for executes, OptionChange for options
         self._sent: collections.deque = collections.deque()
         self._free = list(range(PIPELINE_DEPTH - 1, -1, -1))
+        self._preparing: dict[int, OptionChange] = {}  # init-only changes being built in the process
+        self._cids = itertools.count()
         self._stopping = False
         self._first = True
         self._writing = False
@@ -198,7 +203,7 @@ class ProcessWorker:
 
     def _maybe_finish(self) -> None:
         """After STOP: once nothing is queued or in the process, close it and exit."""
-        if self.state != "running" or self._queue or self._sent or self.mailbox:
+        if self.state != "running" or self._queue or self._sent or self.mailbox or self._preparing:
             if self.state in ("failed", "stopped"):
                 return
             if self.state == "running" and self.mailbox:
@@ -237,6 +242,9 @@ class ProcessWorker:
         """Requests in the process that produced no result go back to the front of the
         queue, in order (all but ``current``: its caller is answered by whoever stopped it);
         option changes in flight are acked (a new process loads the desired options)."""
+        for ch in self._preparing.values():
+            self._ack(ch, None)
+        self._preparing.clear()
         back = []
         for e in self._sent:
             if isinstance(e, OptionChange):
@@ -330,7 +338,12 @@ class ProcessWorker:
                 except OSError as exc:
                     _log.warning("setting worker process CPU affinity failed", instance=self.instance, cpus=ch.cpus,
                                  error=repr(exc))
-            if ch.changes:
+            if len(ch.changes) == 1 and ch.init_only:  # built in the process while it executes
+                (backend, values), = ch.changes.items()
+                cid = next(self._cids)
+                self._preparing[cid] = ch
+                m.send_prepare(cid, backend, values)
+            elif ch.changes:
                 m.send_options(ch.changes)
                 self._sent.append(ch)
             else:
@@ -359,6 +372,15 @@ class ProcessWorker:
         record = self.latency.record
         results = []
         for r in replies:
+            if type(r) is tuple and r[0] == "prep":  # out of order: an init-only change was built
+                ch = self._preparing.pop(r[1], None)
+                if ch is not None:
+                    exc = None if r[2] is None else rebuild_error(r[2], self.where)
+                    if exc is not None:
+                        _log.warning("option change rejected by the worker process", instance=self.instance,
+                                     error=repr(exc))
+                    self._ack(ch, exc)
+                continue
             e = sent.popleft()
             if isinstance(e, OptionChange):
                 exc = None if r[0] == "ok" else rebuild_error(r[1], self.where)
