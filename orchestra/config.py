@@ -60,6 +60,9 @@ Schema (every table rejects keys it doesn't know, naming the known ones)::
     drop = "drop_oldest"            # drop_oldest | drop_newest | block
     deadline_ms = 200               # frames older than this are dropped (optional)
     inflight = 1                    # frames between stream and sink at once (default 1)
+    placement = "thread"            # thread | process: "process" runs the instance in a worker
+                                    #   process (scales numpy-interpreted programs across cores;
+                                    #   not with npu_sim devices, which live in this process)
 
     [[policy]]
     use = "battery"                 # a registered policy name or "module:attr"
@@ -242,6 +245,7 @@ class CameraConfig:
     deadline_s: float | None = None
     inflight: int = 1
     core: tuple[str, int] | None = None
+    placement: str = "thread"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "bind", _freeze(self.bind))
@@ -256,7 +260,8 @@ class CameraConfig:
         from orchestra.orchestrator import InstanceSpec
 
         return InstanceSpec(name=self.name, bind=_thaw(self.bind),
-                            backend_options={b: dict(v) for b, v in self.backend_options.items()})
+                            backend_options={b: dict(v) for b, v in self.backend_options.items()},
+                            placement=self.placement)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -501,7 +506,8 @@ _PROGRAM_KEYS = ("name", "path", "method")
 _NPU_KEYS = ("kind", "cores", "core_memory", "clock_mhz", "power_w", "macs_per_cycle", "links", "time_scale",
              "job_overhead_cycles", "exclusive", "capacity")
 _CPU_KEYS = ("kind", "cpus", "exclusive", "capacity", "thread_options")
-_CAMERA_KEYS = ("name", "program", "source", "bind", "backend_options", "queue", "drop", "deadline_ms", "inflight")
+_CAMERA_KEYS = ("name", "program", "source", "bind", "backend_options", "queue", "drop", "deadline_ms", "inflight",
+                "placement")
 _SYNTHETIC_KEYS = ("kind", "fps", "shape", "dtype", "seed", "count")
 _FILE_KEYS = ("kind", "path", "fps", "loop", "shape", "dtype")
 _POLICY_KEYS = ("use", "priority", "params")
@@ -965,13 +971,20 @@ class _Checker:
         drop = self.choice(t, "drop", path, DROP_POLICIES, "drop_oldest")
         deadline_ms = self.get(t, "deadline_ms", path, "positive_number", None)
         inflight = self.get(t, "inflight", path, "positive_int", 1)
+        placement = self.choice(t, "placement", path, ("thread", "process"), "thread")
         bind, core = self.check_bind(path, t, prog, name)
         options = self.check_camera_options(path, t, prog, bind, core, name)
-        if _any_bad(source, queue, drop, deadline_ms, inflight, bind, options) or not ok or prog is None:
+        if placement == "process" and prog is not None and (core is not None or "NpuSimBackend" in prog.backends):
+            where = f"npu_sim device {core[0]!r}" if core is not None else "npu_sim devices"
+            self.err(_join(path, "placement"), f'"process" can\'t reach {where}: simulated devices live in the '
+                                               f'orchestra process; use placement = "thread" for this camera')
+            placement = _BAD
+        if _any_bad(source, queue, drop, deadline_ms, inflight, placement, bind, options) or not ok or prog is None:
             return
         self.cameras.append(CameraConfig(
             name=name, program=prog.name, source=source, bind=bind, backend_options=options, queue=queue, drop=drop,
-            deadline_s=None if deadline_ms is None else deadline_ms / 1000.0, inflight=inflight, core=core))
+            deadline_s=None if deadline_ms is None else deadline_ms / 1000.0, inflight=inflight, core=core,
+            placement=placement))
 
     def check_source(self, path: str, t: dict[str, Any], prog: _ProgramInfo | None, camera: str) -> Any:
         sp = _join(path, "source")

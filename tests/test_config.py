@@ -101,7 +101,15 @@ CASES: list[tuple[str, str, list[str]]] = [
      ["cameras: unknown key (known keys: program, device, camera, policy, signal, run); did you mean 'camera'?"]),
     ("unknown key in a camera", PROGRAM + NPU4 + camera("front", 'bind = { camera_link = "npu0" }\nqeue = 3'),
      ["camera[0].qeue: unknown key (known keys: name, program, source, bind, backend_options, queue, drop, "
-      "deadline_ms, inflight); did you mean 'queue'?"]),
+      "deadline_ms, inflight, placement); did you mean 'queue'?"]),
+    ("process placement can't reach an npu_sim core", PROGRAM + NPU4 + camera("front", 'bind = { "npu0.core" = 0 }\nplacement = "process"'),
+     ['camera[0].placement: "process" can\'t reach npu_sim device \'npu0\': simulated devices live in the orchestra '
+      'process; use placement = "thread" for this camera']),
+    ("process placement with an npu_sim program", PROGRAM + NPU4 + camera("front", 'placement = "process"'),
+     ['camera[0].placement: "process" can\'t reach npu_sim devices: simulated devices live in the orchestra process; '
+      'use placement = "thread" for this camera']),
+    ("unknown placement", PLAIN_PROGRAM + camera("front", 'placement = "proces"'),
+     ["camera[0].placement: 'proces' is not one of thread, process; did you mean 'process'?"]),
     ("unknown key in a source", PROGRAM + NPU4 + camera(
         "front", 'bind = { "npu0.core" = 0 }', 'source = { kind = "synthetic", fps = 30, sead = 1 }'),
      ["camera[0].source.sead: unknown key (known keys: kind, fps, shape, dtype, seed, count); did you mean 'seed'?"]),
@@ -540,3 +548,10 @@ def test_make_models_reproduces_the_committed_program() -> None:
     assert mod.convnet_npu() == (MODELS / "convnet_npu.pte").read_bytes()
     if importlib.util.find_spec("onnx") is not None:
         assert mod.tiny_onnx() == (MODELS / "tiny.onnx").read_bytes()
+
+
+def test_placement_defaults_to_thread_and_process_reaches_the_instance_spec(folder: pathlib.Path) -> None:
+    cfg = load_config(write(folder, PLAIN_PROGRAM + camera("a", 'placement = "process"') + camera("b")))
+    a, b = cfg.cameras
+    assert (a.placement, b.placement) == ("process", "thread")
+    assert (a.instance_spec().placement, b.instance_spec().placement) == ("process", "thread")

@@ -304,6 +304,34 @@ def test_block_mode_loses_no_frame(tmp_path: pathlib.Path) -> None:
         assert row["dropped"] == {} and row["failed"] == 0, (cam, row)
 
 
+PROCESS = """
+[program]
+name = "convnet"
+path = PLAIN
+
+[[camera]]
+name = "a"
+source = { kind = "synthetic", fps = 200, shape = [1, 3, 16, 16], seed = 1, count = 60 }
+drop = "block"
+placement = "process"
+
+[[camera]]
+name = "b"
+source = { kind = "synthetic", fps = 200, shape = [1, 3, 16, 16], seed = 2, count = 60 }
+drop = "block"
+placement = "process"
+"""
+
+
+def test_process_placement_from_the_config_runs_every_frame(tmp_path: pathlib.Path) -> None:
+    cfg = _config(tmp_path, PROCESS.replace("PLAIN", json.dumps(str(EXAMPLES / "models" / "convnet.pte"))))
+    r = _orchestra("run", str(cfg), "--no-dashboard")
+    assert r.returncode == 0, r.stdout + r.stderr
+    table = _check_accounting(r.stdout, ("a", "b"))
+    for cam, row in table.items():
+        assert row["processed"] == row["produced"] == 60 and row["failed"] == 0, (cam, row)
+
+
 # -- failures make the exit status 1 -----------------------------------------------------------
 
 
