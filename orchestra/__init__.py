@@ -10,21 +10,39 @@ from .errors import (
     OrchestraError,
     ProgramError,
 )
-from .orchestrator import (
-    CpuResource,
-    DeadlineError,
-    ExecuteError,
-    InstanceClosedError,
-    InstanceFailedError,
-    InstanceSpec,
-    NpuSimResource,
-    Orchestrator,
-    ResourceError,
-    ResourcePool,
-    RestartPolicy,
-)
-from .pipeline import Frame, FramesFile, Pipeline, Pipelines, SyntheticCamera
-from .runtime import Method, MethodMeta, Program, Runtime, Session, load_program
+from typing import TYPE_CHECKING
+
+# Everything else loads on first use (PEP 562): `import orchestra` and the CLI's quick commands
+# (inspect, validate) don't pay for the orchestrator, the pipelines, the policies or the
+# kernels until they are used.
+_LAZY = {
+    **dict.fromkeys(("CpuResource", "DeadlineError", "ExecuteError", "InstanceClosedError", "InstanceFailedError",
+                     "InstanceSpec", "NpuSimResource", "Orchestrator", "ResourceError", "ResourcePool",
+                     "RestartPolicy"), ".orchestrator"),
+    **dict.fromkeys(("Frame", "FramesFile", "Pipeline", "Pipelines", "SyntheticCamera"), ".pipeline"),
+    **dict.fromkeys(("Method", "MethodMeta", "Program", "Runtime", "Session", "load_program"), ".runtime"),
+    "import_onnx": ".backends.onnxruntime",  # pulls in the AOT layer too
+}
+_SUBMODULES = frozenset({"aot", "backends", "config", "errors", "orchestrator", "pipeline", "policies", "program",
+                         "runtime", "telemetry"})
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
+    from .backends.onnxruntime import import_onnx
+    from .orchestrator import (
+        CpuResource,
+        DeadlineError,
+        ExecuteError,
+        InstanceClosedError,
+        InstanceFailedError,
+        InstanceSpec,
+        NpuSimResource,
+        Orchestrator,
+        ResourceError,
+        ResourcePool,
+        RestartPolicy,
+    )
+    from .pipeline import Frame, FramesFile, Pipeline, Pipelines, SyntheticCamera
+    from .runtime import Method, MethodMeta, Program, Runtime, Session, load_program
 
 __all__ = [
     "BackendError",
@@ -63,9 +81,18 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> object:
-    # import_onnx lives with the onnxruntime backend and pulls in the AOT layer: load on use.
-    if name == "import_onnx":
-        from .backends.onnxruntime import import_onnx
+    import importlib
 
-        return import_onnx
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = _LAZY.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(module, __name__), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f".{name}", __name__)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__) | _SUBMODULES)

@@ -41,3 +41,25 @@ def test_public_names_are_importable() -> None:
     for mod in (orchestra, orchestra.program):
         for name in mod.__all__:
             assert hasattr(mod, name), f"{mod.__name__}.{name}"
+
+
+def test_import_orchestra_loads_nothing_heavy_until_a_name_is_used() -> None:
+    """`import orchestra` (and the CLI's quick commands) must not pay for the orchestrator,
+    the pipelines, the policies or the kernels; each public name loads its module on use."""
+    import subprocess
+    import sys
+
+    code = ("import sys, orchestra; before = sorted(m for m in sys.modules if m.startswith('orchestra')); "
+            "from orchestra import Orchestrator, load_program; import orchestra as o; "
+            "print(before, o.Orchestrator is Orchestrator, 'orchestra.orchestrator' in sys.modules, "
+            "o.runtime.load_program is load_program, 'Pipeline' in dir(o))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "['orchestra', 'orchestra.errors'] True True True True", out
+    import orchestra
+
+    try:
+        orchestra.no_such_name  # noqa: B018
+    except AttributeError as exc:
+        assert "no attribute 'no_such_name'" in str(exc)
+    else:
+        raise AssertionError("orchestra.no_such_name did not raise AttributeError")
