@@ -438,7 +438,8 @@ def test_cli_ok_line(folder: pathlib.Path, capsys: pytest.CaptureFixture[str]) -
 
 
 @pytest.mark.parametrize("name, summary", [("cameras.toml", "4 cameras, 2 policies"),
-                                           ("onnx_camera.toml", "1 camera, 1 policy")])
+                                           ("onnx_camera.toml", "1 camera, 1 policy"),
+                                           ("cpu_cameras.toml", "2 cameras, 0 policies")])
 def test_the_examples_validate(name: str, summary: str, capsys: pytest.CaptureFixture[str]) -> None:
     if name == "onnx_camera.toml":
         pytest.importorskip("onnxruntime")
