@@ -381,6 +381,11 @@ class ProcessWorker:
                                      error=repr(exc))
                     self._ack(ch, exc)
                 continue
+            if not sent:  # a reply to nothing: the stream is corrupt; treat the process as crashed
+                self.last_error = OrchestraError(f"{self.where}: the worker process sent an unexpected reply",
+                                                 Error.Internal)
+                self._died(m)
+                return
             e = sent.popleft()
             if isinstance(e, OptionChange):
                 exc = None if r[0] == "ok" else rebuild_error(r[1], self.where)
