@@ -5,7 +5,10 @@ At ``init`` the subgraph is loaded as an ordinary orchestra :class:`~orchestra.r
 heavy operators whose arguments are all static (constants, or planned tensors of static
 shape, so their arrays never move) with a *tiled* step: the operator's work cut into a fixed
 number of independent tiles, each writing a disjoint part of the output, run by the handle's
-:class:`~._pool.WorkerPool`. Every other step runs exactly as orchestra's interpreter runs it.
+:class:`~._pool.WorkerPool`. Every other step runs exactly as orchestra's interpreter runs it
+(its optimised steps included, see ``CompiledPlan``); a step the interpreter fused from
+several instructions (a convolution with its batch norm folded in) runs as those
+instructions, as written, when one of them is tiled.
 
 The tiling is decided once, from the static shapes, and does not depend on ``num_threads``:
 a tile computes the same thing on any thread, so results are bit-identical for every
@@ -458,7 +461,7 @@ def plan_tiled_op(name: str, args: list[Any], max_tiles: int) -> TiledOp | None:
 class Executor:
     """Runs one loaded subgraph (a Method) with some steps replaced by tiled ones."""
 
-    __slots__ = ("method", "pool", "tiled", "_steps", "_jumps", "_out_idx", "_n_in", "_in_views", "threads", "where")
+    __slots__ = ("method", "pool", "tiled", "_steps", "_spans", "_jumps", "_out_idx", "_n_in", "_in_views", "threads", "where")
 
     def __init__(self, method: Method, pool: WorkerPool, where: str, max_tiles: int) -> None:
         self.method = method
@@ -480,7 +483,7 @@ class Executor:
                 written.update(a.args)
             elif isinstance(a, MoveCall):
                 written.add(a.move_to)
-        steps = list(cp.steps)
+        tiled_at: dict[int, Callable[[list[Any], Method], None]] = {}  # instruction -> its tiled step
         tiled: list[TiledOp] = []
         for pc, a in enumerate(instructions):
             if not isinstance(a, KernelCall):
@@ -500,9 +503,22 @@ class Executor:
             if op is None:
                 continue
             tiled.append(op)
-            steps[pc] = self._tiled_step(op, pc)
+            tiled_at[pc] = self._tiled_step(op, pc)
+        # The Method's optimised steps, except that a step covering a tiled instruction (a
+        # convolution with its batch norm folded in, say) runs its instructions as written,
+        # the tiled ones tiled.
+        steps: list[Callable[[list[Any], Method], Any]] = []
+        spans: list[tuple[int, ...]] = []
+        for step, span in zip(cp.steps, cp.step_spans):
+            if any(pc in tiled_at for pc in span):
+                steps.extend(tiled_at.get(pc, cp.instruction_steps[pc]) for pc in span)
+                spans.extend((pc,) for pc in span)
+            else:
+                steps.append(step)
+                spans.append(span)
         self.tiled = tuple(tiled)
         self._steps = tuple(steps)
+        self._spans = tuple(spans)
         self._jumps = any(isinstance(a, JumpFalseCall) for a in instructions)
         self._out_idx = cp.output_idx
         self._n_in = len(cp.input_idx)
@@ -579,8 +595,10 @@ class Executor:
         except OrchestraError:
             raise
         except Exception as exc:
-            name = getattr(steps[pc], "__qualname__", f"step[{pc}]")
-            raise BackendError(f"{self.where}: instruction {pc} ({name.split(' ', 1)[-1]}) failed: "
+            name = getattr(steps[pc], "__qualname__", f"step[{pc}]").split(" ", 1)[-1]
+            span = self._spans[pc]
+            which = f"instruction {span[0]}" if len(span) == 1 else f"instructions {span[0]}-{span[-1]}"
+            raise BackendError(f"{self.where}: {which} ({name}) failed: "
                                f"{type(exc).__name__}: {exc}", Error.Internal) from exc
         for k, i in enumerate(self._out_idx):
             v = vals[i]

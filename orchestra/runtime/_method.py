@@ -43,6 +43,7 @@ from ..program import (
     numpy_dtype,
 )
 from ._backend import BackendExecutionContext, BackendInitContext, get_backend_class
+from ._optimize import Rewrite, optimize_steps
 from ._options import RuntimeSpecs
 from .kernels import get_kernel, nearest_kernel_names
 
@@ -167,9 +168,19 @@ class CompiledPlan:
     Holds only immutable things: constants (read-only views into the program's bytes),
     where each planned tensor lives, list definitions, and the steps. Each step is a
     function ``step(vals, method)`` over one Method's value list.
+
+    With ``optimize`` (the default) some steps are rewritten when a use analysis shows the
+    change can't be observed (straight-line plans only; see ``orchestra/runtime/_optimize.py``):
+    a max-pool whose indices nothing reads computes only the values (bit-identical; the
+    indices tensor is then left as it was, its contents unspecified), and an inference batch
+    norm that alone reads a convolution's output is folded into the convolution's constant
+    weight and bias (computed here, once, as new read-only arrays shared by every Method;
+    results change by float rounding only). ``steps`` is what runs, ``step_spans`` the
+    instructions each step covers, ``rewrites`` what was changed, ``instruction_steps`` one
+    step per instruction as written.
     """
 
-    def __init__(self, program: ProgramDef, plan: ExecutionPlan, where: str) -> None:
+    def __init__(self, program: ProgramDef, plan: ExecutionPlan, where: str, *, optimize: bool = True) -> None:
         self.program = program
         self.plan = plan
         self.where = where
@@ -207,11 +218,38 @@ class CompiledPlan:
         self.output_idx = tuple(plan.outputs)
         self.input_slots = tuple(slots[i] for i in plan.inputs)
         self.input_infos = self.meta.inputs
-        steps: list[Step] = []
+        instructions: list[Any] = []
+        where_of: list[tuple[int, int]] = []
+        rets: list[tuple[int, ...] | None] = []
+        plain: list[Step] = []
         for ci, chain in enumerate(plan.chains):
             for ii, ins in enumerate(chain.instructions):
-                steps.append(self._step(ci, ii, ins.instr_args, len(steps)))
+                a = ins.instr_args
+                instructions.append(a)
+                where_of.append((ci, ii))
+                rets.append(self._bind_kernel(a, f"chains[{ci}].instructions[{ii}]")[3] if isinstance(a, KernelCall) else None)
+                plain.append(self._step(ci, ii, a, len(plain)))
+        # One step per instruction, as the program is written (executors that replace the
+        # steps of single instructions start from these; see step_spans).
+        self.instruction_steps = tuple(plain)
+        if optimize:
+            steps, spans, rewrites = optimize_steps(self, instructions, where_of, rets, plain, self._kernel_step)
+        else:
+            steps, spans, rewrites = list(plain), [(pc,) for pc in range(len(plain))], []
+        # What execute runs: instruction_steps with the rewrites of ._optimize applied.
         self.steps = tuple(steps)
+        # The instructions (numbered across chains) that each step runs, in order.
+        self.step_spans = tuple(spans)
+        self.rewrites: tuple[Rewrite, ...] = tuple(rewrites)
+
+    def describe_step(self, k: int) -> str:
+        """``instruction 3 (aten::mm.out)`` or, for a fused step,
+        ``instructions 0-2 (aten::convolution.out + ...)``: for error messages."""
+        span = self.step_spans[k]
+        name = getattr(self.steps[k], "__qualname__", f"step[{k}]").split(" ", 1)[-1]
+        if len(span) == 1:
+            return f"instruction {span[0]} ({name})"
+        return f"instructions {span[0]}-{span[-1]} ({name})"
 
     def _tensor_value(self, i: int, t: Tensor) -> tuple[Any, _Slot | None]:
         dtype = numpy_dtype(t.scalar_type)
@@ -234,67 +272,76 @@ class CompiledPlan:
                                t.shape_dynamism != TensorShapeDynamism.STATIC)
         return None, None  # filled at run time (an input without planned memory, or a view)
 
+    def _bind_kernel(self, a: KernelCall, where: str) -> tuple[str, Any, tuple[int, ...], tuple[int, ...]]:
+        """(operator name, kernel, parameter values, result values) of a KernelCall."""
+        plan = self.plan
+        name = plan.operators[a.op_index].qualified_name
+        kd = get_kernel(name)
+        if kd is None:
+            near = nearest_kernel_names(name)
+            hint = f" (nearest registered: {', '.join(near)})" if near else ""
+            raise OperatorMissingError(f"{self.where}: {where}: operator {name} has no kernel{hint}")
+        n = kd.num_params
+        if len(a.args) < n:
+            raise OrchestraError(f"{self.where}: {where}: {name} takes {n} arguments, the program passes {len(a.args)}", Error.InvalidProgram)
+        params, rets = tuple(a.args[:n]), tuple(a.args[n:])
+        if not rets:
+            # Schemas returning () (split_with_sizes_copy.out, et_copy_index) still
+            # produce their result in an argument: send what the kernel returns there.
+            names = list(inspect.signature(kd.fn).parameters)[:n]
+            target = "copy_to" if name == "executorch_prim::et_copy_index.tensor" else "out"
+            if target in names:
+                rets = (params[names.index(target)],)
+        return name, kd, params, rets
+
+    def _kernel_step(self, fn: Callable[..., Any], params: tuple[int, ...], rets: tuple[int, ...], what: str, label: str) -> Step:
+        """A step calling ``fn(*vals[params])`` and storing its result(s) into ``rets``."""
+        n = len(params)
+        lists = tuple(i for i in params if i in self.lists)
+        if n == 0:
+            def getter(vals: list[Any]) -> tuple:
+                return ()
+        elif n == 1:
+            p0 = params[0]
+
+            def getter(vals: list[Any]) -> tuple:
+                return (vals[p0],)
+        else:
+            getter = operator.itemgetter(*params)
+        if len(rets) == 1 and not lists:
+            r0 = rets[0]
+
+            def step(vals: list[Any], m: Method) -> None:
+                res = fn(*getter(vals))
+                if res is not vals[r0] and res is not None:
+                    m._write(r0, res, what)
+        else:
+
+            def step(vals: list[Any], m: Method) -> None:
+                if lists:
+                    m._refresh_lists(lists)
+                res = fn(*getter(vals))
+                if res is None or not rets:
+                    return
+                if len(rets) == 1:
+                    if res is not vals[rets[0]]:
+                        m._write(rets[0], res, what)
+                    return
+                if len(res) != len(rets):
+                    raise OrchestraError(f"{m._where}: {what}: kernel returned {len(res)} results for {len(rets)} returns", Error.Internal)
+                for r, x in zip(rets, res):
+                    m._write(r, x, what)
+
+        step.__qualname__ = label
+        return step
+
     def _step(self, ci: int, ii: int, a: Any, pc: int) -> Step:
         plan = self.plan
         where = f"chains[{ci}].instructions[{ii}]"
         if isinstance(a, KernelCall):
-            name = plan.operators[a.op_index].qualified_name
-            kd = get_kernel(name)
-            if kd is None:
-                near = nearest_kernel_names(name)
-                hint = f" (nearest registered: {', '.join(near)})" if near else ""
-                raise OperatorMissingError(f"{self.where}: {where}: operator {name} has no kernel{hint}")
-            n = kd.num_params
-            if len(a.args) < n:
-                raise OrchestraError(f"{self.where}: {where}: {name} takes {n} arguments, the program passes {len(a.args)}", Error.InvalidProgram)
-            params, rets = tuple(a.args[:n]), tuple(a.args[n:])
-            if not rets:
-                # Schemas returning () (split_with_sizes_copy.out, et_copy_index) still
-                # produce their result in an argument: send what the kernel returns there.
-                names = list(inspect.signature(kd.fn).parameters)[:n]
-                target = "copy_to" if name == "executorch_prim::et_copy_index.tensor" else "out"
-                if target in names:
-                    rets = (params[names.index(target)],)
+            name, kd, params, rets = self._bind_kernel(a, where)
             self._check_dtypes(kd, params, where)
-            fn = kd.fn
-            what = f"{where} ({name})"
-            lists = tuple(i for i in params if i in self.lists)
-            if n == 0:
-                def getter(vals: list[Any]) -> tuple:
-                    return ()
-            elif n == 1:
-                p0 = params[0]
-
-                def getter(vals: list[Any]) -> tuple:
-                    return (vals[p0],)
-            else:
-                getter = operator.itemgetter(*params)
-            if len(rets) == 1 and not lists:
-                r0 = rets[0]
-
-                def step(vals: list[Any], m: Method) -> None:
-                    res = fn(*getter(vals))
-                    if res is not vals[r0] and res is not None:
-                        m._write(r0, res, what)
-            else:
-
-                def step(vals: list[Any], m: Method) -> None:
-                    if lists:
-                        m._refresh_lists(lists)
-                    res = fn(*getter(vals))
-                    if res is None or not rets:
-                        return
-                    if len(rets) == 1:
-                        if res is not vals[rets[0]]:
-                            m._write(rets[0], res, what)
-                        return
-                    if len(res) != len(rets):
-                        raise OrchestraError(f"{m._where}: {what}: kernel returned {len(res)} results for {len(rets)} returns", Error.Internal)
-                    for r, x in zip(rets, res):
-                        m._write(r, x, what)
-
-            step.__qualname__ = f"step[{pc}] {name}"
-            return step
+            return self._kernel_step(kd.fn, params, rets, f"{where} ({name})", f"step[{pc}] {name}")
         if isinstance(a, DelegateCall):
             di = a.delegate_index
             args_idx = tuple(a.args)
@@ -647,8 +694,7 @@ class Method:
             except OrchestraError:
                 raise
             except Exception as exc:
-                name = getattr(steps[pc], "__qualname__", f"step[{pc}]")
-                raise OrchestraError(f"{self._where}: instruction {pc} ({name.split(' ', 1)[-1]}) failed: {type(exc).__name__}: {exc}", Error.Internal) from exc
+                raise OrchestraError(f"{self._where}: {self._cp.describe_step(pc)} failed: {type(exc).__name__}: {exc}", Error.Internal) from exc
             out = []
             for i in self._cp.output_idx:
                 v = vals[i]

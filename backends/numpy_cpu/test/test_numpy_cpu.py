@@ -150,6 +150,41 @@ def test_tiles_of_each_conv_path_match_the_kernel() -> None:
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4, err_msg=f"{shape} k={k} s={s} g={g}")
 
 
+def test_a_conv_with_its_batch_norm_folded_runs_as_written_where_tiled() -> None:
+    """orchestra folds an inference batch norm into the convolution before it (one step for
+    two instructions); the executor runs such a step as its two instructions when one of
+    them is tiled, and as the folded step when none is."""
+    rng = np.random.default_rng(5)
+    shape = (1, 8, 20, 20)
+    b = ProgramBuilder()
+    f = b.method("forward")
+    x = f.input(np.float32, shape)
+    w = (rng.standard_normal((16, 8, 3, 3)) * 0.2).astype(np.float32)
+    y = f.call("aten::convolution.out", x, w, rng.standard_normal(16).astype(np.float32),
+               [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+    bn = [rng.random(16, dtype=np.float32) + 0.5, rng.standard_normal(16).astype(np.float32),
+          rng.standard_normal(16).astype(np.float32), rng.random(16, dtype=np.float32) + 0.5]
+    f.output(f.call("aten::_native_batch_norm_legit_no_training.out", y, *bn, 0.1, 1e-5)[0])
+    sub = b.build()
+    ob = ProgramBuilder()
+    of = ob.method("forward")
+    of.output(*of.delegate(NC, sub, [of.input(np.float32, shape)]))
+    xin = rng.standard_normal(shape).astype(np.float32)
+    with load_program(sub).load_method() as plain:
+        assert [r.kind for r in plain._cp.rewrites] == ["conv_bn"]
+        want = plain.execute([xin])[0]
+    with load_program(ob.to_bytes()).load_method(backend_options={NC: {"max_tiles": 3, "num_threads": 2}}) as m:
+        got = m.execute([xin])[0]
+        ex = handle_of(m).executor
+        assert {name for name, _ in handle_of(m).statistics().tiled_ops} == {
+            "aten::convolution.out", "aten::_native_batch_norm_legit_no_training.out"}
+        assert len(ex._steps) == 2 and ex.method._cp.step_spans == ((0, 1),)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    with load_program(ob.to_bytes()).load_method(backend_options={NC: {"max_tiles": 1}}) as m:
+        np.testing.assert_array_equal(m.execute([xin])[0], want)  # the folded step itself
+        assert handle_of(m).executor._steps == handle_of(m).executor.method._cp.steps
+
+
 # -- (3) num_threads is hot -----------------------------------------------------------------
 def test_num_threads_change_takes_effect_at_the_next_execute_and_results_stay_identical(delegated_bytes, plain_output) -> None:
     x, _ = plain_output

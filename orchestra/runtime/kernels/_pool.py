@@ -141,6 +141,82 @@ def _tap_views(
 _INSIDE_MAX_SIZE = 1 << 15
 
 
+def _inside_geometry(
+    x: np.ndarray,
+    kernel_size: Any,
+    stride: Any,
+    padding: Any,
+    dilation: Any,
+    ceil_mode: bool,
+    out: Any,
+) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int], tuple[int, int]] | None:
+    """(kernel, stride, dilation, output size) when max pooling may take the fast path: a
+    small 3-d or 4-d real input whose windows all lie inside it (no padding, no ceil_mode
+    overhang), and ``out`` a writable array of the result's shape and dtype that doesn't
+    overlap ``x`` (``x`` is re-read if a window holds NaN). Else None."""
+    if not (
+        type(out) is np.ndarray
+        and 3 <= x.ndim <= 4
+        and x.dtype.kind in "fiu"
+        and out.dtype == x.dtype
+        and x.size
+        and 1 <= len(kernel_size) <= 2
+        and (stride is None or len(stride) <= 2)
+        and 1 <= len(padding) <= 2
+        and 1 <= len(dilation) <= 2
+        and not any(padding)
+        and x.size <= _INSIDE_MAX_SIZE
+    ):
+        return None
+    kh, kw = kernel_size[0], kernel_size[-1]
+    sh, sw = (stride[0], stride[-1]) if stride else (kh, kw)
+    dh, dw = dilation[0], dilation[-1]
+    h, w = x.shape[-2], x.shape[-1]
+    if min(kh, kw, sh, sw, dh, dw) < 1 or h < dh * (kh - 1) + 1 or w < dw * (kw - 1) + 1:
+        return None
+    ho = (h - dh * (kh - 1) - 1) // sh + 1
+    wo = (w - dw * (kw - 1) - 1) // sw + 1
+    if (
+        (not ceil_mode or ((h - dh * (kh - 1) - 1) % sh == 0 and (w - dw * (kw - 1) - 1) % sw == 0))
+        and out.shape == x.shape[:-2] + (ho, wo)
+        and out.flags.writeable
+        and not np.may_share_memory(out, x)
+    ):
+        return (kh, kw), (sh, sw), (dh, dw), (ho, wo)
+    return None
+
+
+def _inside_max(
+    x: np.ndarray,
+    k: tuple[int, int],
+    s: tuple[int, int],
+    d: tuple[int, int],
+    o: tuple[int, int],
+    out: np.ndarray,
+) -> np.ndarray | None:
+    """The values of the fast path (see :func:`_max_pool_inside`) written into ``out``: returns
+    the gathered ``taps`` (kh, kw, N, C, Ho, Wo), or None when a window holds NaN (``out``
+    then holds NaN there, and the caller's general path recomputes it)."""
+    (kh, kw), (sh, sw), (dh, dw), (ho, wo) = k, s, d, o
+    n, c, h, w = x.shape
+    sn, sc, sy, sx = x.strides
+    shape = (kh, kw, n, c, ho, wo)
+    strides = (dh * sy, dw * sx, sn, sc, sh * sy, sw * sx)
+    if x.flags.c_contiguous:
+        view = np.ndarray(shape, x.dtype, x, 0, strides)
+    else:
+        view = as_strided(x, shape, strides, writeable=False)
+    taps = np.ascontiguousarray(view)
+    best = np.maximum.reduce(taps, axis=(0, 1), out=out)  # propagates NaN
+    if x.dtype.kind == "f":
+        # NaN check: a sum of squares is NaN only if some value is (inf stays inf, and
+        # np.vdot, unlike a ufunc, raises no floating-point warnings).
+        ss = np.vdot(best, best)
+        if ss != ss:
+            return None
+    return taps
+
+
 def _max_pool_inside(
     x: np.ndarray,
     k: tuple[int, int],
@@ -163,28 +239,35 @@ def _max_pool_inside(
     Writes ``out`` and ``indices`` (4-d, int64) and returns True; returns False when a window
     holds NaN (torch reports its last NaN; the caller's general path handles that).
     """
+    taps = _inside_max(x, k, s, d, o, out)
+    if taps is None:
+        return False
     (kh, kw), (sh, sw), (dh, dw), (ho, wo) = k, s, d, o
-    n, c, h, w = x.shape
-    sn, sc, sy, sx = x.strides
-    shape = (kh, kw, n, c, ho, wo)
-    strides = (dh * sy, dw * sx, sn, sc, sh * sy, sw * sx)
-    if x.flags.c_contiguous:
-        view = np.ndarray(shape, x.dtype, x, 0, strides)
-    else:
-        view = as_strided(x, shape, strides, writeable=False)
-    taps = np.ascontiguousarray(view)
-    best = np.maximum.reduce(taps, axis=(0, 1), out=out)  # propagates NaN
-    if x.dtype.kind == "f":
-        # NaN check: a sum of squares is NaN only if some value is (inf stays inf, and
-        # np.vdot, unlike a ufunc, raises no floating-point warnings).
-        ss = np.vdot(best, best)
-        if ss != ss:
-            return False
+    h, w = x.shape[-2:]
     ramp = np.arange(h * w, dtype=np.int64)
     pos = np.ndarray((kh, kw, 1, 1, ho, wo), np.int64, ramp, 0, (dh * w * 8, dw * 8, 0, 0, sh * w * 8, sw * 8))
     pos = np.ascontiguousarray(pos)  # np.where is much slower on strided operands
-    np.minimum.reduce(np.where(np.equal(taps, best), pos, h * w), axis=(0, 1), out=indices)
+    np.minimum.reduce(np.where(np.equal(taps, out), pos, h * w), axis=(0, 1), out=indices)
     return True
+
+
+def _general_geometry(
+    op: str, self: np.ndarray, kernel_size: Any, stride: Any, padding: Any, dilation: Any, ceil_mode: bool
+) -> tuple[np.ndarray, tuple[int, int], tuple[int, int], tuple[int, int], tuple[int, int], tuple[int, int], Any]:
+    """The general path's 4-d input, kernel, stride, padding, dilation, output size and the
+    fill value of the padding (the dtype's lowest value); raises on invalid arguments."""
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = _pool_args(op, kernel_size, stride, padding, dilation)
+    x = _as4d(op, self)
+    n, c, h, w = x.shape
+    ho = _pool_size(op, h, kh, sh, ph, dh, ceil_mode)
+    wo = _pool_size(op, w, kw, sw, pw, dw, ceil_mode)
+    if x.dtype.kind == "f":
+        low: Any = -np.inf
+    elif x.dtype.kind == "b":
+        low = False
+    else:
+        low = np.iinfo(x.dtype).min
+    return x, (kh, kw), (sh, sw), (ph, pw), (dh, dw), (ho, wo), low
 
 
 @kernel("aten::max_pool2d_with_indices.out", dtypes=REAL_MATH)
@@ -198,57 +281,25 @@ def max_pool2d_with_indices_out(
     out: np.ndarray,
     indices: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Returns (values, indices); indices are int64 offsets ``h * W + w`` within each plane."""
+    """Returns (values, indices); indices are int64 offsets ``h * W + w`` within each plane.
+
+    :func:`max_pool2d_values_out` computes the same values (bit for bit) without the indices.
+    """
     x = self
-    if (
-        type(out) is np.ndarray
-        and type(indices) is np.ndarray
-        and 3 <= x.ndim <= 4
-        and x.dtype.kind in "fiu"
-        and out.dtype == x.dtype
-        and indices.dtype == _I64
-        and x.size
-        and 1 <= len(kernel_size) <= 2
-        and (stride is None or len(stride) <= 2)
-        and 1 <= len(padding) <= 2
-        and 1 <= len(dilation) <= 2
-        and not any(padding)
-        and x.size <= _INSIDE_MAX_SIZE
-    ):
+    if type(indices) is np.ndarray and indices.dtype == _I64 and indices.flags.writeable:
         # Fast path: every window inside the input.
-        kh, kw = kernel_size[0], kernel_size[-1]
-        sh, sw = (stride[0], stride[-1]) if stride else (kh, kw)
-        dh, dw = dilation[0], dilation[-1]
-        h, w = x.shape[-2], x.shape[-1]
-        if min(kh, kw, sh, sw, dh, dw) >= 1 and h >= dh * (kh - 1) + 1 and w >= dw * (kw - 1) + 1:
-            ho = (h - dh * (kh - 1) - 1) // sh + 1
-            wo = (w - dw * (kw - 1) - 1) // sw + 1
-            if (
-                (not ceil_mode or ((h - dh * (kh - 1) - 1) % sh == 0 and (w - dw * (kw - 1) - 1) % sw == 0))
-                and out.shape == x.shape[:-2] + (ho, wo)
-                and indices.shape == out.shape
-                and out.flags.writeable
-                and indices.flags.writeable
-                and not np.may_share_memory(out, x)  # x is re-read if a window holds NaN
-            ):
-                if x.ndim == 3:
-                    x4, o4, i4 = x[None], out[None], indices[None]
-                else:
-                    x4, o4, i4 = x, out, indices
-                if _max_pool_inside(x4, (kh, kw), (sh, sw), (dh, dw), (ho, wo), o4, i4):
-                    return out, indices
+        g = _inside_geometry(x, kernel_size, stride, padding, dilation, ceil_mode, out)
+        if g is not None and indices.shape == out.shape:
+            if x.ndim == 3:
+                x4, o4, i4 = x[None], out[None], indices[None]
+            else:
+                x4, o4, i4 = x, out, indices
+            if _max_pool_inside(x4, *g, o4, i4):
+                return out, indices
     op = "aten::max_pool2d_with_indices.out"
-    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = _pool_args(op, kernel_size, stride, padding, dilation)
-    x = _as4d(op, self)
+    x, (kh, kw), (sh, sw), (ph, pw), (dh, dw), (ho, wo), low = _general_geometry(
+        op, self, kernel_size, stride, padding, dilation, ceil_mode)
     n, c, h, w = x.shape
-    ho = _pool_size(op, h, kh, sh, ph, dh, ceil_mode)
-    wo = _pool_size(op, w, kw, sw, pw, dw, ceil_mode)
-    if x.dtype.kind == "f":
-        low: Any = -np.inf
-    elif x.dtype.kind == "b":
-        low = False
-    else:
-        low = np.iinfo(x.dtype).min
     oshape = (n, c, ho, wo)
     best, best_is_out = _buffer(out, self.shape[:-2] + (ho, wo), oshape, x.dtype, self)
     idx, idx_is_out = _buffer(indices, self.shape[:-2] + (ho, wo), oshape, _I64, self)
@@ -299,6 +350,42 @@ def max_pool2d_with_indices_out(
         out if best_is_out else finish(_restore(best, self), out),
         indices if idx_is_out else finish(_restore(idx, self), indices),
     )
+
+
+def max_pool2d_values_out(
+    self: np.ndarray,
+    kernel_size: list[int],
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+    ceil_mode: bool,
+    out: np.ndarray,
+) -> np.ndarray:
+    """The values of ``aten::max_pool2d_with_indices.out`` without the indices.
+
+    Not an operator of its own: the interpreter binds it in place of
+    :func:`max_pool2d_with_indices_out` when no instruction reads the indices (see
+    ``CompiledPlan``). It takes the same path as the full kernel would (given an int64
+    ``indices`` of ``out``'s shape, as a planned one is) and runs the same numpy calls on the
+    values in the same order, so the values are bit-identical to the full kernel's, NaN
+    propagation and signed zeros included; only the index bookkeeping is skipped (about 4x
+    less work on the small inputs of the fast path).
+    """
+    x = self
+    g = _inside_geometry(x, kernel_size, stride, padding, dilation, ceil_mode, out)
+    if g is not None:
+        if _inside_max(x[None] if x.ndim == 3 else x, *g, out[None] if x.ndim == 3 else out) is not None:
+            return out
+    op = "aten::max_pool2d_with_indices.out"
+    x, (kh, kw), (sh, sw), (ph, pw), (dh, dw), (ho, wo), low = _general_geometry(
+        op, self, kernel_size, stride, padding, dilation, ceil_mode)
+    n, c, h, w = x.shape
+    best, best_is_out = _buffer(out, self.shape[:-2] + (ho, wo), (n, c, ho, wo), x.dtype, self)
+    tap_view = _tap_views(x, low, (kh, kw), (sh, sw), (ph, pw), (dh, dw), (ho, wo))
+    np.copyto(best, tap_view(0, 0))
+    for t in range(1, kh * kw):
+        np.maximum(best, tap_view(*divmod(t, kw)), out=best)  # propagates NaN, as torch does
+    return out if best_is_out else finish(_restore(best, self), out)
 
 
 @kernel("aten::avg_pool2d.out", dtypes=FLOAT_MATH)

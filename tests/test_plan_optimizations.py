@@ -1,0 +1,374 @@
+"""CompiledPlan's compile-time rewrites: max-pool without indices, batch norm folded into
+the convolution. Each rewrite is checked against the same program compiled without
+rewrites (``CompiledPlan(..., optimize=False)``), and each near-miss pattern is checked to
+be left exactly as written."""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from orchestra.aot import MethodBuilder, ProgramBuilder, Value
+from orchestra.program import Bool, EValue, Instruction, JumpFalseCall
+from orchestra.runtime import Program, load_program
+from orchestra.runtime._method import CompiledPlan, Method
+from orchestra.runtime.kernels._pool import max_pool2d_values_out, max_pool2d_with_indices_out
+
+FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+BN = "aten::_native_batch_norm_legit_no_training.out"
+CONV = "aten::convolution.out"
+MAXPOOL = "aten::max_pool2d_with_indices.out"
+
+rng = np.random.default_rng(1234)
+
+
+def randn(*shape: int, dtype: type = np.float32) -> np.ndarray:
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def build(body: Callable[..., None], in_shape: tuple[int, ...] = (1, 3, 8, 8),
+          dtype: type = np.float32, extra_inputs: tuple[tuple[int, ...], ...] = ()) -> Program:
+    b = ProgramBuilder()
+    f = b.method("forward")
+    x = f.input(dtype, in_shape)
+    extras = [f.input(dtype, s) for s in extra_inputs]
+    body(f, x, *extras)
+    return load_program(b.to_bytes())
+
+
+def unoptimised(prog: Program) -> Method:
+    return Method(CompiledPlan(prog.definition, prog.definition.plan("forward"), "unoptimised", optimize=False))
+
+
+def kinds(prog: Program) -> list[str]:
+    with prog.load_method() as m:
+        return [r.kind for r in m._cp.rewrites]
+
+
+def run_both(prog: Program, inputs: list[np.ndarray]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The outputs of the program as compiled by Program (rewritten), and unoptimised."""
+    with prog.load_method() as m, unoptimised(prog) as u:
+        m.execute(inputs)  # the second run reuses the arenas
+        return m.execute(inputs), u.execute(inputs)
+
+
+def bn_params(c: int, dtype: type = np.float32) -> list[np.ndarray]:
+    return [randn(c, dtype=dtype), randn(c, dtype=dtype), randn(c, dtype=dtype),
+            (np.abs(randn(c, dtype=dtype)) + 0.5).astype(dtype)]
+
+
+def conv(f: MethodBuilder, x: Value, w: np.ndarray | Value, b: np.ndarray | Value | None, stride: int = 1,
+         padding: int = 1, dilation: int = 1, groups: int = 1) -> Value:
+    spatial = len(x.shape) - 2
+    return f.call(CONV, x, w, b, [stride] * spatial, [padding] * spatial, [dilation] * spatial, False,
+                  [0] * spatial, groups)
+
+
+# -- batch norm folding ----------------------------------------------------------------------
+FOLD_CASES = {
+    "plain": dict(),
+    "stride2_dilated": dict(stride=2, dilation=2, padding=2),
+    "depthwise": dict(groups=4, cin=4),
+    "grouped_no_padding": dict(groups=2, cin=4, padding=0),
+    "no_conv_bias": dict(conv_bias=False),
+    "no_bn_affine": dict(affine=False),
+    "float64": dict(dtype=np.float64),
+    "conv1d": dict(spatial=1),
+    "1x1": dict(k=1, padding=0),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FOLD_CASES))
+def test_conv_batch_norm_is_folded_and_matches_the_unfused_pair(case: str) -> None:
+    o = FOLD_CASES[case]
+    dtype = o.get("dtype", np.float32)
+    cin, groups, k = o.get("cin", 3), o.get("groups", 1), o.get("k", 3)
+    spatial = o.get("spatial", 2)
+    w = randn(4, cin // groups, *([k] * spatial), dtype=dtype) * 0.5
+    cb = randn(4, dtype=dtype) if o.get("conv_bias", True) else None
+    gamma, beta, mean, var = bn_params(4, dtype)
+    if not o.get("affine", True):
+        gamma = beta = None
+    in_shape = (2, cin) + (9,) * spatial
+
+    def body(f: MethodBuilder, x: Value) -> None:
+        y = conv(f, x, w, cb, o.get("stride", 1), o.get("padding", 1), o.get("dilation", 1), groups)
+        out, _, _ = f.call(BN, y, gamma, beta, mean, var, 0.1, 1e-3)
+        f.output(f.call("aten::relu.out", out))
+
+    prog = build(body, in_shape, dtype)
+    with prog.load_method() as m:
+        assert [(r.kind, r.instructions) for r in m._cp.rewrites] == [("conv_bn", (0, 1))]
+        assert len(m._cp.steps) == 2 and m._cp.step_spans == ((0, 1), (2,))
+        assert "folded" in m._cp.steps[0].__qualname__
+    x = randn(*in_shape, dtype=dtype)
+    got, want = run_both(prog, [x])
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(got[0], want[0], rtol=tol, atol=tol)
+
+
+def test_folded_constants_are_read_only_shared_and_leave_the_program_alone() -> None:
+    w, cb = randn(4, 3, 3, 3), randn(4)
+    gamma, beta, mean, var = bn_params(4)
+
+    def body(f: MethodBuilder, x: Value) -> None:
+        y = conv(f, x, w, cb)
+        f.output(f.call(BN, y, gamma, beta, mean, var, 0.1, 1e-5)[0])
+
+    prog = build(body)
+    before = [np.array(a, copy=True) for a in (w, cb, gamma, beta, mean, var)]
+    m1, m2 = prog.load_method(), prog.load_method()
+    assert m1._cp is m2._cp  # compiled once per Program
+    (rewrite,) = m1._cp.rewrites
+    w2, b2 = rewrite.constants
+    assert not w2.flags.writeable and not b2.flags.writeable
+    assert w2.shape == w.shape and b2.shape == (4,) and w2.dtype == b2.dtype == np.float32
+    consts = [v for v in m1._cp.template if isinstance(v, np.ndarray)]
+    assert len(consts) == 6
+    assert not any(np.shares_memory(c, f) for c in consts for f in (w2, b2))
+    # The program's constants are what was written.
+    for c, want in zip(sorted(consts, key=lambda a: (a.ndim, a.size, a.tobytes())),
+                       sorted(before, key=lambda a: (a.ndim, a.size, a.tobytes()))):
+        np.testing.assert_array_equal(c, want)
+    x = randn(1, 3, 8, 8)
+    r1, r2 = m1.execute([x])[0], m2.execute([x])[0]
+    np.testing.assert_array_equal(r1, r2)
+    scale = gamma / np.sqrt(var.astype(np.float64) + 1e-5)
+    np.testing.assert_allclose(w2, w * scale[:, None, None, None], rtol=1e-6)
+    np.testing.assert_allclose(b2, (cb - mean) * scale + beta, rtol=1e-6, atol=1e-7)
+
+
+def near_misses() -> dict[str, tuple[Callable[..., None], tuple[tuple[int, ...], ...]]]:
+    w, cb = randn(4, 3, 3, 3), randn(4)
+    gamma, beta, mean, var = bn_params(4)
+
+    def conv_output_read_elsewhere(f: MethodBuilder, x: Value) -> None:
+        y = conv(f, x, w, cb)
+        out = f.call(BN, y, gamma, beta, mean, var, 0.1, 1e-5)[0]
+        f.output(f.call("aten::add.out", out, y))
+
+    def conv_output_is_a_method_output(f: MethodBuilder, x: Value) -> None:
+        y = conv(f, x, w, cb)
+        f.output(f.call(BN, y, gamma, beta, mean, var, 0.1, 1e-5)[0], y)
+
+    def bn_weight_is_an_input(f: MethodBuilder, x: Value, g: Value) -> None:
+        y = conv(f, x, w, cb)
+        f.output(f.call(BN, y, g, beta, mean, var, 0.1, 1e-5)[0])
+
+    def bn_running_var_is_computed(f: MethodBuilder, x: Value) -> None:
+        y = conv(f, x, w, cb)
+        v = f.call("aten::abs.out", var)
+        f.output(f.call(BN, y, gamma, beta, mean, v, 0.1, 1e-5)[0])
+
+    def conv_weight_is_an_input(f: MethodBuilder, x: Value, wi: Value) -> None:
+        y = conv(f, x, wi, cb)
+        f.output(f.call(BN, y, gamma, beta, mean, var, 0.1, 1e-5)[0])
+
+    def save_mean_is_read(f: MethodBuilder, x: Value) -> None:
+        y = conv(f, x, w, cb)
+        out, save_mean, _ = f.call(BN, y, gamma, beta, mean, var, 0.1, 1e-5)
+        f.output(out, f.call("aten::add.out", save_mean, save_mean))
+
+    def save_invstd_is_an_output(f: MethodBuilder, x: Value) -> None:
+        y = conv(f, x, w, cb)
+        out, _, save_invstd = f.call(BN, y, gamma, beta, mean, var, 0.1, 1e-5)
+        f.output(out, save_invstd)
+
+    def bn_not_right_after_conv(f: MethodBuilder, x: Value) -> None:
+        y = conv(f, x, w, cb)
+        z = f.call("aten::relu.out", x)
+        f.output(f.call(BN, y, gamma, beta, mean, var, 0.1, 1e-5)[0], z)
+
+    def bn_of_something_else(f: MethodBuilder, x: Value) -> None:
+        y = conv(f, x, w, cb)
+        f.output(y, f.call(BN, x, gamma[:3], beta[:3], mean[:3], var[:3], 0.1, 1e-5)[0])
+
+    def infinite_scale(f: MethodBuilder, x: Value) -> None:
+        y = conv(f, x, w, cb)
+        f.output(f.call(BN, y, gamma, beta, mean, np.zeros(4, np.float32), 0.1, 0.0)[0])
+
+    return {
+        "conv_output_read_elsewhere": (conv_output_read_elsewhere, ()),
+        "conv_output_is_a_method_output": (conv_output_is_a_method_output, ()),
+        "bn_weight_is_an_input": (bn_weight_is_an_input, ((4,),)),
+        "bn_running_var_is_computed": (bn_running_var_is_computed, ()),
+        "conv_weight_is_an_input": (conv_weight_is_an_input, ((4, 3, 3, 3),)),
+        "save_mean_is_read": (save_mean_is_read, ()),
+        "save_invstd_is_an_output": (save_invstd_is_an_output, ()),
+        "bn_not_right_after_conv": (bn_not_right_after_conv, ()),
+        "bn_of_something_else": (bn_of_something_else, ()),
+        "infinite_scale": (infinite_scale, ()),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(near_misses()))
+def test_near_misses_are_not_folded_and_run_as_written(case: str) -> None:
+    body, extra = near_misses()[case]
+    with np.errstate(all="ignore"):  # infinite_scale divides by zero, as written
+        prog = build(body, extra_inputs=extra)
+    with prog.load_method() as m:
+        assert m._cp.rewrites == ()
+        assert len(m._cp.steps) == len(m._cp.instruction_steps)
+        assert all(a is b for a, b in zip(m._cp.steps, m._cp.instruction_steps))
+    inputs = [randn(1, 3, 8, 8)] + [randn(*s) for s in extra]
+    with np.errstate(all="ignore"):
+        got, want = run_both(prog, inputs)
+    for g, w_ in zip(got, want):
+        np.testing.assert_array_equal(g, w_)
+
+
+def test_control_flow_disables_every_rewrite() -> None:
+    w, cb = randn(4, 3, 3, 3), randn(4)
+    gamma, beta, mean, var = bn_params(4)
+    b = ProgramBuilder()
+    f = b.method("forward")
+    x = f.input(np.float32, (1, 3, 8, 8))
+    y = f.call(BN, conv(f, x, w, cb), gamma, beta, mean, var, 0.1, 1e-5)[0]
+    f.output(f.call(MAXPOOL, y, [2, 2], [2, 2])[0])
+    plain = load_program(b.build())
+    assert kinds(plain) == ["conv_bn", "maxpool_values"]
+    # The same plan behind a JumpFalse that never jumps (its condition is a literal True).
+    d = b.build()
+    plan = d.execution_plan[0]
+    cond = len(plan.values)
+    chain = plan.chains[0]
+    chain = dataclasses.replace(chain, instructions=(Instruction(JumpFalseCall(cond, 1)),) + chain.instructions)
+    plan = dataclasses.replace(plan, values=plan.values + (EValue(Bool(True)),), chains=(chain,))
+    branchy = load_program(dataclasses.replace(d, execution_plan=(plan,)))
+    with branchy.load_method() as m:
+        assert m._cp.rewrites == () and len(m._cp.steps) == 4
+        xin = randn(1, 3, 8, 8)
+        np.testing.assert_array_equal(m.execute([xin])[0], unoptimised(branchy).execute([xin])[0])
+
+
+def test_convnet_fixture_is_rewritten_and_stays_close_to_executorch() -> None:
+    prog = load_program(FIXTURES / "convnet.pte")
+    with prog.load_method() as m:
+        assert [r.kind for r in m._cp.rewrites] == ["conv_bn", "conv_bn", "maxpool_values", "maxpool_values"]
+        assert len(m._cp.steps) == 9 and m.meta.num_instructions == 11
+    npz = np.load(FIXTURES / "convnet.npz")
+    got, want = run_both(prog, [npz["forward.in_0"]])
+    np.testing.assert_allclose(got[0], want[0], rtol=0, atol=1e-5)
+    np.testing.assert_allclose(got[0], npz["forward.out_0"], rtol=0, atol=1e-5)
+
+
+def test_a_fused_step_is_described_by_both_instructions() -> None:
+    prog = load_program(FIXTURES / "convnet.pte")
+    with prog.load_method() as m:
+        cp = m._cp
+        assert cp.describe_step(0) == f"instructions 0-1 ({CONV} + {BN} (folded))"
+        assert cp.describe_step(1) == "instruction 2 (aten::relu.out)"
+        assert cp.describe_step(2) == f"instructions 3-4 ({CONV} + {BN} (folded))"
+        assert cp.describe_step(5) == f"instruction 7 ({MAXPOOL} (values only))"
+
+
+# -- max-pool without indices ----------------------------------------------------------------
+def test_unread_indices_use_the_values_only_kernel_bit_identically() -> None:
+    def body(f: MethodBuilder, x: Value) -> None:
+        r = f.call("aten::relu.out", x)
+        values, _ = f.call(MAXPOOL, r, [2, 2], [2, 2])
+        padded, _ = f.call(MAXPOOL, x, [3, 3], [2, 2], [1, 1])  # the general path
+        f.output(values, padded)
+
+    prog = build(body, (2, 3, 8, 8))
+    assert kinds(prog) == ["maxpool_values", "maxpool_values"]
+    x = randn(2, 3, 8, 8)
+    x[0, 0, 0, 0] = x[1, 2, 5, 5] = np.nan
+    x[0, 1, :2, :2] = [[-0.0, 0.0], [0.0, -0.0]]
+    got, want = run_both(prog, [x])
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g.view(np.uint32), w.view(np.uint32))
+    assert np.isnan(got[1][0, 0, 0, 0]) and np.isnan(got[0][1, 2, 2, 2])
+
+
+@pytest.mark.parametrize("reader", ["method_output", "later_instruction", "list_argument"])
+def test_indices_that_are_read_are_computed(reader: str) -> None:
+    def body(f: MethodBuilder, x: Value) -> None:
+        values, indices = f.call(MAXPOOL, x, [2, 2], [2, 2])
+        if reader == "method_output":
+            f.output(values, indices)
+        elif reader == "later_instruction":
+            f.output(values, f.call("aten::add.out", indices, indices))
+        else:
+            f.output(values, f.call("aten::cat.out", [indices, indices], 1))
+
+    prog = build(body)
+    assert kinds(prog) == []
+    x = randn(1, 3, 8, 8)
+    x[0, 0, 2, 3] = np.nan
+    got, want = run_both(prog, [x])
+    ref_values, ref_indices = max_pool2d_with_indices_out(x, [2, 2], [2, 2], [0, 0], [1, 1], False,
+                                                          np.empty((1, 3, 4, 4), np.float32),
+                                                          np.empty((1, 3, 4, 4), np.int64))
+    np.testing.assert_array_equal(got[0], ref_values)
+    expect = {"method_output": ref_indices, "later_instruction": ref_indices * 2,
+              "list_argument": np.concatenate([ref_indices, ref_indices], 1)}[reader]
+    np.testing.assert_array_equal(got[1], expect)
+    np.testing.assert_array_equal(want[1], expect)
+
+
+POOL_CASES = [
+    ((1, 3, 8, 8), [2, 2], [2, 2], [0, 0], [1, 1], False),
+    ((2, 3, 9, 11), [3, 3], [2, 2], [1, 1], [1, 1], False),
+    ((2, 3, 9, 11), [3, 3], [2, 2], [1, 1], [1, 1], True),
+    ((1, 2, 10, 10), [3, 2], [], [1, 0], [1, 1], True),
+    ((1, 2, 13, 12), [3, 3], [1, 2], [1, 1], [2, 2], False),
+    ((3, 7, 7), [2, 2], [1, 1], [1, 1], [1, 1], False),
+    ((1, 1, 5, 5), [2, 2], [2, 2], [0, 0], [1, 1], True),
+    ((2, 3, 8, 8), [2, 2], [2, 2], [0, 0], [1, 1], True),
+    ((1, 2, 9, 9), [3, 3], [1, 1], [0, 0], [1, 1], False),
+    ((1, 2, 11, 11), [3, 2], [2, 1], [0, 0], [2, 1], False),
+    ((2, 4, 7, 9), [2, 3], [], [0, 0], [1, 1], False),
+    ((3, 8, 8), [2, 2], [2, 2], [0, 0], [1, 1], False),
+    ((1, 1, 6, 6), [1, 1], [1, 1], [0, 0], [1, 1], False),
+    ((1, 32, 64, 64), [2, 2], [2, 2], [0, 0], [1, 1], False),  # too big for the fast path
+    ((1, 8, 40, 40), [3, 3], [2, 2], [1, 1], [1, 1], False),  # stride phases
+]
+
+
+@pytest.mark.parametrize("shape,k,s,p,d,ceil", POOL_CASES)
+@pytest.mark.parametrize("fill", ["random", "nan", "signed_zeros", "int64", "neg_inf"])
+def test_values_only_kernel_is_bit_identical_to_the_full_kernel(shape, k, s, p, d, ceil, fill) -> None:
+    dtype = np.int64 if fill == "int64" else np.float32
+    if fill == "int64":
+        x = rng.integers(-5, 5, shape).astype(np.int64)
+    elif fill == "signed_zeros":
+        x = np.where(rng.random(shape) < 0.5, np.float32(-0.0), np.float32(0.0)).astype(np.float32)
+    elif fill == "neg_inf":
+        x = np.full(shape, -np.inf, np.float32)
+    else:
+        x = randn(*shape)
+        if fill == "nan":
+            flat = x.reshape(-1)
+            flat[rng.choice(flat.size, max(1, flat.size // 7), replace=False)] = np.nan
+    oshape = max_pool2d_with_indices_out(x, k, s, p, d, ceil, None, None)[0].shape
+    full_out, full_idx = np.empty(oshape, dtype), np.empty(oshape, np.int64)
+    full = max_pool2d_with_indices_out(x, k, s, p, d, ceil, full_out, full_idx)[0]
+    out = np.empty(oshape, dtype)
+    got = max_pool2d_values_out(x, k, s, p, d, ceil, out)
+    assert got is out
+    np.testing.assert_array_equal(got.view(np.uint8), full.view(np.uint8))
+    # Without a usable out (a different shape, as an upper-bound dynamic out): a new array.
+    got2 = max_pool2d_values_out(x, k, s, p, d, ceil, None)
+    full2 = max_pool2d_with_indices_out(x, k, s, p, d, ceil, None, None)[0]
+    np.testing.assert_array_equal(np.ascontiguousarray(got2).view(np.uint8), np.ascontiguousarray(full2).view(np.uint8))
+
+
+def test_values_only_max_pool_with_a_dynamic_batch() -> None:
+    b = ProgramBuilder()
+    f = b.method("forward")
+    x = f.input(np.float32, (4, 3, 8, 8), dynamic=True)
+    f.output(f.call(MAXPOOL, x, [2, 2], [2, 2])[0])
+    prog = load_program(b.to_bytes())
+    assert kinds(prog) == ["maxpool_values"]
+    with prog.load_method() as m, unoptimised(prog) as u:
+        for n in (1, 4, 2, 2, 3):
+            xin = randn(n, 3, 8, 8)
+            xin[0, 0, 0, 0] = np.nan
+            g, w = m.execute([xin])[0], u.execute([xin])[0]
+            assert g.shape == (n, 3, 4, 4)
+            np.testing.assert_array_equal(g.view(np.uint32), w.view(np.uint32))
