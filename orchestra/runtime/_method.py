@@ -43,7 +43,7 @@ from ..program import (
     numpy_dtype,
 )
 from ._backend import BackendExecutionContext, BackendInitContext, get_backend_class
-from ._optimize import Rewrite, optimize_steps
+from ._optimize import Rewrite, analyse_uses, optimize_steps
 from ._options import RuntimeSpecs
 from .kernels import get_kernel, nearest_kernel_names
 
@@ -221,14 +221,22 @@ class CompiledPlan:
         instructions: list[Any] = []
         where_of: list[tuple[int, int]] = []
         rets: list[tuple[int, ...] | None] = []
-        plain: list[Step] = []
         for ci, chain in enumerate(plan.chains):
             for ii, ins in enumerate(chain.instructions):
                 a = ins.instr_args
                 instructions.append(a)
                 where_of.append((ci, ii))
                 rets.append(self._bind_kernel(a, f"chains[{ci}].instructions[{ii}]")[3] if isinstance(a, KernelCall) else None)
-                plain.append(self._step(ci, ii, a, len(plain)))
+        # List values (IntList: stride, padding...; TensorList) whose members no instruction
+        # writes hold the same objects for a Method's whole life: built once when the Method
+        # is created, never rebuilt before a kernel call (delegates still get fresh lists).
+        uses = analyse_uses(self, instructions, rets)
+        self.static_lists: frozenset[int] = frozenset(
+            i for i, (_, items) in lists.items()
+            if uses.straight and i not in uses.written and not any(j in uses.written for j in items if j >= 0))
+        plain: list[Step] = []
+        for pc, ((ci, ii), a) in enumerate(zip(where_of, instructions)):
+            plain.append(self._step(ci, ii, a, pc))
         # One step per instruction, as the program is written (executors that replace the
         # steps of single instructions start from these; see step_spans).
         self.instruction_steps = tuple(plain)
@@ -297,7 +305,8 @@ class CompiledPlan:
     def _kernel_step(self, fn: Callable[..., Any], params: tuple[int, ...], rets: tuple[int, ...], what: str, label: str) -> Step:
         """A step calling ``fn(*vals[params])`` and storing its result(s) into ``rets``."""
         n = len(params)
-        lists = tuple(i for i in params if i in self.lists)
+        static = getattr(self, "static_lists", frozenset())
+        lists = tuple(i for i in params if i in self.lists and i not in static)
         if n == 0:
             def getter(vals: list[Any]) -> tuple:
                 return ()
