@@ -1171,3 +1171,18 @@ async def test_scale_to_an_unknown_pool_is_a_warning_and_the_engine_goes_on() ->
                 await anyio.sleep(0.01)
         np.testing.assert_array_equal((await orch.pool("a").execute([X4]))[0], X4 + 2)
 
+
+
+@pytest.mark.anyio
+async def test_several_threads_of_an_interpreted_method_get_one_gil_hint() -> None:
+    async with Orchestrator(period=None) as orch:
+        with structlog.testing.capture_logs() as logs:
+            p = await orch.load(kernel_program(), name="interp", instances=[InstanceSpec("k0")])
+            assert not [e for e in logs if "GIL" in e["event"]]  # one instance: nothing to share
+            await p.add(InstanceSpec("k1"))
+            await p.add(InstanceSpec("k2"))
+            await orch.load(probe_program(), name="delegated", instances=[InstanceSpec("d0"), InstanceSpec("d1")])
+        hints = [e for e in logs if "GIL" in e["event"]]
+        assert len(hints) == 1  # once per pool, and not for a method with a delegate
+        assert hints[0]["pool"] == "interp" and hints[0]["instances"] == ["k0", "k1"]
+        assert hints[0]["log_level"] == "warning" and "placement='process'" in hints[0]["hint"]

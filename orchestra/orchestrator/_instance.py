@@ -498,6 +498,7 @@ class Pool:
         self._avail = anyio.Event()
         self._template: InstanceSpec | None = None
         self._closed = False
+        self._gil_hinted = False
 
     # -- access ---------------------------------------------------------------------------
     def __getitem__(self, name: str) -> Instance:
@@ -666,8 +667,22 @@ class Pool:
             self._template = inst.spec
             with bound(instance=inst.name, pool=self.name):
                 _log.info("instance added", binding=dict(inst.reservation.bind), cpus=inst.reservation.cpus)
+        self._hint_gil()
         self._routing_changed()
         return made
+
+    def _hint_gil(self) -> None:
+        """Once per pool: several thread-placed instances of a method with no delegate (every
+        operator a kernel of orchestra's numpy interpreter, which holds the GIL between numpy
+        calls) will mostly take turns, not run in parallel; say so, and what scales."""
+        if self._gil_hinted or self.backends:
+            return
+        threads = [i.name for i in self._instances.values() if i.spec.placement == "thread"]
+        if len(threads) >= 2:
+            self._gil_hinted = True
+            _log.warning("thread-placed instances of an interpreted method share one GIL", pool=self.name,
+                         instances=threads, hint="placement='process' runs each instance in its own worker "
+                                                 "process, on its own core")
 
     async def remove(self, name: str) -> None:
         """Removes an instance after draining it: requests already queued complete, new
