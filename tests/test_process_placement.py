@@ -42,7 +42,8 @@ X4 = np.arange(4, dtype=np.float32)
 
 # label -> what to do, set in each worker process by ``setup``:
 # {"raise_once": path}: the first execute of any process raises, marked by the file;
-# {"raise": True}: every execute raises; {"exit_once": path}: the first execute ends the
+# {"raise": True}: every execute raises; {"hang_once": path}: the first execute of any process
+# sleeps 30 s, marked by the file; {"exit_once": path}: the first execute ends the
 # process (os._exit), marked by the file; {"log": path}: append each execute's start time.
 PLAN: dict[str, dict[str, Any]] = {}
 
@@ -67,6 +68,9 @@ class Adder(BackendInterface):
         if plan.get("log"):
             with open(plan["log"], "a") as f:
                 f.write(f"{time.perf_counter()}\n")
+        if plan.get("hang_once") and not os.path.exists(plan["hang_once"]):
+            pathlib.Path(plan["hang_once"]).touch()
+            time.sleep(30)
         for key in ("raise_once", "exit_once"):
             marker = plan.get(key)
             if marker and not os.path.exists(marker):
@@ -359,3 +363,51 @@ async def test_rejected_inputs_are_not_sent_and_do_not_restart() -> None:
         np.testing.assert_array_equal((await inst.execute([X4], {A: {"add": 5.0}}))[0], X4 + 15)
         s = inst.statistics()
         assert (s.restarts, s.failures, s.executes) == (0, 4, 1)
+
+
+@pytest.mark.anyio
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="process affinity needs Linux")
+async def test_a_cpu_change_repins_the_worker_process() -> None:
+    cpus = sorted(os.sched_getaffinity(0))
+    async with orch() as o:
+        p = await o.load(two_backend_program(), instances=[
+            InstanceSpec("w", placement="process", backend_options=opts("w", 1.0, 10.0))])
+        inst = p["w"]
+        pid = inst._worker.method.pid
+        assert os.sched_getaffinity(pid) == set(cpus)
+        await inst.apply_options({}, cpus=(cpus[-1],))
+        assert os.sched_getaffinity(pid) == {cpus[-1]}
+        np.testing.assert_array_equal((await inst.execute([X4]))[0], X4 + 11)
+        await inst.apply_options({}, cpus=())  # back to what the orchestrator's process may use
+        assert os.sched_getaffinity(pid) == set(cpus)
+
+
+@pytest.mark.anyio
+async def test_a_drain_that_times_out_kills_the_process_and_answers_its_callers(tmp_path: pathlib.Path) -> None:
+    plan = {"w": {"hang_once": str(tmp_path / "hung")}}
+    async with Orchestrator(period=None, close_timeout=0.5, process_initializer=functools.partial(setup, plan)) as o:
+        p = await o.load(two_backend_program(), instances=[
+            InstanceSpec("w", placement="process", backend_options=opts("w", 1.0, 10.0))])
+        inst = p["w"]
+        pid = inst._worker.method.pid
+        outs: list[Any] = []
+
+        async def one(k: int) -> None:
+            try:
+                outs.append((await inst.execute([X4 * k]))[0])
+            except Exception as exc:  # noqa: BLE001 - checked below
+                outs.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            for k in range(3):
+                tg.start_soon(one, k)
+            with anyio.fail_after(10):
+                while not (tmp_path / "hung").exists():
+                    await anyio.sleep(0.01)
+            with anyio.fail_after(10):
+                await p.remove("w")  # gives up after close_timeout
+        assert len(outs) == 3 and all(isinstance(r, InstanceClosedError) for r in outs), outs
+        assert "its worker process was stopped" in str(outs[0])
+        with anyio.fail_after(10):
+            while _alive(pid):
+                await anyio.sleep(0.01)
