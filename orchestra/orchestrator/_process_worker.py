@@ -38,16 +38,14 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import Error, InvalidArgumentError, OrchestraError
-from ..runtime import Program
-from ..telemetry import LatencyWindow, bound, get_logger
+from ..telemetry import bound, get_logger
 from ._errors import InstanceClosedError, InstanceFailedError
 from ._process import PIPELINE_DEPTH, WorkerProcess, rebuild_error
-from ._spec import RestartPolicy
-from ._worker import STOP, WAKE, OptionChange, wrap_error
+from ._worker import STOP, WAKE, OptionChange, WorkerBase, wrap_error
 
 __all__ = ["ProcessWorker"]
 
@@ -85,48 +83,18 @@ class _Inbox:
         return q.popleft()
 
 
-class ProcessWorker:
+class ProcessWorker(WorkerBase):
     """A worker process and the loop-side state machine that drives it (see the module
     docstring). Created and driven by the Instance."""
 
-    def __init__(self, *, instance: str, pool: str, program: Program, method_name: str,
-                 desired: Callable[[], Mapping[str, Mapping[str, Any]]], cpus: tuple[int, ...] | None,
-                 restart: RestartPolicy, loop: Any, latency: LatencyWindow,
-                 resolve: Callable[[list], None], on_ready: Callable[[Any, BaseException | None], None],
-                 on_failed: Callable[[Any, str, BaseException], None], on_exit: Callable[[Any], None],
-                 period: float = 0.0, generation: int = 0, initializer: Callable[[], None] | None = None,
-                 **_: Any) -> None:
-        self.instance = instance
-        self.pool = pool
-        self.program = program
-        self.method_name = method_name
-        self.desired = desired
-        self.cpus = cpus
-        self.restart = restart
-        self.loop = loop
-        self.latency = latency
-        self.resolve = resolve
-        self.redirect: Callable[[Any], None] | None = None
-        self.on_ready = on_ready
-        self.on_failed = on_failed
-        self.on_exit = on_exit
-        self.period = period
-        self.generation = generation
+    def __init__(self, *, initializer: Callable[[], None] | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self.initializer = initializer
-        self.where = f"instance {instance!r}"
-        self.inbox = _Inbox(self)
-        self.mailbox: collections.deque[OptionChange] = collections.deque()
-        self.pending: list = []  # results are resolved as they arrive; kept for the Instance
+        self.where = f"instance {self.instance!r}"
+        self.inbox = _Inbox(self)  # type: ignore[assignment]
         self.method: WorkerProcess | None = None
-        self.state = "loading"
-        self.executions = 0
-        self.failures = 0
-        self.restarts = 0
-        self.consecutive = 0
-        self.started = 0.0  # perf_counter() when the oldest request in the process started; 0.0 when idle
-        self.current: Any = None  # the future of that request
-        self.abandoned = False
-        self.last_error: BaseException | None = None
+        # started/current: the oldest request in the process (when it started: when the one
+        # before it finished)
         self._queue: collections.deque = collections.deque()  # requests not sent yet
         # in the process, in order: [request, slot, sent_at] for executes, OptionChange for options
         self._sent: collections.deque = collections.deque()
@@ -136,7 +104,6 @@ class ProcessWorker:
         self._stopping = False
         self._first = True
         self._writing = False
-        self._next_start = 0.0
         self._paced: Any = None
         self._inherited = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
 

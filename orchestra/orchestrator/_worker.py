@@ -43,7 +43,7 @@ from ..telemetry import LatencyWindow, bound, get_logger
 from ._errors import ExecuteError, InstanceFailedError
 from ._spec import RestartPolicy
 
-__all__ = ["BATCH_BELOW_S", "FLUSH_AFTER_S", "OptionChange", "Worker", "wrap_error"]
+__all__ = ["BATCH_BELOW_S", "FLUSH_AFTER_S", "OptionChange", "Worker", "WorkerBase", "wrap_error"]
 
 _log = get_logger(__name__)
 
@@ -79,20 +79,21 @@ class OptionChange:
     ack: Callable[[BaseException | None], None] | None = None
 
 
-class Worker:
-    """A thread that owns one Method of one instance. Created and driven by the Instance.
-
-    The loop reads ``executions``/``failures``/``restarts``/``started``/``current``/``state``
-    (each written only by this thread); it writes ``period``, ``abandoned``, ``resolve``,
-    and appends to ``inbox`` and ``mailbox``. No locks: single-writer attributes and the
-    queue/deque's own atomicity.
+class WorkerBase:
+    """What an Instance needs of its worker, whatever runs the Method (a thread here, a
+    process in ``_process_worker.py``): the constructor's arguments, ``inbox`` (``put`` a
+    request, STOP or WAKE; ``get_nowait`` takes back one not run), ``mailbox`` (option
+    changes), the counters, ``state`` (loading, running, restarting, failed, stopped),
+    ``started``/``current`` for the deadline watchdog, ``abandoned``/``redirect``/``resolve``
+    for a quarantine, ``method`` (``backend_options()`` in force), ``label``, ``start()`` and
+    ``kill()``.
     """
 
     def __init__(self, *, instance: str, pool: str, program: Program, method_name: str,
                  desired: Callable[[], Mapping[str, Mapping[str, Any]]], cpus: tuple[int, ...] | None,
                  restart: RestartPolicy, loop: Any, latency: LatencyWindow,
-                 resolve: Callable[[list], None], on_ready: Callable[[Worker, BaseException | None], None],
-                 on_failed: Callable[[Worker, str, BaseException], None], on_exit: Callable[[Worker], None],
+                 resolve: Callable[[list], None], on_ready: Callable[[Any, BaseException | None], None],
+                 on_failed: Callable[[Any, str, BaseException], None], on_exit: Callable[[Any], None],
                  period: float = 0.0, generation: int = 0, **_: Any) -> None:
         self.instance = instance
         self.pool = pool
@@ -108,10 +109,8 @@ class Worker:
         self.on_ready = on_ready
         self.on_failed = on_failed
         self.on_exit = on_exit
-        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.mailbox: collections.deque[OptionChange] = collections.deque()
         self.pending: list = []
-        self.method: Method | None = None
         self.state = "loading"
         self.executions = 0
         self.failures = 0
@@ -124,9 +123,25 @@ class Worker:
         self.abandoned = False
         self.last_error: BaseException | None = None
         self.generation = generation
+
+
+class Worker(WorkerBase):
+    """A thread that owns one Method of one instance. Created and driven by the Instance.
+
+    The loop reads ``executions``/``failures``/``restarts``/``started``/``current``/``state``
+    (each written only by this thread); it writes ``period``, ``abandoned``, ``resolve``,
+    and appends to ``inbox`` and ``mailbox``. No locks: single-writer attributes and the
+    queue/deque's own atomicity.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.method: Method | None = None
         self._prep: threading.Thread | None = None
         self._inherited: set[int] | None = None
-        self.thread = threading.Thread(target=self._main, name=f"orchestra:{instance}#{generation}", daemon=True)
+        self.thread = threading.Thread(target=self._main, name=f"orchestra:{self.instance}#{self.generation}",
+                                       daemon=True)
 
     def start(self) -> None:
         self.thread.start()

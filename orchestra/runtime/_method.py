@@ -31,7 +31,6 @@ from ..program import (
     JumpFalseCall,
     KernelCall,
     MoveCall,
-    Null,
     OptionalTensorList,
     ProgramDef,
     ScalarType,
