@@ -14,8 +14,9 @@
    (``tests/fixtures/convnet.pte``) on worker threads and on worker processes, against the machine's ceiling measured
    in the same run: N separate processes running the same Method workload with no
    orchestrator (multiprocessing), both for the same wall-clock window, interleaved, medians
-   of ``--repeats``. Prints the fraction of the ceiling and the orchestrating process's own
-   CPU time per execute. On a machine with no more CPUs than N, that CPU comes out of the
+   of ``--repeats``. Prints the fraction of the ceiling, the orchestrating process's own
+   CPU time per execute, and a "bare pipes" reference: the same worker processes driven by
+   a tight ``select`` loop with no orchestrator (the floor of the cross-process hop). On a machine with no more CPUs than N, that CPU comes out of the
    instances' share (the ceiling has no parent), so the fraction there is bounded by it.
 3. Fault isolation (``--faults``, run by default, ``--no-faults`` skips it, ``--only-faults``
    runs only it): 3 healthy instances + 1 faulty instance of the same small program (a test
@@ -250,6 +251,50 @@ async def orchestrated(n_inst: int, seconds: float, in_flight: int, placement: s
         return (c1 - c0) / (t1 - t0), (cpu1 - cpu0) / max(c1 - c0, 1)
 
 
+def bare_pipes(n_inst: int, seconds: float, in_flight: int) -> float:
+    """The floor of process placement: ``n_inst`` worker processes (the orchestrator's own
+    WorkerProcess: same wire format, same shared-memory slots) driven by a tight
+    ``select`` loop in this thread, no event loop, no futures, no orchestrator. Executes/s."""
+    import select
+    from collections import deque
+
+    from orchestra.orchestrator._process import PIPELINE_DEPTH, WorkerProcess
+
+    prog = load_program(str(CONVNET))
+    x = [np.load(CONVNET_IN)["forward.in_0"]]
+    procs = [WorkerProcess(prog, "forward", {}, None, None, f"bare {i}") for i in range(n_inst)]
+    try:
+        by_fd = {p.fd: (p, deque()) for p in procs}
+        for p, q in by_fd.values():
+            for s in range(min(in_flight, PIPELINE_DEPTH)):
+                p.send_execute(s, x, None)
+                q.append(s)
+        perf = time.perf_counter
+        t_start = perf()
+        t0 = t_start + min(0.2, seconds / 4)  # warm-up, as for the orchestrated runs
+        t_end = t0 + seconds
+        count = 0
+        counting = False
+        while True:
+            ready, _, _ = select.select(list(by_fd), [], [])
+            now = perf()
+            if not counting and now >= t0:
+                counting, count, t0 = True, 0, now
+            if now >= t_end:
+                return count / (now - t0)
+            for fd in ready:
+                p, q = by_fd[fd]
+                for _ in p.read() or ():
+                    s = q.popleft()
+                    p.static_outputs(s)
+                    count += 1
+                    p.send_execute(s, x, None)
+                    q.append(s)
+    finally:
+        for p in procs:
+            p.close()
+
+
 def run_orchestrated(n_inst: int, seconds: float, placement: str, in_flight: int = 2) -> tuple[float, float]:
     import uvloop
 
@@ -472,22 +517,26 @@ def section_2(args: argparse.Namespace) -> None:
     print(f"2. conv-net throughput (tests/fixtures/convnet.pte), {args.seconds:g} s per point, uvloop, "
           f"{args.in_flight} executes in flight per instance, medians of {args.repeats} interleaved repeats")
     print(f"  {'N':>3}{'ceiling: N processes':>22}{'N threads':>12}{'fraction':>10}{'N processes':>14}{'fraction':>10}"
-          f"{'parent CPU/execute':>20}")
+          f"{'parent CPU/execute':>20}{'bare pipes':>13}{'fraction':>10}")
     for n in ns:
-        ceils, threads, procs = [], [], []
+        ceils, threads, procs, bares = [], [], [], []
         for _ in range(args.repeats):  # interleaved, medians
             ceils.append(ceiling(n, args.seconds))
             threads.append(run_orchestrated(n, args.seconds, "thread", args.in_flight))
             procs.append(run_orchestrated(n, args.seconds, "process", args.in_flight))
+            bares.append(bare_pipes(n, args.seconds, args.in_flight))
         ceil = statistics.median(ceils)
         th = statistics.median(v for v, _ in threads)
         pr, pr_cpu = (statistics.median(v) for v in zip(*procs))
+        bare = statistics.median(bares)
         print(f"  {n:>3}{ceil:>19.0f}/s{th:>10.0f}/s{th / ceil:>10.2f}{pr:>12.0f}/s{pr / ceil:>10.2f}"
-              f"{pr_cpu * 1e6:>17.0f} us")
+              f"{pr_cpu * 1e6:>17.0f} us{bare:>11.0f}/s{bare / ceil:>10.2f}")
     print("  (placement='thread': worker threads in this process, one GIL; placement='process': a worker process")
     print("   per instance, driven from the event loop, tensors through shared memory; ceiling: bare processes, no")
     print("   orchestrator. Parent CPU/execute: with placement='process', the CPU time this process spends per")
-    print("   execute (event loop, pipes, copies), taken from the instances' share when N >= the CPU count)")
+    print("   execute (event loop, pipes, copies), taken from the instances' share when N >= the CPU count.")
+    print("   Bare pipes: the same worker processes driven by a select loop with no orchestrator: what the")
+    print("   cross-process hop itself costs, the floor for placement='process')")
     print()
 
 
