@@ -1,7 +1,8 @@
 """CompiledPlan's compile-time rewrites: max-pool without indices, batch norm folded into
-the convolution. Each rewrite is checked against the same program compiled without
-rewrites (``CompiledPlan(..., optimize=False)``), and each near-miss pattern is checked to
-be left exactly as written."""
+the convolution, matmul operands read as views instead of permute / view / clone copies.
+Each rewrite is checked against the same program compiled without rewrites
+(``CompiledPlan(..., optimize=False)``), and each near-miss pattern is checked to be left
+exactly as written."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 
 from orchestra.aot import MethodBuilder, ProgramBuilder, Value
-from orchestra.program import Bool, EValue, Instruction, JumpFalseCall
+from orchestra.program import AllocationDetails, Bool, EValue, Instruction, JumpFalseCall, KernelCall, ProgramDef, Tensor
 from orchestra.runtime import Program, load_program
 from orchestra.runtime._method import CompiledPlan, Method
 from orchestra.runtime.kernels._pool import max_pool2d_values_out, max_pool2d_with_indices_out
@@ -22,6 +23,7 @@ FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 BN = "aten::_native_batch_norm_legit_no_training.out"
 CONV = "aten::convolution.out"
 MAXPOOL = "aten::max_pool2d_with_indices.out"
+PERMUTE = "aten::permute_copy.out"
 
 rng = np.random.default_rng(1234)
 
@@ -228,9 +230,11 @@ def test_control_flow_disables_every_rewrite() -> None:
     f = b.method("forward")
     x = f.input(np.float32, (1, 3, 8, 8))
     y = f.call(BN, conv(f, x, w, cb), gamma, beta, mean, var, 0.1, 1e-5)[0]
-    f.output(f.call(MAXPOOL, y, [2, 2], [2, 2])[0])
+    pooled = f.call(MAXPOOL, y, [2, 2], [2, 2])[0]
+    f.output(pooled)
+    f.output(f.call("aten::mm.out", f.call("aten::view_copy.out", pooled, [4, 16]), f.call(PERMUTE, randn(5, 16), [1, 0])))
     plain = load_program(b.build())
-    assert kinds(plain) == ["conv_bn", "maxpool_values"]
+    assert kinds(plain) == ["conv_bn", "maxpool_values", "matmul_views"]
     # The same plan behind a JumpFalse that never jumps (its condition is a literal True).
     d = b.build()
     plan = d.execution_plan[0]
@@ -240,16 +244,17 @@ def test_control_flow_disables_every_rewrite() -> None:
     plan = dataclasses.replace(plan, values=plan.values + (EValue(Bool(True)),), chains=(chain,))
     branchy = load_program(dataclasses.replace(d, execution_plan=(plan,)))
     with branchy.load_method() as m:
-        assert m._cp.rewrites == () and len(m._cp.steps) == 4
+        assert m._cp.rewrites == () and len(m._cp.steps) == 7
         xin = randn(1, 3, 8, 8)
-        np.testing.assert_array_equal(m.execute([xin])[0], unoptimised(branchy).execute([xin])[0])
+        for g, w in zip(m.execute([xin]), unoptimised(branchy).execute([xin])):
+            np.testing.assert_array_equal(g, w)
 
 
 def test_convnet_fixture_is_rewritten_and_stays_close_to_executorch() -> None:
     prog = load_program(FIXTURES / "convnet.pte")
     with prog.load_method() as m:
-        assert [r.kind for r in m._cp.rewrites] == ["conv_bn", "conv_bn", "maxpool_values", "maxpool_values"]
-        assert len(m._cp.steps) == 9 and m.meta.num_instructions == 11
+        assert [r.kind for r in m._cp.rewrites] == ["conv_bn", "conv_bn", "maxpool_values", "maxpool_values", "matmul_views"]
+        assert len(m._cp.steps) == 8 and m.meta.num_instructions == 11
     npz = np.load(FIXTURES / "convnet.npz")
     got, want = run_both(prog, [npz["forward.in_0"]])
     np.testing.assert_allclose(got[0], want[0], rtol=0, atol=1e-5)
@@ -372,3 +377,342 @@ def test_values_only_max_pool_with_a_dynamic_batch() -> None:
             g, w = m.execute([xin])[0], u.execute([xin])[0]
             assert g.shape == (n, 3, 4, 4)
             np.testing.assert_array_equal(g.view(np.uint32), w.view(np.uint32))
+
+
+# -- matmul operands as views of permute / view / clone copies ------------------------------
+MM, BMM, ADDMM = "aten::mm.out", "aten::bmm.out", "aten::addmm.out"
+CLONE = "dim_order_ops::_clone_dim_order.out"
+
+
+def build_inputs(body: Callable[..., None], shapes: tuple[tuple[int, ...], ...], dtype: type = np.float32) -> Program:
+    b = ProgramBuilder()
+    f = b.method("forward")
+    body(f, *(f.input(dtype, s) for s in shapes))
+    return load_program(b.to_bytes())
+
+
+def views_cases() -> dict[str, tuple[Callable[..., None], tuple[tuple[int, ...], ...], int]]:
+    """name -> (body, input shapes, copies the rewrite leaves out)."""
+    w, bias = randn(12, 16), randn(12)
+
+    def linear(f: MethodBuilder, x: Value) -> None:  # what torch.export makes of nn.Linear
+        f.output(f.call(ADDMM, bias, x, f.call(PERMUTE, w, [1, 0])))
+
+    def mm_weight_t_copy(f: MethodBuilder, x: Value) -> None:
+        f.output(f.call(MM, x, f.call("aten::t_copy.out", w)))
+
+    def mm_activation_operand0(f: MethodBuilder, x: Value) -> None:
+        r = f.call("aten::relu.out", x)  # (16, 6) -> read as its transpose
+        f.output(f.call(MM, f.call("aten::transpose_copy.int_out", r, 0, 1), w.T.copy()))
+
+    def addmm_mat1(f: MethodBuilder, x: Value) -> None:
+        f.output(f.call(ADDMM, bias, f.call(PERMUTE, f.call("aten::tanh.out", x), [1, 0]), w.T.copy(), beta=0.5, alpha=2.0))
+
+    def bmm_keys_transposed(f: MethodBuilder, q: Value, k: Value) -> None:
+        f.output(f.call(BMM, q, f.call(PERMUTE, f.call("aten::neg.out", k), [0, 2, 1])))
+
+    def bmm_both_operands_and_a_view(f: MethodBuilder, q: Value, k: Value) -> None:
+        # (1, 5, 3, 4) heads-last -> (1, 3, 5, 4) -> (3, 5, 4): the attention layout.
+        qh = f.call("aten::view_copy.out", f.call(PERMUTE, q, [0, 2, 1, 3]), [3, 5, 4])
+        kh = f.call("aten::view_copy.out", f.call(PERMUTE, k, [0, 2, 3, 1]), [3, 4, 5])
+        f.output(f.call(BMM, qh, kh))
+
+    def permute_clone_view_copies_once(f: MethodBuilder, a: Value) -> None:
+        # (2, 3, 4, 4) -> (2, 4, 3, 4) -> (8, 12): numpy can only reshape it by copying.
+        p = f.call(PERMUTE, f.call("aten::relu.out", a), [0, 2, 1, 3])
+        v = f.call("aten::view_copy.out", f.call(CLONE, p), [8, 12])
+        f.output(f.call(MM, v, randn(12, 5)))
+
+    def planned_input_source(f: MethodBuilder, x: Value) -> None:
+        f.output(f.call(MM, f.call(PERMUTE, x, [1, 0]), randn(16, 3)))
+
+    return {
+        "linear": (linear, ((5, 16),), 1),
+        "mm_weight_t_copy": (mm_weight_t_copy, ((5, 16),), 1),
+        "mm_activation_operand0": (mm_activation_operand0, ((16, 6),), 1),
+        "addmm_mat1": (addmm_mat1, ((16, 7),), 1),
+        "bmm_keys_transposed": (bmm_keys_transposed, ((3, 5, 4), (3, 6, 4)), 1),
+        "bmm_both_operands_and_a_view": (bmm_both_operands_and_a_view, ((1, 5, 3, 4), (1, 4, 3, 5)), 4),
+        "permute_clone_view_copies_once": (permute_clone_view_copies_once, ((2, 3, 4, 4),), 3),
+        "planned_input_source": (planned_input_source, ((16, 9),), 1),
+    }
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", sorted(views_cases()))
+def test_matmul_reads_copies_as_views_and_matches_the_copies(case: str, dtype: type) -> None:
+    body, shapes, dropped = views_cases()[case]
+    prog = build_inputs(body, shapes, dtype)
+    with prog.load_method() as m:
+        cp = m._cp
+        assert [r.kind for r in cp.rewrites] == ["matmul_views"]
+        assert len(cp.steps) == len(cp.instruction_steps) - dropped
+        (span,) = [s for s in cp.step_spans if len(s) > 1]
+        assert span == cp.rewrites[0].instructions and len(span) == dropped + 1
+        assert "(as views)" in cp.steps[cp.step_spans.index(span)].__qualname__
+    inputs = [randn(*s, dtype=dtype) for s in shapes]
+    with prog.load_method() as m, unoptimised(prog) as u:
+        for _ in range(3):  # the arenas are reused: the views must follow every write
+            inputs = [randn(*s, dtype=dtype) for s in shapes]
+            got, want = m.execute(inputs), u.execute(inputs)
+            # BLAS may take another path for a strided operand: rounding only.
+            np.testing.assert_allclose(got[0], want[0], rtol=1e-6 if dtype == np.float32 else 1e-12, atol=1e-6)
+
+
+def test_views_of_constants_are_made_once_and_views_of_planned_tensors_once_per_method() -> None:
+    w = randn(12, 16)
+    x_shape = (5, 16)
+
+    def body(f: MethodBuilder, x: Value) -> None:
+        r = f.call("aten::relu.out", x)
+        h = f.call(MM, f.call(PERMUTE, f.call(MM, r, f.call(PERMUTE, w, [1, 0])), [1, 0]), randn(5, 3))
+        f.output(h)
+
+    prog = build_inputs(body, (x_shape,))
+    m1, m2 = prog.load_method(), prog.load_method()
+    cp = m1._cp
+    assert [r.kind for r in cp.rewrites] == ["matmul_views", "matmul_views"]
+    (wt,) = cp.rewrites[0].constants  # W.T: a read-only view of the program's bytes
+    assert not wt.flags.writeable and wt.shape == (16, 12) and wt.base is not None
+    consts = [v for v in cp.template[: len(cp.plan.values)] if isinstance(v, np.ndarray)]
+    assert any(np.shares_memory(wt, c) for c in consts)
+    assert cp.rewrites[1].constants == ()
+    ((idx, src, _),) = cp.derived  # the transposed activation: one view per Method
+    v1, v2 = m1._vals[idx], m2._vals[idx]
+    assert np.shares_memory(v1, m1._vals[src]) and not np.shares_memory(v1, v2)
+    x = randn(*x_shape)
+    np.testing.assert_allclose(m1.execute([x])[0], unoptimised(prog).execute([x])[0], rtol=1e-6, atol=1e-6)
+    m1.close()
+    m2.close()
+
+
+def with_alias(d: ProgramDef, value: int, *, output: bool) -> tuple[ProgramDef, int]:
+    """``d`` with a new value on ``value``'s memory (the same allocation, sizes and dtype, as
+    a view op removed at export leaves), made a method output when ``output``."""
+    plan = d.execution_plan[0]
+    t = plan.values[value].val
+    assert isinstance(t, Tensor) and isinstance(t.allocation_info, AllocationDetails)
+    alias = len(plan.values)
+    plan = dataclasses.replace(plan, values=plan.values + (EValue(dataclasses.replace(t)),))
+    if output:
+        plan = dataclasses.replace(plan, outputs=plan.outputs + (alias,))
+    return dataclasses.replace(d, execution_plan=(plan,)), alias
+
+
+def reroute(d: ProgramDef, pc: int, args: tuple[int, ...]) -> ProgramDef:
+    """``d`` with instruction ``pc``'s KernelCall arguments replaced."""
+    plan = d.execution_plan[0]
+    chain = plan.chains[0]
+    ins = list(chain.instructions)
+    ins[pc] = Instruction(KernelCall(ins[pc].instr_args.op_index, args))
+    plan = dataclasses.replace(plan, chains=(dataclasses.replace(chain, instructions=tuple(ins)),))
+    return dataclasses.replace(d, execution_plan=(plan,))
+
+
+def views_near_misses() -> dict[str, tuple[Callable[[], ProgramDef], tuple[tuple[int, ...], ...]]]:
+    w = randn(6, 4)
+
+    def builder(shapes: tuple[tuple[int, ...], ...]) -> tuple[ProgramBuilder, MethodBuilder, list[Value]]:
+        b = ProgramBuilder()
+        f = b.method("forward")
+        return b, f, [f.input(np.float32, s) for s in shapes]
+
+    def permuted_value_also_read_elsewhere() -> ProgramDef:
+        b, f, (x,) = builder(((6, 4),))
+        p = f.call(PERMUTE, f.call("aten::relu.out", x), [1, 0])
+        f.output(f.call(MM, w, p), f.call("aten::neg.out", p))
+        return b.build()
+
+    def permuted_value_is_an_output() -> ProgramDef:
+        b, f, (x,) = builder(((6, 4),))
+        p = f.call(PERMUTE, f.call("aten::relu.out", x), [1, 0])
+        f.output(f.call(MM, w, p), p)
+        return b.build()
+
+    def permuted_value_read_twice_by_the_matmul() -> ProgramDef:
+        b, f, (x,) = builder(((6, 6),))
+        p = f.call(PERMUTE, f.call("aten::relu.out", x), [1, 0])
+        f.output(f.call(MM, p, p))
+        return b.build()
+
+    def consumer_is_not_a_matmul() -> ProgramDef:
+        b, f, (x,) = builder(((6, 4),))
+        f.output(f.call("aten::add.out", f.call(PERMUTE, f.call("aten::relu.out", x), [1, 0]), w.T.copy()))
+        return b.build()
+
+    def source_memory_reused_in_between() -> ProgramDef:
+        # s dies at the permute, so the planner puts t on its bytes: the matmul would read t.
+        b, f, (x, y) = builder(((6, 4), (5, 4)))
+        s = f.call("aten::relu.out", x)
+        p = f.call(PERMUTE, s, [1, 0])
+        t = f.call("aten::neg.out", y)
+        f.output(f.call(MM, t, p))
+        d = b.build()
+        vals = d.execution_plan[0].values
+        assert vals[s.index].val.allocation_info == vals[t.index].val.allocation_info
+        return d
+
+    def source_written_in_between() -> ProgramDef:
+        # As built: relu, permute, neg, mm(t, p). Rerouted: the neg writes s itself and the
+        # matmul reads it: mm(-y, relu(x).T), where the views would compute mm(-y, (-y).T).
+        b, f, (x, y) = builder(((5, 4), (5, 4)))
+        s = f.call("aten::relu.out", x)
+        p = f.call(PERMUTE, s, [1, 0])
+        t = f.call("aten::neg.out", y)
+        out = f.call(MM, t, p)
+        f.output(out)
+        d = reroute(b.build(), 2, (y.index, s.index, s.index))
+        return reroute(d, 3, (s.index, p.index, out.index, out.index))
+
+    def permuted_memory_read_through_an_alias() -> ProgramDef:
+        b, f, (x,) = builder(((6, 4),))
+        p = f.call(PERMUTE, f.call("aten::relu.out", x), [1, 0])
+        f.output(f.call(MM, w, p))
+        return with_alias(b.build(), p.index, output=True)[0]
+
+    def dims_computed_at_run_time() -> ProgramDef:
+        b, f, (x,) = builder(((6, 4),))
+        one = f.call("aten::sym_size.int", np.zeros((1, 2), np.float32), 0)
+        p = f.call(PERMUTE, f.call("aten::relu.out", x), [1, 0])
+        f.output(f.call(MM, w, p))
+        d = b.build()
+        # The sym_size (1) now writes the Int the permutation starts with.
+        plan = d.execution_plan[0]
+        pc_size, pc_perm = 0, 2
+        assert plan.operators[plan.chains[0].instructions[pc_size].instr_args.op_index].name == "aten::sym_size"
+        dims = plan.values[plan.chains[0].instructions[pc_perm].instr_args.args[1]].val.items
+        args = plan.chains[0].instructions[pc_size].instr_args.args
+        assert args[-1] == one.index
+        return reroute(d, pc_size, args[:-1] + (dims[0],))
+
+    return {
+        "permuted_value_also_read_elsewhere": (permuted_value_also_read_elsewhere, ((6, 4),)),
+        "permuted_value_is_an_output": (permuted_value_is_an_output, ((6, 4),)),
+        "permuted_value_read_twice_by_the_matmul": (permuted_value_read_twice_by_the_matmul, ((6, 6),)),
+        "consumer_is_not_a_matmul": (consumer_is_not_a_matmul, ((6, 4),)),
+        "source_memory_reused_in_between": (source_memory_reused_in_between, ((6, 4), (5, 4))),
+        "source_written_in_between": (source_written_in_between, ((5, 4), (5, 4))),
+        "permuted_memory_read_through_an_alias": (permuted_memory_read_through_an_alias, ((6, 4),)),
+        "dims_computed_at_run_time": (dims_computed_at_run_time, ((6, 4),)),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(views_near_misses()))
+def test_views_near_misses_are_not_rewritten_and_run_as_written(case: str) -> None:
+    make, shapes = views_near_misses()[case]
+    prog = load_program(make())
+    with prog.load_method() as m:
+        assert m._cp.rewrites == ()
+        assert all(a is b for a, b in zip(m._cp.steps, m._cp.instruction_steps, strict=True))
+        assert m._cp.derived == ()
+    with prog.load_method() as m, unoptimised(prog) as u:
+        for _ in range(3):
+            inputs = [randn(*s) for s in shapes]
+            for g, w_ in zip(m.execute(inputs), u.execute(inputs), strict=True):
+                np.testing.assert_array_equal(g, w_)
+
+
+def test_the_rewrite_would_be_wrong_in_the_near_misses() -> None:
+    """The near misses are real: the views would give other results (checked by hand for
+    two of them, against numpy)."""
+    make, shapes = views_near_misses()["source_written_in_between"]
+    x, y = randn(*shapes[0]), randn(*shapes[1])
+    (got,) = load_program(make()).load_method().execute([x, y])
+    np.testing.assert_allclose(got, (-y) @ np.maximum(x, 0).T, rtol=1e-6)
+    assert not np.allclose(got, (-y) @ (-y).T)
+    make, shapes = views_near_misses()["source_memory_reused_in_between"]
+    x, y = randn(*shapes[0]), randn(*shapes[1])
+    (got,) = load_program(make()).load_method().execute([x, y])
+    np.testing.assert_allclose(got, (-y) @ np.maximum(x, 0).T, rtol=1e-6)
+
+
+def test_a_view_chain_stops_where_its_source_is_overwritten() -> None:
+    """permute -> permute -> bmm where the first permute's source memory is reused before
+    the matmul: only the second permute is read as a view (of the first one's result)."""
+    def body(f: MethodBuilder, a: Value, c: Value) -> None:
+        s = f.call("aten::relu.out", a)  # (3, 5, 4), dies at the first permute
+        p1 = f.call(PERMUTE, s, [0, 2, 1])  # (3, 4, 5)
+        t = f.call("aten::neg.out", c)  # (3, 5, 4): on s's bytes
+        p2 = f.call(PERMUTE, p1, [0, 2, 1])  # (3, 5, 4)
+        f.output(f.call(BMM, t, f.call(PERMUTE, p2, [0, 2, 1])))
+
+    prog = build_inputs(body, ((3, 5, 4), (3, 5, 4)))
+    with prog.load_method() as m:
+        (r,) = m._cp.rewrites
+        assert r.kind == "matmul_views" and r.instructions == (3, 4, 5)  # p2 and the last permute
+        assert len(m._cp.steps) == 4
+    inputs = [randn(3, 5, 4), randn(3, 5, 4)]
+    got, want = run_both(prog, inputs)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got[0], -inputs[1] @ np.maximum(inputs[0], 0).transpose(0, 2, 1), rtol=1e-5, atol=1e-6)
+
+
+def test_a_view_step_is_described_by_all_its_instructions() -> None:
+    prog = load_program(FIXTURES / "transformer.pte")
+    with prog.load_method() as m:
+        cp = m._cp
+        k = cp.step_spans.index((5, 8, 9))
+        assert cp.describe_step(k) == f"instructions 5, 8, 9 ({PERMUTE} + {PERMUTE} + {BMM} (as views))"
+        assert cp.describe_step(cp.step_spans.index((2, 3))) == f"instructions 2-3 ({PERMUTE} + {ADDMM} (as views))"
+
+
+def test_transformer_fixture_reads_its_permutes_as_views_and_stays_close_to_executorch() -> None:
+    prog = load_program(FIXTURES / "transformer.pte")
+    with prog.load_method() as m:
+        cp = m._cp
+        assert [r.kind for r in cp.rewrites] == ["matmul_views"] * 6
+        assert [r.instructions for r in cp.rewrites] == [(2, 3), (5, 8, 9), (14, 15, 16, 17), (20, 21), (23, 24), (26, 27)]
+        assert len(cp.steps) == 20 and m.meta.num_instructions == 29
+        # The two head permutes whose sources the plan overwrites before their matmul run.
+        assert [s.__qualname__ for s in cp.steps].count(f"step[6] {PERMUTE}") == 1
+        assert [s.__qualname__ for s in cp.steps].count(f"step[7] {PERMUTE}") == 1
+    npz = np.load(FIXTURES / "transformer.npz")
+    got, want = run_both(prog, [npz["forward.in_0"]])
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got[0], npz["forward.out_0"], rtol=1e-5, atol=1e-5)
+
+
+def test_plans_with_tensors_of_unknown_memory_get_no_views() -> None:
+    """dynamic_batch's et_view result has no planned memory: it may share anyone's."""
+    prog = load_program(FIXTURES / "dynamic_batch.pte")
+    with prog.load_method() as m:
+        assert m._cp.rewrites == () and m._cp.derived == ()
+
+
+# -- memory shared between values --------------------------------------------------------------
+def test_max_pool_indices_read_through_a_value_on_their_memory_are_computed() -> None:
+    """A view op removed at export leaves a second value on the indices' bytes; the
+    indices are then read, though no instruction names them."""
+    b = ProgramBuilder()
+    f = b.method("forward")
+    x = f.input(np.float32, (1, 3, 8, 8))
+    values, indices = f.call(MAXPOOL, x, [2, 2], [2, 2])
+    f.output(values)
+    plain = load_program(b.build())
+    assert kinds(plain) == ["maxpool_values"]
+    d, _ = with_alias(b.build(), indices.index, output=True)
+    prog = load_program(d)
+    assert kinds(prog) == []
+    xin = randn(1, 3, 8, 8)
+    got, want = run_both(prog, [xin])
+    np.testing.assert_array_equal(got[1], want[1])
+    ref = max_pool2d_with_indices_out(xin, [2, 2], [2, 2], [0, 0], [1, 1], False,
+                                      np.empty((1, 3, 4, 4), np.float32), np.empty((1, 3, 4, 4), np.int64))[1]
+    np.testing.assert_array_equal(got[1], ref)
+
+
+def test_a_convolution_output_read_through_a_value_on_its_memory_is_not_folded() -> None:
+    w, cb = randn(4, 3, 3, 3), randn(4)
+    gamma, beta, mean, var = bn_params(4)
+    b = ProgramBuilder()
+    f = b.method("forward")
+    x = f.input(np.float32, (1, 3, 8, 8))
+    y = conv(f, x, w, cb)
+    f.output(f.call(BN, y, gamma, beta, mean, var, 0.1, 1e-5)[0])
+    assert kinds(load_program(b.build())) == ["conv_bn"]
+    d, _ = with_alias(b.build(), y.index, output=True)
+    prog = load_program(d)
+    assert kinds(prog) == []
+    got, want = run_both(prog, [randn(1, 3, 8, 8)])
+    for g, w_ in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w_)

@@ -505,17 +505,18 @@ class Executor:
             tiled.append(op)
             tiled_at[pc] = self._tiled_step(op, pc)
         # The Method's optimised steps, except that a step covering a tiled instruction (a
-        # convolution with its batch norm folded in, say) runs its instructions as written,
-        # the tiled ones tiled.
-        steps: list[Callable[[list[Any], Method], Any]] = []
-        spans: list[tuple[int, ...]] = []
+        # convolution with its batch norm folded in, a matmul reading permuted operands as
+        # views, say) runs its instructions as written, each in its own place in the plan
+        # (a fused step runs at its last instruction's), the tiled ones tiled.
+        placed: list[tuple[int, Callable[[list[Any], Method], Any], tuple[int, ...]]] = []
         for step, span in zip(cp.steps, cp.step_spans):
             if any(pc in tiled_at for pc in span):
-                steps.extend(tiled_at.get(pc, cp.instruction_steps[pc]) for pc in span)
-                spans.extend((pc,) for pc in span)
+                placed.extend((pc, tiled_at.get(pc, cp.instruction_steps[pc]), (pc,)) for pc in span)
             else:
-                steps.append(step)
-                spans.append(span)
+                placed.append((span[-1], step, span))
+        placed.sort(key=lambda e: e[0])
+        steps = [step for _, step, _ in placed]
+        spans = [span for _, _, span in placed]
         self.tiled = tuple(tiled)
         self._steps = tuple(steps)
         self._spans = tuple(spans)

@@ -174,9 +174,13 @@ class CompiledPlan:
     indices tensor is then left as it was, its contents unspecified), and an inference batch
     norm that alone reads a convolution's output is folded into the convolution's constant
     weight and bias (computed here, once, as new read-only arrays shared by every Method;
-    results change by float rounding only). ``steps`` is what runs, ``step_spans`` the
-    instructions each step covers, ``rewrites`` what was changed, ``instruction_steps`` one
-    step per instruction as written.
+    results change by float rounding only), and a matmul (``mm``, ``bmm``, ``addmm``) whose
+    operand is made by permute / view / clone copies nothing else reads takes a strided
+    numpy view of their source instead (the copies don't run; a view of a constant is made
+    here, a view of a planned tensor once per Method, in ``derived``; results may differ by
+    float rounding where BLAS takes another path for a strided operand). ``steps`` is what
+    runs, ``step_spans`` the instructions each step covers, ``rewrites`` what was changed,
+    ``instruction_steps`` one step per instruction as written.
     """
 
     def __init__(self, program: ProgramDef, plan: ExecutionPlan, where: str, *, optimize: bool = True) -> None:
@@ -239,24 +243,35 @@ class CompiledPlan:
         # One step per instruction, as the program is written (executors that replace the
         # steps of single instructions start from these; see step_spans).
         self.instruction_steps = tuple(plain)
+        derived: list[tuple[int, Any]] = []
         if optimize:
-            steps, spans, rewrites = optimize_steps(self, instructions, where_of, rets, plain, self._kernel_step)
+            steps, spans, rewrites, derived = optimize_steps(self, instructions, where_of, rets, plain, self._kernel_step)
         else:
             steps, spans, rewrites = list(plain), [(pc,) for pc in range(len(plain))], []
+        # Values beyond the plan's that rewritten steps read: constants, and views of planned
+        # tensors of static shape made when a Method is created (see optimize_steps).
+        self.template.extend(x if src < 0 else None for src, x in derived)
+        self.derived: tuple[tuple[int, int, Callable[[np.ndarray], np.ndarray]], ...] = tuple(
+            (nv + j, src, fn) for j, (src, fn) in enumerate(derived) if src >= 0)
         # What execute runs: instruction_steps with the rewrites of ._optimize applied.
         self.steps = tuple(steps)
-        # The instructions (numbered across chains) that each step runs, in order.
+        # The instructions (numbered across chains) that each step runs, in order; a fused
+        # step runs in its last instruction's place (the others may be further back: the
+        # rewrite checks that running them there, as written, would give the same results).
         self.step_spans = tuple(spans)
         self.rewrites: tuple[Rewrite, ...] = tuple(rewrites)
 
     def describe_step(self, k: int) -> str:
         """``instruction 3 (aten::mm.out)`` or, for a fused step,
-        ``instructions 0-2 (aten::convolution.out + ...)``: for error messages."""
+        ``instructions 0-2 (aten::convolution.out + ...)`` (``instructions 5, 8, 9 (...)``
+        when they are not adjacent): for error messages."""
         span = self.step_spans[k]
         name = getattr(self.steps[k], "__qualname__", f"step[{k}]").split(" ", 1)[-1]
         if len(span) == 1:
             return f"instruction {span[0]} ({name})"
-        return f"instructions {span[0]}-{span[-1]} ({name})"
+        if span[-1] - span[0] == len(span) - 1:
+            return f"instructions {span[0]}-{span[-1]} ({name})"
+        return f"instructions {', '.join(map(str, span))} ({name})"
 
     def _tensor_value(self, i: int, t: Tensor) -> tuple[Any, _Slot | None]:
         dtype = numpy_dtype(t.scalar_type)
@@ -452,6 +467,8 @@ class Method:
         for i in compiled.planned:
             slot = compiled.slots[i]
             vals[i] = slot.view(self._arenas, slot.bound)
+        for i, src, fn in compiled.derived:
+            vals[i] = fn(vals[src])
         self._vals = vals
         self._refresh_lists(tuple(compiled.lists))
         self._reinits = 0

@@ -185,6 +185,38 @@ def test_a_conv_with_its_batch_norm_folded_runs_as_written_where_tiled() -> None
         assert handle_of(m).executor._steps == handle_of(m).executor.method._cp.steps
 
 
+def test_a_matmul_reading_views_runs_its_copies_in_their_places_where_tiled() -> None:
+    """orchestra reads a permuted constant as a view in the matmul step (the permute
+    doesn't run); where the executor tiles that matmul it runs the permute as written,
+    in its own place in the plan (before the relu, not next to the matmul)."""
+    rng = np.random.default_rng(6)
+    shape = (512, 256)
+    w = (rng.standard_normal((384, 256)) * 0.1).astype(np.float32)
+    b = ProgramBuilder()
+    f = b.method("forward")
+    x = f.input(np.float32, shape)
+    p = f.call("aten::permute_copy.out", w, [1, 0])
+    f.output(f.call("aten::mm.out", f.call("aten::relu.out", x), p))
+    sub = b.build()
+    ob = ProgramBuilder()
+    of = ob.method("forward")
+    of.output(*of.delegate(NC, sub, [of.input(np.float32, shape)]))
+    xin = rng.standard_normal(shape).astype(np.float32)
+    with load_program(sub).load_method() as plain:
+        assert [r.kind for r in plain._cp.rewrites] == ["matmul_views"]
+        assert plain._cp.step_spans == ((1,), (0, 2))
+        want = plain.execute([xin])[0]
+    with load_program(ob.to_bytes()).load_method(backend_options={NC: {"max_tiles": 3, "num_threads": 2}}) as m:
+        got = m.execute([xin])[0]
+        ex = handle_of(m).executor
+        assert "aten::mm.out" in {name for name, _ in handle_of(m).statistics().tiled_ops}
+        assert ex._spans == ((0,), (1,), (2,))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    with load_program(ob.to_bytes()).load_method(backend_options={NC: {"max_tiles": 1}}) as m:
+        np.testing.assert_array_equal(m.execute([xin])[0], want)  # the view step itself
+        assert handle_of(m).executor._steps == handle_of(m).executor.method._cp.steps
+
+
 # -- (3) num_threads is hot -----------------------------------------------------------------
 def test_num_threads_change_takes_effect_at_the_next_execute_and_results_stay_identical(delegated_bytes, plain_output) -> None:
     x, _ = plain_output
