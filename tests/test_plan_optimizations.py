@@ -261,6 +261,26 @@ def test_convnet_fixture_is_rewritten_and_stays_close_to_executorch() -> None:
     np.testing.assert_allclose(got[0], npz["forward.out_0"], rtol=0, atol=1e-5)
 
 
+def test_folding_stops_at_the_weight_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Folded weights are a copy the Program keeps; past FOLD_BUDGET_BYTES per method the
+    batch norms stay separate steps and the weights stay views into the file."""
+    from orchestra.runtime import _optimize
+
+    first = load_program(FIXTURES / "convnet.pte").load_method()
+    w0 = first._cp.rewrites[0].constants[0]
+    monkeypatch.setattr(_optimize, "FOLD_BUDGET_BYTES", w0.nbytes + first._cp.rewrites[0].constants[1].nbytes)
+    with load_program(FIXTURES / "convnet.pte").load_method() as m:
+        assert [r.kind for r in m._cp.rewrites].count("conv_bn") == 1  # the first fits, the second doesn't
+    monkeypatch.setattr(_optimize, "FOLD_BUDGET_BYTES", 0)
+    prog = load_program(FIXTURES / "convnet.pte")
+    with prog.load_method() as m:
+        assert "conv_bn" not in [r.kind for r in m._cp.rewrites]
+    npz = np.load(FIXTURES / "convnet.npz")
+    got, _ = run_both(prog, [npz["forward.in_0"]])
+    np.testing.assert_allclose(got[0], npz["forward.out_0"], rtol=0, atol=1e-5)
+    first.close()
+
+
 def test_a_fused_step_is_described_by_both_instructions() -> None:
     prog = load_program(FIXTURES / "convnet.pte")
     with prog.load_method() as m:

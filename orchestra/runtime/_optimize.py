@@ -18,7 +18,8 @@ the change can't be observed:
   output channel, straight into the batch norm's output. The folded constants are computed
   once per CompiledPlan in float64, cast to the weight's dtype, and are read-only arrays of
   their own, shared by every Method (the program's constant bytes are never touched; the
-  cost is one copy of the folded convolutions' weights per Program). Results differ from
+  cost is one copy of the folded convolutions' weights per Program, at most
+  ``FOLD_BUDGET_BYTES`` (16 MiB) per method: past it batch norms stay separate steps). Results differ from
   the unfused pair by float rounding only. Not folded when a folded value would not be
   finite (a zero ``var + eps``, say): inf/NaN would not propagate as in the unfused pair.
 - **Matmul operands as views.** An operand of ``aten::mm.out`` / ``aten::bmm.out`` /
@@ -112,6 +113,9 @@ _CONV = "aten::convolution.out"
 _BN = "aten::_native_batch_norm_legit_no_training.out"
 _MAXPOOL = "aten::max_pool2d_with_indices.out"
 _FOLD_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+# At most this many bytes of folded conv weights per compiled method (each fold copies one
+# convolution's weights; past the budget batch norms stay separate steps).
+FOLD_BUDGET_BYTES = 16 << 20
 # Matrix products whose tensor operands may be strided views: name -> (parameters, operands).
 _MATMULS = MappingProxyType({
     "aten::mm.out": (3, (0, 1)),
@@ -870,12 +874,16 @@ def optimize_steps(
     pools: dict[int, tuple[tuple[int, ...], int]] = {}  # pc -> (values-only params, out)
     mms: dict[int, _Chains] = {}  # matmul pc -> the layout chains of its operands
     claimed: set[int] = set()
+    folded_bytes = 0
     pc = 0
     while pc < n:
         conv = mt.conv(pc)
         if conv is not None and pc + 1 < n and where[pc + 1][0] == where[pc][0]:
             fold = mt.batch_norm_fold(pc + 1, *conv)
-            if fold is not None:
+            # The folded weights are a copy the Program keeps: within FOLD_BUDGET_BYTES only,
+            # so a large model's weights stay views into its file (DESIGN: constants are views).
+            if fold is not None and folded_bytes + fold[1].nbytes + fold[2].nbytes <= FOLD_BUDGET_BYTES:
+                folded_bytes += fold[1].nbytes + fold[2].nbytes
                 folds[pc] = (conv[0], *fold)
                 pc += 2
                 continue
