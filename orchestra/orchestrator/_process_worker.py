@@ -316,6 +316,14 @@ class ProcessWorker(WorkerBase):
             else:
                 self._ack(ch, None)
 
+    def _answered(self, ch: OptionChange, error: Any) -> None:
+        """The process's answer to an option change: None (in force from its next execute)
+        or the error it raised, described."""
+        exc = None if error is None else rebuild_error(error, self.where)
+        if exc is not None:
+            _log.warning("option change rejected by the worker process", instance=self.instance, error=repr(exc))
+        self._ack(ch, exc)
+
     def _ack(self, ch: OptionChange, exc: BaseException | None) -> None:
         if ch.ack is not None:
             ch.ack(exc)
@@ -342,11 +350,7 @@ class ProcessWorker(WorkerBase):
             if type(r) is tuple and r[0] == "prep":  # out of order: an init-only change was built
                 ch = self._preparing.pop(r[1], None)
                 if ch is not None:
-                    exc = None if r[2] is None else rebuild_error(r[2], self.where)
-                    if exc is not None:
-                        _log.warning("option change rejected by the worker process", instance=self.instance,
-                                     error=repr(exc))
-                    self._ack(ch, exc)
+                    self._answered(ch, r[2])
                 continue
             if not sent:  # a reply to nothing: the stream is corrupt; treat the process as crashed
                 self.last_error = OrchestraError(f"{self.where}: the worker process sent an unexpected reply",
@@ -355,11 +359,7 @@ class ProcessWorker(WorkerBase):
                 return
             e = sent.popleft()
             if isinstance(e, OptionChange):
-                exc = None if r[0] == "ok" else rebuild_error(r[1], self.where)
-                if exc is not None:
-                    _log.warning("option change rejected by the worker process", instance=self.instance,
-                                 error=repr(exc))
-                self._ack(e, exc)
+                self._answered(e, None if r[0] == "ok" else r[1])
                 continue
             item, slot, _ = e
             free.append(slot)
@@ -407,23 +407,13 @@ class ProcessWorker(WorkerBase):
     def _failed(self, fut: Any, exc: OrchestraError) -> bool:
         """A failed execute. Returns False when the process is being replaced (restart) or the
         instance failed."""
-        self.failures += 1
-        self.last_error = exc
-        if isinstance(exc, InvalidArgumentError):
-            self.resolve([(fut, False, wrap_error(self.instance, exc,
-                                                  "not restarted: the inputs or options were rejected"))])
-            return True
-        self.consecutive += 1
-        limit = self.restart.max_restarts
-        if self.consecutive > limit:
-            reason = (f"{self.consecutive} consecutive failed executes (max_restarts={limit}); "
-                      f"last: {type(exc).__name__}: {exc}")
-            self.resolve([(fut, False, wrap_error(self.instance, exc, f"instance failed: {reason}"))])
+        verdict, reason, answer = self._judge_failure(fut, exc)
+        self.resolve([answer])
+        if verdict == "failed":
             self._fail(reason, exc)
-            return False
-        self.resolve([(fut, False, wrap_error(self.instance, exc, f"restarting, {self.consecutive} of {limit}"))])
-        self._begin_restart(exc)
-        return False
+        elif verdict == "restart":
+            self._begin_restart(exc)
+        return verdict == "rejected"
 
     def _died(self, m: WorkerProcess) -> None:
         """The reply pipe closed: the process exited without being asked to."""
@@ -466,12 +456,6 @@ class ProcessWorker(WorkerBase):
             _log.warning("instance restarting", attempt=self.consecutive, max_restarts=self.restart.max_restarts,
                          backoff_s=delay, error=f"{type(exc).__name__}: {exc}", placement="process")
         self._spawn_loader(delay)
-
-    def _post(self, fn: Callable[..., Any], *args: Any) -> None:
-        try:
-            self.loop.call_soon_threadsafe(fn, *args)
-        except RuntimeError:  # the loop is closed: nobody is waiting any more
-            pass
 
     def _fail(self, reason: str, exc: BaseException) -> None:
         self.state = "failed"

@@ -124,6 +124,33 @@ class WorkerBase:
         self.last_error: BaseException | None = None
         self.generation = generation
 
+    def _post(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Calls ``fn(*args)`` on the loop's thread (from any thread)."""
+        try:
+            self.loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # the loop is closed: nobody is waiting any more
+            pass
+
+    def _judge_failure(self, fut: Any, exc: BaseException) -> tuple[str, str, tuple]:
+        """Counts a failed execute against the restart policy. Returns the verdict
+        (``"rejected"``: inputs or options refused, no restart; ``"failed"``: past
+        ``max_restarts``; ``"restart"``), the reason, and the caller's answer."""
+        self.failures += 1
+        self.last_error = exc
+        if isinstance(exc, InvalidArgumentError):
+            verdict, reason, what = "rejected", "", "not restarted: the inputs or options were rejected"
+        else:
+            self.consecutive += 1
+            limit = self.restart.max_restarts
+            if self.consecutive > limit:
+                verdict = "failed"
+                reason = (f"{self.consecutive} consecutive failed executes (max_restarts={limit}); "
+                          f"last: {type(exc).__name__}: {exc}")
+                what = f"instance failed: {reason}"
+            else:
+                verdict, reason, what = "restart", "", f"restarting, {self.consecutive} of {limit}"
+        return verdict, reason, (fut, False, wrap_error(self.instance, exc, what))
+
 
 class Worker(WorkerBase):
     """A thread that owns one Method of one instance. Created and driven by the Instance.
@@ -151,12 +178,6 @@ class Worker(WorkerBase):
         return self.thread.name
 
     # -- posting to the loop ------------------------------------------------------------
-    def _post(self, fn: Callable[..., Any], *args: Any) -> None:
-        try:
-            self.loop.call_soon_threadsafe(fn, *args)
-        except RuntimeError:  # the loop is closed: nobody is waiting any more
-            pass
-
     def _flush(self) -> None:
         batch = self.pending
         if batch:
@@ -346,28 +367,15 @@ class Worker(WorkerBase):
             self._post(ch.ack, exc)
 
     # -- faults ---------------------------------------------------------------------------
-    def _wrap(self, exc: BaseException, what: str) -> ExecuteError:
-        return wrap_error(self.instance, exc, what)
-
     def _failed(self, fut: Any, exc: Exception) -> bool:
         """Handles a failed execute. Returns False when the worker must exit."""
-        self.failures += 1
-        self.last_error = exc
-        if isinstance(exc, InvalidArgumentError):
-            self.pending.append((fut, False, self._wrap(exc, "not restarted: the inputs or options were rejected")))
-            self._flush()
-            return True
-        self.consecutive += 1
-        limit = self.restart.max_restarts
-        if self.consecutive > limit:
-            reason = (f"{self.consecutive} consecutive failed executes (max_restarts={limit}); "
-                      f"last: {type(exc).__name__}: {exc}")
-            self.pending.append((fut, False, self._wrap(exc, f"instance failed: {reason}")))
+        verdict, reason, answer = self._judge_failure(fut, exc)
+        self.pending.append(answer)
+        if verdict == "failed":
             self._fail(reason, exc)
             return False
-        self.pending.append((fut, False, self._wrap(exc, f"restarting, {self.consecutive} of {limit}")))
         self._flush()
-        return self._restart(exc)
+        return verdict == "rejected" or self._restart(exc)
 
     def _restart(self, exc: BaseException) -> bool:
         while True:
