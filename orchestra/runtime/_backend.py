@@ -41,6 +41,13 @@ class BackendInitContext:
 
     ``runtime_specs`` holds this Method instance's values for this backend (every declared
     option; defaults fill the rest). ``named_data(key)`` returns the program's named data.
+
+    ``program_cache`` is one dict per (Program, method, delegate), shared by every Method
+    instance of that Program: the place for derived, read-only data a backend computes from
+    the processed blob once (prepacked or re-laid-out weights), so N instances cost N x
+    activations, never N x weights. Two Methods may initialise at once; store with
+    ``setdefault`` and treat what is stored as immutable. None when the caller has no Program
+    (a backend must then compute what it needs itself).
     """
 
     method_name: str
@@ -48,6 +55,7 @@ class BackendInitContext:
     backend_id: str
     named_data: Any = field(default=None, repr=False)  # callable key -> memoryview, or None
     runtime_specs: RuntimeSpecs = _NO_SPECS
+    program_cache: dict[str, Any] | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -189,6 +189,8 @@ class CompiledPlan:
         self.where = where
         self.meta = method_meta(program, plan)
         self.arena_sizes = tuple(plan.non_const_buffer_sizes[1:])
+        # BackendInitContext.program_cache: one dict per delegate, shared by every Method.
+        self.delegate_caches: tuple[dict[str, Any], ...] = tuple({} for _ in plan.delegates)
         nv = len(plan.values)
         template: list[Any] = [None] * nv
         slots: list[_Slot | None] = [None] * nv
@@ -503,7 +505,8 @@ class Method:
 
     def _init_delegate(self, di: int, state: _OptionState) -> Any:
         d = self._cp.plan.delegates[di]
-        ctx = BackendInitContext(self._name, di, d.id, self._program.named_data_bytes, state.specs[d.id])
+        ctx = BackendInitContext(self._name, di, d.id, self._program.named_data_bytes, state.specs[d.id],
+                                 self._cp.delegate_caches[di])
         return self._backends[d.id].init(ctx, self._program.delegate_data(d.processed), d.compile_specs)
 
     def _contexts(self, state: _OptionState, override: Mapping[str, RuntimeSpecs] | None = None) -> list[BackendExecutionContext]:
