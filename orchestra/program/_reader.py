@@ -447,7 +447,7 @@ def _tensor_nbytes(t: S.Tensor, path: str, limits: Limits) -> int | None:
     return numel * ScalarType(t.scalar_type).itemsize
 
 
-def _verify_plan(prog: S.ProgramDef, pi: int, plan: S.ExecutionPlan, limits: Limits) -> None:
+def _verify_plan(prog: S.ProgramDef, pi: int, plan: S.ExecutionPlan, limits: Limits, based: bool) -> None:
     path = f"execution_plan[{pi}]"
     nv = len(plan.values)
     arenas = plan.non_const_buffer_sizes
@@ -464,12 +464,20 @@ def _verify_plan(prog: S.ProgramDef, pi: int, plan: S.ExecutionPlan, limits: Lim
     else:
         nconst = 0
 
+    inputs = frozenset(plan.inputs)
     for vi, ev in enumerate(plan.values):
         v = ev.val
         vp = f"{path}.values[{vi}]"
         if isinstance(v, S.Tensor):
             tp = vp + ".tensor"
             nbytes = _tensor_nbytes(v, tp, limits)
+            e = v.extra_tensor_info
+            if (v.allocation_info is None and v.data_buffer_idx == 0 and e is not None and e.fully_qualified_name
+                    and e.location != S.TensorDataLocation.EXTERNAL and vi not in inputs and nbytes):
+                # An unplanned named mutable buffer: the runtime allocates it (counts as planned).
+                planned += nbytes
+                if limits.max_planned_memory is not None and planned > limits.max_planned_memory:
+                    _fail(tp, f"mutable buffer {e.fully_qualified_name!r} takes planned memory past the cap of {limits.max_planned_memory} bytes")
             if v.allocation_info is not None:
                 a = v.allocation_info
                 ap = tp + ".allocation_info"
@@ -488,6 +496,8 @@ def _verify_plan(prog: S.ProgramDef, pi: int, plan: S.ExecutionPlan, limits: Lim
                     _check_index(mi, len(prog.mutable_data_segments), tp + ".extra_tensor_info.mutable_data_segments_idx", "mutable data segment")
                     ms = prog.mutable_data_segments[mi]
                     _check_index(v.data_buffer_idx, len(ms.offsets), dp, "mutable data")
+                    if not based:
+                        _no_base(dp, f"the initial value of a mutable tensor (segments[{ms.segment_index}])")
                     seg = prog.segments[ms.segment_index]
                     avail = seg.size - ms.offsets[v.data_buffer_idx]
                 if nbytes is not None and nbytes > avail:
@@ -511,6 +521,8 @@ def _verify_plan(prog: S.ProgramDef, pi: int, plan: S.ExecutionPlan, limits: Lim
             _check_index(d.processed.index, len(prog.backend_delegate_data), dp + ".index", "inline delegate data")
         elif d.processed.location == S.DataLocation.SEGMENT:
             _check_index(d.processed.index, len(prog.segments), dp + ".index", "segment")
+            if not based:
+                _no_base(dp, f"delegate {d.id!r}'s processed blob (segments[{d.processed.index}])")
         else:
             _fail(dp + ".location", f"unknown data location {d.processed.location}")
     for ci, c in enumerate(plan.chains):
@@ -544,7 +556,15 @@ def _verify_plan(prog: S.ProgramDef, pi: int, plan: S.ExecutionPlan, limits: Lim
                 _check_index(a.value_index, nv, ip + ".FreeCall.value_index", "value")
 
 
-def _verify(prog: S.ProgramDef, limits: Limits) -> None:
+def _no_base(path: str, what: str) -> NoReturn:
+    _fail(path, f"{what} lives in a segment, but the program has no extended header (eh00) giving the "
+                "segments' base offset, so its segment data cannot be located (ExecuTorch reads such a "
+                "file as one flatbuffer and fails the same way when a segment is used)")
+
+
+def _verify(prog: S.ProgramDef, limits: Limits, based: bool = True) -> None:
+    """Checks every cross reference. ``based``: the file gives its segments' base offset (an
+    extended header); without one, any use of a segment fails (see _no_base)."""
     nseg = len(prog.segments)
     if prog.constant_buffer and prog.constant_segment is not None and prog.constant_segment.offsets:
         _fail("constant_segment", "both constant_buffer and constant_segment.offsets are set")
@@ -552,6 +572,8 @@ def _verify(prog: S.ProgramDef, limits: Limits) -> None:
         cs = prog.constant_segment
         if cs.offsets:
             _check_index(cs.segment_index, nseg, "constant_segment.segment_index", "segment")
+            if len(cs.offsets) > 1 and not based:
+                _no_base("constant_segment", f"constant data (segments[{cs.segment_index}])")
             size = prog.segments[cs.segment_index].size
             for j, o in enumerate(cs.offsets):
                 if o > size:
@@ -564,12 +586,14 @@ def _verify(prog: S.ProgramDef, limits: Limits) -> None:
                 _fail(f"mutable_data_segments[{mi}].offsets[{j}]", f"offset {o} lies past the end of segment {ms.segment_index} ({size} bytes)")
     for ni, nd in enumerate(prog.named_data):
         _check_index(nd.segment_index, nseg, f"named_data[{ni}].segment_index", "segment")
+        if not based:
+            _no_base(f"named_data[{ni}]", f"named data {nd.key!r} (segments[{nd.segment_index}])")
     seen: set[str] = set()
     for pi, plan in enumerate(prog.execution_plan):
         if plan.name in seen:
             _fail(f"execution_plan[{pi}].name", f"duplicate method name {plan.name!r}")
         seen.add(plan.name)
-        _verify_plan(prog, pi, plan, limits)
+        _verify_plan(prog, pi, plan, limits, based)
 
 
 def _as_memoryview(data: bytes | bytearray | memoryview) -> memoryview:
@@ -625,7 +649,10 @@ def loads(data: bytes | bytearray | memoryview, *, limits: Limits | None = None)
     for st, sp in r.tables(t, 4, "segments") or []:
         off, size = r.u64(st, 0, sp + ".offset"), r.u64(st, 1, sp + ".size")
         if not segment_base:
-            _fail(sp, "program has segments but no extended header giving their base offset")
+            # Like ExecuTorch: without a base the file is one flatbuffer and its segment table
+            # is only an error when something reads a segment (checked in _verify).
+            segs.append(S.DataSegment(off, size, fb[0:0]))
+            continue
         start = segment_base + off
         if segs and off < segs[-1].offset + segs[-1].size:
             prev = segs[-1]
@@ -662,7 +689,7 @@ def loads(data: bytes | bytearray | memoryview, *, limits: Limits | None = None)
         ),
         named_data=tuple(named),
     )
-    _verify(prog, limits)
+    _verify(prog, limits, based=bool(segment_base))
     return prog
 
 

@@ -11,7 +11,7 @@ from ._backend import (
 )
 from ._options import OptionSpec, RuntimeSpecs
 from ._method import Method, MethodMeta, MethodStatistics, TensorInfo, ValueInfo
-from ._program import Program, load_program
+from ._program import Program, ProgramInstance, ProgramInstanceStatistics, load_program
 from ._session import Function, Runtime, Session, SessionStatistics
 
 __all__ = [
@@ -25,6 +25,8 @@ __all__ = [
     "MethodMeta",
     "MethodStatistics",
     "Program",
+    "ProgramInstance",
+    "ProgramInstanceStatistics",
     "Runtime",
     "RuntimeSpecs",
     "Session",

@@ -128,6 +128,35 @@ def method_meta(program: ProgramDef, plan: ExecutionPlan) -> MethodMeta:
     )
 
 
+def training_info(program: ProgramDef, name: str) -> tuple[list[str], int, int] | None:
+    """For a joint (forward + backward) method ``name`` exported by ExecuTorch's training flow:
+    (parameter names, index of the first gradient output, index of the first parameter
+    output), read from the program's ``__et_training_{fqn,gradients_index,parameters_index}_NAME``
+    methods (constant outputs); None when the program has none."""
+    plans = {p.name: p for p in program.execution_plan}
+    fqn = plans.get(f"__et_training_fqn_{name}")
+    grad = plans.get(f"__et_training_gradients_index_{name}")
+    par = plans.get(f"__et_training_parameters_index_{name}")
+    if fqn is None or grad is None or par is None:
+        return None
+
+    def consts(plan: ExecutionPlan, kind: type) -> list[Any]:
+        out = []
+        for i in plan.outputs:
+            v = plan.values[i].val
+            if not isinstance(v, kind):
+                raise OrchestraError(f"method {plan.name!r}: output values[{i}] is {type(v).__name__}, "
+                                     f"expected a constant {kind.__name__}", Error.InvalidProgram)
+            out.append(v.string_val if kind is String else v.int_val)
+        return out
+
+    names = consts(fqn, String)
+    g, p = consts(grad, Int), consts(par, Int)
+    if len(g) != 1 or len(p) != 1:
+        raise OrchestraError(f"method {grad.name!r} / {par.name!r}: expected one index each", Error.InvalidProgram)
+    return names, g[0], p[0]
+
+
 def _strided_view(flat: np.ndarray, sizes: Sequence[int], dim_order: Sequence[int]) -> np.ndarray:
     """A view of ``flat`` laid out in ``dim_order`` (outermost first) with logical ``sizes``."""
     if not dim_order or list(dim_order) == list(range(len(sizes))):
@@ -158,6 +187,71 @@ class _Slot:
         return _strided_view(flat, shape, self.dim_order)
 
 
+def _mutable_data(program: ProgramDef, t: Tensor, nbytes: int) -> memoryview:
+    """The initial value of a planned mutable tensor (the reader checked it is in bounds)."""
+    mi = t.extra_tensor_info.mutable_data_segments_idx if t.extra_tensor_info is not None else 0
+    ms = program.mutable_data_segments[mi]
+    start = ms.offsets[t.data_buffer_idx]
+    return program.segments[ms.segment_index].data[start : start + nbytes]
+
+
+_STATE_ALIGNMENT = 16
+
+
+class StateLayout:
+    """Where the program's unplanned named mutable buffers live in a Method's state arena.
+
+    A program exported with ``alloc_mutable_buffers=False`` (and ``emit_mutable_buffer_names``)
+    leaves its mutable buffers without planned memory; ExecuTorch expects the application to
+    provide it. orchestra gives every Method (or every :class:`ProgramInstance`, shared by its
+    methods) one zero-filled arena holding each such buffer, by name, at the offset laid out
+    here for the whole program, so the same name is the same bytes in every method.
+    """
+
+    __slots__ = ("offsets", "specs", "size")
+
+    def __init__(self, specs: Mapping[str, tuple[np.dtype, tuple[int, ...]]]) -> None:
+        self.specs = dict(specs)
+        self.offsets: dict[str, int] = {}
+        off = 0
+        for name, (dtype, sizes) in self.specs.items():
+            self.offsets[name] = off
+            n = int(np.prod(sizes, dtype=np.int64)) * dtype.itemsize
+            off += -(-n // _STATE_ALIGNMENT) * _STATE_ALIGNMENT
+        self.size = off
+
+    @staticmethod
+    def name_of(plan: ExecutionPlan, i: int) -> str | None:
+        """The buffer name of value ``i`` when it is an unplanned named mutable buffer."""
+        t = plan.values[i].val
+        if not isinstance(t, Tensor) or t.is_constant or t.allocation_info is not None or t.data_buffer_idx > 0:
+            return None
+        e = t.extra_tensor_info
+        if e is None or not e.fully_qualified_name or e.location == TensorDataLocation.EXTERNAL or i in plan.inputs:
+            return None
+        return e.fully_qualified_name
+
+    @classmethod
+    def of(cls, program: ProgramDef, where: str) -> StateLayout:
+        specs: dict[str, tuple[np.dtype, tuple[int, ...]]] = {}
+        for plan in program.execution_plan:
+            for i, ev in enumerate(plan.values):
+                name = cls.name_of(plan, i)
+                if name is None:
+                    continue
+                t = ev.val
+                dtype = numpy_dtype(t.scalar_type)
+                if dtype is None:
+                    continue  # reported, with its value index, when the method is compiled
+                spec = (dtype, tuple(t.sizes))
+                if specs.setdefault(name, spec) != spec:
+                    have = specs[name]
+                    raise OrchestraError(
+                        f"{where}: method {plan.name!r} values[{i}]: mutable buffer {name!r} is {spec[0]} "
+                        f"{list(spec[1])} but another method has it as {have[0]} {list(have[1])}", Error.InvalidProgram)
+        return cls(specs)
+
+
 Step = Callable[[list[Any], "Method"], "int | None"]
 
 
@@ -183,12 +277,21 @@ class CompiledPlan:
     ``instruction_steps`` one step per instruction as written.
     """
 
-    def __init__(self, program: ProgramDef, plan: ExecutionPlan, where: str, *, optimize: bool = True) -> None:
+    def __init__(self, program: ProgramDef, plan: ExecutionPlan, where: str, *, optimize: bool = True,
+                 state_layout: StateLayout | None = None) -> None:
         self.program = program
         self.plan = plan
         self.where = where
         self.meta = method_meta(program, plan)
-        self.arena_sizes = tuple(plan.non_const_buffer_sizes[1:])
+        # Named mutable buffers the program leaves unplanned (exported with
+        # alloc_mutable_buffers=False): they live in one extra arena, laid out program-wide so
+        # the methods of a ProgramInstance can share it.
+        self.state_layout = state_layout if state_layout is not None else StateLayout.of(program, where)
+        self.state_arena = len(plan.non_const_buffer_sizes) if self.state_layout.size else 0
+        self.arena_sizes = tuple(plan.non_const_buffer_sizes[1:]) + ((self.state_layout.size,) if self.state_arena else ())
+        # Planned tensors with an initial value (a mutable buffer or a training parameter):
+        # (memory id, offset, bytes) copied into a Method's arena when it is created.
+        self.initial: list[tuple[int, int, memoryview]] = []
         # BackendInitContext.program_cache: one dict per delegate, shared by every Method.
         self.delegate_caches: tuple[dict[str, Any], ...] = tuple({} for _ in plan.delegates)
         nv = len(plan.values)
@@ -291,8 +394,14 @@ class CompiledPlan:
         if t.allocation_info is not None:
             a = t.allocation_info
             if t.data_buffer_idx > 0:
-                raise OrchestraError(f"{where}: mutable tensors with an initial value are not supported yet", Error.NotSupported)
+                # Like ExecuTorch: the initial value is copied into planned memory at load.
+                n = int(np.prod(sizes, dtype=np.int64)) * dtype.itemsize
+                self.initial.append((a.memory_id, a.offset, _mutable_data(self.program, t, n)))
             return None, _Slot(a.memory_id, a.offset, dtype, sizes, tuple(t.dim_order),
+                               t.shape_dynamism != TensorShapeDynamism.STATIC)
+        fqn = self.state_layout.name_of(self.plan, i)
+        if fqn is not None:
+            return None, _Slot(self.state_arena, self.state_layout.offsets[fqn], dtype, sizes, tuple(t.dim_order),
                                t.shape_dynamism != TensorShapeDynamism.STATIC)
         return None, None  # filled at run time (an input without planned memory, or a view)
 
@@ -448,7 +557,11 @@ class Method:
                  "_last", "_busy", "_closed", "_handles", "_arenas", "_vals", "_slots", "_lists",
                  "_backends", "_target", "_active", "_ctx", "_reinits", "instruction_cap", "__weakref__")
 
-    def __init__(self, compiled: CompiledPlan, backend_options: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+    def __init__(self, compiled: CompiledPlan, backend_options: Mapping[str, Mapping[str, Any]] | None = None, *,
+                 shared_arenas: Mapping[int, np.ndarray] | None = None, busy: list[bool] | None = None) -> None:
+        # shared_arenas (memory id -> arena) and busy (a one-element flag) are given by a
+        # ProgramInstance: its methods share those arenas (their mutable state) and one
+        # execute-at-a-time flag. A shared arena's initial values are the instance's to load.
         self._cp = compiled
         self._program = compiled.program
         self._name = compiled.plan.name
@@ -460,11 +573,16 @@ class Method:
         self._failures = 0
         self._total = 0.0
         self._last = 0.0
-        self._busy = False
+        self._busy = busy if busy is not None else [False]
         self._closed = False
         self._handles: list[tuple[Any, Any]] = []  # (backend, handle) per delegate
         self.instruction_cap = DEFAULT_INSTRUCTION_CAP
-        self._arenas = [np.zeros(0, np.uint8)] + [np.zeros(s, np.uint8) for s in compiled.arena_sizes]
+        shared = shared_arenas or {}
+        self._arenas = [np.zeros(0, np.uint8)] + [
+            shared[m] if m in shared else np.zeros(s, np.uint8) for m, s in enumerate(compiled.arena_sizes, 1)]
+        for mid, off, data in compiled.initial:
+            if mid not in shared:
+                self._arenas[mid][off : off + len(data)] = np.frombuffer(data, np.uint8)
         vals = list(compiled.template)
         for i in compiled.planned:
             slot = compiled.slots[i]
@@ -644,6 +762,46 @@ class Method:
     def meta(self) -> MethodMeta:
         return self._meta
 
+    def _training(self) -> tuple[list[str], int, int]:
+        """(parameter names, first gradient output, first parameter output) of a joint graph."""
+        tr = training_info(self._program, self._name)
+        if tr is None:
+            raise InvalidArgumentError(
+                f"{self._where}: not a training method (the program has no __et_training_*_{self._name} "
+                "methods; export the joint graph with torch.export.experimental._export_forward_backward)")
+        return tr
+
+    def named_parameters(self) -> dict[str, np.ndarray]:
+        """A training method's parameters by name (``"linear.weight"``): the live arrays in this
+        Method's memory, which start at the exported values. Write to them in place (an
+        optimizer step) between executes and the next execute uses the new values, as with
+        ExecuTorch's ``TrainingModule::named_parameters``.
+
+        Raises:
+            InvalidArgumentError: the method is not a joint (forward + backward) graph.
+        """
+        names, _, first = self._training()
+        return self._outputs_by_name(names, first)
+
+    def named_gradients(self) -> dict[str, np.ndarray]:
+        """A training method's gradients from its last execute, by parameter name (views
+        into this Method's memory, overwritten by the next execute: copy to keep them)."""
+        names, first, _ = self._training()
+        return self._outputs_by_name(names, first)
+
+    def _outputs_by_name(self, names: list[str], first: int) -> dict[str, np.ndarray]:
+        outs = self._cp.output_idx
+        if first < 0 or first + len(names) > len(outs):
+            raise OrchestraError(f"{self._where}: training outputs {first}..{first + len(names) - 1} are out of range "
+                                 f"({len(outs)} outputs)", Error.InvalidProgram)
+        res = {}
+        for k, name in enumerate(names):
+            v = self._vals[outs[first + k]]
+            if not isinstance(v, np.ndarray):
+                raise OrchestraError(f"{self._where}: training output {first + k} ({name!r}) is not a tensor", Error.InvalidProgram)
+            res[name] = v
+        return res
+
     def _set_inputs(self, inputs: Sequence[Any]) -> None:
         cp = self._cp
         infos = cp.input_infos
@@ -692,9 +850,11 @@ class Method:
         """
         if self._closed:
             raise OrchestraError(f"{self._where}: execute on a closed Method", Error.InvalidState)
-        if self._busy:
-            raise OrchestraError(f"{self._where}: execute while another execute is running (one thread at a time per Method)", Error.InvalidState)
-        self._busy = True
+        busy = self._busy
+        if busy[0]:
+            raise OrchestraError(f"{self._where}: execute while another execute is running (one thread at a time per "
+                                 "Method, and per ProgramInstance for the methods it loaded)", Error.InvalidState)
+        busy[0] = True
         t0 = time.perf_counter()
         restore = None
         try:
@@ -733,7 +893,7 @@ class Method:
         finally:
             if restore is not None:
                 self._ctx = restore
-            self._busy = False
+            busy[0] = False
         dt = time.perf_counter() - t0
         self._executions += 1
         self._total += dt

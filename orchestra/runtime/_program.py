@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..errors import InvalidArgumentError, NotFoundError, ProgramError
-from ..program import Limits, ProgramDef, load, loads
-from ._method import CompiledPlan, Method, MethodMeta, method_meta
+import numpy as np
 
-__all__ = ["Program", "load_program"]
+from ..errors import Error, InvalidArgumentError, NotFoundError, OrchestraError, ProgramError
+from ..program import Limits, ProgramDef, load, loads
+from ._method import CompiledPlan, Method, MethodMeta, MethodStatistics, StateLayout, method_meta
+
+__all__ = ["Program", "ProgramInstance", "ProgramInstanceStatistics", "load_program"]
 
 
 class Program:
     """A verified program. Immutable and safe to share between threads; its constants are
     read-only views into the file's bytes (or its memory map), shared by every Method."""
 
-    __slots__ = ("_def", "_source", "_metas", "_compiled")
+    __slots__ = ("_def", "_source", "_metas", "_compiled", "_state_layout")
 
     def __init__(self, program: ProgramDef, *, source: str = "program") -> None:
         self._def = program
@@ -26,6 +29,7 @@ class Program:
         # Compiled plans, built on first load_method and shared by every Method after it.
         # A race builds one twice; both are equivalent and the dict assignment is atomic.
         self._compiled: dict[str, CompiledPlan] = {}
+        self._state_layout = StateLayout.of(program, source)
 
     @property
     def definition(self) -> ProgramDef:
@@ -62,15 +66,181 @@ class Program:
             OperatorMissingError: an operator has no kernel (named, with the nearest names).
             BackendError: a delegate's backend is not registered or not available.
         """
+        return Method(self._compiled_plan(name), backend_options)
+
+    def _compiled_plan(self, name: str) -> CompiledPlan:
         self.method_meta(name)
         cp = self._compiled.get(name)
         if cp is None:
-            cp = CompiledPlan(self._def, self._def.plan(name), f"{self._source}: method {name!r}")
+            cp = CompiledPlan(self._def, self._def.plan(name), f"{self._source}: method {name!r}",
+                              state_layout=self._state_layout)
             self._compiled[name] = cp
-        return Method(cp, backend_options)
+        return cp
+
+    def load_methods(
+        self,
+        names: Iterable[str] | None = None,
+        *,
+        backend_options: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> ProgramInstance:
+        """A NEW program instance: the methods ``names`` (default: all) loaded together so
+        that they share the program's mutable state, as one ExecuTorch ``Module`` with shared
+        memory arenas does. Each instance has its own state; two instances never see each
+        other's. Use it for programs whose methods share mutable buffers (exported with
+        ``MemoryPlanningPass(share_mutable_buffers=True)``: a KV cache written by ``prefill``
+        and read by ``decode``; ``forward`` / ``get_state`` / ``set_state``).
+
+        ``backend_options`` is given to every method (see :meth:`load_method`).
+
+        Raises:
+            NotFoundError: no such method.
+            OperatorMissingError, BackendError: as :meth:`load_method`.
+        """
+        inst = ProgramInstance(self, backend_options)
+        try:
+            for n in (self.method_names if names is None else tuple(names)):
+                inst._add(n)
+        except BaseException:
+            inst.close()
+            raise
+        return inst
 
     def __repr__(self) -> str:
         return f"<Program {self._source} methods={list(self.method_names)}>"
+
+
+@dataclass(frozen=True, slots=True)
+class ProgramInstanceStatistics:
+    """Counters of one ProgramInstance (``methods``: per loaded method, by name)."""
+
+    executions: int
+    failures: int
+    total_seconds: float
+    shared_bytes: int  # the arenas its methods share (their mutable state)
+    methods: tuple[tuple[str, MethodStatistics], ...]
+
+
+class ProgramInstance:
+    """The methods of one program, loaded together and sharing that program's mutable state.
+
+    Create with :meth:`Program.load_methods`. Memory the program planned for state shared
+    between methods (memory ids 2 and up, where ExecuTorch's ``share_mutable_buffers``
+    places it) and its unplanned named mutable buffers are one allocation per instance,
+    seen by every method; each method keeps its own activation arena (memory id 1), so
+    state a method keeps there stays its own. Initial values of shared state are loaded once,
+    when the first method using them is loaded. Like a :class:`Method`, one thread uses an
+    instance at a time: a second concurrent execute of any of its methods raises.
+    """
+
+    __slots__ = ("_program", "_options", "_methods", "_busy", "_shared", "_initialized", "_closed")
+
+    def __init__(self, program: Program, backend_options: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+        self._program = program
+        self._options = backend_options
+        self._methods: dict[str, Method] = {}
+        self._busy = [False]
+        self._shared: dict[Any, np.ndarray] = {}  # ("planned", memory id) | "state" -> arena
+        self._initialized: set[tuple[Any, int]] = set()
+        self._closed = False
+        sizes: dict[int, int] = {}
+        for meta in program._metas.values():
+            for mid, size in enumerate(meta.planned_buffer_sizes[1:], 2):
+                sizes[mid] = max(sizes.get(mid, 0), size)
+        for mid, size in sizes.items():
+            self._shared["planned", mid] = np.zeros(size, np.uint8)
+        if program._state_layout.size:
+            self._shared["state"] = np.zeros(program._state_layout.size, np.uint8)
+
+    @property
+    def program(self) -> Program:
+        return self._program
+
+    @property
+    def method_names(self) -> tuple[str, ...]:
+        """The methods loaded in this instance, in load order."""
+        return tuple(self._methods)
+
+    def _add(self, name: str) -> Method:
+        if self._closed:
+            raise OrchestraError(f"{self._program.source}: program instance is closed", Error.InvalidState)
+        m = self._methods.get(name)
+        if m is not None:
+            return m
+        cp = self._program._compiled_plan(name)
+        keys = {mid: ("planned", mid) for mid in range(2, len(cp.plan.non_const_buffer_sizes))}
+        if cp.state_arena:
+            keys[cp.state_arena] = "state"
+        shared = {mid: self._shared[k] for mid, k in keys.items()}
+        m = Method(cp, self._options, shared_arenas=shared, busy=self._busy)
+        for mid, off, data in cp.initial:
+            k = keys.get(mid)
+            if k is not None and (k, off) not in self._initialized:
+                self._initialized.add((k, off))
+                shared[mid][off : off + len(data)] = np.frombuffer(data, np.uint8)
+        self._methods[name] = m
+        return m
+
+    def method(self, name: str = "forward") -> Method:
+        """The loaded Method ``name`` of this instance (it shares this instance's state).
+
+        Raises:
+            NotFoundError: ``name`` was not loaded into this instance.
+        """
+        try:
+            return self._methods[name]
+        except KeyError:
+            raise NotFoundError(
+                f"{self._program.source}: method {name!r} is not loaded in this program instance "
+                f"(loaded: {', '.join(self._methods) or 'none'})") from None
+
+    def execute(self, name: str, inputs: Sequence[Any],
+                backend_options: Mapping[str, Mapping[str, Any]] | None = None) -> list[Any]:
+        """``method(name).execute(inputs, backend_options)``."""
+        return self.method(name).execute(inputs, backend_options)
+
+    def set_backend_options(self, backend_id: str, values: Mapping[str, Any]) -> None:
+        """Changes ``backend_id``'s options in every loaded method that uses that backend
+        (see :meth:`Method.set_backend_options`).
+
+        Raises:
+            InvalidArgumentError: no loaded method uses ``backend_id``, or a bad key / value.
+        """
+        users = [m for m in self._methods.values() if backend_id in m.meta.backends]
+        if not users:
+            raise InvalidArgumentError(
+                f"{self._program.source}: backend {backend_id!r} is used by no method of this program instance")
+        for m in users:
+            m.set_backend_options(backend_id, values)
+
+    def statistics(self) -> ProgramInstanceStatistics:
+        per = tuple((n, m.statistics()) for n, m in self._methods.items())
+        return ProgramInstanceStatistics(
+            executions=sum(s.executions for _, s in per),
+            failures=sum(s.failures for _, s in per),
+            total_seconds=sum(s.total_seconds for _, s in per),
+            shared_bytes=sum(a.nbytes for a in self._shared.values()),
+            methods=per,
+        )
+
+    def close(self) -> None:
+        """Closes every method and frees the shared state. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        methods, self._methods = self._methods, {}
+        for m in methods.values():
+            m.close()
+        self._shared.clear()
+
+    def __enter__(self) -> ProgramInstance:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"<ProgramInstance {self._program.source} methods={list(self._methods)}"
+                f"{' closed' if self._closed else ''}>")
 
 
 def load_program(
