@@ -24,6 +24,7 @@ from ..errors import InvalidArgumentError, NotFoundError, OrchestraError
 from ..runtime import OptionSpec, Program, get_backend_class
 from ..telemetry import LatencyWindow, bound, get_logger
 from ._errors import DeadlineError, InstanceClosedError, InstanceFailedError, ResourceError
+from ._methods import Routed
 from ._resources import Reservation
 from ._spec import InstanceSpec
 from ._stats import InstanceStatistics, PoolStatistics
@@ -112,10 +113,12 @@ class Instance:
         self._exit: dict[Worker, asyncio.Future] = {}
 
     # -- the hot path -------------------------------------------------------------------
-    async def execute(self, inputs: Sequence[Any], backend_options: Mapping[str, Mapping[str, Any]] | None = None) -> list[Any]:
+    async def execute(self, inputs: Sequence[Any], backend_options: Mapping[str, Mapping[str, Any]] | None = None,
+                      *, method: str | None = None) -> list[Any]:
         """Runs the method once on this instance's worker; returns its outputs.
 
-        ``backend_options`` overrides hot options for this call only. On a paused instance
+        ``method`` picks another of the pool's ``methods`` (they share this instance's state);
+        default: the pool's method. ``backend_options`` overrides hot options for this call only. On a paused instance
         this waits until it is resumed (wrap it in ``anyio.fail_after`` to bound the wait).
         Cancelling the call abandons its result (a request already queued still runs).
 
@@ -126,6 +129,8 @@ class Instance:
             InstanceFailedError: the instance failed (gave up restarting); says why.
             InstanceClosedError: the instance was removed or the orchestrator closed.
         """
+        if method is not None and method != self.pool.method:
+            inputs = self.pool._for_method(method, inputs)
         if self._blocked:
             await self._wait_runnable()
         fut = self._loop.create_future()
@@ -181,7 +186,8 @@ class Instance:
                    loop=self._loop, latency=self.latency, resolve=self._resolve, on_ready=self._on_ready,
                    on_failed=self._on_failed, on_exit=self._on_exit,
                    period=1.0 / self._rate if self._rate else 0.0, generation=self._generation,
-                   initializer=self._orch.process_initializer)
+                   initializer=self._orch.process_initializer,
+                   methods=self.pool.methods if len(self.pool.methods) > 1 else ())
         w.redirect = self._resubmit
         self._ready[w] = self._loop.create_future()
         self._exit[w] = self._loop.create_future()
@@ -481,13 +487,18 @@ class Pool:
 
     max_sticky_keys: int = 65_536
 
-    def __init__(self, orch: Orchestrator, name: str, program: Program, method: str) -> None:
+    def __init__(self, orch: Orchestrator, name: str, program: Program, method: str,
+                 methods: Sequence[str] | None = None) -> None:
         self._orch = orch
         self.name = name
         self.program = program
         self.method = method
         self.meta = program.method_meta(method)
-        self.backends: tuple[str, ...] = self.meta.backends
+        # Several methods: every instance is one program instance holding them all (they
+        # share its mutable state); ``method`` is the default of execute.
+        self.methods: tuple[str, ...] = tuple(dict.fromkeys((method, *(methods or ()))))
+        self.backends: tuple[str, ...] = tuple(dict.fromkeys(
+            b for m in self.methods for b in program.method_meta(m).backends))
         self.option_specs: dict[str, dict[str, OptionSpec]] = {
             b: {s.name: s for s in get_backend_class(b).option_specs} for b in self.backends}
         self._instances: dict[str, Instance] = {}
@@ -561,9 +572,20 @@ class Pool:
                 raise InstanceFailedError(f"pool {self.name!r} has no instance that can execute ({why})")
             await self._avail.wait()
 
+    def _for_method(self, method: str, inputs: Sequence[Any]) -> Routed:
+        if method not in self.methods:
+            raise InvalidArgumentError(f"pool {self.name!r}: method {method!r} is not loaded in its instances "
+                                       f"(methods: {', '.join(self.methods)})")
+        return Routed(method, inputs)
+
     async def execute(self, inputs: Sequence[Any], *, key: Hashable | None = None,
-                      backend_options: Mapping[str, Mapping[str, Any]] | None = None) -> list[Any]:
-        """Runs the method once on a routed instance (see the class docstring)."""
+                      backend_options: Mapping[str, Mapping[str, Any]] | None = None,
+                      method: str | None = None) -> list[Any]:
+        """Runs the method once on a routed instance (see the class docstring). ``method``
+        picks another of the pool's ``methods`` (default: the pool's method); route the
+        calls that share state (a sequence's prefill and decodes) with one ``key``."""
+        if method is not None and method != self.method:
+            inputs = self._for_method(method, inputs)
         self._routed += 1
         if key is None:
             inst = self._pick() or await self._wait_pick()
@@ -591,7 +613,7 @@ class Pool:
         for b, vals in spec.backend_options.items():
             specs = self.option_specs.get(b)
             if specs is None:
-                raise InvalidArgumentError(f"{where}: backend {b!r} is not used by method {self.method!r} "
+                raise InvalidArgumentError(f"{where}: backend {b!r} is not used by method(s) {', '.join(map(repr, self.methods))} "
                                            f"(it delegates to: {', '.join(self.backends) or 'no backend'})")
             for k, v in vals.items():
                 s = specs.get(k)
@@ -820,7 +842,7 @@ class Pool:
 
     def describe(self) -> dict[str, Any]:
         """Cheap: the pool, its method and its instances with their bindings."""
-        return {"pool": self.name, "method": self.method,
+        return {"pool": self.name, "method": self.method, "methods": list(self.methods),
                 "instances": {n: dict(i.reservation.bind) for n, i in self._instances.items()}}
 
     def statistics(self) -> PoolStatistics:

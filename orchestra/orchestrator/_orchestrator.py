@@ -143,11 +143,18 @@ class Orchestrator:
 
     # -- pools ----------------------------------------------------------------------------
     async def load(self, program: Program | str | os.PathLike[str] | bytes, method: str = "forward",
-                   instances: Sequence[InstanceSpec] = (), *, name: str | None = None) -> Pool:
+                   instances: Sequence[InstanceSpec] = (), *, name: str | None = None,
+                   methods: Sequence[str] | None = None) -> Pool:
         """Loads ``method`` of ``program`` as a pool of ``instances``: holds each binding,
         starts each worker thread, loads each Method on it. All or nothing.
 
         ``name`` names the pool (default: the method name, made unique). Returns the Pool.
+
+        ``methods`` (e.g. ``("prefill", "decode")``) makes every instance a program
+        instance: those methods (and ``method``, the default of ``execute``) loaded together,
+        sharing that instance's mutable state (see ``Program.load_methods``); run one with
+        ``execute(..., method="decode")``. Without it an instance holds ``method`` alone,
+        with its own state even when the program shares state between methods.
 
         Raises:
             NotFoundError: no such method.
@@ -159,6 +166,11 @@ class Orchestrator:
         if not isinstance(program, Program):
             program = await anyio.to_thread.run_sync(load_program, program)
         program.method_meta(method)
+        if methods is not None:
+            if isinstance(methods, str) or not all(isinstance(m, str) for m in methods):
+                raise InvalidArgumentError(f"methods must be a sequence of method names, got {methods!r}")
+            for m in methods:
+                program.method_meta(m)
         if name is None:
             name, k = method, 1
             while name in self._pools:
@@ -168,14 +180,14 @@ class Orchestrator:
             raise InvalidArgumentError(f"pool name must be a non-empty string, got {name!r}")
         elif name in self._pools:
             raise InvalidArgumentError(f"a pool named {name!r} exists (pools: {', '.join(self._pools)})")
-        pool = Pool(self, name, program, method)
+        pool = Pool(self, name, program, method, methods)
         self._pools[name] = pool
         try:
             await pool._add_many(list(instances))
         except BaseException:
             self._pools.pop(name, None)
             raise
-        _log.info("pool loaded", pool=name, method=method, instances=list(pool.instances))
+        _log.info("pool loaded", pool=name, method=method, methods=list(pool.methods), instances=list(pool.instances))
         return pool
 
     @property

@@ -48,6 +48,7 @@ from .. import errors as _errors
 from ..errors import Error, OrchestraError
 from ..program import dumps
 from ..runtime import MethodMeta, Program, TensorInfo, load_program
+from ._methods import Routed, load_for_worker
 
 __all__ = ["PIPELINE_DEPTH", "WorkerProcess"]
 
@@ -85,6 +86,25 @@ def _slots(meta: MethodMeta) -> tuple[list[tuple[list[Slot | None], list[Slot | 
         slots.append((ins, outs))
         end = -(-end // _ALIGN) * _ALIGN
     return slots, max(end, 1)
+
+
+def _method_slots(metas: Mapping[str, MethodMeta]) -> tuple[dict[str, list[tuple[list[Slot | None], list[Slot | None]]]], int]:
+    """Slot layouts for several methods of a program instance: slot ``s`` is one region (as
+    large as the largest method needs) that any method's request may use, so requests of
+    different methods in flight never overlap. Returns the layouts by method and the block size."""
+    region = 0
+    for meta in metas.values():
+        _, end = _layout(meta.outputs, _layout(meta.inputs, 0)[1])
+        region = max(region, -(-end // _ALIGN) * _ALIGN)
+    layouts: dict[str, list[tuple[list[Slot | None], list[Slot | None]]]] = {}
+    for name, meta in metas.items():
+        slots = []
+        for s in range(PIPELINE_DEPTH):
+            ins, end = _layout(meta.inputs, s * region)
+            outs, _ = _layout(meta.outputs, end)
+            slots.append((ins, outs))
+        layouts[name] = slots
+    return layouts, max(region * PIPELINE_DEPTH, 1)
 
 
 class _Views:
@@ -218,7 +238,8 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def _child(requests: Any, replies: Any, program_ref: Any, method_name: str, options: Mapping[str, Mapping[str, Any]],
-           cpus: tuple[int, ...] | None, shm_name: str, slots: list, initializer: Callable[[], None] | None) -> None:
+           cpus: tuple[int, ...] | None, shm_name: str, slots: list, initializer: Callable[[], None] | None,
+           methods: tuple[str, ...] = (), layouts: Mapping[str, list] | None = None) -> None:
     """The worker process: load, then serve requests from the pipe one at a time."""
     rfd, wfd = requests.fileno(), replies.fileno()
     shm = None
@@ -228,9 +249,11 @@ def _child(requests: Any, replies: Any, program_ref: Any, method_name: str, opti
             os.sched_setaffinity(0, cpus)
         if initializer is not None:
             initializer()
-        m = load_program(program_ref).load_method(method_name, backend_options=options)
+        m = load_for_worker(load_program(program_ref), method_name, methods, options)
         shm = shared_memory.SharedMemory(name=shm_name)
         views = [(_Views(shm.buf, i), _Views(shm.buf, o)) for i, o in slots]
+        # another method of a program instance: its own views of the same slots ("xm" requests)
+        mviews = {n: [(_Views(shm.buf, i), _Views(shm.buf, o)) for i, o in sl] for n, sl in (layouts or {}).items()}
         # per slot: the inputs at their static shapes (a fast request's), the outputs' views
         static_in = [[None if sl is None else views[s][0].get(k, sl[2]) for k, sl in enumerate(i)]
                      for s, (i, _) in enumerate(slots)]
@@ -315,6 +338,24 @@ def _child(requests: Any, replies: Any, program_ref: Any, method_name: str, opti
                     reply = _reply(slots[s][1], outs_v, outs, perf() - t0, m if changed else None)
                     changed = False
                 send(frame(reply))
+            elif kind == "xm":  # a request for another method of the program instance
+                _, name, s, shapes, scalars, overrides = msg
+                mins, mouts = mviews[name][s]
+                in_slots, out_slots = layouts[name][s]  # type: ignore[index]
+                minputs = [scalars[k] if slot is None else mins.get(k, shapes[k]) for k, slot in enumerate(in_slots)]
+                t0 = perf()
+                try:
+                    outs = execute(Routed(name, minputs), overrides)
+                except BaseException as exc:  # noqa: BLE001
+                    reply = ("error", describe_error(exc))
+                else:
+                    if prepared[0]:
+                        prepared[0] = False
+                        changed = True
+                    reply = _reply(out_slots, mouts, outs, perf() - t0, m if changed else None)
+                    changed = False
+                minputs = mins = mouts = None
+                send(frame(reply))
             elif kind == "p":  # one backend's init-only change: built on a thread, swapped at a boundary
                 if prep is not None:
                     prep.join()  # a change waits until the one before it is published
@@ -338,7 +379,7 @@ def _child(requests: Any, replies: Any, program_ref: Any, method_name: str, opti
         if prep is not None:
             prep.join()
         m.close()
-        views = ins = outs_v = inputs = None  # drop the views before closing the block
+        views = ins = outs_v = inputs = mviews = None  # drop the views before closing the block
         try:
             shm.close()
         except BufferError:  # pragma: no cover - a view survived; the process exits anyway
@@ -355,12 +396,24 @@ class WorkerProcess:
     """
 
     def __init__(self, program: Program, method_name: str, options: Mapping[str, Mapping[str, Any]],
-                 cpus: tuple[int, ...] | None, initializer: Callable[[], None] | None, where: str) -> None:
+                 cpus: tuple[int, ...] | None, initializer: Callable[[], None] | None, where: str,
+                 *, methods: tuple[str, ...] = ()) -> None:
         self.where = where
         self.meta = program.method_meta(method_name)
-        self._slots, size = _slots(self.meta)
+        # methods: a program instance; requests whose inputs are Routed go to the method named
+        names = tuple(dict.fromkeys((method_name, *methods))) if methods else ()
+        layouts: dict[str, Any] = {}
+        if names:
+            self._metas = {n: program.method_meta(n) for n in names}
+            layouts, size = _method_slots(self._metas)
+            self._slots = layouts.pop(method_name)
+        else:
+            self._slots, size = _slots(self.meta)
+        self._layouts = layouts
+        self._slot_method: list[str | None] = [None] * PIPELINE_DEPTH  # per slot: "xm" method in flight
         self._shm = shared_memory.SharedMemory(create=True, size=size)
         self._views = [(_Views(self._shm.buf, i), _Views(self._shm.buf, o)) for i, o in self._slots]
+        self._mviews = {n: [(_Views(self._shm.buf, i), _Views(self._shm.buf, o)) for i, o in sl] for n, sl in layouts.items()}
         src = program.source
         ref: Any = src if src not in ("<bytes>", "<ProgramDef>") and pathlib.Path(src).is_file() else dumps(program.definition)
         ctx = mp.get_context("spawn")
@@ -368,7 +421,7 @@ class WorkerProcess:
         self._rep, rep_w = ctx.Pipe(duplex=False)
         self._proc = ctx.Process(target=_child, name=f"orchestra:{where}",
                                  args=(req_r, rep_w, ref, method_name, {b: dict(v) for b, v in options.items()}, cpus,
-                                       self._shm.name, self._slots, initializer), daemon=True)
+                                       self._shm.name, self._slots, initializer, names, layouts), daemon=True)
         self._closed = False
         self._buf = bytearray()
         self._out = bytearray()  # request bytes the pipe did not take yet
@@ -427,6 +480,20 @@ class WorkerProcess:
     def send_execute(self, slot: int, inputs: Sequence[Any], overrides: Mapping[str, Mapping[str, Any]] | None) -> None:
         """Copies ``inputs`` into ``slot`` and sends the request. Raises InvalidArgumentError
         (nothing sent) when an input does not fit."""
+        if type(inputs) is Routed:
+            name = inputs.method
+            if name not in self._layouts:
+                if name != self.meta.name:
+                    raise _errors.InvalidArgumentError(
+                        f"{self.where}: method {name!r} is not loaded in this instance "
+                        f"(methods: {', '.join([self.meta.name, *self._layouts])})")
+                inputs = inputs.inputs
+            else:
+                shapes, scalars = self._put_inputs(slot, inputs.inputs, name)
+                self._write(frame(("xm", name, slot, shapes, scalars, overrides)))
+                self._slot_method[slot] = name
+                return
+        self._slot_method[slot] = None
         fast = self._fast[slot]
         if fast is not None and overrides is None and len(inputs) == len(fast[0]):
             for (view, dtype, shape), x in zip(fast[0], inputs):
@@ -439,14 +506,17 @@ class WorkerProcess:
         shapes, scalars = self._put_inputs(slot, inputs)
         self._write(frame(("x", slot, shapes, scalars, overrides)))
 
-    def _put_inputs(self, slot: int, inputs: Sequence[Any]) -> tuple[list[Any], list[Any]]:
-        infos = self.meta.inputs
+    def _put_inputs(self, slot: int, inputs: Sequence[Any], method: str | None = None) -> tuple[list[Any], list[Any]]:
+        if method is None:
+            infos, views, layout = self.meta.inputs, self._views[slot][0], self._slots[slot][0]
+        else:
+            infos, views, layout = self._metas[method].inputs, self._mviews[method][slot][0], self._layouts[method][slot][0]
         if len(inputs) != len(infos):
-            raise _errors.InvalidArgumentError(f"{self.where}: expected {len(infos)} inputs, got {len(inputs)}")
-        views = self._views[slot][0]
+            what = f" (method {method!r})" if method else ""
+            raise _errors.InvalidArgumentError(f"{self.where}: expected {len(infos)} inputs{what}, got {len(inputs)}")
         shapes: list[Any] = []
         scalars: list[Any] = []
-        for k, (sl, x) in enumerate(zip(self._slots[slot][0], inputs)):
+        for k, (sl, x) in enumerate(zip(layout, inputs)):
             if sl is None:
                 shapes.append(None)
                 scalars.append(x)
@@ -523,7 +593,8 @@ class WorkerProcess:
         """The outputs of an ``ok`` reply, copied out of ``slot``."""
         if forced is not None:
             self.forced = forced
-        views = self._views[slot][1]
+        name = self._slot_method[slot]
+        views = self._views[slot][1] if name is None else self._mviews[name][slot][1]
         return [v if shape is None else np.array(views.get(k, shape), copy=True)
                 for k, (shape, v) in enumerate(zip(shapes, scalars))]
 
@@ -565,6 +636,7 @@ class WorkerProcess:
             self._req.close()
             self._rep.close()
             self._views = []
+            self._mviews = {}
             try:
                 self._shm.close()
             except BufferError:  # a view is still referenced somewhere; the unlink still frees the name

@@ -128,7 +128,7 @@ class ProcessWorker(WorkerBase):
         with bound(instance=self.instance, pool=self.pool):
             try:
                 proc = WorkerProcess(self.program, self.method_name, self.desired(), self.cpus, self.initializer,
-                                     self.where)
+                                     self.where, methods=self.methods)
             except BaseException as exc:  # noqa: BLE001 - reported to the loop
                 err = exc
         try:

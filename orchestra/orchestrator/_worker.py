@@ -41,6 +41,7 @@ from ..errors import Error, InvalidArgumentError, OrchestraError
 from ..runtime import Method, Program
 from ..telemetry import LatencyWindow, bound, get_logger
 from ._errors import ExecuteError, InstanceFailedError
+from ._methods import MethodSet, load_for_worker
 from ._spec import RestartPolicy
 
 __all__ = ["BATCH_BELOW_S", "FLUSH_AFTER_S", "OptionChange", "Worker", "WorkerBase", "wrap_error"]
@@ -94,11 +95,12 @@ class WorkerBase:
                  restart: RestartPolicy, loop: Any, latency: LatencyWindow,
                  resolve: Callable[[list], None], on_ready: Callable[[Any, BaseException | None], None],
                  on_failed: Callable[[Any, str, BaseException], None], on_exit: Callable[[Any], None],
-                 period: float = 0.0, generation: int = 0, **_: Any) -> None:
+                 period: float = 0.0, generation: int = 0, methods: tuple[str, ...] = (), **_: Any) -> None:
         self.instance = instance
         self.pool = pool
         self.program = program
         self.method_name = method_name
+        self.methods = methods  # several: one program instance (see _methods.py)
         self.desired = desired
         self.cpus = cpus
         self.restart = restart
@@ -164,7 +166,7 @@ class Worker(WorkerBase):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
-        self.method: Method | None = None
+        self.method: Method | MethodSet | None = None
         self._prep: threading.Thread | None = None
         self._inherited: set[int] | None = None
         self.thread = threading.Thread(target=self._main, name=f"orchestra:{self.instance}#{self.generation}",
@@ -212,8 +214,8 @@ class Worker(WorkerBase):
                     self.state = "stopped"
                 self._post(self.on_exit, self)
 
-    def _load(self) -> Method:
-        return self.program.load_method(self.method_name, backend_options=self.desired())
+    def _load(self) -> Method | MethodSet:
+        return load_for_worker(self.program, self.method_name, self.methods, self.desired())
 
     def kill(self) -> None:
         """Nothing to do: a thread can't be killed, only abandoned."""
@@ -351,7 +353,7 @@ class Worker(WorkerBase):
             else:
                 self._ack(ch, None)
 
-    def _prepare(self, m: Method, backend: str, values: Mapping[str, Any], ch: OptionChange) -> None:
+    def _prepare(self, m: Method | MethodSet, backend: str, values: Mapping[str, Any], ch: OptionChange) -> None:
         with bound(instance=self.instance, pool=self.pool, backend=backend):
             try:
                 m.prepare_backend_options(backend, values)

@@ -90,7 +90,8 @@ class Program:
         ``MemoryPlanningPass(share_mutable_buffers=True)``: a KV cache written by ``prefill``
         and read by ``decode``; ``forward`` / ``get_state`` / ``set_state``).
 
-        ``backend_options`` is given to every method (see :meth:`load_method`).
+        ``backend_options`` gives each method the options of the backends it delegates to
+        (see :meth:`load_method`); a backend no loaded method uses is an error.
 
         Raises:
             NotFoundError: no such method.
@@ -100,6 +101,12 @@ class Program:
         try:
             for n in (self.method_names if names is None else tuple(names)):
                 inst._add(n)
+            used = {b for n in inst.method_names for b in self.method_meta(n).backends}
+            unused = sorted(set(backend_options or {}) - used)
+            if unused:
+                raise InvalidArgumentError(
+                    f"{self._source}: backend_options for {', '.join(map(repr, unused))}, which no loaded method "
+                    f"delegates to (they use: {', '.join(sorted(used)) or 'no backend'})")
         except BaseException:
             inst.close()
             raise
@@ -171,7 +178,8 @@ class ProgramInstance:
         if cp.state_arena:
             keys[cp.state_arena] = "state"
         shared = {mid: self._shared[k] for mid, k in keys.items()}
-        m = Method(cp, self._options, shared_arenas=shared, busy=self._busy)
+        opts = {b: v for b, v in (self._options or {}).items() if b in cp.meta.backends}
+        m = Method(cp, opts, shared_arenas=shared, busy=self._busy)
         for mid, off, data in cp.initial:
             k = keys.get(mid)
             if k is not None and (k, off) not in self._initialized:
