@@ -20,7 +20,8 @@ _LAZY = {
                      "InstanceSpec", "NpuSimResource", "Orchestrator", "ResourceError", "ResourcePool",
                      "RestartPolicy"), ".orchestrator"),
     **dict.fromkeys(("Frame", "FramesFile", "Pipeline", "Pipelines", "SyntheticCamera"), ".pipeline"),
-    **dict.fromkeys(("Method", "MethodMeta", "Program", "Runtime", "Session", "load_program"), ".runtime"),
+    **dict.fromkeys(("Method", "MethodMeta", "Program", "ProgramInstance", "Runtime", "Session", "load_program"),
+                    ".runtime"),
     "import_onnx": ".backends.onnxruntime",  # pulls in the AOT layer too
 }
 _SUBMODULES = frozenset({"aot", "backends", "config", "errors", "orchestrator", "pipeline", "policies", "program",
@@ -42,7 +43,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
         RestartPolicy,
     )
     from .pipeline import Frame, FramesFile, Pipeline, Pipelines, SyntheticCamera
-    from .runtime import Method, MethodMeta, Program, Runtime, Session, load_program
+    from .runtime import Method, MethodMeta, Program, ProgramInstance, Runtime, Session, load_program
 
 __all__ = [
     "BackendError",
@@ -68,6 +69,7 @@ __all__ = [
     "Pipelines",
     "Program",
     "ProgramError",
+    "ProgramInstance",
     "ResourceError",
     "ResourcePool",
     "RestartPolicy",

@@ -19,7 +19,7 @@ from ..errors import BackendError, Error, InvalidArgumentError, NotFoundError, O
 from ..program import ProgramDef
 from ._backend import registered_backends
 from ._method import Method
-from ._program import Program, load_program
+from ._program import Program, ProgramInstance, load_program
 
 __all__ = ["Function", "Runtime", "Session", "SessionStatistics"]
 
@@ -93,15 +93,12 @@ class Function:
     def _loaded(self) -> Method:
         m = self._method
         if m is None:
-            m = self._method = self._program.load_method(self.method_name)
+            m = self._method = self.session._instance(self.program_name)._add(self.method_name)
         return m
 
     def _trim(self) -> bool:
         m, self._method = self._method, None
-        if m is not None:
-            m.close()
-            return True
-        return False
+        return m is not None  # closed with its ProgramInstance by Session.trim
 
     def __repr__(self) -> str:
         return f"<Function {self.name} ({'loaded' if self._method else 'trimmed'})>"
@@ -109,12 +106,19 @@ class Function:
 
 class Session:
     """Isolated state: its own programs, functions and Methods. Create with
-    ``Runtime.session()`` (or ``Session(runtime)``); close when done (or use ``with``)."""
+    ``Runtime.session()`` (or ``Session(runtime)``); close when done (or use ``with``).
+
+    The functions of one program in a session are methods of one
+    :class:`~orchestra.runtime.ProgramInstance`: state the program shares between methods
+    (``set_state`` then ``get_state``; a KV cache written by ``prefill``, read by ``decode``)
+    is shared by its functions here, and by no other session. ``trim()`` frees that state too.
+    """
 
     def __init__(self, runtime: Runtime | None = None) -> None:
         self.runtime = runtime or Runtime()
         self._programs: dict[str, Program] = {}
         self._functions: dict[str, Function] = {}
+        self._instances: dict[str, ProgramInstance] = {}
         self._calls = 0
         self._trims = 0
         self._closed = False
@@ -184,10 +188,20 @@ class Session:
         """``call(lookup_function(name), inputs)``."""
         return self.call(self.lookup_function(name), inputs)
 
+    def _instance(self, program_name: str) -> ProgramInstance:
+        inst = self._instances.get(program_name)
+        if inst is None:
+            inst = self._instances[program_name] = ProgramInstance(self._programs[program_name])
+        return inst
+
     def trim(self) -> int:
-        """Frees every loaded Method's arenas and delegate handles (they are rebuilt on the
-        next call). Returns how many Methods were freed."""
+        """Frees every loaded Method's arenas and delegate handles, and the programs' mutable
+        state (all rebuilt, state from its initial values, on the next call). Returns how
+        many Methods were freed."""
         freed = sum(fn._trim() for fn in self._functions.values())
+        instances, self._instances = self._instances, {}
+        for inst in instances.values():
+            inst.close()
         self._trims += 1
         return freed
 
