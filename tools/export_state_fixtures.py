@@ -19,6 +19,8 @@ Where the outputs come from:
 * ``train_step``: ExecuTorch's training runtime (``executorch.extension.training``:
   ``forward`` of the joint graph, then its ``ExecuTorchSGD`` on the method's live
   parameters), checked against ``torch.optim.SGD`` in eager.
+* ``segments_no_header``: ExecuTorch's runtime. Not stateful: a program without weights,
+  whose (empty) constant segment ExecuTorch writes without an extended header.
 * ``state_counter``: torch eager. Its buffer is exported unplanned and named
   (``alloc_mutable_buffers=False`` + ``emit_mutable_buffer_names=True``): ExecuTorch expects
   the application to supply its memory, and its Python runtime, given none, crashes. The script
@@ -56,6 +58,13 @@ TRAIN_LR = 0.5
 
 # --------------------------------------------------------------------------------------------
 # Models
+
+
+class NoConstants(nn.Module):
+    """No weights: ExecuTorch writes an empty constant segment and no extended header."""
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return x * y + x
 
 
 class Counter(nn.Module):
@@ -315,6 +324,22 @@ def train_step() -> Fixture:
     return fx
 
 
+def no_header() -> Fixture:
+    from executorch.exir._serialize._program import _get_extended_header
+
+    gen = torch.Generator().manual_seed(SEED + 4)
+    args = (torch.randn(2, 3, generator=gen), torch.randn(2, 3, generator=gen))
+    pte = export_program(NoConstants(), {"forward": args})
+    if _get_extended_header(pte) is not None:
+        raise SystemExit("segments_no_header: ExecuTorch wrote an extended header; the fixture no longer covers its case")
+    fx = Fixture("segments_no_header", pte)
+    for step in range(2):
+        xs = args if step == 0 else (torch.randn(2, 3, generator=gen), torch.randn(2, 3, generator=gen))
+        fx.record(step, "forward", [a.numpy() for a in xs], run_sequence_in_executorch(pte, [("forward", xs)])[0])
+    fx.note = "no extended header"
+    return fx
+
+
 _PROBE = """
 import sys, torch
 from executorch.runtime import Runtime
@@ -342,6 +367,7 @@ BUILDERS: dict[str, Callable[[], Fixture]] = {
     "state_shared": shared_state,
     "kv_cache": kv_cache,
     "train_step": train_step,
+    "segments_no_header": no_header,
 }
 
 
