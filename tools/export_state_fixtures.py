@@ -26,6 +26,9 @@ Where the outputs come from:
   the application to supply its memory, and its Python runtime, given none, crashes. The script
   runs it in a subprocess and reports what happened.
 
+``et_test_models/`` holds equivalents of the 16 programs ExecuTorch exports for its own runtime
+tests (no npz: the tests compare with ExecuTorch's runtime when it is installed).
+
 The files go in ``tests/fixtures/state/``, apart from the one-execute fixtures that
 ``tests/test_fixtures.py`` re-runs in ExecuTorch. Everything is seeded; running the script
 twice gives byte-identical files.
@@ -362,6 +365,164 @@ def _probe_executorch(pte: bytes) -> str:
     return f"ran, forward(arange(4)) = {r.stdout.strip()}"
 
 
+# Equivalents of the modules ExecuTorch exports for its own runtime tests
+# (test/models/export_program.py in its sources), written here.
+
+
+class EtBasic(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sin(x).max()
+
+
+class EtIndex(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[1::2, torch.tensor([1, 2])]
+
+
+class EtIntBool(nn.Module):
+    def forward(self, x: torch.Tensor, y: int, z: bool) -> torch.Tensor:
+        return x + y + int(z)
+
+
+class EtNoOp(nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return (x, y)
+
+
+class EtAdd(nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor, alpha: float) -> torch.Tensor:
+        return torch.add(x, y, alpha=alpha)
+
+
+class EtDynamicCat(nn.Module):
+    def forward(self, k: torch.Tensor) -> torch.Tensor:
+        return torch.cat((k, torch.ones(1, 4)))
+
+
+class EtAddMul(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = 3 * torch.ones(2, 2)
+        self.b = 2 * torch.ones(2, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.add(torch.mul(self.a, x), self.b)
+
+
+class EtMultipleEntry(EtAddMul):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.a
+
+    def forward2(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.a + self.b
+
+
+class EtLinear(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(x)
+
+
+class EtNoKVCache(EtLinear):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(x.to(torch.float))
+
+
+class EtKVCache(EtLinear):
+    def forward(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        return (self.linear(x.to(torch.float)).to(torch.long) + pos).to(torch.float)
+
+
+class EtSimpleTrain(EtLinear):
+    def __init__(self) -> None:
+        super().__init__()
+        self.loss = nn.CrossEntropyLoss()
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.loss(self.linear(x).softmax(dim=0), y)
+
+
+class EtStateful(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("state", torch.zeros(1, dtype=torch.int32))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.state.add_(1)
+        return x + self.state
+
+
+class EtSharedState(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("state", torch.ones(1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.state.add_(1) + x
+
+    def get_state(self) -> torch.Tensor:
+        return self.state
+
+    def set_state(self, x: torch.Tensor) -> None:
+        self.state.copy_(x)
+
+
+def executorch_test_models(out_dir: pathlib.Path) -> list[str]:
+    """Writes the 16 programs (``NAME.pte``) with ExecuTorch's test export settings."""
+    from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge
+    from executorch.exir.capture._capture import patch_forward
+    from executorch.exir.passes import MemoryPlanningPass, ToOutVarPass
+    from torch.export import Dim
+
+    f, h = torch.randn(2, 2), torch.randn(2, 2).half()
+    specs: dict[str, tuple[type[nn.Module], dict[str, tuple[Any, ...]], dict[str, Any]]] = {
+        "Basic": (EtBasic, {"forward": (torch.randn(100),)}, {"ignore": True}),
+        "Index": (EtIndex, {"forward": (torch.randn(10, 10, 10),)}, {}),
+        "IntBool": (EtIntBool, {"forward": (torch.ones(1), 1, True)}, {}),
+        "NoOp": (EtNoOp, {"forward": (f, f)}, {}),
+        "Add": (EtAdd, {"forward": (f, f, 1.0)}, {}),
+        "AddHalf": (EtAdd, {"forward": (h, h, 1.0)}, {}),
+        "DynCat": (EtDynamicCat, {"forward": (torch.randn(3, 4),)},
+                   {"dyn": ({0: Dim("d", max=3)},), "unallocated_io": True}),
+        "AddMul": (EtAddMul, {"forward": (torch.ones(2, 2),)}, {}),
+        "Linear": (EtLinear, {"forward": (torch.randn(3),)}, {}),
+        "Multi": (EtMultipleEntry, {"forward": (torch.ones(2, 2),), "forward2": (torch.ones(2, 2),)}, {}),
+        "Train": (EtSimpleTrain, {"forward": (torch.randn(3), torch.tensor([1.0, 0, 0]))}, {"joint": True}),
+        "Stateful": (EtStateful, {"forward": (torch.ones(1),)}, {"names": True}),
+        "KVInputPos": (EtKVCache, {"forward": (torch.randint(100, [1, 3]), torch.tensor([0]))}, {}),
+        "KVCachePos": (EtKVCache, {"forward": (torch.randint(100, [1, 3]), torch.arange(3))}, {}),
+        "NoKV": (EtNoKVCache, {"forward": (torch.randint(100, [1, 3]),)}, {}),
+        "Shared": (EtSharedState, {"forward": (torch.ones(1),), "get_state": (), "set_state": (torch.ones(1),)},
+                   {"share": True}),
+    }
+    for name, (cls, methods, kw) in specs.items():
+        torch.manual_seed(0)
+        module = cls().eval()
+        eps = {}
+        for method, args in methods.items():
+            if kw.get("joint"):
+                from torch.export._trace import _export
+                from torch.export.experimental import _export_forward_backward
+
+                eps[method] = _export_forward_backward(_export(module, args, pre_dispatch=True))
+            else:
+                with patch_forward(module, getattr(module, method)):
+                    eps[method] = torch.export.export(module, args, dynamic_shapes=kw.get("dyn"))
+        if kw.get("unallocated_io"):
+            planning = MemoryPlanningPass(alloc_graph_input=False, alloc_graph_output=False)
+        else:
+            planning = MemoryPlanningPass(alloc_mutable_buffers=not kw.get("names"),
+                                          share_mutable_buffers=kw.get("share", False))
+        config = ExecutorchBackendConfig(memory_planning_pass=planning, emit_mutable_buffer_names=kw.get("names", False),
+                                         to_out_var_pass=ToOutVarPass(kw.get("ignore", False)))
+        edge = to_edge(eps, compile_config=EdgeCompileConfig(_check_ir_validity=False))
+        (out_dir / f"{name}.pte").write_bytes(bytes(edge.to_executorch(config).buffer))
+    return sorted(specs)
+
+
 BUILDERS: dict[str, Callable[[], Fixture]] = {
     "state_counter": counter,
     "state_shared": shared_state,
@@ -391,6 +552,12 @@ def main(argv: list[str] | None = None) -> int:
         (args.out / f"{name}.npz").write_bytes(buf.getvalue())
         steps = len({k.split(".")[0] for k in fx.arrays if k[:3].isdigit()})
         print(f"{name:14s} {len(fx.pte):6d} B  {steps} steps  {fx.note}", flush=True)
+    if not args.only or "et_test_models" in args.only:
+        models = args.out / "et_test_models"
+        models.mkdir(exist_ok=True)
+        names = executorch_test_models(models)
+        total = sum((models / f"{n}.pte").stat().st_size for n in names)
+        print(f"et_test_models {total:6d} B  {len(names)} programs: {' '.join(names)}", flush=True)
     return 0
 
 
