@@ -201,8 +201,9 @@ def test_session_functions_share_their_programs_state_until_trim() -> None:
 
 
 def test_one_execute_at_a_time_per_program_instance() -> None:
-    """A method of an instance that is executing refuses a second execute (the methods share
-    memory): here the delegate-free method re-enters through a kernel that calls back."""
+    """While one method of an instance executes (its busy flag, shared by the instance's
+    methods, is set as another thread's execute sets it), any of its methods refuses to run:
+    they share memory."""
     prog = load_program(STATE / "state_shared.pte")
     with prog.load_methods() as inst:
         inst._busy[0] = True  # as while another thread runs one of its methods
