@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import pathlib
 import re
-import sys
 import threading
 from typing import Any
 
