@@ -749,3 +749,99 @@ async def test_real_method_on_a_worker_thread(tmp_path: Path) -> None:
         np.testing.assert_array_equal(r.outputs[0], reference.execute([cam.frame_data(r.frame.index)])[0])
     assert method.statistics().executions == p1.accounting().processed + p2.accounting().processed
     assert p2.statistics().instance == "mlp-0"
+
+
+# --- audit regressions: sources that misbehave, cancellation in the sink, module:attr --------
+
+class RaisingFrames:
+    """A source whose frames() raises when called (a camera that can't be opened)."""
+
+    name = "cam-raises"
+
+    def frames(self) -> AsyncIterator[Frame]:
+        raise OSError("device busy")
+
+
+class NotAnIterator:
+    """A source whose frames() returns something that is not an async iterator."""
+
+    name = "cam-junk"
+
+    def frames(self) -> Any:
+        return 5
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("source", "error"), [(RaisingFrames(), "OSError: device busy"),
+                                               (NotAnIterator(), "TypeError: frames() returned 5, not an async iterator")])
+async def test_a_source_whose_frames_call_fails_is_a_source_error(source: Any, error: str) -> None:
+    p = Pipeline("p", source, SleepExecutor(0.0), drop="drop_oldest")
+    with pytest.raises(SourceError, match=rf"source '{source.name}' failed: {error.replace('(', '[(]').replace(')', '[)]')}"):
+        await p.run()
+    check(p)
+    assert p.state == "failed" and p.statistics().last_error == f"source: {error}"
+    assert p.accounting().produced == 0
+
+
+class FirstExecuteSeesProduced:
+    """Records how many frames the pipeline had produced when the first execute ran, then
+    stops the pipeline."""
+
+    def __init__(self) -> None:
+        self.pipeline: Pipeline | None = None
+        self.produced_at_first: int | None = None
+
+    async def execute(self, inputs: list[Any]) -> list[Any]:
+        assert self.pipeline is not None
+        if self.produced_at_first is None:
+            self.produced_at_first = self.pipeline.accounting().produced
+            self.pipeline.stop()
+        return [inputs[0]]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("drop", ["drop_oldest", "drop_newest"])
+async def test_a_source_faster_than_the_machine_still_yields_to_the_loop(drop: str) -> None:
+    # fps 1e9: every frame is already due, the source never sleeps. The workers (and so
+    # timers, signal handlers) must still get the loop while it produces: the first execute
+    # runs after a handful of frames, not after all of them.
+    count = 5000
+    ex = FirstExecuteSeesProduced()
+    p = Pipeline("fast", SyntheticCamera("fast", 1e9, (2,), count=count), ex, queue=4, drop=drop)
+    ex.pipeline = p
+    with anyio.fail_after(60):
+        await p.run()
+    check(p)
+    assert ex.produced_at_first is not None and ex.produced_at_first < 100
+    assert p.accounting().produced < count  # stop() took effect mid-stream
+
+
+@pytest.mark.anyio
+async def test_cancelling_run_while_an_async_sink_holds_a_frame_counts_it_processed() -> None:
+    received: list[int] = []
+    in_sink = anyio.Event()
+
+    async def sink(result: Any) -> None:
+        received.append(result.frame.index)
+        in_sink.set()
+        await anyio.sleep_forever()  # a sink stuck on a slow network write
+
+    p = Pipeline("c", SyntheticCamera("c", 1000, (2,), count=10), SleepExecutor(0.0), sink=sink, drop="block")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(p.run)
+        await in_sink.wait()
+        tg.cancel_scope.cancel()
+    check(p)
+    acc = p.accounting()
+    assert received == [0]
+    assert acc.processed == 1  # the sink saw it: processed, not dropped (shutdown)
+    assert acc.produced == acc.processed + acc.dropped["shutdown"]
+
+
+def test_module_attr_source_must_be_a_source_class(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    with pytest.raises(orchestra.errors.ConfigError, match=r"'os:system' is <built-in function system>, not a class"):
+        pl.load_source("os:system", command=f"touch {marker}")
+    assert not marker.exists()
+    with pytest.raises(orchestra.errors.ConfigError, match="not a source class"):
+        pl.load_source("collections:OrderedDict")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 import textwrap
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -525,7 +526,6 @@ def test_module_attr_policies(plugin_module: str) -> None:
     m = plugin_module
     pol = load_policy(f"{m}:Night", strength=2)
     assert isinstance(pol, Policy) and pol.strength == 2  # type: ignore[attr-defined]
-    assert load_policy(f"{m}:make_night", name="n2").name == "n2"
     assert load_policy(f"{m}:ready").name == "ready"  # an already-built policy object
     assert load_policy(f"{m}:Namespace.Inner").name == "night"  # dotted attribute
     assert load_source(f"{m}:Ticker").read() == {"ticker.n": 1}
@@ -541,8 +541,12 @@ def test_module_attr_errors(plugin_module: str) -> None:
         load_policy("orchestra_test_broken_plugin:X")
     with pytest.raises(ConfigError, match=rf"policy '{m}:NotAPolicy' is the class 'NotAPolicy', which is not a Policy"):
         load_policy(f"{m}:NotAPolicy")
-    with pytest.raises(ConfigError, match=rf"policy '{m}:makes_junk' made 42, which is not a Policy"):
+    # a function named by module:attr is never called (only a Policy class or a built policy)
+    with pytest.raises(ConfigError, match=rf"policy '{m}:makes_junk' is <function makes_junk at .*>, not a class: "
+                                          r"'module:attr' must name a policy class \(one with propose\(\)\)"):
         load_policy(f"{m}:makes_junk")
+    with pytest.raises(ConfigError, match=rf"policy '{m}:make_night' is <function make_night .*>, not a class"):
+        load_policy(f"{m}:make_night", name="n2")
     with pytest.raises(ConfigError, match=rf"policy '{m}:number' is 5, which is not a Policy"):
         load_policy(f"{m}:number")
     with pytest.raises(ConfigError, match="not a SignalSource"):
@@ -557,6 +561,19 @@ def test_module_attr_errors(plugin_module: str) -> None:
         load_policy(":Night")
     with pytest.raises(InvalidArgumentError):
         load_policy("")
+
+
+def test_module_attr_never_calls_a_function(tmp_path: Path) -> None:
+    """A config's ``use = "os:system"`` with ``params = { command = ... }`` must not run the
+    command: only classes implementing the protocol are called."""
+    marker = tmp_path / "ran"
+    with pytest.raises(ConfigError, match=r"policy 'os:system' is <built-in function system>, not a class"):
+        load_policy("os:system", command=f"touch {marker}")
+    with pytest.raises(ConfigError, match=r"signal source 'os:system' is <built-in function system>, not a class"):
+        load_source("os:system", command=f"touch {marker}")
+    with pytest.raises(ConfigError, match=r"signal source 'subprocess:Popen' is the class 'Popen', which is not a SignalSource"):
+        load_source("subprocess:Popen", args=["touch", str(marker)])
+    assert not marker.exists()
 
 
 def test_register_policy(plugin_module: str, monkeypatch: pytest.MonkeyPatch) -> None:
