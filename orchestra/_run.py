@@ -137,6 +137,7 @@ class RunResult:
     drained: bool = True  # False: a second signal dropped the queued frames
     metrics_url: str | None = None
     metrics_scrapes: int = 0
+    metrics_renders: int = 0  # scrapes share a rendering made at most once per MetricsServer interval
 
     @property
     def exit_code(self) -> int:
@@ -443,6 +444,7 @@ class _Runner:
                         self.dashboard.__exit__(None, None, None)
                     if self.metrics is not None:
                         self.result.metrics_scrapes = self.metrics.scrapes
+                        self.result.metrics_renders = self.metrics.renders
                         await self.metrics.aclose()
                 self._collect()
                 _log.info("cameras done", elapsed_s=round(self.result.elapsed_s, 3))
@@ -608,7 +610,8 @@ def render_summary(r: RunResult) -> str:
     if r.signals:
         lines += ["", "signals at the end: " + " ".join(f"{k}={fmt_value(v)}" for k, v in sorted(r.signals.items()))]
     if r.metrics_url:
-        lines.append(f"metrics: {r.metrics_url} ({r.metrics_scrapes} scrape{'s' if r.metrics_scrapes != 1 else ''})")
+        lines.append(f"metrics: {r.metrics_url} ({r.metrics_scrapes} scrape{'s' if r.metrics_scrapes != 1 else ''}, "
+                     f"{r.metrics_renders} render{'s' if r.metrics_renders != 1 else ''})")
     lines.append("")
     if r.interrupted_by is not None:
         how = "queues drained" if r.drained else "queued frames dropped (shutdown)"

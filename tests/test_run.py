@@ -122,7 +122,10 @@ def test_cameras_example_switches_power_mode_mid_run() -> None:
     assert out.rstrip().endswith("result: ok")
     # not a terminal: a status line instead of the dashboard, no ANSI codes
     assert "\x1b[" not in out
-    assert re.search(r"^\[\s*2\.0s\] front ", out, re.M)
+    # a status line every 2 s: its stamp is the run's elapsed time when it printed (>= 2.0 s;
+    # how much later depends on the machine's load)
+    stamps = [float(m) for m in re.findall(r"^\[\s*(\d+\.\d)s\] front ", out, re.M)]
+    assert stamps and all(t >= 2.0 for t in stamps), stamps
     # logs went to stderr as console lines
     assert "backend option changed" in r.stderr
 
@@ -302,6 +305,48 @@ def test_block_mode_loses_no_frame(tmp_path: pathlib.Path) -> None:
     for cam, row in table.items():
         assert row["processed"] == row["produced"] > 0, (cam, row)
         assert row["dropped"] == {} and row["failed"] == 0, (cam, row)
+
+
+def test_metrics_scrapes_back_to_back_share_renders_and_lose_no_frame(tmp_path: pathlib.Path) -> None:
+    """Four clients scraping /metrics as fast as they can: every scrape is answered, the run
+    renders at most once a second (scrapes share it), and block mode still loses nothing."""
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "orchestra", "run", str(_config(tmp_path, BLOCK)), "--no-dashboard",
+                             "--metrics-port", str(port), "--duration", "3"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, encoding="utf-8", env=_env(), cwd=ROOT)
+    answered = [0] * 4
+    stop = threading.Event()
+
+    def scrape(i: int) -> None:
+        while not stop.is_set() and proc.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+                    if resp.status == 200 and b"orchestra_frames_processed_total" in resp.read():
+                        answered[i] += 1
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                time.sleep(0.05)  # not listening yet, or going away
+
+    threads = [threading.Thread(target=scrape, args=(i,), daemon=True) for i in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        out, err = proc.communicate(timeout=90)
+    finally:
+        stop.set()
+        if proc.poll() is None:
+            proc.kill()
+    for t in threads:
+        t.join(10)
+    assert proc.returncode == 0, out + err
+    table = _check_accounting(out, ("a", "b"))
+    for cam, row in table.items():
+        assert row["processed"] == row["produced"] > 0 and row["dropped"] == {}, (cam, row)
+    m = re.search(r"^metrics: \S+ \((\d+) scrapes?, (\d+) renders?\)$", out, re.M)
+    assert m, out
+    scrapes, renders = int(m.group(1)), int(m.group(2))
+    elapsed = float(re.search(r"^orchestra run \S+: (\d+\.\d) s", out, re.M).group(1))  # type: ignore[union-attr]
+    assert scrapes > 20 and sum(answered) > 20, (scrapes, answered)
+    assert 1 <= renders <= elapsed + 2 < scrapes, (renders, scrapes, elapsed)
 
 
 PROCESS = """
@@ -511,3 +556,28 @@ def test_run_in_process_on_plain_asyncio() -> None:
     summary = render_summary(result)
     assert "executions per option set" in summary and summary.rstrip().endswith("result: ok")
     _check_accounting(summary)
+
+
+# -- names from a program (not a validated config) are escaped on the terminal ------------------
+
+
+def test_the_live_view_escapes_control_characters_in_names() -> None:
+    import io
+
+    from orchestra._dashboard import CameraRow, Dashboard, Decision, Screen, StatusLine
+
+    evil = "cam\x1b[2J\x00\nx"
+    row = CameraRow(name=evil, state="running", drop="drop_oldest", input_fps=30.0, output_fps=30.0, p50=0.001,
+                    p95=0.002, p99=0.003, produced=10, processed=10, failed=0, dropped={}, queue_depth=0,
+                    queue_capacity=8, unit="unbound", options="")
+    decision = Decision(0.5, time.time(), evil, "NpuSimBackend.power_mode", "low", "balanced", "battery", "low")
+    screen = Screen(title="t", elapsed=1.0, duration=None, state="running", cameras=[row], decisions=[decision],
+                    signals={}, info="")
+    line = StatusLine.line(screen)
+    assert "\x1b" not in line and "\n" not in line and "\x00" not in line
+    assert "cam\\x1b[2J\\x00\\nx" in line
+    out = io.StringIO()
+    frame = Dashboard(out).render(screen)
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", frame)  # the dashboard's own codes
+    assert "\x1b" not in text and "\x00" not in text
+    assert text.count("cam\\x1b[2J\\x00\\nx") == 2  # the camera table and the decisions
