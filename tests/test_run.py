@@ -377,6 +377,72 @@ def test_process_placement_from_the_config_runs_every_frame(tmp_path: pathlib.Pa
         assert row["processed"] == row["produced"] == 60 and row["failed"] == 0, (cam, row)
 
 
+PROCESS_ENDLESS = """
+[program]
+name = "convnet"
+path = PLAIN
+
+[[camera]]
+name = "a"
+source = { kind = "synthetic", fps = 100, shape = [1, 3, 16, 16], seed = 1 }
+placement = "process"
+
+[[camera]]
+name = "b"
+source = { kind = "synthetic", fps = 100, shape = [1, 3, 16, 16], seed = 2 }
+placement = "process"
+"""
+
+
+@pytest.mark.parametrize("when", ["running", "starting"])
+def test_ctrl_c_on_the_process_group_reaches_only_the_parent(tmp_path: pathlib.Path, when: str) -> None:
+    """The terminal sends Ctrl-C's SIGINT to the whole foreground process group, worker
+    processes included: they must leave it to the parent (which drains, then closes them),
+    neither failing frames with KeyboardInterrupt nor dying during start-up."""
+    cfg = _config(tmp_path, PROCESS_ENDLESS.replace("PLAIN", json.dumps(str(EXAMPLES / "models" / "convnet.pte"))))
+    proc = subprocess.Popen([sys.executable, "-m", "orchestra", "run", str(cfg), "--no-dashboard", "--duration", "60"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, encoding="utf-8", env=_env(),
+                            cwd=ROOT, start_new_session=True)  # its own process group, as a shell job is
+    err_lines: list[str] = []
+    seen = threading.Event()
+    marker = "cameras running" if when == "running" else "orchestrator started"  # then workers spawn
+
+    def read_err() -> None:
+        for line in proc.stderr:  # type: ignore[union-attr]
+            err_lines.append(line)
+            if marker in line or "cameras running" in line:
+                seen.set()
+
+    reader = threading.Thread(target=read_err, daemon=True)
+    reader.start()
+    try:
+        if when == "running":
+            assert seen.wait(60), "".join(err_lines)
+            time.sleep(0.5)  # frames flowing through the worker processes
+        else:
+            assert seen.wait(60), "".join(err_lines)
+            time.sleep(0.3)  # the worker processes are starting (importing, loading)
+        os.killpg(proc.pid, signal.SIGINT)
+        out = proc.stdout.read()  # type: ignore[union-attr]
+        rc = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    reader.join(10)
+    err = "".join(err_lines)
+    assert rc == 130, out + err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in out + err, out + err
+    table = _check_accounting(out, ("a", "b"))
+    assert all(row["failed"] == 0 for row in table.values()), table
+    assert "result: interrupted (SIGINT); queues drained" in out
+    inst = {line.split()[0]: line.split() for line in out.splitlines()[out.splitlines().index("instances") + 2:]
+            if line.strip() and line.split()[0] in ("a", "b")}
+    assert set(inst) == {"a", "b"}, out
+    assert all(cells[4] == "0" and cells[5] == "0" for cells in inst.values()), inst  # failures, restarts
+    if when == "running":
+        assert all(int(cells[3]) > 0 for cells in inst.values()), inst  # executes
+
+
 # -- failures make the exit status 1 -----------------------------------------------------------
 
 
