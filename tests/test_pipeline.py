@@ -502,22 +502,32 @@ def test_rate_meter_counts_a_recent_window() -> None:
 
 @pytest.mark.anyio
 async def test_keyed_routes_through_a_pool_with_a_key() -> None:
-    class Pool:
-        def __init__(self) -> None:
-            self.keys: list[Any] = []
+    """Two cameras keyed onto a real orchestrator pool of two instances: each camera's frames
+    all run on the one instance its key sticks to, and the results are the program's."""
+    from orchestra.orchestrator import InstanceSpec, Orchestrator
+    from orchestra.runtime import load_program
 
-        async def execute(self, inputs: list[Any], key: Any = None) -> list[Any]:
-            self.keys.append(key)
-            return [inputs[0] + 1]
-
-        def describe(self) -> dict[str, Any]:
-            return {"instance": "pool/0"}
-
-    pool = Pool()
-    p = Pipeline("c", SyntheticCamera("c", 1000, (2,), count=5), pl.keyed(pool, "cam-c"), drop="block")
-    st = await p.run()
-    check(p)
-    assert pool.keys == ["cam-c"] * 5 and st.instance == "pool/0" and st.executor_info["key"] == "cam-c"
+    program = load_program(Path(__file__).resolve().parent.parent / "examples" / "models" / "convnet.pte")
+    ref = program.load_method("forward")
+    async with Orchestrator(period=None) as orch:
+        pool = await orch.load(program, instances=[InstanceSpec("i0"), InstanceSpec("i1")])
+        sinks = {c: CollectSink() for c in ("cam-a", "cam-b")}
+        group = Pipelines(Pipeline(c, SyntheticCamera(c, 1000, (1, 3, 16, 16), seed=k, count=6), pl.keyed(pool, c),
+                                   sink=sinks[c], drop="block") for k, c in enumerate(sinks))
+        await group.run()
+        check(group)
+        owners = {c: pool.routed_to(c) for c in sinks}
+        assert set(owners.values()) <= {"i0", "i1"} and None not in owners.values()
+        runs = {n: pool[n].statistics().executes for n in ("i0", "i1")}
+        assert sum(runs.values()) == 12
+        for n in ("i0", "i1"):  # every frame ran on the instance its camera's key sticks to
+            assert runs[n] == 6 * sum(1 for o in owners.values() if o == n)
+        for c, sink in sinks.items():
+            assert indices(sink) == list(range(6))
+            for r in sink.results:
+                np.testing.assert_allclose(r.outputs[0], ref.execute([r.frame.data])[0], rtol=1e-6)
+        st = group["cam-a"].statistics()
+        assert st.executor_info is not None and st.executor_info["key"] == "cam-a"
 
 
 # --- sources -------------------------------------------------------------------------------

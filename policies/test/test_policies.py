@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 import textwrap
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -614,44 +614,42 @@ def test_register_source(monkeypatch: pytest.MonkeyPatch) -> None:
     assert source_names() == ("fixed",)
 
 
-class _FakeEntryPoint:
-    """Stands in for importlib.metadata.EntryPoint (only name, value, load are used)."""
-
-    def __init__(self, name: str, value: str) -> None:
-        self.name, self.value = name, value
-
-    def load(self) -> Any:
-        module, _, attr = self.value.partition(":")
-        obj = __import__(module, fromlist=[attr])
-        return getattr(obj, attr)
+def _install_plugin(site: Path, name: str, entry_points: str) -> None:
+    """A real installed distribution: ``<name>-1.0.dist-info`` with METADATA and
+    entry_points.txt in a folder on sys.path (what pip leaves behind)."""
+    dist = site / f"{name}-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(entry_points)
 
 
-def test_entry_point_discovery_is_lazy(plugin_module: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_entry_point_discovery_is_lazy(plugin_module: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from orchestra.policies import _registry
 
-    found = [
-        _FakeEntryPoint("night", f"{plugin_module}:Night"),
-        _FakeEntryPoint("broken", "orchestra_test_broken_plugin:X"),
-        _FakeEntryPoint("battery", "somewhere:else"),  # a built-in name: the built-in stays
-    ]
-    calls: list[str] = []
+    _install_plugin(tmp_path, "orchestra_test_policy_plugin", textwrap.dedent(f"""\
+        [orchestra.policies]
+        night = {plugin_module}:Night
+        broken = orchestra_test_broken_plugin:X
+        battery = somewhere:else
 
-    def fake_entry_points(*, group: str) -> Sequence[_FakeEntryPoint]:
-        calls.append(group)
-        return found if group == "orchestra.policies" else []
-
-    monkeypatch.setattr(_registry, "entry_points", fake_entry_points)
-    reg = _registry._Registry("policy", "orchestra.policies")
-    reg.register("battery", BatteryPolicy)
-    monkeypatch.setattr(_registry, "_POLICIES", reg)
-    assert policy_names() == ("battery", "broken", "night")
-    assert calls == ["orchestra.policies"]
-    assert load_policy("night").name == "night"
+        [orchestra.signal_sources]
+        ticker = {plugin_module}:Ticker
+        """))  # "battery": a built-in name, the built-in stays
+    monkeypatch.syspath_prepend(str(tmp_path))  # plugin_module's folder is there too
+    policies_reg = _registry._Registry("policy", "orchestra.policies")
+    policies_reg.register("battery", BatteryPolicy)
+    monkeypatch.setattr(_registry, "_POLICIES", policies_reg)
+    monkeypatch.setattr(_registry, "_SOURCES", _registry._Registry("signal source", "orchestra.signal_sources"))
+    assert {"battery", "broken", "night"} <= set(policy_names())
+    assert "orchestra_test_broken_plugin" not in sys.modules  # listed, not imported
+    assert load_policy("night", strength=3).strength == 3  # type: ignore[attr-defined]
     assert get_policy("battery") is BatteryPolicy
     with pytest.raises(NotFoundError, match=r"policy 'broken': entry point in group 'orchestra.policies' .* failed to load: RuntimeError: boom"):
         get_policy("broken")
-    policy_names()
-    assert calls == ["orchestra.policies"]  # discovered once
+    assert "ticker" in source_names() and load_source("ticker").read() == {"ticker.n": 1}
+    # discovered once: a plugin installed later is not seen by this registry
+    _install_plugin(tmp_path, "orchestra_test_later_plugin", f"[orchestra.policies]\nlater = {plugin_module}:Night\n")
+    assert "later" not in policy_names()
 
 
 def test_public_names_importable() -> None:
