@@ -500,6 +500,62 @@ def test_failed_frames_exit_1(tmp_path: pathlib.Path) -> None:
     assert "a: 10 frames failed (last: execute: ExecuteError:" in r.stdout
 
 
+BROKEN_BACKEND = """
+from orchestra.runtime import BackendInterface
+
+
+class BrokenBackend(BackendInterface):
+    \"\"\"Loads fine; every execute raises (a delegate whose hardware went away).\"\"\"
+
+    def init(self, context, processed, compile_specs):
+        return None
+
+    def execute(self, context, handle, args):
+        raise RuntimeError("accelerator lost")
+"""
+
+BROKEN = """
+[program]
+path = PTE
+
+[[camera]]
+name = "a"
+source = { kind = "synthetic", fps = 100, shape = [3], dtype = "float32", count = 20 }
+drop = "block"
+"""
+
+
+def test_an_instance_that_fails_permanently_exits_1(tmp_path: pathlib.Path) -> None:
+    """A backend plugin (a real installed entry point) whose every execute raises: the
+    instance restarts max_restarts times, then fails for good; the run says so, exits 1."""
+    try:  # tests/ may or may not be a package
+        from .test_interpreter import delegated
+    except ImportError:
+        from test_interpreter import delegated  # type: ignore[no-redef]
+    from orchestra.program import dumps
+
+    (tmp_path / "brokenbackend_for_test_run.py").write_text(BROKEN_BACKEND, encoding="utf-8")
+    dist = tmp_path / "brokenbackend_for_test_run-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: brokenbackend-for-test-run\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[orchestra.backends]\nBrokenBackend = brokenbackend_for_test_run:BrokenBackend\n")
+    pte = tmp_path / "broken.pte"
+    pte.write_bytes(dumps(delegated("BrokenBackend")))
+    path = tmp_path / "run.toml"
+    path.write_text(BROKEN.replace("PTE", json.dumps(str(pte))), encoding="utf-8")
+    env = dict(_env(), PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "-m", "orchestra", "run", str(path), "--no-dashboard"], capture_output=True,
+                       text=True, encoding="utf-8", env=env, cwd=ROOT, timeout=90)
+    assert r.returncode == 1, r.stdout + r.stderr
+    table = _check_accounting(r.stdout, ("a",))
+    assert table["a"]["produced"] == 20 and table["a"]["processed"] == 0 and table["a"]["failed"] == 20, table
+    inst = next(line.split() for line in r.stdout.splitlines() if line.strip().startswith("a ") and "failed" in line
+                and "broken" in line)
+    assert inst[2:6] == ["failed", "0", "4", "3"], inst  # state, executes, failures, restarts (max_restarts 3)
+    assert "result: FAILED" in r.stdout
+    assert re.search(r"^  instance a failed permanently: .*accelerator lost", r.stdout, re.M), r.stdout
+
+
 # -- bad input ----------------------------------------------------------------------------------
 
 
