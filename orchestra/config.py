@@ -8,8 +8,10 @@ against the config file's folder) or raises :class:`~orchestra.errors.ConfigErro
     policy[0].params.lwo: policy 'battery' has no parameter 'lwo' (parameters: low, high, ...)
 
 :func:`validate_config` returns those lines (``[]`` when the file is valid). A config is
-untrusted input: nothing in it makes these functions raise anything but ``ConfigError``.
-``orchestra validate FILE`` prints them.
+untrusted input: nothing in it makes these functions raise anything but ``ConfigError``, and
+sizes and rates are bounded by :class:`ConfigLimits`. ``orchestra validate FILE`` prints them.
+A ``"module:attr"`` in the file imports that module (its code runs): only a class
+implementing the protocol (Policy, SignalSource, frame source) is then called.
 
 Schema (every table rejects keys it doesn't know, naming the known ones)::
 
