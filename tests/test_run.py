@@ -556,6 +556,56 @@ def test_an_instance_that_fails_permanently_exits_1(tmp_path: pathlib.Path) -> N
     assert re.search(r"^  instance a failed permanently: .*accelerator lost", r.stdout, re.M), r.stdout
 
 
+FLOOD = """
+import time
+
+import numpy as np
+
+from orchestra.pipeline import Frame
+
+
+class Flood:
+    \"\"\"A camera that never waits: every frame is ready at once (an fps no machine reaches).\"\"\"
+
+    def __init__(self, name):
+        self.name = name
+
+    async def frames(self):
+        data = np.zeros((1, 3, 16, 16), np.float32)
+        i = 0
+        while True:
+            yield Frame(self.name, i, data, time.monotonic())
+            i += 1
+"""
+
+
+@pytest.mark.parametrize("drop", ["drop_oldest", "drop_newest"])
+def test_a_source_that_never_waits_still_lets_duration_end_the_run(tmp_path: pathlib.Path, drop: str) -> None:
+    (tmp_path / "flood_for_test_run.py").write_text(FLOOD, encoding="utf-8")
+    path = _config(tmp_path, PLAIN_CAMERA.replace("PLAIN", json.dumps(str(EXAMPLES / "models" / "convnet.pte")))
+                   .replace("SOURCE", '{ kind = "flood_for_test_run:Flood" }').replace("DROP", drop))
+    env = dict(_env(), PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "-m", "orchestra", "run", str(path), "--no-dashboard", "--duration", "1"],
+                       capture_output=True, text=True, encoding="utf-8", env=env, cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert re.search(r"^orchestra run run\.toml: \d+\.\d s \(duration\)", r.stdout, re.M), r.stdout
+    table = _check_accounting(r.stdout, ("a",))
+    assert table["a"]["processed"] > 0 and sum(table["a"]["dropped"].values()) > 0, table
+
+
+PLAIN_CAMERA = """
+[program]
+name = "convnet"
+path = PLAIN
+
+[[camera]]
+name = "a"
+source = SOURCE
+drop = "DROP"
+queue = 4
+"""
+
+
 # -- bad input ----------------------------------------------------------------------------------
 
 
