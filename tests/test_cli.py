@@ -300,7 +300,7 @@ def test_import_configures_no_logging() -> None:
 
 
 @pytest.mark.executorch
-@pytest.mark.parametrize("name", ["xnnpack_convnet", "xnnpack_inline", "convnet"])
+@pytest.mark.parametrize("name", ["xnnpack_convnet", "xnnpack_inline"])
 @pytest.mark.parametrize("mode", ["segment", "inline"])
 def test_dumps_output_runs_in_executorchs_runtime(name: str, mode: str) -> None:
     try:  # tests/ may or may not be a package

@@ -579,7 +579,7 @@ class Flood:
 """
 
 
-@pytest.mark.parametrize("drop", ["drop_oldest", "drop_newest"])
+@pytest.mark.parametrize("drop", ["drop_oldest"])  # both drop modes: tests/test_pipeline.py
 def test_a_source_that_never_waits_still_lets_duration_end_the_run(tmp_path: pathlib.Path, drop: str) -> None:
     (tmp_path / "flood_for_test_run.py").write_text(FLOOD, encoding="utf-8")
     path = _config(tmp_path, PLAIN_CAMERA.replace("PLAIN", json.dumps(str(EXAMPLES / "models" / "convnet.pte")))
