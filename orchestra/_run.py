@@ -46,6 +46,7 @@ from ._dashboard import (
     fmt_options,
     fmt_unit,
     fmt_value,
+    printable,
 )
 from ._metrics_http import MetricsServer
 from ._metrics_http import render as render_metrics
@@ -580,7 +581,7 @@ def render_summary(r: RunResult) -> str:
     tot = collections.Counter()
     dropped: collections.Counter[str] = collections.Counter()
     for c in r.cameras:
-        rows.append([c.name, c.drop, str(c.produced), str(c.processed), fmt_drops(c.dropped), str(c.failed),
+        rows.append([printable(c.name), c.drop, str(c.produced), str(c.processed), fmt_drops(c.dropped), str(c.failed),
                      fmt_ms(c.p50), fmt_ms(c.p95), fmt_ms(c.p99), c.unit, r.accounting.get(c.name, "?")])
         tot.update(produced=c.produced, processed=c.processed, failed=c.failed)
         dropped.update(c.dropped)
@@ -592,13 +593,13 @@ def render_summary(r: RunResult) -> str:
     lines += ["", "accounting: produced = processed + dropped + failed for every camera" if
               all(v == "ok" for v in r.accounting.values()) else "accounting: FRAMES LOST (see below)"]
     lines += ["", "executions per option set"]
-    lines += _table([[cam, ", ".join(f"{label}: {k}" for label, k in sets) or "none"]
+    lines += _table([[printable(cam), ", ".join(f"{label}: {k}" for label, k in sets) or "none"]
                      for cam, sets in r.executions.items()], indent="  ")
     lines += ["", "instances"]
     irows = [["instance", "pool", "state", "executes", "failures", "restarts", "replacements", "exec p50 ms",
               "exec p99 ms", "last error"]]
     for s in r.instances:
-        irows.append([s.name, s.pool, s.state, str(s.executes), str(s.failures), str(s.restarts), str(s.replacements),
+        irows.append([printable(s.name), s.pool, s.state, str(s.executes), str(s.failures), str(s.restarts), str(s.replacements),
                       fmt_ms(s.latency.p50), fmt_ms(s.latency.p99), _short(s.last_error or "-", 100)])
     lines += _table(irows, right={3, 4, 5, 6, 7, 8}, indent="  ")
     lines += ["", f"policy decisions ({len(r.decisions)})"]

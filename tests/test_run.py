@@ -753,3 +753,10 @@ def test_the_live_view_escapes_control_characters_in_names() -> None:
     text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", frame)  # the dashboard's own codes
     assert "\x1b" not in text and "\x00" not in text
     assert text.count("cam\\x1b[2J\\x00\\nx") == 2  # the camera table and the decisions
+    from orchestra._run import RunResult, render_summary
+    from orchestra.config import load_config
+
+    summary = render_summary(RunResult(load_config(CAMERAS), cameras=[row], executions={evil: [("(defaults)", 10)]},
+                                       accounting={evil: "ok"}))
+    assert "\x1b" not in summary and "\x00" not in summary
+    assert summary.count("cam\\x1b[2J\\x00\\nx") == 2  # the camera table and the executions
