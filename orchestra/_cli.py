@@ -416,6 +416,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     if config is None:
         _write(sys.stderr, "".join(line + "\n" for line in lines))
         return _EXIT_USER_ERROR
+    _write(sys.stderr, "".join(f"{args.file}: warning: {w}\n" for w in config.warnings))
     n, m = len(config.cameras), len(config.policies)
     _write(sys.stdout, f"{args.file}: ok ({n} camera{'' if n == 1 else 's'}, {m} polic{'y' if m == 1 else 'ies'})\n")
     return 0
@@ -458,6 +459,7 @@ def _run_config(args: argparse.Namespace, early: list[int]) -> int:
     if config is None:
         _write(sys.stderr, "".join(line + "\n" for line in lines))
         return _EXIT_USER_ERROR
+    _write(sys.stderr, "".join(f"{args.file}: warning: {w}\n" for w in config.warnings))
     dashboard = not args.no_dashboard and sys.stdout.isatty()
     logs = None
     log_file = None

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 __all__ = ["CameraRow", "Dashboard", "Decision", "LogBuffer", "Screen", "StatusLine", "camera_table",
-           "decision_table", "fmt_drops", "fmt_ms", "fmt_options", "fmt_unit", "fmt_value"]
+           "decision_table", "fmt_drops", "fmt_ms", "fmt_options", "fmt_unit", "fmt_value", "printable"]
 
 _CSI = "\x1b["
 HIDE_CURSOR = _CSI + "?25l"
@@ -75,7 +75,7 @@ class Decision:
         """at, time, instance, option, change, by, reason."""
         wall = time.strftime("%H:%M:%S", time.localtime(self.wall)) + f".{int(self.wall * 1000) % 1000:03d}"
         change = f"{fmt_value(self.previous)} -> {fmt_value(self.value)}" if self.previous is not None else fmt_value(self.value)
-        return [f"{self.t:+.2f}s", wall, self.instance, self.what, change, self.policy or f"({self.source})",
+        return [f"{self.t:+.2f}s", wall, printable(self.instance), self.what, change, self.policy or f"({self.source})",
                 self.reason or "-"]
 
 
@@ -89,6 +89,14 @@ def decision_table(decisions: Sequence[Decision], indent: str = "  ") -> list[st
 
 # ---------------------------------------------------------------------------------------
 # Formatting helpers (shared with the summary)
+
+
+def printable(text: str) -> str:
+    """``text`` safe to put on a terminal line: control characters (NUL, newline, ESC of an
+    ANSI sequence, ...) shown as Python escapes (``\\x1b``), everything else as is."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def fmt_value(v: Any) -> str:
@@ -149,7 +157,7 @@ def camera_table(rows: Sequence[CameraRow], *, total: bool = True) -> list[str]:
     body = [head]
     for r in rows:
         state = r.state if not r.instance_state or r.instance_state in ("running",) else f"{r.state}/{r.instance_state}"
-        body.append([r.name, state, f"{r.input_fps:.1f}", f"{r.output_fps:.1f}", fmt_ms(r.p50), fmt_ms(r.p95),
+        body.append([printable(r.name), state, f"{r.input_fps:.1f}", f"{r.output_fps:.1f}", fmt_ms(r.p50), fmt_ms(r.p95),
                      fmt_ms(r.p99), f"{r.queue_depth}/{r.queue_capacity}", fmt_drops(r.dropped), str(r.failed),
                      r.unit, r.options])
     if total and len(rows) > 1:
@@ -314,7 +322,7 @@ class StatusLine:
 
     @staticmethod
     def line(screen: Screen) -> str:
-        cams = " | ".join(f"{r.name} {r.input_fps:.0f}->{r.output_fps:.0f}fps p95 {fmt_ms(r.p95)}ms "
+        cams = " | ".join(f"{printable(r.name)} {r.input_fps:.0f}->{r.output_fps:.0f}fps p95 {fmt_ms(r.p95)}ms "
                           f"q{r.queue_depth} drop {sum(r.dropped.values())}"
                           + (f" fail {r.failed}" if r.failed else "") + (f" [{r.options}]" if r.options else "")
                           for r in screen.cameras)

@@ -2,21 +2,27 @@
 server (no dependency).
 
 ``GET /metrics`` answers ``text/plain; version=0.0.4`` built by a callable given to
-:class:`MetricsServer` (called on the event loop, per scrape); any other path is a 404,
-any other method a 405. One request per connection (``Connection: close``).
+:class:`MetricsServer`; any other path is a 404, any other method a 405. One request per
+connection (``Connection: close``). The callable runs on the event loop, so it is called at
+most once per ``min_interval_s`` (default 1 s): scrapes in between get the same text, and
+however many clients scrape however often, rendering costs the run's frames nothing more.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CONTENT_TYPE", "MetricsServer", "Registry"]
+from .errors import InvalidArgumentError
+
+__all__ = ["CONTENT_TYPE", "DEFAULT_MIN_INTERVAL_S", "MetricsServer", "Registry"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+DEFAULT_MIN_INTERVAL_S = 1.0
 _MAX_REQUEST = 16 * 1024
 
 
@@ -142,7 +148,9 @@ def render(*, cameras: Sequence[Any], instances: Sequence[Any], executions_by_op
 
 class MetricsServer:
     """Serves ``render()`` at ``/metrics`` on ``host:port`` (port 0: any free port; see
-    :attr:`port` once started).
+    :attr:`port` once started). ``render`` is called at most once per ``min_interval_s``
+    seconds (the first scrape after that renders; the others get the cached text):
+    :attr:`scrapes` counts answered scrapes, :attr:`renders` the calls.
 
     ::
 
@@ -150,12 +158,28 @@ class MetricsServer:
             print(server.url)
     """
 
-    def __init__(self, render: Callable[[], str], host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, render: Callable[[], str], host: str = "127.0.0.1", port: int = 0, *,
+                 min_interval_s: float = DEFAULT_MIN_INTERVAL_S) -> None:
+        if isinstance(min_interval_s, bool) or not isinstance(min_interval_s, (int, float)) \
+                or not 0 <= min_interval_s < math.inf:
+            raise InvalidArgumentError(f"MetricsServer: min_interval_s must be a number of seconds >= 0, got {min_interval_s!r}")
         self._render = render
         self.host = host
         self.port = port
+        self.min_interval_s = float(min_interval_s)
         self._server: asyncio.AbstractServer | None = None
+        self._cached: str | None = None
+        self._cached_at = 0.0
         self.scrapes = 0
+        self.renders = 0
+
+    def _body(self) -> str:
+        now = time.monotonic()
+        if self._cached is None or now - self._cached_at >= self.min_interval_s:
+            text = self._render()
+            self._cached, self._cached_at = text, now
+            self.renders += 1
+        return self._cached
 
     @property
     def url(self) -> str:
@@ -206,7 +230,7 @@ class MetricsServer:
                 await self._reply(writer, 405, "Method Not Allowed", "method not allowed\n", extra="Allow: GET, HEAD\r\n")
                 return
             try:
-                body = self._render()
+                body = self._body()
             except Exception as exc:  # noqa: BLE001 - a scrape must not take the run down
                 await self._reply(writer, 500, "Internal Server Error", f"{type(exc).__name__}: {exc}\n")
                 return

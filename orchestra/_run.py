@@ -46,6 +46,7 @@ from ._dashboard import (
     fmt_options,
     fmt_unit,
     fmt_value,
+    printable,
 )
 from ._metrics_http import MetricsServer
 from ._metrics_http import render as render_metrics
@@ -137,6 +138,7 @@ class RunResult:
     drained: bool = True  # False: a second signal dropped the queued frames
     metrics_url: str | None = None
     metrics_scrapes: int = 0
+    metrics_renders: int = 0  # scrapes share a rendering made at most once per MetricsServer interval
 
     @property
     def exit_code(self) -> int:
@@ -443,6 +445,7 @@ class _Runner:
                         self.dashboard.__exit__(None, None, None)
                     if self.metrics is not None:
                         self.result.metrics_scrapes = self.metrics.scrapes
+                        self.result.metrics_renders = self.metrics.renders
                         await self.metrics.aclose()
                 self._collect()
                 _log.info("cameras done", elapsed_s=round(self.result.elapsed_s, 3))
@@ -578,7 +581,7 @@ def render_summary(r: RunResult) -> str:
     tot = collections.Counter()
     dropped: collections.Counter[str] = collections.Counter()
     for c in r.cameras:
-        rows.append([c.name, c.drop, str(c.produced), str(c.processed), fmt_drops(c.dropped), str(c.failed),
+        rows.append([printable(c.name), c.drop, str(c.produced), str(c.processed), fmt_drops(c.dropped), str(c.failed),
                      fmt_ms(c.p50), fmt_ms(c.p95), fmt_ms(c.p99), c.unit, r.accounting.get(c.name, "?")])
         tot.update(produced=c.produced, processed=c.processed, failed=c.failed)
         dropped.update(c.dropped)
@@ -590,13 +593,13 @@ def render_summary(r: RunResult) -> str:
     lines += ["", "accounting: produced = processed + dropped + failed for every camera" if
               all(v == "ok" for v in r.accounting.values()) else "accounting: FRAMES LOST (see below)"]
     lines += ["", "executions per option set"]
-    lines += _table([[cam, ", ".join(f"{label}: {k}" for label, k in sets) or "none"]
+    lines += _table([[printable(cam), ", ".join(f"{label}: {k}" for label, k in sets) or "none"]
                      for cam, sets in r.executions.items()], indent="  ")
     lines += ["", "instances"]
     irows = [["instance", "pool", "state", "executes", "failures", "restarts", "replacements", "exec p50 ms",
               "exec p99 ms", "last error"]]
     for s in r.instances:
-        irows.append([s.name, s.pool, s.state, str(s.executes), str(s.failures), str(s.restarts), str(s.replacements),
+        irows.append([printable(s.name), s.pool, s.state, str(s.executes), str(s.failures), str(s.restarts), str(s.replacements),
                       fmt_ms(s.latency.p50), fmt_ms(s.latency.p99), _short(s.last_error or "-", 100)])
     lines += _table(irows, right={3, 4, 5, 6, 7, 8}, indent="  ")
     lines += ["", f"policy decisions ({len(r.decisions)})"]
@@ -608,7 +611,8 @@ def render_summary(r: RunResult) -> str:
     if r.signals:
         lines += ["", "signals at the end: " + " ".join(f"{k}={fmt_value(v)}" for k, v in sorted(r.signals.items()))]
     if r.metrics_url:
-        lines.append(f"metrics: {r.metrics_url} ({r.metrics_scrapes} scrape{'s' if r.metrics_scrapes != 1 else ''})")
+        lines.append(f"metrics: {r.metrics_url} ({r.metrics_scrapes} scrape{'s' if r.metrics_scrapes != 1 else ''}, "
+                     f"{r.metrics_renders} render{'s' if r.metrics_renders != 1 else ''})")
     lines.append("")
     if r.interrupted_by is not None:
         how = "queues drained" if r.drained else "queued frames dropped (shutdown)"

@@ -8,8 +8,10 @@ against the config file's folder) or raises :class:`~orchestra.errors.ConfigErro
     policy[0].params.lwo: policy 'battery' has no parameter 'lwo' (parameters: low, high, ...)
 
 :func:`validate_config` returns those lines (``[]`` when the file is valid). A config is
-untrusted input: nothing in it makes these functions raise anything but ``ConfigError``.
-``orchestra validate FILE`` prints them.
+untrusted input: nothing in it makes these functions raise anything but ``ConfigError``, and
+sizes and rates are bounded by :class:`ConfigLimits`. ``orchestra validate FILE`` prints them.
+A ``"module:attr"`` in the file imports that module (its code runs): only a class
+implementing the protocol (Policy, SignalSource, frame source) is then called.
 
 Schema (every table rejects keys it doesn't know, naming the known ones)::
 
@@ -115,6 +117,7 @@ __all__ = [
     "CameraConfig",
     "Config",
     "ConfigError",
+    "ConfigLimits",
     "DeviceConfig",
     "PolicyConfig",
     "ProgramConfig",
@@ -152,6 +155,35 @@ def _thaw(value: Any) -> Any:
     if isinstance(value, tuple):
         return [_thaw(v) for v in value]
     return value
+
+
+@dataclass(frozen=True)
+class ConfigLimits:
+    """Bounds on what a config may ask for, so an untrusted file can't exhaust memory or the
+    event loop. Pass your own to :func:`load_config` / :func:`validate_config` to allow more.
+
+    Attributes:
+        max_depth: how deeply tables and arrays may nest (the schema needs 5).
+        max_fps: a source's ``fps`` (a source at an fps the machine can't reach produces
+            every frame late, at once).
+        max_queue: a camera's ``queue`` (frames held in memory, per camera).
+        max_inflight: a camera's ``inflight``.
+        max_npu_cores: an ``npu_sim`` device's ``cores`` (each core is a thread and state).
+        max_name_length: a camera's name (names are printed in the live view and logs).
+        queue_warn_s: warn (not an error) when a camera's queue holds more than this many
+            seconds of its source's frames (stale frames, memory).
+    """
+
+    max_depth: int = 32
+    max_fps: float = 10_000.0
+    max_queue: int = 4096
+    max_inflight: int = 64
+    max_npu_cores: int = 256
+    max_name_length: int = 64
+    queue_warn_s: float = 5.0
+
+
+DEFAULT_LIMITS = ConfigLimits()
 
 
 @dataclass(frozen=True)
@@ -319,6 +351,7 @@ class Config:
     policies: tuple[PolicyConfig, ...]
     signals: tuple[SignalConfig, ...]
     run: RunConfig
+    warnings: tuple[str, ...] = ()  # "path: message" lines: valid, but probably not meant
 
     def program(self, name: str | None = None) -> ProgramConfig:
         """The program called ``name`` (None: the only one)."""
@@ -516,10 +549,12 @@ _RUN_KEYS = ("duration_s", "engine_period_s", "poll_interval_s")
 
 
 class _Checker:
-    def __init__(self, doc: dict[str, Any], base: Path) -> None:
+    def __init__(self, doc: dict[str, Any], base: Path, limits: ConfigLimits = DEFAULT_LIMITS) -> None:
         self.doc = doc
         self.base = base
+        self.limits = limits
         self.problems: list[_Problem] = []
+        self.warnings: list[str] = []
         self.programs: dict[str, _ProgramInfo] = {}
         self.programs_broken = False  # a [program] entry without a usable name (reported)
         self.program_configs: list[ProgramConfig] = []
@@ -577,6 +612,14 @@ class _Checker:
         if v not in choices or not isinstance(v, str):
             shown = repr(v) if isinstance(v, str) else _show(v)
             self.err(p, f"{shown} is not one of {', '.join(choices)}{_hint(v, choices) if isinstance(v, str) else ''}")
+            return _BAD
+        return v
+
+    def at_most(self, v: Any, path: str, key: str, limit: str) -> Any:
+        """``v`` unless it exceeds ``ConfigLimits.<limit>`` (then recorded, _BAD)."""
+        most = getattr(self.limits, limit)
+        if v is not _BAD and v is not None and v > most:
+            self.err(_join(path, key), f"{_show(v)} is more than {most:g} (ConfigLimits.{limit})")
             return _BAD
         return v
 
@@ -668,6 +711,9 @@ class _Checker:
             return
         if info.path.is_dir():
             self.err(p, f"{info.written}: is a directory, not a .pte file")
+            return
+        if not info.path.is_file():  # a FIFO or a device would block or never end
+            self.err(p, f"{info.written}: not a regular file")
             return
         try:
             prog = load(str(info.path))
@@ -769,6 +815,9 @@ class _Checker:
         self.devices[name] = dev
         params: dict[str, Any] = {}
         cores = self.get(t, "cores", path, "positive_int", _NPU_DEFAULTS["cores"])
+        if cores is not _BAD and cores > self.limits.max_npu_cores:
+            self.err(_join(path, "cores"), f"{cores} is more than {self.limits.max_npu_cores} (ConfigLimits.max_npu_cores)")
+            cores = _BAD
         dev.cores = None if cores is _BAD else cores
         params["cores"] = cores
         # core_memory: a size, or one per core
@@ -933,7 +982,7 @@ class _Checker:
             t = self.table(raw, path)
             if t is None:
                 continue
-            name = self.get(t, "name", path, "string")
+            name = self.camera_name(t, path)
             if name is not _BAD:
                 if name in seen:
                     self.err(_join(path, "name"), f"duplicate camera name {name!r} (also {seen[name]})")
@@ -944,9 +993,27 @@ class _Checker:
         for path, t in raw_tables:
             self.check_camera(path, t)
 
+    def camera_name(self, t: Mapping[str, Any], path: str) -> Any:
+        """The camera's name: printable (it is shown on terminals: no control characters,
+        escapes or newlines) and at most ``max_name_length`` characters."""
+        name = self.get(t, "name", path, "string")
+        if name is _BAD:
+            return _BAD
+        if not name.isprintable():
+            self.err(_join(path, "name"), f"{_show(name)} holds control characters (newlines, escapes, NUL, ...): "
+                                          f"use printable characters")
+            return _BAD
+        if len(name) > self.limits.max_name_length:
+            self.err(_join(path, "name"), f"is {len(name)} characters long, more than {self.limits.max_name_length} "
+                                          f"(ConfigLimits.max_name_length)")
+            return _BAD
+        return name
+
     def check_camera(self, path: str, t: dict[str, Any]) -> None:
         self.known(t, path, _CAMERA_KEYS)
-        name = t.get("name") if isinstance(t.get("name"), str) and t.get("name") else None
+        raw_name = t.get("name")
+        name = raw_name if (isinstance(raw_name, str) and raw_name and raw_name.isprintable()
+                            and len(raw_name) <= self.limits.max_name_length) else None
         ok = name is not None
         # program
         prog: _ProgramInfo | None = None
@@ -967,10 +1034,16 @@ class _Checker:
         else:
             ok = False  # no usable program: reported under [program]
         source = self.check_source(path, t, prog, name or "camera")
-        queue = self.get(t, "queue", path, "positive_int", 8)
+        queue = self.at_most(self.get(t, "queue", path, "positive_int", 8), path, "queue", "max_queue")
         drop = self.choice(t, "drop", path, DROP_POLICIES, "drop_oldest")
         deadline_ms = self.get(t, "deadline_ms", path, "positive_number", None)
-        inflight = self.get(t, "inflight", path, "positive_int", 1)
+        inflight = self.at_most(self.get(t, "inflight", path, "positive_int", 1), path, "inflight", "max_inflight")
+        if queue is not _BAD and source is not _BAD and source.params.get("fps"):
+            seconds = queue / source.params["fps"]
+            if seconds > self.limits.queue_warn_s:
+                self.warnings.append(f"{_join(path, 'queue')}: holds {seconds:.3g} s of frames at "
+                                     f"{source.params['fps']:g} fps (more than {self.limits.queue_warn_s:g} s: "
+                                     f"stale frames and memory); a smaller queue keeps results fresh")
         placement = self.choice(t, "placement", path, ("thread", "process"), "thread")
         bind, core = self.check_bind(path, t, prog, name)
         options = self.check_camera_options(path, t, prog, bind, core, name)
@@ -1056,7 +1129,7 @@ class _Checker:
 
     def check_synthetic(self, sp: str, s: dict[str, Any], prog: _ProgramInfo | None, inp: _Input | None) -> Any:
         self.known(s, sp, _SYNTHETIC_KEYS)
-        fps = self.get(s, "fps", sp, "positive_number")
+        fps = self.at_most(self.get(s, "fps", sp, "positive_number"), sp, "fps", "max_fps")
         seed = self.get(s, "seed", sp, "int", 0)
         count = self.get(s, "count", sp, "nonneg_int", None)
         shape = self.check_shape(s, sp)
@@ -1078,7 +1151,7 @@ class _Checker:
                           camera: str) -> Any:
         self.known(s, sp, _FILE_KEYS)
         written = self.get(s, "path", sp, "string")
-        fps = self.get(s, "fps", sp, "positive_number", None)
+        fps = self.at_most(self.get(s, "fps", sp, "positive_number", None), sp, "fps", "max_fps")
         loop = self.get(s, "loop", sp, "bool", False)
         shape = self.check_shape(s, sp)
         dtype = self.check_dtype(s, sp)
@@ -1125,11 +1198,14 @@ class _Checker:
                 obj: Any = importlib.import_module(module_name)
                 for part in attr.split("."):
                     obj = getattr(obj, part)
-            except Exception as exc:  # noqa: BLE001 - user code: never a traceback
+            except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 - user code: never a traceback, never an exit
                 self.err(kp, f"source {kind!r} can't be imported: {type(exc).__name__}: {exc}")
                 return _BAD
-            if not callable(obj):
-                self.err(kp, f"source {kind!r} is {obj!r}, not a factory")
+            from .pipeline._sources import module_attr_problem
+
+            problem = module_attr_problem(obj)
+            if problem is not None:
+                self.err(kp, f"source {kind!r} is {_show(obj)}, {problem}")
                 return _BAD
         else:
             try:
@@ -1524,7 +1600,7 @@ class _Checker:
                 where = _join(pp, named)
             self.err(where, msg)
             return False
-        except Exception as exc:  # noqa: BLE001 - user code behind module:attr: never a traceback
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 - user code behind module:attr: never a traceback, never an exit
             self.err(_join(path, "use"), f"{kind} {use!r} failed: {type(exc).__name__}: {exc}")
             return False
         return True
@@ -1550,10 +1626,26 @@ _TOML_AT = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")
 _TOML_END = re.compile(r"\s*\(at end of document\)\s*$")
 
 
-def _check(path: str | os.PathLike[str]) -> tuple[Config | None, list[_Problem]]:
+def _depth(doc: Any, limit: int) -> bool:
+    """Whether tables/arrays in ``doc`` nest more than ``limit`` deep (iterative: no recursion)."""
+    stack = [(doc, 1)]
+    while stack:
+        v, d = stack.pop()
+        if d > limit:
+            return True
+        if isinstance(v, dict):
+            stack.extend((x, d + 1) for x in v.values() if isinstance(x, (dict, list)))
+        elif isinstance(v, list):
+            stack.extend((x, d + 1) for x in v if isinstance(x, (dict, list)))
+    return False
+
+
+def _check(path: str | os.PathLike[str], limits: ConfigLimits = DEFAULT_LIMITS) -> tuple[Config | None, list[_Problem]]:
     p = Path(os.fspath(path))
     name = p.name or str(p)
     try:
+        if p.exists() and not p.is_dir() and not p.is_file():  # a FIFO would block reading it
+            return None, [_Problem("", "not a regular file")]
         data = p.read_bytes()
     except FileNotFoundError:
         return None, [_Problem("", "no such file")]
@@ -1568,6 +1660,9 @@ def _check(path: str | os.PathLike[str]) -> tuple[Config | None, list[_Problem]]
         return None, [_Problem("", f"not UTF-8 text (byte {exc.start})", line)]
     try:
         doc = tomllib.loads(text)
+    except RecursionError:
+        return None, [_Problem("", f"tables or arrays nested too deeply (more than {limits.max_depth} levels: "
+                                   f"ConfigLimits.max_depth)")]
     except tomllib.TOMLDecodeError as exc:
         msg = str(exc)
         m = _TOML_AT.search(msg)
@@ -1577,7 +1672,10 @@ def _check(path: str | os.PathLike[str]) -> tuple[Config | None, list[_Problem]]
         if m:
             return None, [_Problem("", f"{msg[: m.start()]} (at end of document)", text.count("\n") + 1)]
         return None, [_Problem("", _one_line(msg))]
-    checker = _Checker(doc, p.resolve().parent)
+    if _depth(doc, limits.max_depth):
+        return None, [_Problem("", f"tables or arrays nested more than {limits.max_depth} levels deep "
+                                   f"(ConfigLimits.max_depth)")]
+    checker = _Checker(doc, p.resolve().parent, limits)
     try:
         checker.run()
     except Exception as exc:  # noqa: BLE001 - a bug of ours must still not be a traceback for a config
@@ -1592,6 +1690,7 @@ def _check(path: str | os.PathLike[str]) -> tuple[Config | None, list[_Problem]]
         policies=tuple(checker.policies),
         signals=tuple(checker.signals),
         run=checker.run_config,
+        warnings=tuple(checker.warnings),
     )
     return config, []
 
@@ -1604,26 +1703,27 @@ def _format(problem: _Problem, file: str) -> str:
     return f"{file}{line}: {problem.message}"
 
 
-def validate_config(path: str | os.PathLike[str]) -> list[str]:
+def validate_config(path: str | os.PathLike[str], *, limits: ConfigLimits = DEFAULT_LIMITS) -> list[str]:
     """Every problem in the config file at ``path``, one line each (``[]`` when valid).
 
     Lines start with the path of the offending value (``camera[2].bind: ...``), or with the
     file's name for problems with the file itself (``cameras.toml:12: <TOML syntax error>``).
-    Never raises for anything in the file.
+    ``limits`` bound sizes and rates (see :class:`ConfigLimits`). Never raises for anything
+    in the file. Warnings (valid, but probably not meant) are in ``load_config(...).warnings``.
     """
-    _, problems = _check(path)
+    _, problems = _check(path, limits)
     name = Path(os.fspath(path)).name or os.fspath(path)
     return [_format(p, name) for p in problems]
 
 
-def load_config(path: str | os.PathLike[str]) -> Config:
-    """Reads and checks the config file at ``path``.
+def load_config(path: str | os.PathLike[str], *, limits: ConfigLimits = DEFAULT_LIMITS) -> Config:
+    """Reads and checks the config file at ``path`` (sizes and rates bounded by ``limits``).
 
     Raises:
         ConfigError: the file is missing, unreadable, not TOML, or invalid; ``errors`` holds
             every problem, one line each (as :func:`validate_config` returns them).
     """
-    config, problems = _check(path)
+    config, problems = _check(path, limits)
     if config is None:
         name = Path(os.fspath(path)).name or os.fspath(path)
         lines = tuple(_format(p, name) for p in problems)

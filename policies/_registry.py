@@ -83,7 +83,7 @@ class _Registry:
             )
         try:
             factory = ep.load()
-        except Exception as exc:
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:
             raise NotFoundError(
                 f"{self.kind} {name!r}: entry point in group {self.group!r} ({ep.value}) failed to load: "
                 f"{type(exc).__name__}: {exc}"
@@ -96,14 +96,15 @@ class _Registry:
         del self._entry_points[name]
         return self._factories[name]
 
-    def resolve(self, spec: str) -> tuple[Factory | Any, str]:
-        """(the factory, or the object ``module:attr`` names; a label for messages)."""
+    def resolve(self, spec: str) -> tuple[Factory | Any, str, bool]:
+        """(the factory, or the object ``module:attr`` names; a label for messages; whether
+        it was registered: code declared it a factory, so any callable may be called)."""
         if not isinstance(spec, str) or not spec:
             raise InvalidArgumentError(f"{self.kind} spec must be a registered name or 'module:attr', got {spec!r}")
         self._discover()
         if spec in self._factories or spec in self._entry_points or ":" not in spec:
-            return self.get(spec), f"{self.kind} {spec!r}"
-        return _import_attr(spec, self.kind), f"{self.kind} {spec!r}"
+            return self.get(spec), f"{self.kind} {spec!r}", True
+        return _import_attr(spec, self.kind), f"{self.kind} {spec!r}", False
 
 
 def _import_attr(spec: str, kind: str) -> Any:
@@ -114,7 +115,7 @@ def _import_attr(spec: str, kind: str) -> Any:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         raise NotFoundError(f"{kind} {spec!r}: can't import module {module_name!r}: {exc}") from exc
-    except Exception as exc:
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # user code: exiting at import is an error too
         raise ConfigError(f"{kind} {spec!r}: importing module {module_name!r} failed: {type(exc).__name__}: {exc}") from exc
     obj: Any = module
     for part in attr.split("."):
@@ -158,7 +159,11 @@ def _bad_params(label: str, factory: Factory, params: dict[str, Any]) -> str | N
     return f"{label}: parameters {sorted(params)} don't fit {sig}"
 
 
-def _build(label: str, target: Any, params: dict[str, Any], check: Callable[[Any], str | None], method: str) -> Any:
+def _build(label: str, target: Any, params: dict[str, Any], check: Callable[[Any], str | None], method: str,
+           registered: bool) -> Any:
+    """``target(**params)``, checked. A target named by ``module:attr`` (not ``registered``)
+    is called only when it is a class implementing the protocol (``method`` callable on
+    the class): a config file must not be able to call ``os:system``."""
     if not callable(target) or (not isinstance(target, type) and check(target) is None):
         # an already-built object named by module:attr
         problem = check(target)
@@ -169,6 +174,10 @@ def _build(label: str, target: Any, params: dict[str, Any], check: Callable[[Any
         return target
     if isinstance(target, type) and not callable(getattr(target, method, None)):
         raise ConfigError(f"{label} is the class {target.__qualname__!r}, which {check(None)}")
+    if not registered and not isinstance(target, type):
+        kind = label.split(" '")[0]
+        raise ConfigError(f"{label} is {target!r}, not a class: 'module:attr' must name a {kind} class (one with "
+                          f"{method}()) or a built {kind} object; other callables are never called")
     why = _bad_params(label, target, params)
     if why is not None:
         raise InvalidArgumentError(why)
@@ -241,17 +250,20 @@ def policy_names() -> tuple[str, ...]:
 def load_policy(spec: str, **params: Any) -> Policy:
     """Builds a policy from a registered name (``"battery"``) or ``"module:attr"``
     (``"myapp.policies:NightMode"``; ``attr`` may be dotted), calling its factory with
-    ``params``. ``module:attr`` may also name an already-built policy object (then no params).
+    ``params``. ``module:attr`` imports ``module`` (running its code) and must name a class
+    with ``propose()`` (called with ``params``) or an already-built policy object (then no
+    params); a function it names is never called (register it to use it as a factory).
 
     Raises:
         NotFoundError: the name isn't registered, the module can't be found, or has no such
             attribute.
-        ConfigError: importing the module failed, or what it names or makes is not a Policy.
+        ConfigError: importing the module failed, or what it names or makes is not a Policy
+            (a ``module:attr`` function: not a Policy class).
         InvalidArgumentError: ``params`` don't fit (the message names the policy and the
             parameter), or the policy rejected a value.
     """
-    target, label = _POLICIES.resolve(spec)
-    return _build(label, target, params, _policy_problem, "propose")
+    target, label, registered = _POLICIES.resolve(spec)
+    return _build(label, target, params, _policy_problem, "propose", registered)
 
 
 def register_source(name: str, factory: Factory) -> None:
@@ -279,8 +291,8 @@ def load_source(spec: str, **params: Any) -> SignalSource:
 
     Raises the same errors as :func:`load_policy`.
     """
-    target, label = _SOURCES.resolve(spec)
-    return _build(label, target, params, _source_problem, "read")
+    target, label, registered = _SOURCES.resolve(spec)
+    return _build(label, target, params, _source_problem, "read", registered)
 
 
 for _name, _factory in (

@@ -14,6 +14,7 @@ import pathlib
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from orchestra import _cli
@@ -293,3 +294,35 @@ def test_import_configures_no_logging() -> None:
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
+
+
+# -- the README's dumps() example: the bytes reach ExecuTorch's own runtime ------------------------
+
+
+@pytest.mark.executorch
+@pytest.mark.parametrize("name", ["xnnpack_convnet", "xnnpack_inline"])
+@pytest.mark.parametrize("mode", ["segment", "inline"])
+def test_dumps_output_runs_in_executorchs_runtime(name: str, mode: str) -> None:
+    try:  # tests/ may or may not be a package
+        from ._executorch import (delegate_backends, executorch_available, load_npz, run_executorch,
+                                  xnnpack_available)
+    except ImportError:
+        from _executorch import (delegate_backends, executorch_available, load_npz,  # type: ignore[no-redef]
+                                 run_executorch, xnnpack_available)
+    from orchestra.program import dumps
+
+    if not executorch_available():
+        pytest.skip("needs executorch (the export extra)")
+    if name.startswith("xnnpack") and not xnnpack_available():
+        pytest.skip("XnnpackBackend is not registered in this ExecuTorch runtime")
+    data = dumps(load(str(FIXTURES / f"{name}.pte")), delegate_data=mode)  # type: ignore[arg-type]
+    # ExecuTorch's reader sees every delegate blob where it was asked to be
+    for method, delegates in delegate_backends(data).items():
+        assert all(where == mode for _, where in delegates), (method, delegates)
+    if name.startswith("xnnpack"):
+        assert delegate_backends(data)["forward"], "the fixture delegates to XNNPACK"
+    for method, io in load_npz(name).items():
+        got = run_executorch(data, method, io["in"])
+        assert len(got) == len(io["out"])
+        for g, w in zip(got, io["out"], strict=True):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)

@@ -556,3 +556,104 @@ def test_placement_defaults_to_thread_and_process_reaches_the_instance_spec(fold
     a, b = cfg.cameras
     assert (a.placement, b.placement) == ("process", "thread")
     assert (a.instance_spec().placement, b.instance_spec().placement) == ("process", "thread")
+
+
+# -- audit regressions: a config can't run code, exhaust memory, block, or hide its failure ----
+
+
+def test_validate_never_calls_a_function_named_by_module_attr(folder: pathlib.Path) -> None:
+    """``use = "os:system"`` with a command must not run it (validate builds policies and
+    signal sources to check their parameters: only classes implementing the protocol)."""
+    marker = folder / "ran"
+    touch = f'params = {{ command = "touch {marker}" }}'
+    for section in ("policy", "signal"):
+        path = write(folder, VALID + f'\n[[{section}]]\nuse = "os:system"\n{touch}\n')
+        kind = "policy" if section == "policy" else "signal source"
+        assert validate_config(path) == [f"{section}[0].use: {kind} 'os:system' is <built-in function system>, not a "
+                                         f"class: 'module:attr' must name a {kind} class (one with "
+                                         f"{'propose' if section == 'policy' else 'read'}()) or a built {kind} "
+                                         f"object; other callables are never called"]
+        assert _cli.main(["validate", str(path)]) == 2
+    path = write(folder, PLAIN_PROGRAM + camera("front", source=f'source = {{ kind = "os:system", command = "touch {marker}" }}'))
+    assert validate_config(path) == ["camera[0].source.kind: source 'os:system' is <built-in function system>, not a "
+                                     "class: 'module:attr' must name a source class (one with frames()); other "
+                                     "callables are never called"]
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("raise_", ["SystemExit(0)", "KeyboardInterrupt()"])
+def test_a_module_that_exits_at_import_is_a_config_error(folder: pathlib.Path, raise_: str,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    (folder / "orchestra_exits_at_import.py").write_text(f"raise {raise_}\n")
+    monkeypatch.syspath_prepend(str(folder))
+    name = raise_.split("(")[0]
+    for extra, where in (('\n[[policy]]\nuse = "orchestra_exits_at_import:P"\n', "policy[0].use"),
+                         ('\n[[signal]]\nuse = "orchestra_exits_at_import:S"\n', "signal[0].use")):
+        (line,) = validate_config(write(folder, VALID + extra))
+        assert line.startswith(f"{where}: ") and name in line, line
+    (line,) = validate_config(write(folder, PLAIN_PROGRAM + camera(
+        "front", source='source = { kind = "orchestra_exits_at_import:Cam" }')))
+    assert line.startswith("camera[0].source.kind: source 'orchestra_exits_at_import:Cam' can't be imported: "
+                           f"{name}"), line
+    # the command: not "valid" (exit 0, nothing printed) nor 130, but the config error
+    path = write(folder, VALID + '\n[[policy]]\nuse = "orchestra_exits_at_import:P"\n')
+    r = subprocess.run([sys.executable, "-m", "orchestra", "validate", str(path)], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=str(folder)), timeout=120)
+    assert (r.returncode, r.stdout) == (2, ""), r.stderr
+    assert r.stderr.startswith(f"{path}: policy[0].use: ") and name in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("opener, closer", [("[", "]"), ("{a=", "}")])
+def test_deeply_nested_toml_is_one_line(folder: pathlib.Path, opener: str, closer: str) -> None:
+    for depth in (40, 600, 5000):
+        inner = "1" if opener == "{a=" else ""
+        path = write(folder, "x = " + opener * depth + inner + closer * depth + "\n")
+        (line,) = validate_config(path)
+        assert line.startswith("config.toml: tables or arrays nested") and "ConfigLimits.max_depth" in line
+        with pytest.raises(ConfigError):
+            load_config(path)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_a_fifo_is_not_read(folder: pathlib.Path) -> None:
+    os.mkfifo(folder / "models" / "pipe.pte")
+    path = write(folder, '[program]\npath = "models/pipe.pte"\n' + camera("front"))
+    assert validate_config(path) == ["program.path: models/pipe.pte: not a regular file"]
+    os.mkfifo(folder / "pipe.toml")
+    assert validate_config(folder / "pipe.toml") == ["pipe.toml: not a regular file"]
+
+
+def test_sizes_and_rates_are_bounded(folder: pathlib.Path) -> None:
+    plain = PLAIN_PROGRAM + camera("front", "queue = 10000000000\ninflight = 100000000",
+                                   'source = { kind = "synthetic", fps = 1e308 }')
+    check(folder, plain, ["camera[0].source.fps: 1e+308 is more than 10000 (ConfigLimits.max_fps)",
+                          "camera[0].queue: 10000000000 is more than 4096 (ConfigLimits.max_queue)",
+                          "camera[0].inflight: 100000000 is more than 64 (ConfigLimits.max_inflight)"])
+    check(folder, PROGRAM + '[device.npu0]\nkind = "npu_sim"\ncores = 100000000\n' + camera("front", 'bind = { "npu0.core" = 0 }'),
+          ["device.npu0.cores: 100000000 is more than 256 (ConfigLimits.max_npu_cores)"])
+    # the limits are the caller's to raise
+    from orchestra.config import ConfigLimits
+
+    path = write(folder, PLAIN_PROGRAM + camera("front", "queue = 5000", 'source = { kind = "synthetic", fps = 20000 }'))
+    assert validate_config(path, limits=ConfigLimits(max_fps=1e5, max_queue=10_000)) == []
+
+
+def test_a_queue_holding_many_seconds_of_frames_is_a_warning(folder: pathlib.Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(folder, PLAIN_PROGRAM + camera("front", "queue = 600"))  # 600 frames at 30 fps: 20 s
+    assert validate_config(path) == []
+    assert load_config(path).warnings == ("camera[0].queue: holds 20 s of frames at 30 fps (more than 5 s: stale "
+                                          "frames and memory); a smaller queue keeps results fresh",)
+    assert _cli.main(["validate", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert out == f"{path}: ok (1 camera, 0 policies)\n"
+    assert err == f"{path}: warning: camera[0].queue: holds 20 s of frames at 30 fps (more than 5 s: stale frames " \
+                  "and memory); a smaller queue keeps results fresh\n"
+    assert load_config(write(folder, PLAIN_PROGRAM + camera("front", "queue = 100"))).warnings == ()
+
+
+@pytest.mark.parametrize("name, shown", [("a\\u0000b", '"a\\u0000b"'), ("a\\nb", '"a\\nb"'),
+                                         ("\\u001b[2Jx", '"\\u001b[2Jx"')])
+def test_camera_names_are_printable(folder: pathlib.Path, name: str, shown: str) -> None:
+    check(folder, PLAIN_PROGRAM + f'\n[[camera]]\nname = "{name}"\n{SYN}\n',
+          [f"camera[0].name: {shown} holds control characters (newlines, escapes, NUL, ...): use printable characters"])

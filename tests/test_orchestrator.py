@@ -458,8 +458,11 @@ async def test_engine_runs_on_signal_changes_and_on_the_period(npu: NpuDevice) -
             while orch.explain()["front"][NPU]["power_mode"].value != "performance":
                 await anyio.sleep(0.01)
         calls = policy.calls
-        await anyio.sleep(0.1)  # ~10 polls, no change: the policy does not run again
-        assert policy.calls == calls
+        runs = orch.statistics().engine_runs
+        with anyio.fail_after(10):  # 5 polls (one engine run each), no change
+            while orch.statistics().engine_runs < runs + 5:
+                await anyio.sleep(0.01)
+        assert policy.calls == calls  # the policy did not run again
         battery.values["battery.percent"] = 12
         with anyio.fail_after(10):
             while orch.explain()["front"][NPU]["power_mode"].value != "low":
@@ -605,25 +608,36 @@ async def test_routing_sticks_per_key_and_otherwise_picks_the_least_loaded() -> 
         assert all(o in names for o in owners.values())
         for n in names:  # every execute of a key ran on the instance the key sticks to
             assert len(PROBE_B.seen(n)) == 6 * sum(1 for o in owners.values() if o == n)
-        # least loaded: r0 and r1 busy with slow requests, so unkeyed work goes to r2
-        before = {n: len(PROBE_B.seen(n)) for n in names}
-        slow = {PROBE: {"sleep_s": 0.3}}
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(p["r0"].execute, [X4], slow)
-            tg.start_soon(p["r1"].execute, [X4], slow)
-            await anyio.sleep(0.05)
-            assert (p["r0"].in_flight, p["r1"].in_flight) == (1, 1)
-            for _ in range(5):
-                await p.execute([X4])
-        after = {n: len(PROBE_B.seen(n)) - before[n] for n in names}
-        assert after == {"r0": 1, "r1": 1, "r2": 5}
+        # least loaded: f0 and f1 each hold a request (blocked in the backend until released),
+        # so unkeyed work goes to f2
+        fnames = ["f0", "f1", "f2"]
+        f = await orch.load(fault_program(), name="faults",
+                            instances=[InstanceSpec(n, backend_options={FAULT: {"label": n}}) for n in fnames])
+        release = threading.Event()
+        FAULT_PLAN["f0"] = {"hang": release, "hangs": 1}
+        FAULT_PLAN["f1"] = {"hang": release, "hangs": 1}
+        fexecutes = {n: next(h for h in FAULT_B.handles if h["label"] == n) for n in fnames}
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(f["f0"].execute, [X4])
+                tg.start_soon(f["f1"].execute, [X4])
+                with anyio.fail_after(10):  # both in their backend, held there
+                    while fexecutes["f0"]["executes"] + fexecutes["f1"]["executes"] < 2:
+                        await anyio.sleep(0.001)
+                assert (f["f0"].in_flight, f["f1"].in_flight) == (1, 1)
+                for _ in range(5):
+                    await f.execute([X4])
+                release.set()
+        finally:
+            release.set()
+        assert {n: h["executes"] for n, h in fexecutes.items()} == {"f0": 1, "f1": 1, "f2": 5}
         # a paused instance is skipped, and its keys move
         victim = owners["cam0"]
         p[victim].pause()
         other = p.routed_to("cam0")
         await p.execute([X4], key="cam0")
         assert p.routed_to("cam0") != victim and other == victim
-        assert p.statistics().routed == 30 + 5 + 1 and p.statistics().keys == 5
+        assert p.statistics().routed == 30 + 1 and p.statistics().keys == 5 and f.statistics().routed == 5
         p[victim].resume()
         # a bounded memory of keys: the least recently routed one is forgotten first
         p.max_sticky_keys = 3
@@ -655,8 +669,8 @@ async def test_pause_waits_resume_releases_and_target_rate_paces_the_worker() ->
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(direct)
-            await anyio.sleep(0.05)
-            assert not done.is_set() and len(PROBE_B.seen("w0")) == 0
+            await anyio.wait_all_tasks_blocked()  # direct() is parked: nothing was handed to the worker
+            assert not done.is_set() and p["w0"].in_flight == 0 and len(PROBE_B.seen("w0")) == 0
             pauser.actions = (Resume("w0"), TargetRate("w1", None))
             await orch.refresh()
         assert done.is_set() and len(PROBE_B.seen("w0")) == 1
@@ -674,8 +688,8 @@ async def test_pause_waits_resume_releases_and_target_rate_paces_the_worker() ->
         done2 = anyio.Event()
         async with anyio.create_task_group() as tg:  # every instance paused: routed executes wait
             tg.start_soon(routed)
-            await anyio.sleep(0.05)
-            assert not done2.is_set()
+            await anyio.wait_all_tasks_blocked()
+            assert not done2.is_set() and p["w0"].in_flight == p["w1"].in_flight == 0
             p["w1"].resume()
         assert done2.is_set()
 
@@ -698,7 +712,9 @@ async def test_add_remove_drains_and_scale_binds_free_units(npu: NpuDevice) -> N
         async with anyio.create_task_group() as tg:
             for k in range(5):
                 tg.start_soon(one, k)
-            await anyio.sleep(0.01)
+            # one checkpoint: the five tasks run up to their await (each queued its request);
+            # no result can be resolved before the loop's next iteration
+            await anyio.sleep(0)
             assert p["rear"].in_flight == 5
             rear = p["rear"]
             await p.remove("rear")

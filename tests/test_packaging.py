@@ -63,3 +63,72 @@ def test_import_orchestra_loads_nothing_heavy_until_a_name_is_used() -> None:
         assert "no attribute 'no_such_name'" in str(exc)
     else:
         raise AssertionError("orchestra.no_such_name did not raise AttributeError")
+
+
+def _build_backend_path() -> str | None:
+    """A folder holding setuptools >= 68 (the build backend pyproject.toml asks for), to
+    build the wheel offline without build isolation; None when none is installed."""
+    from importlib.metadata import distributions
+
+    for dist in distributions():
+        if (dist.metadata["Name"] or "").lower() == "setuptools":
+            major = int(dist.version.split(".")[0])
+            if major >= 68:
+                return str(dist.locate_file(""))
+    return None
+
+
+def test_the_readme_install_gives_a_working_console_script(tmp_path: pathlib.Path) -> None:
+    """The README's first command, ``pip install .`` then ``orchestra run``: a wheel built from
+    the checkout, installed (not editable, ``--no-deps``) into a fresh venv that sees the
+    dependencies, runs ``orchestra validate`` and ``orchestra run`` through its console script."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import sysconfig
+
+    import pytest
+
+    backend = _build_backend_path()
+    if backend is None:
+        pytest.skip("needs setuptools>=68 installed to build the wheel offline")
+    env = dict(os.environ, PYTHONPATH=backend, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1")
+    # a copy of the checkout: building in place would leave build/ behind (and reuse a stale one)
+    src = tmp_path / "src"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info",
+                                                             "__pycache__", ".pytest_cache"))
+    wheels = tmp_path / "wheels"
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+                            "-w", str(wheels), str(src)], capture_output=True, text=True, env=env, timeout=300,
+                           cwd=tmp_path)
+    assert build.returncode == 0, build.stdout + build.stderr
+    (wheel,) = wheels.glob("orchestra-*.whl")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    py = venv / "bin" / "python"
+    # the dependencies: this interpreter's site folders (not the checkout), after the venv's own
+    site_packages = pathlib.Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                                capture_output=True, text=True, check=True).stdout.strip())
+    deps = [p for p in sys.path if p.endswith("site-packages") and not p.startswith(str(ROOT))]
+    deps.append(sysconfig.get_paths()["purelib"])
+    (site_packages / "_deps.pth").write_text("\n".join(dict.fromkeys(deps)) + "\n")
+    install = subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "--no-deps", "--no-index",
+                              str(wheel)], capture_output=True, text=True, env=dict(os.environ), timeout=300)
+    assert install.returncode == 0, install.stdout + install.stderr
+    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    where = subprocess.run([str(py), "-c", "import orchestra, orchestra.backends, orchestra.policies; "
+                            "print(orchestra.__file__); print(orchestra.backends.__file__)"],
+                           capture_output=True, text=True, env=clean, cwd=tmp_path, timeout=120)
+    assert where.returncode == 0, where.stderr
+    assert all(line.startswith(str(site_packages)) for line in where.stdout.split()), where.stdout  # the wheel's copy
+    script = venv / "bin" / "orchestra"
+    config = ROOT / "examples" / "cameras.toml"
+    val = subprocess.run([str(script), "validate", str(config)], capture_output=True, text=True, env=clean,
+                         cwd=tmp_path, timeout=120)
+    assert (val.returncode, val.stdout, val.stderr) == (0, f"{config}: ok (4 cameras, 2 policies)\n", "")
+    run = subprocess.run([str(script), "run", str(config), "--duration", "1", "--no-dashboard"], capture_output=True,
+                         text=True, env=dict(clean, NO_COLOR="1"), cwd=tmp_path, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "accounting: produced = processed + dropped + failed for every camera" in run.stdout
+    assert run.stdout.rstrip().endswith("result: ok")

@@ -502,22 +502,32 @@ def test_rate_meter_counts_a_recent_window() -> None:
 
 @pytest.mark.anyio
 async def test_keyed_routes_through_a_pool_with_a_key() -> None:
-    class Pool:
-        def __init__(self) -> None:
-            self.keys: list[Any] = []
+    """Two cameras keyed onto a real orchestrator pool of two instances: each camera's frames
+    all run on the one instance its key sticks to, and the results are the program's."""
+    from orchestra.orchestrator import InstanceSpec, Orchestrator
+    from orchestra.runtime import load_program
 
-        async def execute(self, inputs: list[Any], key: Any = None) -> list[Any]:
-            self.keys.append(key)
-            return [inputs[0] + 1]
-
-        def describe(self) -> dict[str, Any]:
-            return {"instance": "pool/0"}
-
-    pool = Pool()
-    p = Pipeline("c", SyntheticCamera("c", 1000, (2,), count=5), pl.keyed(pool, "cam-c"), drop="block")
-    st = await p.run()
-    check(p)
-    assert pool.keys == ["cam-c"] * 5 and st.instance == "pool/0" and st.executor_info["key"] == "cam-c"
+    program = load_program(Path(__file__).resolve().parent.parent / "examples" / "models" / "convnet.pte")
+    ref = program.load_method("forward")
+    async with Orchestrator(period=None) as orch:
+        pool = await orch.load(program, instances=[InstanceSpec("i0"), InstanceSpec("i1")])
+        sinks = {c: CollectSink() for c in ("cam-a", "cam-b")}
+        group = Pipelines(Pipeline(c, SyntheticCamera(c, 1000, (1, 3, 16, 16), seed=k, count=6), pl.keyed(pool, c),
+                                   sink=sinks[c], drop="block") for k, c in enumerate(sinks))
+        await group.run()
+        check(group)
+        owners = {c: pool.routed_to(c) for c in sinks}
+        assert set(owners.values()) <= {"i0", "i1"} and None not in owners.values()
+        runs = {n: pool[n].statistics().executes for n in ("i0", "i1")}
+        assert sum(runs.values()) == 12
+        for n in ("i0", "i1"):  # every frame ran on the instance its camera's key sticks to
+            assert runs[n] == 6 * sum(1 for o in owners.values() if o == n)
+        for c, sink in sinks.items():
+            assert indices(sink) == list(range(6))
+            for r in sink.results:
+                np.testing.assert_allclose(r.outputs[0], ref.execute([r.frame.data])[0], rtol=1e-6)
+        st = group["cam-a"].statistics()
+        assert st.executor_info is not None and st.executor_info["key"] == "cam-a"
 
 
 # --- sources -------------------------------------------------------------------------------
@@ -749,3 +759,99 @@ async def test_real_method_on_a_worker_thread(tmp_path: Path) -> None:
         np.testing.assert_array_equal(r.outputs[0], reference.execute([cam.frame_data(r.frame.index)])[0])
     assert method.statistics().executions == p1.accounting().processed + p2.accounting().processed
     assert p2.statistics().instance == "mlp-0"
+
+
+# --- audit regressions: sources that misbehave, cancellation in the sink, module:attr --------
+
+class RaisingFrames:
+    """A source whose frames() raises when called (a camera that can't be opened)."""
+
+    name = "cam-raises"
+
+    def frames(self) -> AsyncIterator[Frame]:
+        raise OSError("device busy")
+
+
+class NotAnIterator:
+    """A source whose frames() returns something that is not an async iterator."""
+
+    name = "cam-junk"
+
+    def frames(self) -> Any:
+        return 5
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("source", "error"), [(RaisingFrames(), "OSError: device busy"),
+                                               (NotAnIterator(), "TypeError: frames() returned 5, not an async iterator")])
+async def test_a_source_whose_frames_call_fails_is_a_source_error(source: Any, error: str) -> None:
+    p = Pipeline("p", source, SleepExecutor(0.0), drop="drop_oldest")
+    with pytest.raises(SourceError, match=rf"source '{source.name}' failed: {error.replace('(', '[(]').replace(')', '[)]')}"):
+        await p.run()
+    check(p)
+    assert p.state == "failed" and p.statistics().last_error == f"source: {error}"
+    assert p.accounting().produced == 0
+
+
+class FirstExecuteSeesProduced:
+    """Records how many frames the pipeline had produced when the first execute ran, then
+    stops the pipeline."""
+
+    def __init__(self) -> None:
+        self.pipeline: Pipeline | None = None
+        self.produced_at_first: int | None = None
+
+    async def execute(self, inputs: list[Any]) -> list[Any]:
+        assert self.pipeline is not None
+        if self.produced_at_first is None:
+            self.produced_at_first = self.pipeline.accounting().produced
+            self.pipeline.stop()
+        return [inputs[0]]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("drop", ["drop_oldest", "drop_newest"])
+async def test_a_source_faster_than_the_machine_still_yields_to_the_loop(drop: str) -> None:
+    # fps 1e9: every frame is already due, the source never sleeps. The workers (and so
+    # timers, signal handlers) must still get the loop while it produces: the first execute
+    # runs after a handful of frames, not after all of them.
+    count = 5000
+    ex = FirstExecuteSeesProduced()
+    p = Pipeline("fast", SyntheticCamera("fast", 1e9, (2,), count=count), ex, queue=4, drop=drop)
+    ex.pipeline = p
+    with anyio.fail_after(60):
+        await p.run()
+    check(p)
+    assert ex.produced_at_first is not None and ex.produced_at_first < 100
+    assert p.accounting().produced < count  # stop() took effect mid-stream
+
+
+@pytest.mark.anyio
+async def test_cancelling_run_while_an_async_sink_holds_a_frame_counts_it_processed() -> None:
+    received: list[int] = []
+    in_sink = anyio.Event()
+
+    async def sink(result: Any) -> None:
+        received.append(result.frame.index)
+        in_sink.set()
+        await anyio.sleep_forever()  # a sink stuck on a slow network write
+
+    p = Pipeline("c", SyntheticCamera("c", 1000, (2,), count=10), SleepExecutor(0.0), sink=sink, drop="block")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(p.run)
+        await in_sink.wait()
+        tg.cancel_scope.cancel()
+    check(p)
+    acc = p.accounting()
+    assert received == [0]
+    assert acc.processed == 1  # the sink saw it: processed, not dropped (shutdown)
+    assert acc.produced == acc.processed + acc.dropped["shutdown"]
+
+
+def test_module_attr_source_must_be_a_source_class(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    with pytest.raises(orchestra.errors.ConfigError, match=r"'os:system' is <built-in function system>, not a class"):
+        pl.load_source("os:system", command=f"touch {marker}")
+    assert not marker.exists()
+    with pytest.raises(orchestra.errors.ConfigError, match="not a source class"):
+        pl.load_source("collections:OrderedDict")

@@ -122,7 +122,10 @@ def test_cameras_example_switches_power_mode_mid_run() -> None:
     assert out.rstrip().endswith("result: ok")
     # not a terminal: a status line instead of the dashboard, no ANSI codes
     assert "\x1b[" not in out
-    assert re.search(r"^\[\s*2\.0s\] front ", out, re.M)
+    # a status line every 2 s: its stamp is the run's elapsed time when it printed (>= 2.0 s;
+    # how much later depends on the machine's load)
+    stamps = [float(m) for m in re.findall(r"^\[\s*(\d+\.\d)s\] front ", out, re.M)]
+    assert stamps and all(t >= 2.0 for t in stamps), stamps
     # logs went to stderr as console lines
     assert "backend option changed" in r.stderr
 
@@ -304,6 +307,48 @@ def test_block_mode_loses_no_frame(tmp_path: pathlib.Path) -> None:
         assert row["dropped"] == {} and row["failed"] == 0, (cam, row)
 
 
+def test_metrics_scrapes_back_to_back_share_renders_and_lose_no_frame(tmp_path: pathlib.Path) -> None:
+    """Four clients scraping /metrics as fast as they can: every scrape is answered, the run
+    renders at most once a second (scrapes share it), and block mode still loses nothing."""
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "orchestra", "run", str(_config(tmp_path, BLOCK)), "--no-dashboard",
+                             "--metrics-port", str(port), "--duration", "3"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, encoding="utf-8", env=_env(), cwd=ROOT)
+    answered = [0] * 4
+    stop = threading.Event()
+
+    def scrape(i: int) -> None:
+        while not stop.is_set() and proc.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+                    if resp.status == 200 and b"orchestra_frames_processed_total" in resp.read():
+                        answered[i] += 1
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                time.sleep(0.05)  # not listening yet, or going away
+
+    threads = [threading.Thread(target=scrape, args=(i,), daemon=True) for i in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        out, err = proc.communicate(timeout=90)
+    finally:
+        stop.set()
+        if proc.poll() is None:
+            proc.kill()
+    for t in threads:
+        t.join(10)
+    assert proc.returncode == 0, out + err
+    table = _check_accounting(out, ("a", "b"))
+    for cam, row in table.items():
+        assert row["processed"] == row["produced"] > 0 and row["dropped"] == {}, (cam, row)
+    m = re.search(r"^metrics: \S+ \((\d+) scrapes?, (\d+) renders?\)$", out, re.M)
+    assert m, out
+    scrapes, renders = int(m.group(1)), int(m.group(2))
+    elapsed = float(re.search(r"^orchestra run \S+: (\d+\.\d) s", out, re.M).group(1))  # type: ignore[union-attr]
+    assert scrapes > 20 and sum(answered) > 20, (scrapes, answered)
+    assert 1 <= renders <= elapsed + 2 < scrapes, (renders, scrapes, elapsed)
+
+
 PROCESS = """
 [program]
 name = "convnet"
@@ -330,6 +375,72 @@ def test_process_placement_from_the_config_runs_every_frame(tmp_path: pathlib.Pa
     table = _check_accounting(r.stdout, ("a", "b"))
     for cam, row in table.items():
         assert row["processed"] == row["produced"] == 60 and row["failed"] == 0, (cam, row)
+
+
+PROCESS_ENDLESS = """
+[program]
+name = "convnet"
+path = PLAIN
+
+[[camera]]
+name = "a"
+source = { kind = "synthetic", fps = 100, shape = [1, 3, 16, 16], seed = 1 }
+placement = "process"
+
+[[camera]]
+name = "b"
+source = { kind = "synthetic", fps = 100, shape = [1, 3, 16, 16], seed = 2 }
+placement = "process"
+"""
+
+
+@pytest.mark.parametrize("when", ["running", "starting"])
+def test_ctrl_c_on_the_process_group_reaches_only_the_parent(tmp_path: pathlib.Path, when: str) -> None:
+    """The terminal sends Ctrl-C's SIGINT to the whole foreground process group, worker
+    processes included: they must leave it to the parent (which drains, then closes them),
+    neither failing frames with KeyboardInterrupt nor dying during start-up."""
+    cfg = _config(tmp_path, PROCESS_ENDLESS.replace("PLAIN", json.dumps(str(EXAMPLES / "models" / "convnet.pte"))))
+    proc = subprocess.Popen([sys.executable, "-m", "orchestra", "run", str(cfg), "--no-dashboard", "--duration", "60"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, encoding="utf-8", env=_env(),
+                            cwd=ROOT, start_new_session=True)  # its own process group, as a shell job is
+    err_lines: list[str] = []
+    seen = threading.Event()
+    marker = "cameras running" if when == "running" else "orchestrator started"  # then workers spawn
+
+    def read_err() -> None:
+        for line in proc.stderr:  # type: ignore[union-attr]
+            err_lines.append(line)
+            if marker in line or "cameras running" in line:
+                seen.set()
+
+    reader = threading.Thread(target=read_err, daemon=True)
+    reader.start()
+    try:
+        if when == "running":
+            assert seen.wait(60), "".join(err_lines)
+            time.sleep(0.5)  # frames flowing through the worker processes
+        else:
+            assert seen.wait(60), "".join(err_lines)
+            time.sleep(0.3)  # the worker processes are starting (importing, loading)
+        os.killpg(proc.pid, signal.SIGINT)
+        out = proc.stdout.read()  # type: ignore[union-attr]
+        rc = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    reader.join(10)
+    err = "".join(err_lines)
+    assert rc == 130, out + err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in out + err, out + err
+    table = _check_accounting(out, ("a", "b"))
+    assert all(row["failed"] == 0 for row in table.values()), table
+    assert "result: interrupted (SIGINT); queues drained" in out
+    inst = {line.split()[0]: line.split() for line in out.splitlines()[out.splitlines().index("instances") + 2:]
+            if line.strip() and line.split()[0] in ("a", "b")}
+    assert set(inst) == {"a", "b"}, out
+    assert all(cells[4] == "0" and cells[5] == "0" for cells in inst.values()), inst  # failures, restarts
+    if when == "running":
+        assert all(int(cells[3]) > 0 for cells in inst.values()), inst  # executes
 
 
 # -- failures make the exit status 1 -----------------------------------------------------------
@@ -387,6 +498,112 @@ def test_failed_frames_exit_1(tmp_path: pathlib.Path) -> None:
     assert "(sources ended)" in r.stdout.splitlines()[0]
     assert "result: FAILED" in r.stdout
     assert "a: 10 frames failed (last: execute: ExecuteError:" in r.stdout
+
+
+BROKEN_BACKEND = """
+from orchestra.runtime import BackendInterface
+
+
+class BrokenBackend(BackendInterface):
+    \"\"\"Loads fine; every execute raises (a delegate whose hardware went away).\"\"\"
+
+    def init(self, context, processed, compile_specs):
+        return None
+
+    def execute(self, context, handle, args):
+        raise RuntimeError("accelerator lost")
+"""
+
+BROKEN = """
+[program]
+path = PTE
+
+[[camera]]
+name = "a"
+source = { kind = "synthetic", fps = 100, shape = [3], dtype = "float32", count = 20 }
+drop = "block"
+"""
+
+
+def test_an_instance_that_fails_permanently_exits_1(tmp_path: pathlib.Path) -> None:
+    """A backend plugin (a real installed entry point) whose every execute raises: the
+    instance restarts max_restarts times, then fails for good; the run says so, exits 1."""
+    try:  # tests/ may or may not be a package
+        from .test_interpreter import delegated
+    except ImportError:
+        from test_interpreter import delegated  # type: ignore[no-redef]
+    from orchestra.program import dumps
+
+    (tmp_path / "brokenbackend_for_test_run.py").write_text(BROKEN_BACKEND, encoding="utf-8")
+    dist = tmp_path / "brokenbackend_for_test_run-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: brokenbackend-for-test-run\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[orchestra.backends]\nBrokenBackend = brokenbackend_for_test_run:BrokenBackend\n")
+    pte = tmp_path / "broken.pte"
+    pte.write_bytes(dumps(delegated("BrokenBackend")))
+    path = tmp_path / "run.toml"
+    path.write_text(BROKEN.replace("PTE", json.dumps(str(pte))), encoding="utf-8")
+    env = dict(_env(), PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "-m", "orchestra", "run", str(path), "--no-dashboard"], capture_output=True,
+                       text=True, encoding="utf-8", env=env, cwd=ROOT, timeout=90)
+    assert r.returncode == 1, r.stdout + r.stderr
+    table = _check_accounting(r.stdout, ("a",))
+    assert table["a"]["produced"] == 20 and table["a"]["processed"] == 0 and table["a"]["failed"] == 20, table
+    inst = next(line.split() for line in r.stdout.splitlines() if line.strip().startswith("a ") and "failed" in line
+                and "broken" in line)
+    assert inst[2:6] == ["failed", "0", "4", "3"], inst  # state, executes, failures, restarts (max_restarts 3)
+    assert "result: FAILED" in r.stdout
+    assert re.search(r"^  instance a failed permanently: .*accelerator lost", r.stdout, re.M), r.stdout
+
+
+FLOOD = """
+import time
+
+import numpy as np
+
+from orchestra.pipeline import Frame
+
+
+class Flood:
+    \"\"\"A camera that never waits: every frame is ready at once (an fps no machine reaches).\"\"\"
+
+    def __init__(self, name):
+        self.name = name
+
+    async def frames(self):
+        data = np.zeros((1, 3, 16, 16), np.float32)
+        i = 0
+        while True:
+            yield Frame(self.name, i, data, time.monotonic())
+            i += 1
+"""
+
+
+@pytest.mark.parametrize("drop", ["drop_oldest"])  # both drop modes: tests/test_pipeline.py
+def test_a_source_that_never_waits_still_lets_duration_end_the_run(tmp_path: pathlib.Path, drop: str) -> None:
+    (tmp_path / "flood_for_test_run.py").write_text(FLOOD, encoding="utf-8")
+    path = _config(tmp_path, PLAIN_CAMERA.replace("PLAIN", json.dumps(str(EXAMPLES / "models" / "convnet.pte")))
+                   .replace("SOURCE", '{ kind = "flood_for_test_run:Flood" }').replace("DROP", drop))
+    env = dict(_env(), PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "-m", "orchestra", "run", str(path), "--no-dashboard", "--duration", "1"],
+                       capture_output=True, text=True, encoding="utf-8", env=env, cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert re.search(r"^orchestra run run\.toml: \d+\.\d s \(duration\)", r.stdout, re.M), r.stdout
+    table = _check_accounting(r.stdout, ("a",))
+    assert table["a"]["processed"] > 0 and sum(table["a"]["dropped"].values()) > 0, table
+
+
+PLAIN_CAMERA = """
+[program]
+name = "convnet"
+path = PLAIN
+
+[[camera]]
+name = "a"
+source = SOURCE
+drop = "DROP"
+queue = 4
+"""
 
 
 # -- bad input ----------------------------------------------------------------------------------
@@ -511,3 +728,35 @@ def test_run_in_process_on_plain_asyncio() -> None:
     summary = render_summary(result)
     assert "executions per option set" in summary and summary.rstrip().endswith("result: ok")
     _check_accounting(summary)
+
+
+# -- names from a program (not a validated config) are escaped on the terminal ------------------
+
+
+def test_the_live_view_escapes_control_characters_in_names() -> None:
+    import io
+
+    from orchestra._dashboard import CameraRow, Dashboard, Decision, Screen, StatusLine
+
+    evil = "cam\x1b[2J\x00\nx"
+    row = CameraRow(name=evil, state="running", drop="drop_oldest", input_fps=30.0, output_fps=30.0, p50=0.001,
+                    p95=0.002, p99=0.003, produced=10, processed=10, failed=0, dropped={}, queue_depth=0,
+                    queue_capacity=8, unit="unbound", options="")
+    decision = Decision(0.5, time.time(), evil, "NpuSimBackend.power_mode", "low", "balanced", "battery", "low")
+    screen = Screen(title="t", elapsed=1.0, duration=None, state="running", cameras=[row], decisions=[decision],
+                    signals={}, info="")
+    line = StatusLine.line(screen)
+    assert "\x1b" not in line and "\n" not in line and "\x00" not in line
+    assert "cam\\x1b[2J\\x00\\nx" in line
+    out = io.StringIO()
+    frame = Dashboard(out).render(screen)
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", frame)  # the dashboard's own codes
+    assert "\x1b" not in text and "\x00" not in text
+    assert text.count("cam\\x1b[2J\\x00\\nx") == 2  # the camera table and the decisions
+    from orchestra._run import RunResult, render_summary
+    from orchestra.config import load_config
+
+    summary = render_summary(RunResult(load_config(CAMERAS), cameras=[row], executions={evil: [("(defaults)", 10)]},
+                                       accounting={evil: "ok"}))
+    assert "\x1b" not in summary and "\x00" not in summary
+    assert summary.count("cam\\x1b[2J\\x00\\nx") == 2  # the camera table and the executions

@@ -36,9 +36,11 @@ import collections
 import itertools
 import os
 import queue
+import signal
 import threading
 import time
 from collections.abc import Callable
+from multiprocessing import resource_tracker
 from typing import Any
 
 from ..errors import Error, InvalidArgumentError, OrchestraError
@@ -121,6 +123,12 @@ class ProcessWorker(WorkerBase):
 
     def _load(self, delay: float) -> None:
         """On a helper thread: start the worker process, post the outcome to the loop."""
+        if hasattr(signal, "pthread_sigmask"):
+            # the process inherits this thread's mask: the terminal's Ctrl-C (sent to the
+            # whole process group) stays pending there, unseen; the parent drains, then closes
+            # it. (Starting multiprocessing's resource tracker unblocks SIGINT: start it first.)
+            resource_tracker.ensure_running()
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         if delay:
             time.sleep(delay)
         proc: WorkerProcess | None = None

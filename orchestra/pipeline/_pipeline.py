@@ -21,6 +21,7 @@ from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
 import anyio
+import anyio.lowlevel
 
 from ..errors import Error, InvalidArgumentError, OrchestraError
 from ..telemetry import LatencySummary, LatencyWindow, bound, get_logger
@@ -272,15 +273,19 @@ class Pipeline:
             stream.close()
             return
         scope = self._producer_scope = anyio.CancelScope()
-        frames = self.source.frames()
-        # a generator source gets, as the value of its ``yield``, the seconds a block-mode
-        # put held it back (None otherwise): its cue to slip its schedule
-        asend = getattr(frames, "asend", None)
-        anext = frames.__anext__
+        frames: Any = None
         capacity = stream.capacity
         held: float | None = None
         pending: Frame | None = None  # produced, not yet queued (block mode)
+        checkpoint = anyio.lowlevel.checkpoint
         try:
+            frames = self.source.frames()
+            anext = getattr(frames, "__anext__", None)
+            if not callable(anext):
+                raise TypeError(f"frames() returned {frames!r}, not an async iterator")
+            # a generator source gets, as the value of its ``yield``, the seconds a block-mode
+            # put held it back (None otherwise): its cue to slip its schedule
+            asend = getattr(frames, "asend", None)
             with scope:
                 while True:
                     try:
@@ -292,6 +297,9 @@ class Pipeline:
                     in_rate.record(clock())
                     if not block or len(stream) < capacity:
                         stream.put_nowait(frame)
+                        # a source whose frames are always due (an fps the machine can't
+                        # reach) never suspends: yield, so timers, signals and the workers run
+                        await checkpoint()
                     else:
                         pending = frame
                         t_put = clock()
@@ -312,7 +320,7 @@ class Pipeline:
                 self._dropped[_SHUTDOWN] += 1
             self._producer_scope = None
             aclose = getattr(frames, "aclose", None)
-            if aclose is not None:
+            if callable(aclose):
                 with anyio.CancelScope(shield=True):
                     try:
                         await aclose()
@@ -340,6 +348,7 @@ class Pipeline:
             ticket = self._next_ticket
             self._next_ticket = ticket + 1
             stage = "pre"
+            in_sink = False
             try:
                 if deadline is not None and clock() - frame.t_capture > deadline:
                     self._active -= 1
@@ -367,6 +376,7 @@ class Pipeline:
                 if send is not None:
                     result = Result(frame, outputs, value, t_done)
                     if send_async:
+                        in_sink = True  # the sink has the frame: cancelled now, it is processed
                         await send(result)
                     else:
                         send(result)
@@ -383,7 +393,10 @@ class Pipeline:
                 self._failure(stage, frame, exc)
             except BaseException:
                 self._active -= 1
-                dropped[_SHUTDOWN] += 1
+                if in_sink:  # cancelled while the sink took it: the sink saw it
+                    self._processed += 1
+                else:
+                    dropped[_SHUTDOWN] += 1
                 raise
             finally:
                 self._ticket_done(ticket)

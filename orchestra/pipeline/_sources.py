@@ -351,7 +351,7 @@ def _factory(spec: str) -> Callable[..., Any]:
     if ep is not None:
         try:
             factory = ep.load()
-        except Exception as exc:
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:
             raise NotFoundError(f"source {spec!r}: entry point in group {ENTRY_POINT_GROUP!r} ({ep.value}) failed "
                                 f"to load: {type(exc).__name__}: {exc}") from exc
         if not callable(factory):
@@ -367,16 +367,28 @@ def _factory(spec: str) -> Callable[..., Any]:
         obj: Any = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         raise NotFoundError(f"source {spec!r}: can't import module {module_name!r}: {exc}") from exc
-    except Exception as exc:
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # user code: exiting at import is an error too
         raise ConfigError(f"source {spec!r}: importing {module_name!r} failed: {type(exc).__name__}: {exc}") from exc
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError:
             raise NotFoundError(f"source {spec!r}: module {module_name!r} has no attribute {attr!r}") from None
-    if not callable(obj):
-        raise ConfigError(f"source {spec!r} is {obj!r}, not a factory")
+    problem = module_attr_problem(obj)
+    if problem is not None:
+        raise ConfigError(f"source {spec!r} is {obj!r}, {problem}")
     return obj
+
+
+def module_attr_problem(obj: Any) -> str | None:
+    """Why ``obj`` (what a config's ``"module:attr"`` names) may not be called as a source
+    factory, or None. Only a class with a callable ``frames`` is called: a config file must
+    not be able to call ``os:system`` (registered factories may be any callable)."""
+    if not isinstance(obj, type):
+        return "not a class: 'module:attr' must name a source class (one with frames()); other callables are never called"
+    if not callable(getattr(obj, "frames", None)):
+        return "which is not a source class (it has no frames())"
+    return None
 
 
 def load_source(spec: str, **params: Any) -> Source:
@@ -384,6 +396,8 @@ def load_source(spec: str, **params: Any) -> Source:
     ``params``: ``load_source("synthetic", name="cam0", fps=30, shape=(480, 640, 3))``,
     ``load_source("file", path="clip.npy", fps=30)``, or any name a package registers in the
     ``orchestra.sources`` entry-point group (a real camera; see the package README).
+    ``module:attr`` imports ``module`` (running its code) and must name a class with
+    ``frames()``; any other callable it names is refused without being called.
 
     Raises:
         NotFoundError: unknown name or module, or an entry point that fails to load.

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import sys
 import textwrap
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -525,7 +526,6 @@ def test_module_attr_policies(plugin_module: str) -> None:
     m = plugin_module
     pol = load_policy(f"{m}:Night", strength=2)
     assert isinstance(pol, Policy) and pol.strength == 2  # type: ignore[attr-defined]
-    assert load_policy(f"{m}:make_night", name="n2").name == "n2"
     assert load_policy(f"{m}:ready").name == "ready"  # an already-built policy object
     assert load_policy(f"{m}:Namespace.Inner").name == "night"  # dotted attribute
     assert load_source(f"{m}:Ticker").read() == {"ticker.n": 1}
@@ -541,8 +541,12 @@ def test_module_attr_errors(plugin_module: str) -> None:
         load_policy("orchestra_test_broken_plugin:X")
     with pytest.raises(ConfigError, match=rf"policy '{m}:NotAPolicy' is the class 'NotAPolicy', which is not a Policy"):
         load_policy(f"{m}:NotAPolicy")
-    with pytest.raises(ConfigError, match=rf"policy '{m}:makes_junk' made 42, which is not a Policy"):
+    # a function named by module:attr is never called (only a Policy class or a built policy)
+    with pytest.raises(ConfigError, match=rf"policy '{m}:makes_junk' is <function makes_junk at .*>, not a class: "
+                                          r"'module:attr' must name a policy class \(one with propose\(\)\)"):
         load_policy(f"{m}:makes_junk")
+    with pytest.raises(ConfigError, match=rf"policy '{m}:make_night' is <function make_night .*>, not a class"):
+        load_policy(f"{m}:make_night", name="n2")
     with pytest.raises(ConfigError, match=rf"policy '{m}:number' is 5, which is not a Policy"):
         load_policy(f"{m}:number")
     with pytest.raises(ConfigError, match="not a SignalSource"):
@@ -557,6 +561,19 @@ def test_module_attr_errors(plugin_module: str) -> None:
         load_policy(":Night")
     with pytest.raises(InvalidArgumentError):
         load_policy("")
+
+
+def test_module_attr_never_calls_a_function(tmp_path: Path) -> None:
+    """A config's ``use = "os:system"`` with ``params = { command = ... }`` must not run the
+    command: only classes implementing the protocol are called."""
+    marker = tmp_path / "ran"
+    with pytest.raises(ConfigError, match=r"policy 'os:system' is <built-in function system>, not a class"):
+        load_policy("os:system", command=f"touch {marker}")
+    with pytest.raises(ConfigError, match=r"signal source 'os:system' is <built-in function system>, not a class"):
+        load_source("os:system", command=f"touch {marker}")
+    with pytest.raises(ConfigError, match=r"signal source 'subprocess:Popen' is the class 'Popen', which is not a SignalSource"):
+        load_source("subprocess:Popen", args=["touch", str(marker)])
+    assert not marker.exists()
 
 
 def test_register_policy(plugin_module: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -597,44 +614,42 @@ def test_register_source(monkeypatch: pytest.MonkeyPatch) -> None:
     assert source_names() == ("fixed",)
 
 
-class _FakeEntryPoint:
-    """Stands in for importlib.metadata.EntryPoint (only name, value, load are used)."""
-
-    def __init__(self, name: str, value: str) -> None:
-        self.name, self.value = name, value
-
-    def load(self) -> Any:
-        module, _, attr = self.value.partition(":")
-        obj = __import__(module, fromlist=[attr])
-        return getattr(obj, attr)
+def _install_plugin(site: Path, name: str, entry_points: str) -> None:
+    """A real installed distribution: ``<name>-1.0.dist-info`` with METADATA and
+    entry_points.txt in a folder on sys.path (what pip leaves behind)."""
+    dist = site / f"{name}-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(entry_points)
 
 
-def test_entry_point_discovery_is_lazy(plugin_module: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_entry_point_discovery_is_lazy(plugin_module: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from orchestra.policies import _registry
 
-    found = [
-        _FakeEntryPoint("night", f"{plugin_module}:Night"),
-        _FakeEntryPoint("broken", "orchestra_test_broken_plugin:X"),
-        _FakeEntryPoint("battery", "somewhere:else"),  # a built-in name: the built-in stays
-    ]
-    calls: list[str] = []
+    _install_plugin(tmp_path, "orchestra_test_policy_plugin", textwrap.dedent(f"""\
+        [orchestra.policies]
+        night = {plugin_module}:Night
+        broken = orchestra_test_broken_plugin:X
+        battery = somewhere:else
 
-    def fake_entry_points(*, group: str) -> Sequence[_FakeEntryPoint]:
-        calls.append(group)
-        return found if group == "orchestra.policies" else []
-
-    monkeypatch.setattr(_registry, "entry_points", fake_entry_points)
-    reg = _registry._Registry("policy", "orchestra.policies")
-    reg.register("battery", BatteryPolicy)
-    monkeypatch.setattr(_registry, "_POLICIES", reg)
-    assert policy_names() == ("battery", "broken", "night")
-    assert calls == ["orchestra.policies"]
-    assert load_policy("night").name == "night"
+        [orchestra.signal_sources]
+        ticker = {plugin_module}:Ticker
+        """))  # "battery": a built-in name, the built-in stays
+    monkeypatch.syspath_prepend(str(tmp_path))  # plugin_module's folder is there too
+    policies_reg = _registry._Registry("policy", "orchestra.policies")
+    policies_reg.register("battery", BatteryPolicy)
+    monkeypatch.setattr(_registry, "_POLICIES", policies_reg)
+    monkeypatch.setattr(_registry, "_SOURCES", _registry._Registry("signal source", "orchestra.signal_sources"))
+    assert {"battery", "broken", "night"} <= set(policy_names())
+    assert "orchestra_test_broken_plugin" not in sys.modules  # listed, not imported
+    assert load_policy("night", strength=3).strength == 3  # type: ignore[attr-defined]
     assert get_policy("battery") is BatteryPolicy
     with pytest.raises(NotFoundError, match=r"policy 'broken': entry point in group 'orchestra.policies' .* failed to load: RuntimeError: boom"):
         get_policy("broken")
-    policy_names()
-    assert calls == ["orchestra.policies"]  # discovered once
+    assert "ticker" in source_names() and load_source("ticker").read() == {"ticker.n": 1}
+    # discovered once: a plugin installed later is not seen by this registry
+    _install_plugin(tmp_path, "orchestra_test_later_plugin", f"[orchestra.policies]\nlater = {plugin_module}:Night\n")
+    assert "later" not in policy_names()
 
 
 def test_public_names_importable() -> None:

@@ -340,6 +340,39 @@ def test_real_machine_sources_run(source: SignalSource) -> None:
     for key, value in values.items():
         assert key.startswith(("battery.", "cpu.", "thermal.", "memory."))
         assert isinstance(value, bool | int | float | str)
+    # a machine without the files (a server: no battery; a VM: no thermal zones) gets no
+    # signals from them, never made-up ones
+    root = getattr(source, "root", None)
+    if isinstance(source, (BatterySource, ThermalSource)) and root is not None and not any(pathlib.Path(root).glob("*")):
+        assert values == {}
+
+
+# The default roots' layout as a real machine has it (a laptop's /sys/class/power_supply with
+# a battery and an adapter; /sys/class/thermal with zones and a cooling device), under
+# tmp_path: what the real-machine test above can't check on a machine without them.
+LAPTOP_POWER_SUPPLY = {
+    "BAT0/type": "Battery\n", "BAT0/present": "1\n", "BAT0/status": "Discharging\n",
+    "BAT0/energy_now": "30000000\n", "BAT0/energy_full": "60000000\n", "BAT0/capacity": "50\n",
+    "BAT0/uevent": "POWER_SUPPLY_NAME=BAT0\n",
+    "ADP1/type": "Mains\n", "ADP1/online": "0\n",
+    "ucsi-source-psy-USBC000:001/type": "USB\n", "ucsi-source-psy-USBC000:001/online": "0\n",
+}
+LAPTOP_THERMAL = {
+    "thermal_zone0/type": "acpitz\n", "thermal_zone0/temp": "52000\n", "thermal_zone0/mode": "enabled\n",
+    "thermal_zone1/type": "x86_pkg_temp\n", "thermal_zone1/temp": "67500\n",
+    "cooling_device0/type": "Processor\n", "cooling_device0/cur_state": "0\n", "cooling_device0/max_state": "3\n",
+}
+
+
+def test_battery_and_thermal_read_a_laptop_like_tree(tmp_path: pathlib.Path) -> None:
+    battery = BatterySource(write(tmp_path / "power_supply", LAPTOP_POWER_SUPPLY))
+    assert battery.read() == {"battery.present": True, "battery.percent": 50.0, "battery.charging": False}
+    (tmp_path / "power_supply" / "ADP1" / "online").write_text("1\n")  # plugged in: the next read sees it
+    assert battery.read()["battery.charging"] is True
+    thermal = ThermalSource(write(tmp_path / "thermal", LAPTOP_THERMAL))
+    assert thermal.read() == {"thermal.max_c": 67.5, "thermal.acpitz_c": 52.0, "thermal.x86_pkg_temp_c": 67.5}
+    (tmp_path / "thermal" / "thermal_zone1" / "temp").write_text("91000\n")
+    assert thermal.read()["thermal.max_c"] == 91.0
 
 
 def test_real_cpu_source_reports_something_on_linux() -> None:
