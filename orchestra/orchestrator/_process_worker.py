@@ -127,8 +127,10 @@ class ProcessWorker(WorkerBase):
         err: BaseException | None = None
         with bound(instance=self.instance, pool=self.pool):
             try:
+                blas, source = self.threads.for_process(self.cpus) if self.threads is not None else (None, "not limited")
                 proc = WorkerProcess(self.program, self.method_name, self.desired(), self.cpus, self.initializer,
-                                     self.where)
+                                     self.where, blas_threads=blas)
+                self.blas, self.blas_source = proc.blas, source
             except BaseException as exc:  # noqa: BLE001 - reported to the loop
                 err = exc
         try:
