@@ -12,6 +12,8 @@ import functools
 import json
 import os
 import pathlib
+import subprocess
+import sys
 from typing import Any
 
 import anyio
@@ -181,3 +183,18 @@ async def test_the_budget_reports_the_backend_threads_of_orchestras_own_tiling()
         budget = p["t"].statistics().threads
     assert budget == ThreadBudget("thread", 1, "orchestra", {"NumpyCpuBackend": 2})
     assert budget.format() == "blas 1 (orchestra), NumpyCpuBackend 2"
+
+
+def test_orchestra_runs_summary_shows_each_instances_thread_budget() -> None:
+    """The real command on the CPU-cameras example (two unbound worker processes)."""
+    root = pathlib.Path(__file__).resolve().parent.parent
+    env = {k: v for k, v in os.environ.items() if k not in ENV_VARS}
+    r = subprocess.run([sys.executable, "-m", "orchestra", "run", str(root / "examples" / "cpu_cameras.toml"),
+                        "--duration", "1"], capture_output=True, text=True, encoding="utf-8",
+                       env=dict(env, NO_COLOR="1"), cwd=root, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    head = lines.index("instances") + 1
+    assert "threads" in lines[head]
+    rows = [line for line in lines[head + 1:head + 3]]
+    assert len(rows) == 2 and all("blas 1 (orchestra)" in row for row in rows), r.stdout
