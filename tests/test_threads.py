@@ -57,6 +57,21 @@ def record_blas(folder: str) -> None:
     pathlib.Path(folder, f"{os.getpid()}.json").write_text(json.dumps(threadpoolctl.threadpool_info()))
 
 
+def record_blas_live(folder: str) -> None:
+    """process_initializer: like :func:`record_blas`, then again every 20 ms from a daemon
+    thread (to see a limit changed later)."""
+    import threading
+    import time
+
+    def loop() -> None:
+        while True:
+            record_blas(folder)
+            time.sleep(0.02)
+
+    record_blas(folder)
+    threading.Thread(target=loop, daemon=True).start()
+
+
 def _seen(folder: pathlib.Path, pid: int | None) -> int:
     return _blas(json.loads((folder / f"{pid}.json").read_text()))
 
@@ -93,6 +108,28 @@ async def test_a_worker_process_limits_its_blas_threads_to_the_cpus_it_is_bound_
     assert got["one"][0] == ThreadBudget("process", 1, "orchestra", {})
     assert _seen(tmp_path, got["two"][1]) == 2
     assert got["two"][0].blas == 2 and got["two"][0].blas_source == "orchestra"
+
+
+@needs_2_cpus
+@pytest.mark.anyio
+async def test_moving_a_worker_process_to_more_cpus_raises_its_blas_limit(tmp_path: pathlib.Path) -> None:
+    async with Orchestrator(resources=[CpuResource()], period=None,
+                            process_initializer=functools.partial(record_blas_live, str(tmp_path))) as orch:
+        got = await _run(orch, [InstanceSpec("m", bind={"cpu": CPUS[0]}, placement="process")])
+        pid = got["m"][1]
+        assert _seen(tmp_path, pid) == 1
+        p = orch.pool("forward")
+        assert await p.move("m", {"cpu": tuple(CPUS[:2])})
+        await p["m"].execute(_inputs())
+        assert p["m"].statistics().threads.blas == 2  # type: ignore[union-attr]
+        with anyio.fail_after(30):  # the process applies it before its next execute; its recorder sees it soon after
+            while True:
+                try:
+                    if _seen(tmp_path, pid) == 2:
+                        break
+                except (ValueError, OSError):  # caught mid-write
+                    pass
+                await anyio.sleep(0.02)
 
 
 @needs_2_cpus

@@ -335,6 +335,8 @@ def _child(requests: Any, replies: Any, program_ref: Any, method_name: str, opti
                 else:
                     changed = True
                     send(frame(("ok",)))
+            elif kind == "t":  # the CPUs changed: so does the BLAS limit (before the next execute)
+                apply_blas_limit(msg[1])
             elif kind == "s":
                 return
     finally:
@@ -477,6 +479,11 @@ class WorkerProcess:
         executing and swapped in at the first execute boundary after; answered out of order
         with ``("prep", cid, error or None)`` once built."""
         self._write(frame(("p", cid, backend_id, dict(values))))
+
+    def send_blas_threads(self, n: int) -> None:
+        """Limits the process's BLAS/OpenMP pools to ``n`` threads from its next execute
+        (no answer)."""
+        self._write(frame(("t", n)))
 
     def _write(self, data: bytes) -> None:
         if self._out:

@@ -307,6 +307,11 @@ class ProcessWorker(WorkerBase):
                 except OSError as exc:
                     _log.warning("setting worker process CPU affinity failed", instance=self.instance, cpus=ch.cpus,
                                  error=repr(exc))
+            if ch.cpus is not None and self.threads is not None:  # BLAS threads follow the CPUs
+                blas, self.blas_source = self.threads.for_process(ch.cpus or None)
+                if blas is not None and blas != self.blas:
+                    m.send_blas_threads(blas)
+                    self.blas = blas
             if len(ch.changes) == 1 and ch.init_only:  # built in the process while it executes
                 (backend, values), = ch.changes.items()
                 cid = next(self._cids)
