@@ -235,3 +235,24 @@ def test_orchestra_runs_summary_shows_each_instances_thread_budget() -> None:
     assert "threads" in lines[head]
     rows = [line for line in lines[head + 1:head + 3]]
     assert len(rows) == 2 and all("blas 1 (orchestra)" in row for row in rows), r.stdout
+
+
+@needs_2_cpus
+@pytest.mark.anyio
+async def test_an_unbound_worker_process_started_alone_shares_once_another_joins(tmp_path: pathlib.Path) -> None:
+    async with Orchestrator(period=None, process_initializer=functools.partial(record_blas_live, str(tmp_path))) as orch:
+        got = await _run(orch, [InstanceSpec("first", placement="process")])
+        pid = got["first"][1]
+        assert _seen(tmp_path, pid) == len(CPUS)
+        p = orch.pool("forward")
+        await p.add(InstanceSpec("second", placement="process"))
+        await p["first"].execute(_inputs())
+        assert p["first"].statistics().threads.blas == 1  # type: ignore[union-attr]
+        with anyio.fail_after(30):
+            while True:
+                try:
+                    if _seen(tmp_path, pid) == 1:
+                        break
+                except (ValueError, OSError):  # caught mid-write
+                    pass
+                await anyio.sleep(0.02)

@@ -21,6 +21,7 @@ through ``threadpoolctl``:
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
@@ -114,6 +115,15 @@ class ThreadLimits:
         self._held = False
         self.in_process: int | None = None  # BLAS threads in force in this process (thread placement)
         self.source = "orchestra"
+        self._procs: weakref.WeakSet[Any] = weakref.WeakSet()  # process workers, to re-limit unbound ones
+
+    def process_ready(self, worker: Any) -> None:
+        """On the loop, when a worker process has loaded: unbound worker processes started
+        while they were alone (every CPU's worth of BLAS threads) drop to the shared rule."""
+        self._procs.add(worker)
+        for w in list(self._procs):
+            if w is not worker and not w.cpus and w.state == "running":
+                w.relimit(None)
 
     def for_process(self, cpus: tuple[int, ...] | None) -> tuple[int | None, str]:
         """The limit a worker process bound to ``cpus`` sets (None: leave the user's
