@@ -13,6 +13,9 @@ in one run; every ratio compares numbers taken in that run.
    ``_unsafe_reset_threadpool``), and, when ``orchestra.backends.xnnpack`` is importable,
    orchestra's own XNNPACK backend on the XNNPACK ``.pte``. Runners are called in turn
    (interleaved rounds), medians. orchestra's outputs are checked against ExecuTorch's.
+   At 2 threads OpenBLAS's idle threads keep spinning for a while after each call and take
+   CPU from whatever runs next, the other runners included: on a machine with other load,
+   read the 2-thread rows as "what 2 BLAS threads cost here", not as a clean comparison.
 2. ``scaling``: N = 1, 2, 4 instances of MobileNetV3-small through the orchestrator, thread
    and process placement (unbound: the orchestrator's thread rule applies), each driven by
    two closed-loop callers for ``--scale-seconds``; aggregate executes/s against (a) N bare
@@ -24,13 +27,15 @@ in one run; every ratio compares numbers taken in that run.
    process, what OpenBLAS does by default), and ExecuTorch+XNNPACK (two bare processes, its
    default threads). Prints each one's degradation (busy p50 / alone p50).
 
-    python benchmarks/bench_models.py [--models mobilenet_v3,bert] [--seconds 0.6]
-        [--sections models,scaling,busy] [--ns 1,2,4] [--scale-seconds 3] [--busy-seconds 3]
+    python benchmarks/bench_models.py [--models mobilenet_v3,bert] [--seconds 0.4]
+        [--sections models,scaling,busy] [--ns 1,2,4] [--scale-seconds 2] [--busy-seconds 2]
         [--threads 1,2] [--cache-dir DIR]
 
 Needs torch and executorch (the ``export`` extra); exits with a message without them.
 Timings on a shared machine are noisy: read the ratios, and run it twice before believing
-a small difference.
+a small difference. The defaults take about 8 minutes on a 2-vCPU VM at load average 10
+(ExecuTorch's portable kernels take seconds per execute of the larger models there); pass
+``--sections`` / ``--models`` for less.
 """
 
 from __future__ import annotations
@@ -341,12 +346,12 @@ def _csv_ints(text: str) -> list[int]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", default=",".join(real_models.MODELS), help="comma-separated (section models)")
-    ap.add_argument("--seconds", type=float, default=0.6, help="timing budget per runner per model and thread count")
+    ap.add_argument("--seconds", type=float, default=0.4, help="timing budget per runner per model and thread count")
     ap.add_argument("--threads", default="1,2", help="thread counts for section models")
     ap.add_argument("--sections", default="models,scaling,busy")
     ap.add_argument("--ns", default="1,2,4", help="instance counts for section scaling")
-    ap.add_argument("--scale-seconds", type=float, default=3.0)
-    ap.add_argument("--busy-seconds", type=float, default=3.0)
+    ap.add_argument("--scale-seconds", type=float, default=2.0)
+    ap.add_argument("--busy-seconds", type=float, default=2.0)
     ap.add_argument("--cache-dir", default=None)
     args = ap.parse_args(argv)
     args.models = [m for m in args.models.split(",") if m]
