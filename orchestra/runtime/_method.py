@@ -247,7 +247,7 @@ class CompiledPlan:
         self.instruction_steps = tuple(plain)
         derived: list[tuple[int, Any]] = []
         if optimize:
-            steps, spans, rewrites, derived = optimize_steps(self, instructions, where_of, rets, plain, self._kernel_step)
+            steps, spans, rewrites, derived = optimize_steps(self, instructions, where_of, rets, plain, self._kernel_step, uses)
         else:
             steps, spans, rewrites = list(plain), [(pc,) for pc in range(len(plain))], []
         # Values beyond the plan's that rewritten steps read: constants, and views of planned

@@ -308,6 +308,8 @@ class _Storage:
         self.opaque = any(
             isinstance(values[i].val, Tensor) and cp.slots[i] is None and cp.template[i] is None
             and i not in self.inputs for i in uses.mentions)
+        self._overlapping: dict[int, list[int]] = {}
+        self._mem_arrays: dict[int, tuple[np.ndarray, np.ndarray, list[int]]] = {}
         self.writes_at: list[list[int]] = [[] for _ in range(n)]
         for i, pcs in uses.writers.items():
             for pc in pcs:
@@ -324,11 +326,26 @@ class _Storage:
 
     def overlapping(self, i: int) -> list[int]:
         """The planned values sharing a byte with planned value ``i`` (``i`` included)."""
+        found = self._overlapping.get(i)
+        if found is not None:
+            return found
         r = self.regions.get(i)
         if r is None or r[2] <= r[1]:
-            return []
-        m, a, b = r
-        return [j for c, d, j in self.by_mem.get(m, ()) if c < b and a < d]
+            found = []
+        else:
+            m, a, b = r
+            arrays = self._mem_arrays.get(m)
+            if arrays is None:
+                entries = self.by_mem.get(m, [])
+                arrays = self._mem_arrays[m] = (
+                    np.array([e[0] for e in entries], np.int64),
+                    np.array([e[1] for e in entries], np.int64),
+                    [e[2] for e in entries],
+                )
+            starts, ends, ids = arrays
+            found = [ids[k] for k in np.flatnonzero((starts < b) & (ends > a)).tolist()]
+        self._overlapping[i] = found
+        return found
 
     def aliases(self, i: int) -> list[int]:
         """Other values that are ``i`` seen with another shape: the same bytes, dtype and
@@ -384,14 +401,24 @@ class _Storage:
         if hi_r <= lo_r:
             return True
         near = self.overlapping(value)
-        defs = [(w, self.regions[d]) for d in near if self.static(d)
-                for w in (*self.uses.defines.get(d, ()), *((-1,) if d in self.inputs else ()))
-                if (w, d) not in dropped]
+        size = self.n + 2
+        # The writes of whole values that still run, nearest after pc first: a read at p is
+        # covered when the first of them (going forward from pc) that covers its bytes
+        # comes before p (the same test as _between, in one pass).
+        defs = sorted(((w - pc) % size, self.regions[d][1], self.regions[d][2]) for d in near if self.static(d)
+                      for w in (*self.uses.defines.get(d, ()), *((-1,) if d in self.inputs else ()))
+                      if (w, d) not in dropped)
         for a in near:
             _, a_lo, a_hi = self.regions[a]
             lo, hi = max(lo_r, a_lo), min(hi_r, a_hi)
             for p in reads.get(a, ()):
-                if not any(self._between(w, pc, p) and d_lo <= lo and hi <= d_hi for w, (_, d_lo, d_hi) in defs):
+                kr = (p - pc) % size or size
+                for kw, d_lo, d_hi in defs:
+                    if kw >= kr:
+                        return False
+                    if kw > 0 and d_lo <= lo and hi <= d_hi:
+                        break
+                else:
                     return False
         return True
 
@@ -849,6 +876,7 @@ def optimize_steps(
     rets: Sequence[tuple[int, ...] | None],
     plain: Sequence[Step],
     kernel_step: Callable[[Callable[..., Any], tuple[int, ...], tuple[int, ...], str, str], Step],
+    uses: PlanUses | None = None,
 ) -> tuple[list[Step], list[tuple[int, ...]], list[Rewrite], list[tuple[int, Any]]]:
     """The optimised steps of a plan, which instructions each covers, the rewrites made, and
     the values the steps read beyond the plan's own.
@@ -858,11 +886,13 @@ def optimize_steps(
     step like the interpreter's own. Derived value ``j`` (value index ``len(plan.values) + j``)
     is ``(-1, array)``, a constant, or ``(source, fn)``: ``fn(values[source])``, made once per
     Method (a view of a planned tensor of static shape, which a Method never rebinds).
+    ``uses`` is the plan's use analysis when the caller already made it.
     """
     steps: list[Step] = []
     spans: list[tuple[int, ...]] = []
     rewrites: list[Rewrite] = []
-    uses = analyse_uses(cp, instructions, rets)
+    if uses is None:
+        uses = analyse_uses(cp, instructions, rets)
     n = len(instructions)
     if not uses.straight:
         return list(plain), [(pc,) for pc in range(n)], rewrites, []
