@@ -309,6 +309,8 @@ class _Storage:
             isinstance(values[i].val, Tensor) and cp.slots[i] is None and cp.template[i] is None
             and i not in self.inputs for i in uses.mentions)
         self._overlapping: dict[int, list[int]] = {}
+        self._same_bytes: dict[int, list[int]] | None = None
+        self._whole_writes: dict[int, list[tuple[int, int, int]]] = {}
         self._mem_arrays: dict[int, tuple[np.ndarray, np.ndarray, list[int]]] = {}
         self.writes_at: list[list[int]] = [[] for _ in range(n)]
         for i, pcs in uses.writers.items():
@@ -350,12 +352,28 @@ class _Storage:
     def aliases(self, i: int) -> list[int]:
         """Other values that are ``i`` seen with another shape: the same bytes, dtype and
         element count, all static and laid out contiguously (identity dim order)."""
-        r = self.regions.get(i)
-        if r is None or r[2] <= r[1] or not self._plain(i):
-            return []
-        dt = self.cp.slots[i].dtype  # type: ignore[union-attr]
-        return [j for j in self.overlapping(i)
-                if j != i and self.regions[j] == r and self._plain(j) and self.cp.slots[j].dtype == dt]  # type: ignore[union-attr]
+        if self._same_bytes is None:
+            # (region, dtype) -> the plain values there, once per plan.
+            groups: dict[tuple[_Region, np.dtype], list[int]] = {}
+            for j, r in self.regions.items():
+                if r[2] > r[1] and self._plain(j):
+                    groups.setdefault((r, self.cp.slots[j].dtype), []).append(j)  # type: ignore[union-attr]
+            self._same_bytes = {j: g for g in groups.values() if len(g) > 1 for j in g}
+        group = self._same_bytes.get(i)
+        return [] if group is None else [j for j in group if j != i]
+
+    def whole_writes(self, d: int) -> list[tuple[int, int, int]]:
+        """(position, first byte, end byte) of each write of all of value ``d``'s bytes: the
+        instructions defining it and the copy-in (-1) of an input; none unless ``d`` is a
+        static planned tensor."""
+        found = self._whole_writes.get(d)
+        if found is None:
+            found = []
+            if self.static(d):
+                _, lo, hi = self.regions[d]
+                found = [(w, lo, hi) for w in (*self.uses.defines.get(d, ()), *((-1,) if d in self.inputs else ()))]
+            self._whole_writes[d] = found
+        return found
 
     def _plain(self, i: int) -> bool:
         slot = self.cp.slots[i]
@@ -405,8 +423,7 @@ class _Storage:
         # The writes of whole values that still run, nearest after pc first: a read at p is
         # covered when the first of them (going forward from pc) that covers its bytes
         # comes before p (the same test as _between, in one pass).
-        defs = sorted(((w - pc) % size, self.regions[d][1], self.regions[d][2]) for d in near if self.static(d)
-                      for w in (*self.uses.defines.get(d, ()), *((-1,) if d in self.inputs else ()))
+        defs = sorted(((w - pc) % size, lo, hi) for d in near for w, lo, hi in self.whole_writes(d)
                       if (w, d) not in dropped)
         for a in near:
             _, a_lo, a_hi = self.regions[a]
