@@ -462,7 +462,8 @@ def _run_executorch(pte: bytes, inputs: list[np.ndarray]) -> list[np.ndarray]:
     torch = _require_torch()
     from executorch.runtime import Runtime
 
-    method = Runtime.get().load_program(pte).load_method("forward")
+    program = Runtime.get().load_program(pte)  # must outlive its methods
+    method = program.load_method("forward")
     outs = method.execute([torch.from_numpy(a) for a in inputs])
     return [np.array(o.detach().numpy(), copy=True) for o in outs]
 
@@ -584,8 +585,9 @@ def main(argv: list[str] | None = None) -> int:
             maxrel = max(float(np.max(np.abs(g - e)) / max(float(np.max(np.abs(e))), 1e-30))
                          for g, e in zip(got, expected))
             tin = [torch.from_numpy(a) for a in inputs]
-            et_port = Runtime.get().load_program(portable.read_bytes()).load_method("forward")
-            et_xnn = Runtime.get().load_program(xnn.read_bytes()).load_method("forward")
+            # ExecuTorch's Program must outlive its Methods (else execute crashes).
+            et_programs = [Runtime.get().load_program(p.read_bytes()) for p in (portable, xnn)]
+            et_port, et_xnn = (p.load_method("forward") for p in et_programs)
             med = _time_round_robin({
                 "orch": lambda: method.execute(inputs),
                 "port": lambda: et_port.execute(tin),
