@@ -500,6 +500,39 @@ def test_activations(name: str, args: Callable[[], tuple[Any, ...]]) -> None:
     check(name, *args())
 
 
+SPECIAL = np.array([np.nan, -np.inf, -7.0, -3.0, -0.0, 0.0, 0.5, 3.0, 6.0, 7.0, np.inf], dtype=F32)
+
+
+@pytest.mark.parametrize(
+    "name, extra",
+    [
+        ("aten::relu.out", ()),
+        ("aten::clamp.out", (0, 6)),
+        ("aten::clamp.out", (0.0, None)),
+        ("aten::clamp.out", (None, -0.5)),
+        ("aten::clamp.out", (2, 1)),
+        ("aten::hardtanh.out", (-1.0, 1.0)),
+        ("aten::hardswish.out", ()),
+        ("aten::hardsigmoid.out", ()),
+        ("aten::sigmoid.out", ()),
+        ("aten::silu.out", ()),
+    ],
+    ids=str,
+)
+@pytest.mark.parametrize("dt", [F32, F64], ids=str)
+def test_activations_special_values_match_torch_bitwise_where_exact(name: str, extra: tuple[Any, ...], dt: Any) -> None:
+    """NaN, infinities and signed zeros (the clip-based fast paths): NaN propagates, -0.0
+    keeps its sign where torch's does, and the result lands in ``out``."""
+    x = np.concatenate([SPECIAL, np.linspace(-100, 100, 41, dtype=F32)]).astype(dt)
+    out = np.full_like(x, 123.0)
+    res = get_kernel(name).fn(x, *extra, out)
+    assert res is out
+    ref = torch_op(name)(torch.from_numpy(x), *extra, out=torch.empty(x.shape, dtype=_TORCH_DTYPE[x.dtype])).numpy()
+    np.testing.assert_allclose(res, ref, rtol=1e-6, atol=1e-7, equal_nan=True)
+    if name in ("aten::relu.out", "aten::clamp.out", "aten::hardtanh.out"):
+        assert np.array_equal(np.signbit(res), np.signbit(ref))
+
+
 def test_gelu_precision() -> None:
     """gelu(x) = x/2 * erfc(-x/sqrt 2): close to torch everywhere, and relatively accurate in
     the negative tail too (where torch's float32 1 + erf(x) cancels)."""
