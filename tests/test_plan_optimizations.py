@@ -253,8 +253,9 @@ def test_control_flow_disables_every_rewrite() -> None:
 def test_convnet_fixture_is_rewritten_and_stays_close_to_executorch() -> None:
     prog = load_program(FIXTURES / "convnet.pte")
     with prog.load_method() as m:
-        assert [r.kind for r in m._cp.rewrites] == ["conv_bn", "conv_bn", "maxpool_values", "maxpool_values", "matmul_views"]
-        assert len(m._cp.steps) == 8 and m.meta.num_instructions == 11
+        assert [r.kind for r in m._cp.rewrites] == ["conv_bn", "conv_bn", "elementwise_chain", "maxpool_values",
+                                                     "maxpool_values", "matmul_views"]
+        assert len(m._cp.steps) == 7 and m.meta.num_instructions == 11
     npz = np.load(FIXTURES / "convnet.npz")
     got, want = run_both(prog, [npz["forward.in_0"]])
     np.testing.assert_allclose(got[0], want[0], rtol=0, atol=1e-5)
@@ -288,7 +289,8 @@ def test_a_fused_step_is_described_by_both_instructions() -> None:
         assert cp.describe_step(0) == f"instructions 0-1 ({CONV} + {BN} (folded))"
         assert cp.describe_step(1) == "instruction 2 (aten::relu.out)"
         assert cp.describe_step(2) == f"instructions 3-4 ({CONV} + {BN} (folded))"
-        assert cp.describe_step(5) == f"instruction 7 ({MAXPOOL} (values only))"
+        assert cp.describe_step(3) == "instructions 5-6 (aten::add.out + aten::relu.out (elementwise chain))"
+        assert cp.describe_step(4) == f"instruction 7 ({MAXPOOL} (values only))"
 
 
 # -- max-pool without indices ----------------------------------------------------------------
@@ -680,9 +682,10 @@ def test_transformer_fixture_reads_its_permutes_as_views_and_stays_close_to_exec
     prog = load_program(FIXTURES / "transformer.pte")
     with prog.load_method() as m:
         cp = m._cp
-        assert [r.kind for r in cp.rewrites] == ["matmul_views"] * 6
-        assert [r.instructions for r in cp.rewrites] == [(2, 3), (5, 8, 9), (14, 15, 16, 17), (20, 21), (23, 24), (26, 27)]
-        assert len(cp.steps) == 20 and m.meta.num_instructions == 29
+        assert [r.kind for r in cp.rewrites] == ["matmul_views"] * 2 + ["elementwise_chain"] + ["matmul_views"] * 4
+        assert [r.instructions for r in cp.rewrites] == [(2, 3), (5, 8, 9), (10, 11), (14, 15, 16, 17), (20, 21),
+                                                         (23, 24), (26, 27)]
+        assert len(cp.steps) == 19 and m.meta.num_instructions == 29
         # The two head permutes whose sources the plan overwrites before their matmul run.
         assert [s.__qualname__ for s in cp.steps].count(f"step[6] {PERMUTE}") == 1
         assert [s.__qualname__ for s in cp.steps].count(f"step[7] {PERMUTE}") == 1
