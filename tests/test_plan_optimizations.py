@@ -1,5 +1,6 @@
 """CompiledPlan's compile-time rewrites: max-pool without indices, batch norm folded into
-the convolution, matmul operands read as views instead of permute / view / clone copies.
+the convolution, matmul operands read as views instead of permute / view / clone copies,
+elementwise chains run as one step.
 Each rewrite is checked against the same program compiled without rewrites
 (``CompiledPlan(..., optimize=False)``), and each near-miss pattern is checked to be left
 exactly as written."""
@@ -739,3 +740,163 @@ def test_a_convolution_output_read_through_a_value_on_its_memory_is_not_folded()
     got, want = run_both(prog, [randn(1, 3, 8, 8)])
     for g, w_ in zip(got, want, strict=True):
         np.testing.assert_array_equal(g, w_)
+
+
+# -- elementwise chains ------------------------------------------------------------------------
+EW = "elementwise_chain"
+
+
+def ew_spans(prog: Program) -> list[tuple[int, ...]]:
+    with prog.load_method() as m:
+        return [r.instructions for r in m._cp.rewrites if r.kind == EW]
+
+
+def ew_cases() -> dict[str, tuple[Callable[..., None], tuple[tuple[int, ...], ...], list[tuple[int, ...]], bool]]:
+    """name -> (body, extra input shapes, expected chain spans, bit-identical)."""
+    three, six = np.array(3, np.float32), np.array(6, np.float32)
+    gate_c = randn(1, 3, 1, 1)
+
+    def hardswish(f: MethodBuilder, x: Value) -> None:
+        y = f.call("aten::abs.out", x)  # a planned value the plan may reuse after its last read
+        a = f.call("aten::add.out", y, three, 1)
+        b = f.call("aten::clamp.out", a, 0, None)
+        c = f.call("aten::clamp.out", b, None, 6)
+        d = f.call("aten::mul.out", y, c)
+        f.output(f.call("aten::div.out", d, six))
+
+    def silu(f: MethodBuilder, x: Value) -> None:
+        f.output(f.call("aten::mul.out", x, f.call("aten::sigmoid.out", x)))
+
+    def add_relu(f: MethodBuilder, x: Value, y: Value) -> None:
+        f.output(f.call("aten::relu.out", f.call("aten::add.out", x, y, 1)))
+
+    def gate_broadcast(f: MethodBuilder, x: Value, g: Value) -> None:
+        r = f.call("aten::hardtanh.out", x, -1.0, 1.0)
+        f.output(f.call("aten::mul.out", f.call("aten::hardsigmoid.out", g), f.call("aten::sub.out", r, gate_c, 1)))
+
+    def right_operands(f: MethodBuilder, x: Value, y: Value) -> None:
+        a = f.call("aten::sigmoid.out", x)
+        b = f.call("aten::div.out", y, a)  # the running value on the right
+        f.output(f.call("aten::hardswish.out", f.call("aten::add.out", three, b, 1)))
+
+    return {
+        "hardswish": (hardswish, (), [(1, 2, 3, 4, 5)], True),
+        "silu": (silu, (), [(0, 1)], False),
+        "add_relu": (add_relu, ((1, 3, 8, 8),), [(0, 1)], True),
+        "gate_broadcast": (gate_broadcast, ((1, 3, 1, 1),), [(2, 3)], True),  # hardtanh: the gate comes between
+        "right_operands": (right_operands, ((1, 3, 8, 8),), [(0, 1, 2, 3)], True),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(ew_cases()))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_elementwise_chains_run_as_one_step_and_match_the_steps_as_written(case: str, dtype: type) -> None:
+    body, extra, spans, exact = ew_cases()[case]
+    if dtype is np.float64 and case in ("hardswish", "right_operands", "gate_broadcast"):
+        pytest.skip("the body's constants are float32")
+    prog = build(body, extra_inputs=extra, dtype=dtype)
+    assert ew_spans(prog) == spans
+    with prog.load_method() as m:
+        assert len(m._cp.steps) == len(m._cp.instruction_steps) - sum(len(s) - 1 for s in spans)
+    inputs = [randn(1, 3, 8, 8, dtype=dtype) * 4] + [randn(*s, dtype=dtype) * 4 for s in extra]
+    got, want = run_both(prog, inputs)
+    for g, w_ in zip(got, want, strict=True):
+        if exact:
+            np.testing.assert_array_equal(g, w_)
+        else:  # sigmoid then mul as silu: float rounding only
+            np.testing.assert_allclose(g, w_, rtol=1e-6, atol=1e-6)
+
+
+def ew_near_misses() -> dict[str, tuple[Callable[..., None], tuple[tuple[int, ...], ...]]]:
+    def intermediate_is_an_output(f: MethodBuilder, x: Value) -> None:
+        a = f.call("aten::relu.out", x)
+        f.output(f.call("aten::sigmoid.out", a), a)
+
+    def intermediate_read_twice(f: MethodBuilder, x: Value) -> None:
+        a = f.call("aten::relu.out", x)
+        f.output(f.call("aten::mul.out", a, a))
+
+    def other_operand_widens(f: MethodBuilder, x: Value, y: Value) -> None:
+        a = f.call("aten::relu.out", x)
+        f.output(f.call("aten::add.out", a, y, 1))
+
+    def alpha_is_not_one(f: MethodBuilder, x: Value, y: Value) -> None:
+        a = f.call("aten::relu.out", x)
+        f.output(f.call("aten::add.out", a, y, 2))
+
+    def not_elementwise_in_between(f: MethodBuilder, x: Value) -> None:
+        a = f.call("aten::relu.out", x)
+        b = f.call("aten::abs.out", a)
+        f.output(f.call("aten::sigmoid.out", b))
+
+    def clamp_bound_is_a_tensor(f: MethodBuilder, x: Value, lo: Value) -> None:
+        a = f.call("aten::relu.out", x)
+        f.output(f.call("aten::clamp.Tensor_out", a, lo, None))
+
+    return {
+        "intermediate_is_an_output": (intermediate_is_an_output, ()),
+        "intermediate_read_twice": (intermediate_read_twice, ()),
+        "other_operand_widens": (other_operand_widens, ((2, 3, 8, 8),)),
+        "alpha_is_not_one": (alpha_is_not_one, ((1, 3, 8, 8),)),
+        "not_elementwise_in_between": (not_elementwise_in_between, ()),
+        "clamp_bound_is_a_tensor": (clamp_bound_is_a_tensor, ((1, 3, 1, 1),)),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(ew_near_misses()))
+def test_elementwise_near_misses_are_not_chained_and_run_as_written(case: str) -> None:
+    body, extra = ew_near_misses()[case]
+    prog = build(body, extra_inputs=extra)
+    with prog.load_method() as m:
+        assert m._cp.rewrites == ()
+        assert all(a is b for a, b in zip(m._cp.steps, m._cp.instruction_steps, strict=True))
+    inputs = [randn(1, 3, 8, 8)] + [randn(*s) for s in extra]
+    got, want = run_both(prog, inputs)
+    for g, w_ in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w_)
+
+
+def test_an_elementwise_intermediate_read_through_a_value_on_its_memory_is_not_chained() -> None:
+    b = ProgramBuilder()
+    f = b.method("forward")
+    x = f.input(np.float32, (1, 3, 8, 8))
+    a = f.call("aten::relu.out", x)
+    f.output(f.call("aten::sigmoid.out", a))
+    assert ew_spans(load_program(b.build())) == [(0, 1)]
+    d, _ = with_alias(b.build(), a.index, output=True)
+    prog = load_program(d)
+    assert kinds(prog) == []
+    got, want = run_both(prog, [randn(1, 3, 8, 8)])
+    for g, w_ in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w_)
+
+
+def test_a_chain_stops_before_an_instruction_that_overwrites_its_input() -> None:
+    """The hardswish's divisor is made between the multiply and the division; placed on the
+    memory of the chain's input once the multiply has read it, the chain ends at the multiply."""
+    three = np.array(3, np.float32)
+    b = ProgramBuilder()
+    f = b.method("forward")
+    x = f.input(np.float32, (1, 3, 8, 8))
+    y = f.call("aten::abs.out", x)
+    a = f.call("aten::add.out", y, three, 1)
+    c = f.call("aten::clamp.out", a, 0, 6)
+    d = f.call("aten::mul.out", y, c)
+    six = f.call("aten::_to_copy.out", np.full((1, 3, 8, 8), 6, np.float32), False, None)
+    f.output(f.call("aten::div.out", d, six))
+    d_ = b.build()
+    plan = d_.execution_plan[0]
+    alloc = {v.index: plan.values[v.index].val.allocation_info for v in (y, c, six)}
+    assert alloc[six.index] == alloc[y.index]  # the builder's planner reuses y's bytes for the divisor
+    prog = load_program(d_)
+    assert ew_spans(prog) == [(1, 2, 3)]
+    # The divisor on the clamp's bytes instead: the chain steps over the copy.
+    moved = dataclasses.replace(plan.values[six.index].val, allocation_info=alloc[c.index])
+    values = plan.values[: six.index] + (EValue(moved),) + plan.values[six.index + 1:]
+    prog2 = load_program(dataclasses.replace(d_, execution_plan=(dataclasses.replace(plan, values=values),)))
+    assert ew_spans(prog2) == [(1, 2, 3, 5)]
+    xin = randn(1, 3, 8, 8)
+    for p_ in (prog, prog2):
+        got, want = run_both(p_, [xin])
+        np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_allclose(got[0], np.abs(xin) * np.clip(np.abs(xin) + 3, 0, 6) / 6, rtol=1e-6)
