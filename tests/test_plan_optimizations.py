@@ -449,6 +449,15 @@ def views_cases() -> dict[str, tuple[Callable[..., None], tuple[tuple[int, ...],
     def planned_input_source(f: MethodBuilder, x: Value) -> None:
         f.output(f.call(MM, f.call(PERMUTE, x, [1, 0]), randn(16, 3)))
 
+    def qkv_unbind_slices(f: MethodBuilder, qkv: Value) -> None:
+        # What torch.export makes of q, k, v = qkv.unbind(0); q @ k.transpose(-2, -1).
+        def head(i: int) -> Value:
+            return f.call("aten::squeeze_copy.dims_out", f.call("aten::slice_copy.Tensor_out", qkv, 0, i, i + 1, 1), [0])
+
+        q = f.call("aten::view_copy.out", f.call("aten::expand_copy.out", head(0), [1, 2, 5, 4], False), [2, 5, 4])
+        k = f.call("aten::view_copy.out", f.call(PERMUTE, head(1), [0, 1, 3, 2]), [2, 4, 5])
+        f.output(f.call(BMM, q, k))
+
     return {
         "linear": (linear, ((5, 16),), 1),
         "mm_weight_t_copy": (mm_weight_t_copy, ((5, 16),), 1),
@@ -458,6 +467,7 @@ def views_cases() -> dict[str, tuple[Callable[..., None], tuple[tuple[int, ...],
         "bmm_both_operands_and_a_view": (bmm_both_operands_and_a_view, ((1, 5, 3, 4), (1, 4, 3, 5)), 4),
         "permute_clone_view_copies_once": (permute_clone_view_copies_once, ((2, 3, 4, 4),), 3),
         "planned_input_source": (planned_input_source, ((16, 9),), 1),
+        "qkv_unbind_slices": (qkv_unbind_slices, ((3, 1, 2, 5, 4),), 8),
     }
 
 
@@ -608,7 +618,21 @@ def views_near_misses() -> dict[str, tuple[Callable[[], ProgramDef], tuple[tuple
         assert args[-1] == one.index
         return reroute(d, pc_size, args[:-1] + (dims[0],))
 
+    def expand_that_broadcasts() -> ProgramDef:
+        b, f, (x,) = builder(((1, 1, 4),))
+        e = f.call("aten::expand_copy.out", f.call("aten::relu.out", x), [1, 5, 4], False)
+        f.output(f.call(BMM, e, randn(1, 4, 3)))
+        return b.build()
+
+    def sliced_value_is_an_output() -> ProgramDef:
+        b, f, (x,) = builder(((2, 6, 4),))
+        s_ = f.call("aten::slice_copy.Tensor_out", f.call("aten::relu.out", x), 0, 0, 1, 1)  # (1, 6, 4)
+        f.output(f.call(BMM, s_, randn(1, 4, 3)), s_)
+        return b.build()
+
     return {
+        "expand_that_broadcasts": (expand_that_broadcasts, ((1, 1, 4),)),
+        "sliced_value_is_an_output": (sliced_value_is_an_output, ((2, 6, 4),)),
         "permuted_value_also_read_elsewhere": (permuted_value_also_read_elsewhere, ((6, 4),)),
         "permuted_value_is_an_output": (permuted_value_is_an_output, ((6, 4),)),
         "permuted_value_read_twice_by_the_matmul": (permuted_value_read_twice_by_the_matmul, ((6, 6),)),

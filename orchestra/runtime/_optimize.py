@@ -25,8 +25,9 @@ the change can't be observed:
 - **Matmul operands as views.** An operand of ``aten::mm.out`` / ``aten::bmm.out`` /
   ``aten::addmm.out`` (``mat1`` / ``mat2``) made by a chain of copies that only rearrange
   (``permute_copy``, ``transpose_copy``, ``t_copy``, ``view_copy``, ``_unsafe_view``,
-  ``clone``, ``alias_copy``, ``_clone_dim_order``; same dtype, static shapes, literal
-  arguments), each read only by the next, is read as a numpy view of the chain's source
+  ``clone``, ``alias_copy``, ``_clone_dim_order``, ``squeeze_copy`` / ``unsqueeze_copy``,
+  ``slice_copy`` (a basic slice), ``expand_copy`` to its own sizes; same dtype, static
+  shapes, literal arguments), each read only by the next, is read as a numpy view of the chain's source
   (``transpose`` / ``reshape``): the copies don't run. numpy's matmul takes strided operands
   (BLAS with its transpose flags); a reshape numpy can't express as a view of a transposed
   source copies, once, inside the step. A view of a constant is made here, once per
@@ -150,6 +151,11 @@ _LAYOUT_OPS = MappingProxyType({
     "aten::clone.out": 3,
     "aten::alias_copy.out": 2,
     "dim_order_ops::_clone_dim_order.out": 4,
+    "aten::squeeze_copy.dims_out": 3,
+    "aten::squeeze_copy.dim_out": 3,
+    "aten::unsqueeze_copy.out": 3,
+    "aten::expand_copy.out": 4,  # only when it expands nothing
+    "aten::slice_copy.Tensor_out": 6,
 })
 _MAX_LINKS = 8  # copies followed back from one matmul operand
 # Elementwise operators an elementwise chain may hold: name -> parameters (out last).
@@ -483,7 +489,8 @@ class _Link:
     """One layout instruction (permute, view, clone...) in a chain feeding a matmul operand:
     instruction ``pc`` writes ``out`` from ``src``; instruction ``reader`` reads it as
     ``read`` (``out`` or a value sharing its memory), and ``ops`` turn ``src`` into
-    ``read`` (("T", axes): transpose; ("R", shape): reshape)."""
+    ``read`` (("T", axes): transpose; ("R", shape): reshape; ("S", (dim, start, end, step)):
+    basic slice)."""
 
     pc: int
     src: int
@@ -556,6 +563,15 @@ class _Matcher:
         if isinstance(v, kinds) and i not in self.uses.written:
             return self.cp.template[i]
         return None
+
+    def optional_int(self, i: int) -> int | None | bool:
+        """A literal int, None for a literal None, else False."""
+        if self.is_none(i):
+            return None
+        v = self.literal(i, (Int,))
+        if v is None or isinstance(v, bool):
+            return False
+        return v
 
     # -- patterns ---------------------------------------------------------------------------
     def maxpool_values(self, pc: int) -> tuple[tuple[int, ...], int] | None:
@@ -839,6 +855,21 @@ class _Matcher:
             if ndim > 2:
                 return None
             ops = (("T", tuple(reversed(range(ndim)))),)
+        elif name in ("aten::squeeze_copy.dims_out", "aten::squeeze_copy.dim_out", "aten::unsqueeze_copy.out"):
+            # Only size-1 dims come or go: a reshape to out's (static) sizes.
+            if [d for d in shape if d != 1] != [d for d in om[1] if d != 1]:
+                return None
+            ops = (("R", tuple(om[1])),)
+        elif name == "aten::expand_copy.out":
+            if tuple(om[1]) != tuple(shape) or self.int_list(params[1]) is None:
+                return None
+        elif name == "aten::slice_copy.Tensor_out":
+            dim, step = self.literal(params[1], (Int,)), self.literal(params[4], (Int,))
+            start, end = self.optional_int(params[2]), self.optional_int(params[3])
+            if (dim is None or step is None or start is False or end is False or isinstance(dim, bool)
+                    or isinstance(step, bool) or step <= 0 or not ndim or not -ndim <= dim < ndim):
+                return None
+            ops = (("S", (dim % ndim, start, end, step)),)
         elif name in ("aten::view_copy.out", "aten::_unsafe_view.out"):
             size = self.int_list(params[1])
             n = int(np.prod(shape, dtype=np.int64))
@@ -963,6 +994,12 @@ def _apply_shape(shape: tuple[int, ...], ops: Sequence[tuple[str, tuple[int, ...
             if sorted(arg) != list(range(len(shape))):
                 return None
             shape = tuple(shape[d] for d in arg)
+        elif kind == "S":
+            dim = arg[0]
+            if dim >= len(shape):
+                return None
+            n = len(range(*slice(*arg[1:]).indices(shape[dim])))
+            shape = shape[:dim] + (n,) + shape[dim + 1:]
         else:
             if int(np.prod(arg, dtype=np.int64)) != int(np.prod(shape, dtype=np.int64)):
                 return None
@@ -975,7 +1012,7 @@ def _simplify(shape: tuple[int, ...], ops: Sequence[tuple[str, tuple[int, ...]]]
     ones that change nothing left out."""
     out: list[tuple[str, tuple[int, ...]]] = []
     for kind, arg in ops:
-        if out and out[-1][0] == kind:
+        if out and out[-1][0] == kind and kind != "S":
             prev = out.pop()[1]
             arg = tuple(prev[d] for d in arg) if kind == "T" else arg
         out.append((kind, arg))
@@ -993,7 +1030,8 @@ def _simplify(shape: tuple[int, ...], ops: Sequence[tuple[str, tuple[int, ...]]]
 def _view_fn(ops: Sequence[tuple[str, tuple[int, ...]]]) -> Callable[[np.ndarray], np.ndarray]:
     """x -> ``ops`` applied to x: numpy views (a reshape of a transposed view copies when
     numpy can't express it as a view)."""
-    fns = [operator.methodcaller("transpose" if kind == "T" else "reshape", arg) for kind, arg in ops]
+    fns = [operator.itemgetter((slice(None),) * arg[0] + (slice(*arg[1:]),)) if kind == "S"
+           else operator.methodcaller("transpose" if kind == "T" else "reshape", arg) for kind, arg in ops]
     if not fns:
         return lambda x: x
     if len(fns) == 1:
