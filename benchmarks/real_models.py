@@ -462,7 +462,8 @@ def _run_executorch(pte: bytes, inputs: list[np.ndarray]) -> list[np.ndarray]:
     torch = _require_torch()
     from executorch.runtime import Runtime
 
-    method = Runtime.get().load_program(pte).load_method("forward")
+    program = Runtime.get().load_program(pte)  # must outlive its methods
+    method = program.load_method("forward")
     outs = method.execute([torch.from_numpy(a) for a in inputs])
     return [np.array(o.detach().numpy(), copy=True) for o in outs]
 
@@ -510,7 +511,7 @@ def load_io(name: str, kind: str = "portable",
 # Benchmark: orchestra vs ExecuTorch portable vs ExecuTorch+XNNPACK, interleaved
 
 
-def _time_round_robin(fns: dict[str, Callable[[], object]], seconds: float
+def _time_round_robin(fns: dict[str, Callable[[], object]], seconds: float, min_samples: int = 5
                       ) -> dict[str, float]:
     """Median latency of each fn, calling them in turn so load changes hit all alike."""
     for f in fns.values():
@@ -518,7 +519,7 @@ def _time_round_robin(fns: dict[str, Callable[[], object]], seconds: float
         f()
     times: dict[str, list[float]] = {k: [] for k in fns}
     end = time.perf_counter() + seconds * len(fns)
-    while time.perf_counter() < end or min(len(t) for t in times.values()) < 5:
+    while time.perf_counter() < end or min(len(t) for t in times.values()) < min_samples:
         for k, f in fns.items():
             t = time.perf_counter()
             f()
@@ -560,6 +561,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="BLAS threads for orchestra (threadpoolctl, this script only)")
     parser.add_argument("--cache-dir", default=None)
     parser.add_argument("--no-load", action="store_true", help="skip load-time measurement")
+    parser.add_argument("--skip-portable", action="store_true",
+                        help="don't time ExecuTorch's portable kernels (slow)")
     args = parser.parse_args(argv)
 
     torch = _require_torch()
@@ -570,7 +573,16 @@ def main(argv: list[str] | None = None) -> int:
     from orchestra.runtime import load_program
 
     torch.set_num_threads(args.threads)
-    print(f"threads={args.threads}  (ratios are orchestra / ExecuTorch, same run)")
+    try:  # ExecuTorch's own threadpool (XNNPACK's threads): the same count as orchestra's BLAS
+        from executorch.extension.pybindings import portable_lib
+
+        if portable_lib._threadpool_get_thread_count() != args.threads:
+            portable_lib._unsafe_reset_threadpool(args.threads)
+        et_threads = portable_lib._threadpool_get_thread_count()
+    except (ImportError, AttributeError):  # pragma: no cover - older executorch
+        et_threads = -1
+    print(f"threads={args.threads} (ExecuTorch threadpool: {et_threads}; ratios are orchestra / "
+          f"ExecuTorch, same run)")
     print(f"{'model':<14}{'orch ms':>9}{'ET port':>9}{'ET xnn':>9}{'/port':>7}{'/xnn':>7}"
           f"{'maxrel':>10}{'load ms':>9}{'ET load':>9}")
     ratios = []
@@ -584,13 +596,17 @@ def main(argv: list[str] | None = None) -> int:
             maxrel = max(float(np.max(np.abs(g - e)) / max(float(np.max(np.abs(e))), 1e-30))
                          for g, e in zip(got, expected))
             tin = [torch.from_numpy(a) for a in inputs]
-            et_port = Runtime.get().load_program(portable.read_bytes()).load_method("forward")
-            et_xnn = Runtime.get().load_program(xnn.read_bytes()).load_method("forward")
+            # ExecuTorch's Program must outlive its Methods (else execute crashes).
+            et_programs = [Runtime.get().load_program(p.read_bytes()) for p in (portable, xnn)]
+            et_port, et_xnn = (p.load_method("forward") for p in et_programs)
+            # orchestra and XNNPACK interleaved, many samples; ExecuTorch's portable kernels
+            # (10-100x slower) on their own, a few samples, so they don't stretch the rounds.
             med = _time_round_robin({
                 "orch": lambda: method.execute(inputs),
-                "port": lambda: et_port.execute(tin),
                 "xnn": lambda: et_xnn.execute(tin),
-            }, args.seconds)
+            }, args.seconds, min_samples=20)
+            med["port"] = (float("nan") if args.skip_portable
+                           else _time_round_robin({"port": lambda: et_port.execute(tin)}, 0.0, 3)["port"])
             load = et_load = float("nan")
             if not args.no_load:
                 load = _orchestra_load_ms(portable)
