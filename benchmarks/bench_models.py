@@ -336,7 +336,8 @@ def section_busy(args: argparse.Namespace) -> None:
     for label, a, b in rows:
         print(f"{label:<44}{a * 1e3:9.2f}{b * 1e3:9.2f}{b / a:12.2f}", flush=True)
     print(f"   orchestra's degradation / ExecuTorch+XNNPACK's: {(rows[0][2] / rows[0][1]) / (rows[2][2] / rows[2][1]):.2f}"
-          f"; before the rule / with it: {(rows[1][2] / rows[1][1]) / (rows[0][2] / rows[0][1]):.2f}")
+          f"; latency before the rule / with it: alone {rows[1][1] / rows[0][1]:.1f}x, busy {rows[1][2] / rows[0][2]:.1f}x"
+          " (on a machine with other load, BLAS threads beyond the CPUs one gets hurt even 'alone')")
 
 
 def _csv_ints(text: str) -> list[int]:
