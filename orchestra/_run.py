@@ -597,10 +597,12 @@ def render_summary(r: RunResult) -> str:
                      for cam, sets in r.executions.items()], indent="  ")
     lines += ["", "instances"]
     irows = [["instance", "pool", "state", "executes", "failures", "restarts", "replacements", "exec p50 ms",
-              "exec p99 ms", "last error"]]
+              "exec p99 ms", "threads", "last error"]]
     for s in r.instances:
-        irows.append([printable(s.name), s.pool, s.state, str(s.executes), str(s.failures), str(s.restarts), str(s.replacements),
-                      fmt_ms(s.latency.p50), fmt_ms(s.latency.p99), _short(s.last_error or "-", 100)])
+        threads = s.threads.format() if s.threads is not None else "-"
+        irows.append([printable(s.name), s.pool, s.state, str(s.executes), str(s.failures), str(s.restarts),
+                      str(s.replacements), fmt_ms(s.latency.p50), fmt_ms(s.latency.p99), threads,
+                      _short(s.last_error or "-", 100)])
     lines += _table(irows, right={3, 4, 5, 6, 7, 8}, indent="  ")
     lines += ["", f"policy decisions ({len(r.decisions)})"]
     lines += decision_table(r.decisions) or ["  none"]

@@ -500,6 +500,39 @@ def test_activations(name: str, args: Callable[[], tuple[Any, ...]]) -> None:
     check(name, *args())
 
 
+SPECIAL = np.array([np.nan, -np.inf, -7.0, -3.0, -0.0, 0.0, 0.5, 3.0, 6.0, 7.0, np.inf], dtype=F32)
+
+
+@pytest.mark.parametrize(
+    "name, extra",
+    [
+        ("aten::relu.out", ()),
+        ("aten::clamp.out", (0, 6)),
+        ("aten::clamp.out", (0.0, None)),
+        ("aten::clamp.out", (None, -0.5)),
+        ("aten::clamp.out", (2, 1)),
+        ("aten::hardtanh.out", (-1.0, 1.0)),
+        ("aten::hardswish.out", ()),
+        ("aten::hardsigmoid.out", ()),
+        ("aten::sigmoid.out", ()),
+        ("aten::silu.out", ()),
+    ],
+    ids=str,
+)
+@pytest.mark.parametrize("dt", [F32, F64], ids=str)
+def test_activations_special_values_match_torch_bitwise_where_exact(name: str, extra: tuple[Any, ...], dt: Any) -> None:
+    """NaN, infinities and signed zeros (the clip-based fast paths): NaN propagates, -0.0
+    keeps its sign where torch's does, and the result lands in ``out``."""
+    x = np.concatenate([SPECIAL, np.linspace(-100, 100, 41, dtype=F32)]).astype(dt)
+    out = np.full_like(x, 123.0)
+    res = get_kernel(name).fn(x, *extra, out)
+    assert res is out
+    ref = torch_op(name)(torch.from_numpy(x), *extra, out=torch.empty(x.shape, dtype=_TORCH_DTYPE[x.dtype])).numpy()
+    np.testing.assert_allclose(res, ref, rtol=1e-6, atol=1e-7, equal_nan=True)
+    if name in ("aten::relu.out", "aten::clamp.out", "aten::hardtanh.out"):
+        assert np.array_equal(np.signbit(res), np.signbit(ref))
+
+
 def test_gelu_precision() -> None:
     """gelu(x) = x/2 * erfc(-x/sqrt 2): close to torch everywhere, and relatively accurate in
     the negative tail too (where torch's float32 1 + erf(x) cancels)."""
@@ -594,6 +627,13 @@ CONV_CASES = [
     ((1, 3, 5, 4), (2, 3, 5, 4), True, [1, 1], [0, 0], [1, 1], 1),
     ((1, 3, 4, 3), (2, 3, 3, 3), True, [1, 1], [1, 1], [1, 1], 1),
     ((1, 2, 6, 30), (3, 2, 1, 5), True, [1, 1], [0, 2], [1, 1], 1),
+    # Large depthwise (stride-phase im2col) and grouped convolutions, mobile nets' shapes.
+    ((1, 16, 56, 56), (16, 1, 3, 3), True, [2, 2], [1, 1], [1, 1], 16),
+    ((2, 64, 14, 14), (64, 1, 5, 5), True, [1, 1], [2, 2], [1, 1], 64),
+    ((1, 32, 29, 31), (32, 1, 5, 5), False, [2, 2], [2, 2], [1, 1], 32),
+    ((1, 24, 30, 33), (48, 1, 3, 5), True, [3, 2], [2, 1], [2, 1], 24),
+    ((1, 32, 40, 40), (32, 8, 3, 3), True, [2, 2], [1, 1], [1, 1], 4),
+    ((1, 16, 24, 24), (16, 1, 7, 7), True, [1, 1], [3, 6], [1, 2], 16),
 ]
 
 

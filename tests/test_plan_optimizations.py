@@ -1,5 +1,6 @@
 """CompiledPlan's compile-time rewrites: max-pool without indices, batch norm folded into
-the convolution, matmul operands read as views instead of permute / view / clone copies.
+the convolution, matmul operands read as views instead of permute / view / clone copies,
+elementwise chains run as one step.
 Each rewrite is checked against the same program compiled without rewrites
 (``CompiledPlan(..., optimize=False)``), and each near-miss pattern is checked to be left
 exactly as written."""
@@ -253,8 +254,9 @@ def test_control_flow_disables_every_rewrite() -> None:
 def test_convnet_fixture_is_rewritten_and_stays_close_to_executorch() -> None:
     prog = load_program(FIXTURES / "convnet.pte")
     with prog.load_method() as m:
-        assert [r.kind for r in m._cp.rewrites] == ["conv_bn", "conv_bn", "maxpool_values", "maxpool_values", "matmul_views"]
-        assert len(m._cp.steps) == 8 and m.meta.num_instructions == 11
+        assert [r.kind for r in m._cp.rewrites] == ["conv_bn", "conv_bn", "elementwise_chain", "maxpool_values",
+                                                     "maxpool_values", "matmul_views"]
+        assert len(m._cp.steps) == 7 and m.meta.num_instructions == 11
     npz = np.load(FIXTURES / "convnet.npz")
     got, want = run_both(prog, [npz["forward.in_0"]])
     np.testing.assert_allclose(got[0], want[0], rtol=0, atol=1e-5)
@@ -288,7 +290,8 @@ def test_a_fused_step_is_described_by_both_instructions() -> None:
         assert cp.describe_step(0) == f"instructions 0-1 ({CONV} + {BN} (folded))"
         assert cp.describe_step(1) == "instruction 2 (aten::relu.out)"
         assert cp.describe_step(2) == f"instructions 3-4 ({CONV} + {BN} (folded))"
-        assert cp.describe_step(5) == f"instruction 7 ({MAXPOOL} (values only))"
+        assert cp.describe_step(3) == "instructions 5-6 (aten::add.out + aten::relu.out (elementwise chain))"
+        assert cp.describe_step(4) == f"instruction 7 ({MAXPOOL} (values only))"
 
 
 # -- max-pool without indices ----------------------------------------------------------------
@@ -446,6 +449,15 @@ def views_cases() -> dict[str, tuple[Callable[..., None], tuple[tuple[int, ...],
     def planned_input_source(f: MethodBuilder, x: Value) -> None:
         f.output(f.call(MM, f.call(PERMUTE, x, [1, 0]), randn(16, 3)))
 
+    def qkv_unbind_slices(f: MethodBuilder, qkv: Value) -> None:
+        # What torch.export makes of q, k, v = qkv.unbind(0); q @ k.transpose(-2, -1).
+        def head(i: int) -> Value:
+            return f.call("aten::squeeze_copy.dims_out", f.call("aten::slice_copy.Tensor_out", qkv, 0, i, i + 1, 1), [0])
+
+        q = f.call("aten::view_copy.out", f.call("aten::expand_copy.out", head(0), [1, 2, 5, 4], False), [2, 5, 4])
+        k = f.call("aten::view_copy.out", f.call(PERMUTE, head(1), [0, 1, 3, 2]), [2, 4, 5])
+        f.output(f.call(BMM, q, k))
+
     return {
         "linear": (linear, ((5, 16),), 1),
         "mm_weight_t_copy": (mm_weight_t_copy, ((5, 16),), 1),
@@ -455,6 +467,7 @@ def views_cases() -> dict[str, tuple[Callable[..., None], tuple[tuple[int, ...],
         "bmm_both_operands_and_a_view": (bmm_both_operands_and_a_view, ((1, 5, 3, 4), (1, 4, 3, 5)), 4),
         "permute_clone_view_copies_once": (permute_clone_view_copies_once, ((2, 3, 4, 4),), 3),
         "planned_input_source": (planned_input_source, ((16, 9),), 1),
+        "qkv_unbind_slices": (qkv_unbind_slices, ((3, 1, 2, 5, 4),), 8),
     }
 
 
@@ -605,7 +618,21 @@ def views_near_misses() -> dict[str, tuple[Callable[[], ProgramDef], tuple[tuple
         assert args[-1] == one.index
         return reroute(d, pc_size, args[:-1] + (dims[0],))
 
+    def expand_that_broadcasts() -> ProgramDef:
+        b, f, (x,) = builder(((1, 1, 4),))
+        e = f.call("aten::expand_copy.out", f.call("aten::relu.out", x), [1, 5, 4], False)
+        f.output(f.call(BMM, e, randn(1, 4, 3)))
+        return b.build()
+
+    def sliced_value_is_an_output() -> ProgramDef:
+        b, f, (x,) = builder(((2, 6, 4),))
+        s_ = f.call("aten::slice_copy.Tensor_out", f.call("aten::relu.out", x), 0, 0, 1, 1)  # (1, 6, 4)
+        f.output(f.call(BMM, s_, randn(1, 4, 3)), s_)
+        return b.build()
+
     return {
+        "expand_that_broadcasts": (expand_that_broadcasts, ((1, 1, 4),)),
+        "sliced_value_is_an_output": (sliced_value_is_an_output, ((2, 6, 4),)),
         "permuted_value_also_read_elsewhere": (permuted_value_also_read_elsewhere, ((6, 4),)),
         "permuted_value_is_an_output": (permuted_value_is_an_output, ((6, 4),)),
         "permuted_value_read_twice_by_the_matmul": (permuted_value_read_twice_by_the_matmul, ((6, 6),)),
@@ -680,9 +707,10 @@ def test_transformer_fixture_reads_its_permutes_as_views_and_stays_close_to_exec
     prog = load_program(FIXTURES / "transformer.pte")
     with prog.load_method() as m:
         cp = m._cp
-        assert [r.kind for r in cp.rewrites] == ["matmul_views"] * 6
-        assert [r.instructions for r in cp.rewrites] == [(2, 3), (5, 8, 9), (14, 15, 16, 17), (20, 21), (23, 24), (26, 27)]
-        assert len(cp.steps) == 20 and m.meta.num_instructions == 29
+        assert [r.kind for r in cp.rewrites] == ["matmul_views"] * 2 + ["elementwise_chain"] + ["matmul_views"] * 4
+        assert [r.instructions for r in cp.rewrites] == [(2, 3), (5, 8, 9), (10, 11), (14, 15, 16, 17), (20, 21),
+                                                         (23, 24), (26, 27)]
+        assert len(cp.steps) == 19 and m.meta.num_instructions == 29
         # The two head permutes whose sources the plan overwrites before their matmul run.
         assert [s.__qualname__ for s in cp.steps].count(f"step[6] {PERMUTE}") == 1
         assert [s.__qualname__ for s in cp.steps].count(f"step[7] {PERMUTE}") == 1
@@ -736,3 +764,163 @@ def test_a_convolution_output_read_through_a_value_on_its_memory_is_not_folded()
     got, want = run_both(prog, [randn(1, 3, 8, 8)])
     for g, w_ in zip(got, want, strict=True):
         np.testing.assert_array_equal(g, w_)
+
+
+# -- elementwise chains ------------------------------------------------------------------------
+EW = "elementwise_chain"
+
+
+def ew_spans(prog: Program) -> list[tuple[int, ...]]:
+    with prog.load_method() as m:
+        return [r.instructions for r in m._cp.rewrites if r.kind == EW]
+
+
+def ew_cases() -> dict[str, tuple[Callable[..., None], tuple[tuple[int, ...], ...], list[tuple[int, ...]], bool]]:
+    """name -> (body, extra input shapes, expected chain spans, bit-identical)."""
+    three, six = np.array(3, np.float32), np.array(6, np.float32)
+    gate_c = randn(1, 3, 1, 1)
+
+    def hardswish(f: MethodBuilder, x: Value) -> None:
+        y = f.call("aten::abs.out", x)  # a planned value the plan may reuse after its last read
+        a = f.call("aten::add.out", y, three, 1)
+        b = f.call("aten::clamp.out", a, 0, None)
+        c = f.call("aten::clamp.out", b, None, 6)
+        d = f.call("aten::mul.out", y, c)
+        f.output(f.call("aten::div.out", d, six))
+
+    def silu(f: MethodBuilder, x: Value) -> None:
+        f.output(f.call("aten::mul.out", x, f.call("aten::sigmoid.out", x)))
+
+    def add_relu(f: MethodBuilder, x: Value, y: Value) -> None:
+        f.output(f.call("aten::relu.out", f.call("aten::add.out", x, y, 1)))
+
+    def gate_broadcast(f: MethodBuilder, x: Value, g: Value) -> None:
+        r = f.call("aten::hardtanh.out", x, -1.0, 1.0)
+        f.output(f.call("aten::mul.out", f.call("aten::hardsigmoid.out", g), f.call("aten::sub.out", r, gate_c, 1)))
+
+    def right_operands(f: MethodBuilder, x: Value, y: Value) -> None:
+        a = f.call("aten::sigmoid.out", x)
+        b = f.call("aten::div.out", y, a)  # the running value on the right
+        f.output(f.call("aten::hardswish.out", f.call("aten::add.out", three, b, 1)))
+
+    return {
+        "hardswish": (hardswish, (), [(1, 2, 3, 4, 5)], True),
+        "silu": (silu, (), [(0, 1)], False),
+        "add_relu": (add_relu, ((1, 3, 8, 8),), [(0, 1)], True),
+        "gate_broadcast": (gate_broadcast, ((1, 3, 1, 1),), [(2, 3)], True),  # hardtanh: the gate comes between
+        "right_operands": (right_operands, ((1, 3, 8, 8),), [(0, 1, 2, 3)], True),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(ew_cases()))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_elementwise_chains_run_as_one_step_and_match_the_steps_as_written(case: str, dtype: type) -> None:
+    body, extra, spans, exact = ew_cases()[case]
+    if dtype is np.float64 and case in ("hardswish", "right_operands", "gate_broadcast"):
+        pytest.skip("the body's constants are float32")
+    prog = build(body, extra_inputs=extra, dtype=dtype)
+    assert ew_spans(prog) == spans
+    with prog.load_method() as m:
+        assert len(m._cp.steps) == len(m._cp.instruction_steps) - sum(len(s) - 1 for s in spans)
+    inputs = [randn(1, 3, 8, 8, dtype=dtype) * 4] + [randn(*s, dtype=dtype) * 4 for s in extra]
+    got, want = run_both(prog, inputs)
+    for g, w_ in zip(got, want, strict=True):
+        if exact:
+            np.testing.assert_array_equal(g, w_)
+        else:  # sigmoid then mul as silu: float rounding only
+            np.testing.assert_allclose(g, w_, rtol=1e-6, atol=1e-6)
+
+
+def ew_near_misses() -> dict[str, tuple[Callable[..., None], tuple[tuple[int, ...], ...]]]:
+    def intermediate_is_an_output(f: MethodBuilder, x: Value) -> None:
+        a = f.call("aten::relu.out", x)
+        f.output(f.call("aten::sigmoid.out", a), a)
+
+    def intermediate_read_twice(f: MethodBuilder, x: Value) -> None:
+        a = f.call("aten::relu.out", x)
+        f.output(f.call("aten::mul.out", a, a))
+
+    def other_operand_widens(f: MethodBuilder, x: Value, y: Value) -> None:
+        a = f.call("aten::relu.out", x)
+        f.output(f.call("aten::add.out", a, y, 1))
+
+    def alpha_is_not_one(f: MethodBuilder, x: Value, y: Value) -> None:
+        a = f.call("aten::relu.out", x)
+        f.output(f.call("aten::add.out", a, y, 2))
+
+    def not_elementwise_in_between(f: MethodBuilder, x: Value) -> None:
+        a = f.call("aten::relu.out", x)
+        b = f.call("aten::abs.out", a)
+        f.output(f.call("aten::sigmoid.out", b))
+
+    def clamp_bound_is_a_tensor(f: MethodBuilder, x: Value, lo: Value) -> None:
+        a = f.call("aten::relu.out", x)
+        f.output(f.call("aten::clamp.Tensor_out", a, lo, None))
+
+    return {
+        "intermediate_is_an_output": (intermediate_is_an_output, ()),
+        "intermediate_read_twice": (intermediate_read_twice, ()),
+        "other_operand_widens": (other_operand_widens, ((2, 3, 8, 8),)),
+        "alpha_is_not_one": (alpha_is_not_one, ((1, 3, 8, 8),)),
+        "not_elementwise_in_between": (not_elementwise_in_between, ()),
+        "clamp_bound_is_a_tensor": (clamp_bound_is_a_tensor, ((1, 3, 1, 1),)),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(ew_near_misses()))
+def test_elementwise_near_misses_are_not_chained_and_run_as_written(case: str) -> None:
+    body, extra = ew_near_misses()[case]
+    prog = build(body, extra_inputs=extra)
+    with prog.load_method() as m:
+        assert m._cp.rewrites == ()
+        assert all(a is b for a, b in zip(m._cp.steps, m._cp.instruction_steps, strict=True))
+    inputs = [randn(1, 3, 8, 8)] + [randn(*s) for s in extra]
+    got, want = run_both(prog, inputs)
+    for g, w_ in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w_)
+
+
+def test_an_elementwise_intermediate_read_through_a_value_on_its_memory_is_not_chained() -> None:
+    b = ProgramBuilder()
+    f = b.method("forward")
+    x = f.input(np.float32, (1, 3, 8, 8))
+    a = f.call("aten::relu.out", x)
+    f.output(f.call("aten::sigmoid.out", a))
+    assert ew_spans(load_program(b.build())) == [(0, 1)]
+    d, _ = with_alias(b.build(), a.index, output=True)
+    prog = load_program(d)
+    assert kinds(prog) == []
+    got, want = run_both(prog, [randn(1, 3, 8, 8)])
+    for g, w_ in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w_)
+
+
+def test_a_chain_stops_before_an_instruction_that_overwrites_its_input() -> None:
+    """The hardswish's divisor is made between the multiply and the division; placed on the
+    memory of the chain's input once the multiply has read it, the chain ends at the multiply."""
+    three = np.array(3, np.float32)
+    b = ProgramBuilder()
+    f = b.method("forward")
+    x = f.input(np.float32, (1, 3, 8, 8))
+    y = f.call("aten::abs.out", x)
+    a = f.call("aten::add.out", y, three, 1)
+    c = f.call("aten::clamp.out", a, 0, 6)
+    d = f.call("aten::mul.out", y, c)
+    six = f.call("aten::_to_copy.out", np.full((1, 3, 8, 8), 6, np.float32), False, None)
+    f.output(f.call("aten::div.out", d, six))
+    d_ = b.build()
+    plan = d_.execution_plan[0]
+    alloc = {v.index: plan.values[v.index].val.allocation_info for v in (y, c, six)}
+    assert alloc[six.index] == alloc[y.index]  # the builder's planner reuses y's bytes for the divisor
+    prog = load_program(d_)
+    assert ew_spans(prog) == [(1, 2, 3)]
+    # The divisor on the clamp's bytes instead: the chain steps over the copy.
+    moved = dataclasses.replace(plan.values[six.index].val, allocation_info=alloc[c.index])
+    values = plan.values[: six.index] + (EValue(moved),) + plan.values[six.index + 1:]
+    prog2 = load_program(dataclasses.replace(d_, execution_plan=(dataclasses.replace(plan, values=values),)))
+    assert ew_spans(prog2) == [(1, 2, 3, 5)]
+    xin = randn(1, 3, 8, 8)
+    for p_ in (prog, prog2):
+        got, want = run_both(p_, [xin])
+        np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_allclose(got[0], np.abs(xin) * np.clip(np.abs(xin) + 3, 0, 6) / 6, rtol=1e-6)

@@ -12,7 +12,7 @@ from ._instance import Instance, Origin, Pool
 from ._orchestrator import Orchestrator
 from ._resources import CpuResource, NpuSimResource, Reservation, Resource, ResourcePool
 from ._spec import InstanceSpec, RestartPolicy
-from ._stats import EngineRun, InstanceStatistics, OrchestratorStatistics, PoolStatistics
+from ._stats import EngineRun, InstanceStatistics, OrchestratorStatistics, PoolStatistics, ThreadBudget
 
 __all__ = [
     "ActionExplanation",
@@ -38,4 +38,5 @@ __all__ = [
     "ResourceError",
     "ResourcePool",
     "RestartPolicy",
+    "ThreadBudget",
 ]

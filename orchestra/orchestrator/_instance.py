@@ -29,6 +29,7 @@ from ._resources import Reservation
 from ._spec import InstanceSpec
 from ._stats import InstanceStatistics, PoolStatistics
 from ._process_worker import ProcessWorker
+from ._threads import thread_budget
 from ._worker import STOP, WAKE, OptionChange, Worker
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -186,8 +187,8 @@ class Instance:
                    loop=self._loop, latency=self.latency, resolve=self._resolve, on_ready=self._on_ready,
                    on_failed=self._on_failed, on_exit=self._on_exit,
                    period=1.0 / self._rate if self._rate else 0.0, generation=self._generation,
-                   initializer=self._orch.process_initializer,
-                   methods=self.pool.methods if len(self.pool.methods) > 1 else ())
+                    initializer=self._orch.process_initializer, threads=self._orch._threads,
+                    methods=self.pool.methods if len(self.pool.methods) > 1 else ())
         w.redirect = self._resubmit
         self._ready[w] = self._loop.create_future()
         self._exit[w] = self._loop.create_future()
@@ -463,7 +464,16 @@ class Instance:
             name=self.name, pool=self.pool.name, state=self.state, binding=self.reservation.bind,
             cpus=self.reservation.cpus, executes=ex, failures=fa, restarts=re, replacements=self.replacements,
             in_flight=self._in_flight, latency=self.latency.summary(), options=_frozen(in_force),
-            pending=_frozen(pending), paused=self._paused, target_rate_hz=self._rate, last_error=err)
+            pending=_frozen(pending), paused=self._paused, target_rate_hz=self._rate, last_error=err,
+            threads=None if w is None or w.state == "loading" else thread_budget(
+                self.spec.placement, w.blas, w.blas_source, in_force, self._thread_options()))
+
+    def _thread_options(self) -> Mapping[str, str]:
+        """Backend -> its thread option, from the orchestrator's CPU resources."""
+        out: dict[str, str] = {}
+        for r in self._orch.resources.resources:
+            out.update(getattr(r, "thread_options", {}))
+        return out
 
     def __repr__(self) -> str:
         return f"<Instance {self.name!r} of pool {self.pool.name!r} {self.state} bind={dict(self.reservation.bind)}>"

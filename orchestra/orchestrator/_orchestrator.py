@@ -22,6 +22,7 @@ from ._instance import Instance, Pool
 from ._resources import Resource, ResourcePool
 from ._spec import InstanceSpec
 from ._stats import EngineRun, OrchestratorStatistics
+from ._threads import ThreadLimits
 
 __all__ = ["Orchestrator"]
 
@@ -56,6 +57,11 @@ class Orchestrator:
         process_initializer: for ``placement="process"`` instances: a picklable module-level
             function each worker process runs before loading its Method (e.g. to register
             backends that are not entry points).
+        blas_threads: BLAS/OpenMP threads per worker process, and for this process while it
+            runs thread-placed instances; None (default): orchestra decides (a worker process:
+            the CPUs it is bound to, 1 when unbound and sharing; thread placement: 1), unless
+            ``OPENBLAS_NUM_THREADS`` / ``MKL_NUM_THREADS`` / ``OMP_NUM_THREADS`` is set, which
+            is then left in force. Each instance's ``statistics().threads`` reports it.
 
     Needs asyncio (with or without uvloop): the per-execute hand-off uses loop futures and
     ``loop.call_soon_threadsafe``. Everything else is anyio.
@@ -64,7 +70,7 @@ class Orchestrator:
     def __init__(self, resources: ResourcePool | Iterable[Resource] | None = None, policies: Sequence[Policy] = (),
                  signals: Sequence[SignalSource] = (), period: float | None = 1.0, *,
                  poll_interval: float | None = None, apply_timeout: float = 5.0, close_timeout: float | None = 10.0,
-                 process_initializer: Callable[[], None] | None = None) -> None:
+                 process_initializer: Callable[[], None] | None = None, blas_threads: int | None = None) -> None:
         if resources is None:
             resources = ResourcePool()
         elif not isinstance(resources, ResourcePool):
@@ -76,6 +82,7 @@ class Orchestrator:
         self.apply_timeout = float(apply_timeout)
         self.close_timeout = close_timeout
         self.process_initializer = process_initializer
+        self._threads = ThreadLimits(blas_threads, sharing=lambda: len(self._names), available=self._cpu_count)
         self._engine = Engine(self, tuple(policies), tuple(signals), period, poll_interval)
         self._pools: dict[str, Pool] = {}
         self._instances: dict[str, Instance] = {}
@@ -119,7 +126,17 @@ class Orchestrator:
             for pool in list(self._pools.values()):
                 await pool.close()
         self._pools.clear()
+        self._threads.restore()
         _log.info("orchestrator closed")
+
+    def _cpu_count(self) -> int:
+        """The CPUs orchestra was given: its CPU resources', else this process's affinity."""
+        ids: set[int] = set()
+        for r in self.resources.resources:
+            ids.update(getattr(r, "cpu_ids", ()))
+        if ids:
+            return len(ids)
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
     def _check_open(self) -> None:
         if not self._open:

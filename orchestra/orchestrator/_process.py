@@ -49,6 +49,7 @@ from ..errors import Error, OrchestraError
 from ..program import dumps
 from ..runtime import MethodMeta, Program, TensorInfo, load_program
 from ._methods import Routed, load_for_worker
+from ._threads import apply_blas_limit
 
 __all__ = ["PIPELINE_DEPTH", "WorkerProcess"]
 
@@ -239,7 +240,8 @@ def _write_all(fd: int, data: bytes) -> None:
 
 def _child(requests: Any, replies: Any, program_ref: Any, method_name: str, options: Mapping[str, Mapping[str, Any]],
            cpus: tuple[int, ...] | None, shm_name: str, slots: list, initializer: Callable[[], None] | None,
-           methods: tuple[str, ...] = (), layouts: Mapping[str, list] | None = None) -> None:
+           methods: tuple[str, ...] = (), layouts: Mapping[str, list] | None = None,
+           blas_threads: int | None = None) -> None:
     """The worker process: load, then serve requests from the pipe one at a time."""
     rfd, wfd = requests.fileno(), replies.fileno()
     shm = None
@@ -247,6 +249,7 @@ def _child(requests: Any, replies: Any, program_ref: Any, method_name: str, opti
     try:
         if cpus and hasattr(os, "sched_setaffinity"):
             os.sched_setaffinity(0, cpus)
+        blas = apply_blas_limit(blas_threads)  # None: the user's environment decides
         if initializer is not None:
             initializer()
         m = load_for_worker(load_program(program_ref), method_name, methods, options)
@@ -259,7 +262,7 @@ def _child(requests: Any, replies: Any, program_ref: Any, method_name: str, opti
                      for s, (i, _) in enumerate(slots)]
         static_out = [[(None, None) if sl is None else (views[s][1].get(k, sl[2]), sl[2]) for k, sl in enumerate(o)]
                       for s, (_, o) in enumerate(slots)]
-        _write_all(wfd, frame(("ready", _in_force(m))))
+        _write_all(wfd, frame(("ready", _in_force(m), blas)))
     except BaseException as exc:  # noqa: BLE001 - reported to the parent
         try:
             _write_all(wfd, frame(("error", describe_error(exc))))
@@ -373,6 +376,8 @@ def _child(requests: Any, replies: Any, program_ref: Any, method_name: str, opti
                 else:
                     changed = True
                     send(frame(("ok",)))
+            elif kind == "t":  # the CPUs changed: so does the BLAS limit (before the next execute)
+                apply_blas_limit(msg[1])
             elif kind == "s":
                 return
     finally:
@@ -397,7 +402,7 @@ class WorkerProcess:
 
     def __init__(self, program: Program, method_name: str, options: Mapping[str, Mapping[str, Any]],
                  cpus: tuple[int, ...] | None, initializer: Callable[[], None] | None, where: str,
-                 *, methods: tuple[str, ...] = ()) -> None:
+                 *, methods: tuple[str, ...] = (), blas_threads: int | None = None) -> None:
         self.where = where
         self.meta = program.method_meta(method_name)
         # methods: a program instance; requests whose inputs are Routed go to the method named
@@ -421,7 +426,8 @@ class WorkerProcess:
         self._rep, rep_w = ctx.Pipe(duplex=False)
         self._proc = ctx.Process(target=_child, name=f"orchestra:{where}",
                                  args=(req_r, rep_w, ref, method_name, {b: dict(v) for b, v in options.items()}, cpus,
-                                       self._shm.name, self._slots, initializer, names, layouts), daemon=True)
+                                       self._shm.name, self._slots, initializer, names, layouts, blas_threads),
+                                 daemon=True)
         self._closed = False
         self._buf = bytearray()
         self._out = bytearray()  # request bytes the pipe did not take yet
@@ -439,6 +445,7 @@ class WorkerProcess:
             self.close()
             raise rebuild_error(reply[1], where)
         self.forced: dict[str, dict[str, Any]] = reply[1]
+        self.blas: int | None = reply[2]  # BLAS/OpenMP threads in force in the child
         self._fast_path()
         os.set_blocking(self.fd, False)
         os.set_blocking(self._wfd, False)
@@ -542,6 +549,11 @@ class WorkerProcess:
         executing and swapped in at the first execute boundary after; answered out of order
         with ``("prep", cid, error or None)`` once built."""
         self._write(frame(("p", cid, backend_id, dict(values))))
+
+    def send_blas_threads(self, n: int) -> None:
+        """Limits the process's BLAS/OpenMP pools to ``n`` threads from its next execute
+        (no answer)."""
+        self._write(frame(("t", n)))
 
     def _write(self, data: bytes) -> None:
         if self._out:

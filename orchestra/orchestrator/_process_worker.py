@@ -135,8 +135,10 @@ class ProcessWorker(WorkerBase):
         err: BaseException | None = None
         with bound(instance=self.instance, pool=self.pool):
             try:
+                blas, source = self.threads.for_process(self.cpus) if self.threads is not None else (None, "not limited")
                 proc = WorkerProcess(self.program, self.method_name, self.desired(), self.cpus, self.initializer,
-                                     self.where, methods=self.methods)
+                                     self.where, methods=self.methods, blas_threads=blas)
+                self.blas, self.blas_source = proc.blas, source
             except BaseException as exc:  # noqa: BLE001 - reported to the loop
                 err = exc
         try:
@@ -169,12 +171,25 @@ class ProcessWorker(WorkerBase):
         self.method = proc
         self.state = "running"
         self.loop.add_reader(proc.fd, self._readable)
+        if self.threads is not None:  # one more process: unbound ones may have to share now
+            self.threads.process_ready(self)
         if self._first:
             self._first = False
             self.on_ready(self, None)
         self._pump()
         if self._stopping:
             self._maybe_finish()
+
+    def relimit(self, cpus: tuple[int, ...] | None) -> None:
+        """On the loop: sets the process's BLAS limit by the orchestrator's rule for ``cpus``
+        (sent on the pipe, in force before its next execute)."""
+        m = self.method
+        if self.threads is None or m is None:
+            return
+        blas, self.blas_source = self.threads.for_process(cpus)
+        if blas is not None and blas != self.blas:
+            m.send_blas_threads(blas)
+            self.blas = blas
 
     def _maybe_finish(self) -> None:
         """After STOP: once nothing is queued or in the process, close it and exit."""
@@ -313,6 +328,8 @@ class ProcessWorker(WorkerBase):
                 except OSError as exc:
                     _log.warning("setting worker process CPU affinity failed", instance=self.instance, cpus=ch.cpus,
                                  error=repr(exc))
+            if ch.cpus is not None:  # BLAS threads follow the CPUs
+                self.relimit(ch.cpus or None)
             if len(ch.changes) == 1 and ch.init_only:  # built in the process while it executes
                 (backend, values), = ch.changes.items()
                 cid = next(self._cids)

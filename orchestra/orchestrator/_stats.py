@@ -8,7 +8,32 @@ from typing import Any
 
 from ..telemetry import LatencySummary
 
-__all__ = ["EngineRun", "InstanceStatistics", "OrchestratorStatistics", "PoolStatistics"]
+__all__ = ["EngineRun", "InstanceStatistics", "OrchestratorStatistics", "PoolStatistics", "ThreadBudget"]
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadBudget:
+    """The compute threads of one instance (DESIGN: orchestra owns every compute thread).
+
+    ``blas`` is the thread count of the BLAS/OpenMP pools in force in the process that runs
+    the instance (its worker process, or this process for thread placement; None: no such
+    library loaded); ``blas_source`` who set it: ``"orchestra"`` (the CPUs bound, or 1), an
+    environment variable the user set (``"OPENBLAS_NUM_THREADS"``, ``"MKL_NUM_THREADS"``,
+    ``"OMP_NUM_THREADS"``), or ``"blas_threads option"`` (``Orchestrator(blas_threads=)``).
+    ``backend`` maps each backend with a thread option to its value in force (e.g.
+    ``{"NumpyCpuBackend": 2}``: orchestra's own tiling).
+    """
+
+    placement: str
+    blas: int | None
+    blas_source: str
+    backend: Mapping[str, int]
+
+    def format(self) -> str:
+        """``"blas 1 (orchestra), NumpyCpuBackend 2"``."""
+        parts = [f"blas {self.blas if self.blas is not None else '-'} ({self.blas_source})"]
+        parts += [f"{b} {n}" for b, n in self.backend.items()]
+        return ", ".join(parts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,7 +45,8 @@ class InstanceStatistics:
     ``replacements`` quarantines after a deadline. ``latency`` is the time of
     ``Method.execute`` on the worker (not the queueing before it). ``options`` are the
     values in force (as of the last execute boundary) per backend; ``pending`` the values
-    the engine has set that are not in force yet.
+    the engine has set that are not in force yet. ``threads``: its compute threads (BLAS
+    threads and backend threads, a :class:`ThreadBudget`).
     """
 
     name: str
@@ -39,6 +65,7 @@ class InstanceStatistics:
     paused: bool
     target_rate_hz: float | None
     last_error: str | None
+    threads: ThreadBudget | None = None  # None: the worker has not loaded yet
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,7 @@ from ..telemetry import LatencyWindow, bound, get_logger
 from ._errors import ExecuteError, InstanceFailedError
 from ._methods import MethodSet, load_for_worker
 from ._spec import RestartPolicy
+from ._threads import ThreadLimits
 
 __all__ = ["BATCH_BELOW_S", "FLUSH_AFTER_S", "OptionChange", "Worker", "WorkerBase", "wrap_error"]
 
@@ -95,7 +96,8 @@ class WorkerBase:
                  restart: RestartPolicy, loop: Any, latency: LatencyWindow,
                  resolve: Callable[[list], None], on_ready: Callable[[Any, BaseException | None], None],
                  on_failed: Callable[[Any, str, BaseException], None], on_exit: Callable[[Any], None],
-                 period: float = 0.0, generation: int = 0, methods: tuple[str, ...] = (), **_: Any) -> None:
+                 period: float = 0.0, generation: int = 0, methods: tuple[str, ...] = (),
+                 threads: ThreadLimits | None = None, **_: Any) -> None:
         self.instance = instance
         self.pool = pool
         self.program = program
@@ -125,6 +127,9 @@ class WorkerBase:
         self.abandoned = False
         self.last_error: BaseException | None = None
         self.generation = generation
+        self.threads = threads  # the orchestrator's BLAS thread limits (None: leave them alone)
+        self.blas: int | None = None  # BLAS threads in force where the Method runs (once loaded)
+        self.blas_source = "not limited"
 
     def _post(self, fn: Callable[..., Any], *args: Any) -> None:
         """Calls ``fn(*args)`` on the loop's thread (from any thread)."""
@@ -173,6 +178,10 @@ class Worker(WorkerBase):
                                        daemon=True)
 
     def start(self) -> None:
+        threads = self.threads
+        if threads is not None:  # this process's BLAS pools go single-threaded (or the user's setting)
+            threads.enter_threads()
+            self.blas, self.blas_source = threads.in_process, threads.source
         self.thread.start()
 
     @property

@@ -272,7 +272,10 @@ class CompiledPlan:
     operand is made by permute / view / clone copies nothing else reads takes a strided
     numpy view of their source instead (the copies don't run; a view of a constant is made
     here, a view of a planned tensor once per Method, in ``derived``; results may differ by
-    float rounding where BLAS takes another path for a strided operand). ``steps`` is what
+    float rounding where BLAS takes another path for a strided operand), and a chain of
+    elementwise instructions over one tensor, each intermediate read only by the next, runs
+    as one step in place in the last one's output (bit-identical, except sigmoid then mul
+    by its input, computed as silu). ``steps`` is what
     runs, ``step_spans`` the instructions each step covers, ``rewrites`` what was changed,
     ``instruction_steps`` one step per instruction as written.
     """
@@ -350,7 +353,7 @@ class CompiledPlan:
         self.instruction_steps = tuple(plain)
         derived: list[tuple[int, Any]] = []
         if optimize:
-            steps, spans, rewrites, derived = optimize_steps(self, instructions, where_of, rets, plain, self._kernel_step)
+            steps, spans, rewrites, derived = optimize_steps(self, instructions, where_of, rets, plain, self._kernel_step, uses)
         else:
             steps, spans, rewrites = list(plain), [(pc,) for pc in range(len(plain))], []
         # Values beyond the plan's that rewritten steps read: constants, and views of planned

@@ -25,8 +25,9 @@ the change can't be observed:
 - **Matmul operands as views.** An operand of ``aten::mm.out`` / ``aten::bmm.out`` /
   ``aten::addmm.out`` (``mat1`` / ``mat2``) made by a chain of copies that only rearrange
   (``permute_copy``, ``transpose_copy``, ``t_copy``, ``view_copy``, ``_unsafe_view``,
-  ``clone``, ``alias_copy``, ``_clone_dim_order``; same dtype, static shapes, literal
-  arguments), each read only by the next, is read as a numpy view of the chain's source
+  ``clone``, ``alias_copy``, ``_clone_dim_order``, ``squeeze_copy`` / ``unsqueeze_copy``,
+  ``slice_copy`` (a basic slice), ``expand_copy`` to its own sizes; same dtype, static
+  shapes, literal arguments), each read only by the next, is read as a numpy view of the chain's source
   (``transpose`` / ``reshape``): the copies don't run. numpy's matmul takes strided operands
   (BLAS with its transpose flags); a reshape numpy can't express as a view of a transposed
   source copies, once, inside the step. A view of a constant is made here, once per
@@ -43,6 +44,23 @@ the change can't be observed:
   sources' memory before the matmul). Plans where an instruction names a tensor that has
   neither planned memory nor constant data and isn't an input (a view op's result,
   ``et_view``) are left alone: such a tensor may share memory with anything.
+
+- **Elementwise chains.** Consecutive elementwise instructions (``relu``, ``clamp``,
+  ``hardtanh``, ``sigmoid``, ``silu``, ``hardswish``, ``hardsigmoid``; ``add`` / ``sub``
+  (alpha 1), ``mul``, ``div`` of the running value and a tensor of the same dtype that
+  broadcasts to it) over one float32/float64 tensor of static shape, each intermediate read
+  only by the next, run as one step computing in place in the last one's output: the
+  intermediates are never written (MobileNetV3's hardswish ``add, clamp, clamp, mul, div``;
+  EfficientNet's ``sigmoid, mul``, SiLU). Independent ``_to_dim_order_copy`` /
+  ``_to_copy`` instructions in between (the exporter's scalar constants) still run at
+  their place. The chain's own input and the other operands are read where the last
+  instruction was (checked: nothing in between writes them or memory they share), and the
+  output must share no memory with those read after the first operation (it is written
+  from the first operation on).
+  The operations are the kernels' own numpy ufunc calls in the same order and dtype:
+  results are bit-identical to the unfused steps. ``sigmoid`` then ``mul`` by the
+  sigmoid's input is computed as ``silu`` (``x / (1 + exp(-x))``, one pass fewer; float
+  rounding only).
 
 Not done: fusing a following ``aten::relu.out`` into the convolution step (in place). It saves
 only one step's dispatch, about 1 µs, lost in the noise on the fixtures (measured on
@@ -102,6 +120,7 @@ from ..program import (
     numpy_dtype,
 )
 from .kernels import get_kernel
+from .kernels._elementwise import hardsigmoid_out, hardswish_out, silu_out
 from .kernels._pool import max_pool2d_values_out
 
 if TYPE_CHECKING:
@@ -132,8 +151,33 @@ _LAYOUT_OPS = MappingProxyType({
     "aten::clone.out": 3,
     "aten::alias_copy.out": 2,
     "dim_order_ops::_clone_dim_order.out": 4,
+    "aten::squeeze_copy.dims_out": 3,
+    "aten::squeeze_copy.dim_out": 3,
+    "aten::unsqueeze_copy.out": 3,
+    "aten::expand_copy.out": 4,  # only when it expands nothing
+    "aten::slice_copy.Tensor_out": 6,
 })
 _MAX_LINKS = 8  # copies followed back from one matmul operand
+# Elementwise operators an elementwise chain may hold: name -> parameters (out last).
+_EW_UNARY = MappingProxyType({
+    "aten::relu.out": 2,
+    "aten::sigmoid.out": 2,
+    "aten::silu.out": 2,
+    "aten::hardswish.out": 2,
+    "aten::hardsigmoid.out": 2,
+    "aten::clamp.out": 4,
+    "aten::hardtanh.out": 4,
+})
+_EW_BINARY = MappingProxyType({
+    "aten::add.out": 4,  # self, other, alpha, out
+    "aten::sub.out": 4,
+    "aten::mul.out": 3,
+    "aten::div.out": 3,
+})
+# Instructions an elementwise chain may step over (they run at their own place): the
+# exporter's scalar constants between the operations of a hardswish.
+_EW_SKIPPABLE = frozenset({"dim_order_ops::_to_dim_order_copy.out", "aten::_to_copy.out"})
+_MAX_SKIPS = 2  # consecutive instructions stepped over inside a chain
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +226,7 @@ class Rewrite:
     constants it computed (``conv_bn``: the folded weight and bias; ``matmul_views``: the
     operands that are views of constants), read-only."""
 
-    kind: str  # "maxpool_values", "conv_bn" or "matmul_views"
+    kind: str  # "maxpool_values", "conv_bn", "matmul_views" or "elementwise_chain"
     instructions: tuple[int, ...]
     constants: tuple[np.ndarray, ...] = field(default=(), compare=False, repr=False)
 
@@ -308,6 +352,10 @@ class _Storage:
         self.opaque = any(
             isinstance(values[i].val, Tensor) and cp.slots[i] is None and cp.template[i] is None
             and i not in self.inputs for i in uses.mentions)
+        self._overlapping: dict[int, list[int]] = {}
+        self._same_bytes: dict[int, list[int]] | None = None
+        self._whole_writes: dict[int, list[tuple[int, int, int]]] = {}
+        self._mem_arrays: dict[int, tuple[np.ndarray, np.ndarray, list[int]]] = {}
         self.writes_at: list[list[int]] = [[] for _ in range(n)]
         for i, pcs in uses.writers.items():
             for pc in pcs:
@@ -324,21 +372,52 @@ class _Storage:
 
     def overlapping(self, i: int) -> list[int]:
         """The planned values sharing a byte with planned value ``i`` (``i`` included)."""
+        found = self._overlapping.get(i)
+        if found is not None:
+            return found
         r = self.regions.get(i)
         if r is None or r[2] <= r[1]:
-            return []
-        m, a, b = r
-        return [j for c, d, j in self.by_mem.get(m, ()) if c < b and a < d]
+            found = []
+        else:
+            m, a, b = r
+            arrays = self._mem_arrays.get(m)
+            if arrays is None:
+                entries = self.by_mem.get(m, [])
+                arrays = self._mem_arrays[m] = (
+                    np.array([e[0] for e in entries], np.int64),
+                    np.array([e[1] for e in entries], np.int64),
+                    [e[2] for e in entries],
+                )
+            starts, ends, ids = arrays
+            found = [ids[k] for k in np.flatnonzero((starts < b) & (ends > a)).tolist()]
+        self._overlapping[i] = found
+        return found
 
     def aliases(self, i: int) -> list[int]:
         """Other values that are ``i`` seen with another shape: the same bytes, dtype and
         element count, all static and laid out contiguously (identity dim order)."""
-        r = self.regions.get(i)
-        if r is None or r[2] <= r[1] or not self._plain(i):
-            return []
-        dt = self.cp.slots[i].dtype  # type: ignore[union-attr]
-        return [j for j in self.overlapping(i)
-                if j != i and self.regions[j] == r and self._plain(j) and self.cp.slots[j].dtype == dt]  # type: ignore[union-attr]
+        if self._same_bytes is None:
+            # (region, dtype) -> the plain values there, once per plan.
+            groups: dict[tuple[_Region, np.dtype], list[int]] = {}
+            for j, r in self.regions.items():
+                if r[2] > r[1] and self._plain(j):
+                    groups.setdefault((r, self.cp.slots[j].dtype), []).append(j)  # type: ignore[union-attr]
+            self._same_bytes = {j: g for g in groups.values() if len(g) > 1 for j in g}
+        group = self._same_bytes.get(i)
+        return [] if group is None else [j for j in group if j != i]
+
+    def whole_writes(self, d: int) -> list[tuple[int, int, int]]:
+        """(position, first byte, end byte) of each write of all of value ``d``'s bytes: the
+        instructions defining it and the copy-in (-1) of an input; none unless ``d`` is a
+        static planned tensor."""
+        found = self._whole_writes.get(d)
+        if found is None:
+            found = []
+            if self.static(d):
+                _, lo, hi = self.regions[d]
+                found = [(w, lo, hi) for w in (*self.uses.defines.get(d, ()), *((-1,) if d in self.inputs else ()))]
+            self._whole_writes[d] = found
+        return found
 
     def _plain(self, i: int) -> bool:
         slot = self.cp.slots[i]
@@ -384,14 +463,23 @@ class _Storage:
         if hi_r <= lo_r:
             return True
         near = self.overlapping(value)
-        defs = [(w, self.regions[d]) for d in near if self.static(d)
-                for w in (*self.uses.defines.get(d, ()), *((-1,) if d in self.inputs else ()))
-                if (w, d) not in dropped]
+        size = self.n + 2
+        # The writes of whole values that still run, nearest after pc first: a read at p is
+        # covered when the first of them (going forward from pc) that covers its bytes
+        # comes before p (the same test as _between, in one pass).
+        defs = sorted(((w - pc) % size, lo, hi) for d in near for w, lo, hi in self.whole_writes(d)
+                      if (w, d) not in dropped)
         for a in near:
             _, a_lo, a_hi = self.regions[a]
             lo, hi = max(lo_r, a_lo), min(hi_r, a_hi)
             for p in reads.get(a, ()):
-                if not any(self._between(w, pc, p) and d_lo <= lo and hi <= d_hi for w, (_, d_lo, d_hi) in defs):
+                kr = (p - pc) % size or size
+                for kw, d_lo, d_hi in defs:
+                    if kw >= kr:
+                        return False
+                    if kw > 0 and d_lo <= lo and hi <= d_hi:
+                        break
+                else:
                     return False
         return True
 
@@ -401,7 +489,8 @@ class _Link:
     """One layout instruction (permute, view, clone...) in a chain feeding a matmul operand:
     instruction ``pc`` writes ``out`` from ``src``; instruction ``reader`` reads it as
     ``read`` (``out`` or a value sharing its memory), and ``ops`` turn ``src`` into
-    ``read`` (("T", axes): transpose; ("R", shape): reshape)."""
+    ``read`` (("T", axes): transpose; ("R", shape): reshape; ("S", (dim, start, end, step)):
+    basic slice)."""
 
     pc: int
     src: int
@@ -475,6 +564,15 @@ class _Matcher:
             return self.cp.template[i]
         return None
 
+    def optional_int(self, i: int) -> int | None | bool:
+        """A literal int, None for a literal None, else False."""
+        if self.is_none(i):
+            return None
+        v = self.literal(i, (Int,))
+        if v is None or isinstance(v, bool):
+            return False
+        return v
+
     # -- patterns ---------------------------------------------------------------------------
     def maxpool_values(self, pc: int) -> tuple[tuple[int, ...], int] | None:
         """(values-only params, out) when instruction ``pc`` is a max-pool whose indices are
@@ -496,6 +594,138 @@ class _Matcher:
                 or im[1] != om[1] or im[3] != om[3]):
             return None
         return params[:7], out
+
+    def ew_op(self, pc: int) -> tuple[str, tuple[int, ...], int] | None:
+        """(name, params, out) when instruction ``pc`` is an elementwise operation a chain
+        may hold, writing only its planned out of static shape and float32/64 dtype."""
+        if pc >= len(self.instructions):
+            return None
+        a = self.instructions[pc]
+        if not isinstance(a, KernelCall):
+            return None
+        name = self.plan.operators[a.op_index].qualified_name
+        nparams = _EW_UNARY.get(name) or _EW_BINARY.get(name)
+        if nparams is None:
+            return None
+        call = self.kernel_call(pc, name, nparams)
+        if call is None:
+            return None
+        params, results = call
+        out = params[-1]
+        if results != {out} or out in _expand(params[:-1], self.cp.lists) or not self.storage.static(out):
+            return None
+        meta = self.static_tensor(out)
+        if meta is None or meta[0] not in _FOLD_DTYPES:
+            return None
+        return name, params, out
+
+    def ew_operand(self, i: int, dt: np.dtype, shape: tuple[int, ...]) -> bool:
+        """Whether tensor value ``i`` may be an elementwise chain's other operand: ``dt``,
+        static, broadcasting to ``shape``, constant or planned (memory known)."""
+        meta = self.static_tensor(i)
+        if meta is None or meta[0] != dt or len(meta[1]) > len(shape):
+            return False
+        try:
+            if np.broadcast_shapes(meta[1], shape) != shape:
+                return False
+        except ValueError:
+            return False
+        return self.constant(i) is not None or self.storage.static(i)
+
+    def ew_chain(self, pc: int, taken: set[int]) -> _EwChain | None:
+        """The longest elementwise chain starting at instruction ``pc`` (at least two
+        operations), or None. ``taken``: instructions other rewrites already cover."""
+        first = self.ew_op(pc)
+        if first is None or pc in taken:
+            return None
+        name, params, out = first
+        dt, shape = self.static_tensor(out)  # type: ignore[misc]
+        # The running value enters as the first tensor operand of out's dtype and shape.
+        if name in _EW_UNARY:
+            x = params[0]
+        else:
+            cands = [k for k in (0, 1) if self.static_tensor(params[k]) == (dt, shape)]
+            if not cands or (cands[0] == 1 and name in ("aten::sub.out", "aten::div.out")):
+                return None
+            x = params[cands[0]]
+        if self.static_tensor(x) != (dt, shape) or not (self.constant(x) is not None or self.storage.static(x)):
+            return None
+        ops: list[tuple[int, str, tuple[Any, ...], int]] = []
+        cur, cur_pc = x, -1
+        p = pc
+        skips = 0
+        while p < len(self.instructions):
+            op = self.ew_op(p) if p not in taken else None
+            spec = None if op is None else self.ew_spec(op, cur, cur_pc, x, dt, shape)
+            if spec is None:
+                if ops and skips < _MAX_SKIPS and self.ew_skippable(p, {x, cur}):
+                    skips += 1
+                    p += 1
+                    continue
+                break
+            if cur_pc >= 0 and not self.uses.only_named_by(cur, (cur_pc, p)):
+                break
+            ops.append((p, op[0], spec, op[2]))  # type: ignore[index]
+            cur, cur_pc = op[2], p  # type: ignore[index]
+            skips = 0
+            p += 1
+        if len(ops) < 2:
+            return None
+        return _EwChain(x, tuple(ops), dt)
+
+    def ew_skippable(self, pc: int, chain_values: set[int]) -> bool:
+        a = self.instructions[pc]
+        if not isinstance(a, KernelCall) or self.plan.operators[a.op_index].qualified_name not in _EW_SKIPPABLE:
+            return False
+        return not (set(self.named_in(pc)) & chain_values)
+
+    def ew_spec(self, op: tuple[str, tuple[int, ...], int], cur: int, cur_pc: int, x: int, dt: np.dtype,
+                shape: tuple[int, ...]) -> tuple[Any, ...] | None:
+        """How operation ``op`` applies to the running value ``cur`` (("u", name, lo, hi) or
+        ("b", name, other value, cur is the right operand)), or None when it can't join."""
+        name, params, out = op
+        if self.static_tensor(out) != (dt, shape):
+            return None
+        named = _expand(params[:-1], self.cp.lists)
+        if cur_pc >= 0 and named.count(cur) != 1:
+            return None
+        if name in _EW_UNARY:
+            if params[0] != cur:
+                return None
+            lo = hi = None
+            if len(params) == 4:
+                lo, hi = self.ew_bound(params[1]), self.ew_bound(params[2])
+                if lo is False or hi is False or (lo is None and hi is None):
+                    return None
+            return ("u", name, lo, hi)
+        if len(params) == 4:
+            alpha = self.literal(params[2], (Int, Double))
+            if alpha is None or isinstance(alpha, bool) or alpha != 1:
+                return None
+        a, b = params[0], params[1]
+        if cur_pc < 0:  # the first operation: the running value is x
+            right = b == x and a != x
+        else:
+            right = b == cur
+            if (a == cur) == right:
+                return None
+        other = a if right else b
+        if right and name in ("aten::sub.out", "aten::div.out") and cur_pc < 0:
+            return None
+        if other != x and not self.ew_operand(other, dt, shape):
+            return None
+        if other == x and cur_pc < 0:
+            return None  # x op x
+        return ("b", name, other, right)
+
+    def ew_bound(self, i: int) -> float | int | None | bool:
+        """A clamp bound: a literal number (not NaN), None for a literal None, else False."""
+        if self.is_none(i):
+            return None
+        v = self.literal(i, (Int, Double))
+        if v is None or isinstance(v, bool) or v != v:
+            return False
+        return v
 
     def conv(self, pc: int) -> tuple[tuple[int, ...], int] | None:
         """(params, out) when instruction ``pc`` is a convolution writing only its planned out."""
@@ -625,6 +855,21 @@ class _Matcher:
             if ndim > 2:
                 return None
             ops = (("T", tuple(reversed(range(ndim)))),)
+        elif name in ("aten::squeeze_copy.dims_out", "aten::squeeze_copy.dim_out", "aten::unsqueeze_copy.out"):
+            # Only size-1 dims come or go: a reshape to out's (static) sizes.
+            if [d for d in shape if d != 1] != [d for d in om[1] if d != 1]:
+                return None
+            ops = (("R", tuple(om[1])),)
+        elif name == "aten::expand_copy.out":
+            if tuple(om[1]) != tuple(shape) or self.int_list(params[1]) is None:
+                return None
+        elif name == "aten::slice_copy.Tensor_out":
+            dim, step = self.literal(params[1], (Int,)), self.literal(params[4], (Int,))
+            start, end = self.optional_int(params[2]), self.optional_int(params[3])
+            if (dim is None or step is None or start is False or end is False or isinstance(dim, bool)
+                    or isinstance(step, bool) or step <= 0 or not ndim or not -ndim <= dim < ndim):
+                return None
+            ops = (("S", (dim % ndim, start, end, step)),)
         elif name in ("aten::view_copy.out", "aten::_unsafe_view.out"):
             size = self.int_list(params[1])
             n = int(np.prod(shape, dtype=np.int64))
@@ -749,6 +994,12 @@ def _apply_shape(shape: tuple[int, ...], ops: Sequence[tuple[str, tuple[int, ...
             if sorted(arg) != list(range(len(shape))):
                 return None
             shape = tuple(shape[d] for d in arg)
+        elif kind == "S":
+            dim = arg[0]
+            if dim >= len(shape):
+                return None
+            n = len(range(*slice(*arg[1:]).indices(shape[dim])))
+            shape = shape[:dim] + (n,) + shape[dim + 1:]
         else:
             if int(np.prod(arg, dtype=np.int64)) != int(np.prod(shape, dtype=np.int64)):
                 return None
@@ -761,7 +1012,7 @@ def _simplify(shape: tuple[int, ...], ops: Sequence[tuple[str, tuple[int, ...]]]
     ones that change nothing left out."""
     out: list[tuple[str, tuple[int, ...]]] = []
     for kind, arg in ops:
-        if out and out[-1][0] == kind:
+        if out and out[-1][0] == kind and kind != "S":
             prev = out.pop()[1]
             arg = tuple(prev[d] for d in arg) if kind == "T" else arg
         out.append((kind, arg))
@@ -779,7 +1030,8 @@ def _simplify(shape: tuple[int, ...], ops: Sequence[tuple[str, tuple[int, ...]]]
 def _view_fn(ops: Sequence[tuple[str, tuple[int, ...]]]) -> Callable[[np.ndarray], np.ndarray]:
     """x -> ``ops`` applied to x: numpy views (a reshape of a transposed view copies when
     numpy can't express it as a view)."""
-    fns = [operator.methodcaller("transpose" if kind == "T" else "reshape", arg) for kind, arg in ops]
+    fns = [operator.itemgetter((slice(None),) * arg[0] + (slice(*arg[1:]),)) if kind == "S"
+           else operator.methodcaller("transpose" if kind == "T" else "reshape", arg) for kind, arg in ops]
     if not fns:
         return lambda x: x
     if len(fns) == 1:
@@ -829,6 +1081,106 @@ def _stays_a_view(cp: CompiledPlan, src: int, fn: Callable[[np.ndarray], np.ndar
     return bool(flat.size) and np.shares_memory(fn(_strided_view(flat, slot.bound, slot.dim_order)), flat)
 
 
+@dataclass(frozen=True, slots=True)
+class _EwChain:
+    """An elementwise chain: input ``x``; ``ops`` in order."""
+
+    x: int
+    ops: tuple[tuple[int, str, tuple[Any, ...], int], ...]  # (pc, operator, spec, out)
+    dtype: np.dtype
+
+    @property
+    def out(self) -> int:
+        return self.ops[-1][3]
+
+    @property
+    def pcs(self) -> tuple[int, ...]:
+        return tuple(op[0] for op in self.ops)
+
+    def reads(self) -> list[tuple[int, int]]:
+        """(value, pc): the chain's input and other operands, where they are read as written."""
+        found = [(self.x, self.ops[0][0])]
+        found += [(spec[2], pc) for pc, _, spec, _ in self.ops if spec[0] == "b"]
+        return found
+
+
+_UFUNCS = MappingProxyType({
+    "aten::add.out": np.add,
+    "aten::sub.out": np.subtract,
+    "aten::mul.out": np.multiply,
+    "aten::div.out": np.true_divide,
+})
+
+
+def _ew_fn(name: str, spec: tuple[Any, ...], dt: np.dtype) -> Callable[[np.ndarray, np.ndarray, list[Any]], None]:
+    """``f(src, buf, vals)``: one chain operation from ``src`` into ``buf`` (may be src)."""
+    if spec[0] == "b":
+        _, _, other, right = spec
+        uf = _UFUNCS[name]
+        if name == "aten::div.out":
+            def div(src: np.ndarray, buf: np.ndarray, vals: list[Any]) -> None:
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    if right:
+                        np.true_divide(vals[other], src, out=buf)
+                    else:
+                        np.true_divide(src, vals[other], out=buf)
+            return div
+        if right:
+            return lambda src, buf, vals: uf(vals[other], src, out=buf)
+        return lambda src, buf, vals: uf(src, vals[other], out=buf)
+    _, _, lo, hi = spec
+    if name in ("aten::relu.out", "aten::clamp.out", "aten::hardtanh.out"):
+        a = np.array(0 if name == "aten::relu.out" else (-np.inf if lo is None else lo), dt)
+        b = np.array(np.inf if hi is None else hi, dt)
+        return lambda src, buf, vals: np.clip(src, a, b, out=buf)
+    if name == "aten::sigmoid.out":
+        one = np.array(1, dt)
+
+        def sigmoid(src: np.ndarray, buf: np.ndarray, vals: list[Any]) -> None:
+            with np.errstate(over="ignore"):
+                np.negative(src, out=buf)
+                np.exp(buf, out=buf)
+            np.add(buf, one, out=buf)
+            np.divide(one, buf, out=buf)
+        return sigmoid
+    kernel_fn = {"aten::silu.out": silu_out, "aten::hardswish.out": hardswish_out,
+                 "aten::hardsigmoid.out": hardsigmoid_out}[name]
+
+    def call(src: np.ndarray, buf: np.ndarray, vals: list[Any]) -> None:
+        res = kernel_fn(src, buf)
+        if res is not buf:
+            np.copyto(buf, res)
+    return call
+
+
+def _ew_step(chain: _EwChain, out: int, label: str) -> Step:
+    """One step running ``chain`` in place in value ``out`` (planned, static)."""
+    x, dt = chain.x, chain.dtype
+    ops = [(name, spec) for _, name, spec, _ in chain.ops]
+    fns: list[Callable[[np.ndarray, np.ndarray, list[Any]], None]] = []
+    k = 0
+    while k < len(ops):
+        name, spec = ops[k]
+        # sigmoid(x) then mul by x: silu, one pass fewer.
+        if (k == 0 and name == "aten::sigmoid.out" and len(ops) > 1 and ops[1][0] == "aten::mul.out"
+                and ops[1][1][2] == x):
+            fns.append(_ew_fn("aten::silu.out", ("u", "aten::silu.out", None, None), dt))
+            k += 2
+            continue
+        fns.append(_ew_fn(name, spec, dt))
+        k += 1
+    first, rest = fns[0], tuple(fns[1:])
+
+    def step(vals: list[Any], m: Method) -> None:
+        buf = vals[out]
+        first(vals[x], buf, vals)
+        for f in rest:
+            f(buf, buf, vals)
+
+    step.__qualname__ = label
+    return step
+
+
 @dataclass(slots=True)
 class _Chains:
     """The layout chains feeding the operands of one matmul instruction: ``chains[k]`` is
@@ -842,6 +1194,30 @@ class _Chains:
     use: dict[int, int]
 
 
+def _ew_static_ok(mt: _Matcher, ew: _EwChain) -> bool:
+    """The memory checks of an elementwise chain that don't depend on other rewrites: its
+    operands are not written between where they were read and the chain's last instruction
+    (except by the chain's own dropped writes), and its output, written from the first
+    operation on, shares no memory with those that later operations read."""
+    st = mt.storage
+    pcs = frozenset(ew.pcs)
+    last = ew.pcs[-1]
+    out = ew.out
+    first = ew.pcs[0]
+    for v, p in ew.reads():
+        if mt.constant(v) is not None:
+            continue
+        if not st.static(v):
+            return False
+        # The first operation reads its operands in one ufunc pass (numpy copies an input
+        # overlapping its out first); later ones read them after out has been written.
+        if p != first and (v == out or st.overlap(v, out)):
+            return False
+        if st.written_between(v, p, last, pcs):
+            return False
+    return True
+
+
 def optimize_steps(
     cp: CompiledPlan,
     instructions: Sequence[Any],
@@ -849,6 +1225,7 @@ def optimize_steps(
     rets: Sequence[tuple[int, ...] | None],
     plain: Sequence[Step],
     kernel_step: Callable[[Callable[..., Any], tuple[int, ...], tuple[int, ...], str, str], Step],
+    uses: PlanUses | None = None,
 ) -> tuple[list[Step], list[tuple[int, ...]], list[Rewrite], list[tuple[int, Any]]]:
     """The optimised steps of a plan, which instructions each covers, the rewrites made, and
     the values the steps read beyond the plan's own.
@@ -858,11 +1235,13 @@ def optimize_steps(
     step like the interpreter's own. Derived value ``j`` (value index ``len(plan.values) + j``)
     is ``(-1, array)``, a constant, or ``(source, fn)``: ``fn(values[source])``, made once per
     Method (a view of a planned tensor of static shape, which a Method never rebinds).
+    ``uses`` is the plan's use analysis when the caller already made it.
     """
     steps: list[Step] = []
     spans: list[tuple[int, ...]] = []
     rewrites: list[Rewrite] = []
-    uses = analyse_uses(cp, instructions, rets)
+    if uses is None:
+        uses = analyse_uses(cp, instructions, rets)
     n = len(instructions)
     if not uses.straight:
         return list(plain), [(pc,) for pc in range(n)], rewrites, []
@@ -873,6 +1252,7 @@ def optimize_steps(
     folds: dict[int, tuple[tuple[int, ...], int, np.ndarray, np.ndarray]] = {}  # conv pc -> (conv params, BN out, W', b')
     pools: dict[int, tuple[tuple[int, ...], int]] = {}  # pc -> (values-only params, out)
     mms: dict[int, _Chains] = {}  # matmul pc -> the layout chains of its operands
+    ews: dict[int, _EwChain] = {}  # last pc -> elementwise chain
     claimed: set[int] = set()
     folded_bytes = 0
     pc = 0
@@ -888,6 +1268,16 @@ def optimize_steps(
                 pc += 2
                 continue
         mp = mt.maxpool_values(pc)
+        ew = None if mp is not None or st.opaque else mt.ew_chain(pc, claimed)
+        while ew is not None and not _ew_static_ok(mt, ew):
+            # The longest prefix that passes (a hardswish's final division reads a scalar
+            # the exporter may place on the input's memory once the multiply has read it).
+            ew = _EwChain(ew.x, ew.ops[:-1], ew.dtype) if len(ew.ops) > 2 else None
+        if ew is not None:
+            ews[ew.pcs[-1]] = ew
+            claimed.update(ew.pcs)
+            pc = ew.pcs[-1] + 1
+            continue
         if mp is not None:
             pools[pc] = mp
         elif not st.opaque:
@@ -932,6 +1322,10 @@ def optimize_steps(
                 for ln in links:
                     dropped.add((ln.pc, ln.out))
                     designated.add((ln.reader, ln.read))
+        for ew in ews.values():
+            for (p0, _, _, v), (p1, _, _, _) in zip(ew.ops, ew.ops[1:]):
+                dropped.add((p0, v))
+                designated.add((p1, v))
         reads = {v: {p for p in ps if (p, v) not in designated} for v, ps in base_reads.items()}
         changed = False
         for pc in list(folds):
@@ -944,6 +1338,10 @@ def optimize_steps(
         for pc in list(pools):
             if not st.drop_unobserved(instructions[pc].args[7], pc, reads, dropped):
                 del pools[pc]
+                changed = True
+        for last, ew in list(ews.items()):
+            if not all(st.drop_unobserved(v, p, reads, dropped) for p, _, _, v in ew.ops[:-1]):
+                del ews[last]
                 changed = True
         for c in mms.values():
             for k in list(c.use):
@@ -964,6 +1362,7 @@ def optimize_steps(
 
     # 3. The steps.
     gone = {ln.pc for c in mms.values() for k, m in c.use.items() for ln in c.chains[k][:m]}
+    gone.update(p for ew in ews.values() for p in ew.pcs[:-1])
 
     def op_name(pc: int) -> str:
         return cp.plan.operators[instructions[pc].op_index].qualified_name
@@ -994,8 +1393,15 @@ def optimize_steps(
             pc += 1
             continue
         c = mms.get(pc)
+        ew = ews.get(pc)
         if pc in gone:
             pass
+        elif ew is not None:
+            span_t = ew.pcs
+            name = " + ".join(op_name(i) for i in span_t) + " (elementwise chain)"
+            steps.append(_ew_step(ew, ew.out, f"{label} {name}"))
+            spans.append(span_t)
+            rewrites.append(Rewrite("elementwise_chain", span_t))
         elif c is not None and c.use:
             params = list(c.params)
             per_execute: dict[int, tuple[int, Any]] = {}

@@ -40,6 +40,70 @@ def _windows(a: np.ndarray, shape: tuple[int, ...], strides: tuple[int, ...]) ->
 _WIDE_MIN_COLS = 1 << 16
 
 
+def _phase_planes(x: np.ndarray, stride: tuple[int, int], padding: tuple[int, int], dt: np.dtype,
+                  rows: int, reach: int) -> tuple[np.ndarray, int]:
+    """(P, wq): ``x`` zero-padded and split into its ``sh x sw`` stride phases, each phase
+    flattened: ``P[n, c, a, b]`` holds ``padded[a::sh, b::sw]`` as rows of width ``wq``, at
+    least ``rows`` rows plus ``reach`` trailing elements (zeros where past the image)."""
+    n, c, h, wd = x.shape
+    sh, sw = stride
+    ph, pw = padding
+    hq, wq = -(-(h + 2 * ph) // sh), -(-(wd + 2 * pw) // sw)
+    p = np.zeros((n, c, sh, sw, max(hq, rows) * wq + reach), dt)
+    for a in range(sh):
+        k0 = -(-(ph - a) // sh) if ph > a else 0  # first phase row inside the image
+        y0 = a + k0 * sh - ph
+        ny = len(range(y0, h, sh))
+        for b in range(sw):
+            l0 = -(-(pw - b) // sw) if pw > b else 0
+            x0 = b + l0 * sw - pw
+            nx = len(range(x0, wd, sw))
+            if ny and nx:
+                dst = p[:, :, a, b, : hq * wq].reshape(n, c, hq, wq)
+                dst[:, :, k0 : k0 + ny, l0 : l0 + nx] = x[:, :, y0::sh, x0::sw]
+    return p, wq
+
+
+def _conv_phases(x: np.ndarray, w: np.ndarray, b3: np.ndarray | None, stride: tuple[int, int],
+                 padding: tuple[int, int], dilation: tuple[int, int], groups: int,
+                 res: np.ndarray) -> np.ndarray:
+    """Grouped (depthwise included) convolution whose im2col gathers contiguous runs: the
+    padded input split into stride phases, each output row computed over a phase's whole
+    width (the junk columns past the output are cropped by the bias add), so each kernel tap
+    is one slice of a phase plane, one copy of ``ho * wq`` contiguous elements per channel,
+    instead of ``ho`` short strided rows. Then one batched GEMM over the groups."""
+    n, c, _, _ = x.shape
+    o, cg, kh, kw = w.shape
+    sh, sw = stride
+    dh, dw = dilation
+    ho, wo = res.shape[2], res.shape[3]
+    offs = [((i * dh) % sh, (j * dw) % sw, (i * dh // sh), (j * dw // sw))
+            for i in range(kh) for j in range(kw)]
+    max_dy = max(t[2] for t in offs)
+    max_dx = max(t[3] for t in offs)
+    p, wq = _phase_planes(x, stride, padding, res.dtype, ho + max_dy, max_dx)
+    span = ho * wq
+    kk = kh * kw
+    cols = np.empty((n, c, kk, span), res.dtype)
+    for t, (a, b, dy, dx) in enumerate(offs):
+        off = dy * wq + dx
+        cols[:, :, t, :] = p[:, :, a, b, off : off + span]
+    del p
+    og = o // groups
+    full = np.matmul(w.reshape(groups, og, cg * kk), cols.reshape(n, groups, cg * kk, span))
+    full = full.reshape(n, o, ho, wq)[..., :wo]
+    if b3 is not None:
+        np.add(full, b3, out=res)
+    else:
+        np.copyto(res, full)
+    return res
+
+
+# Depthwise convolutions with at least this many output elements per image take the
+# stride-phase path when the plain im2col would gather short strided rows.
+_PHASES_MIN_OUT = 4096
+
+
 def conv2d(
     x: np.ndarray,
     w: np.ndarray,
@@ -102,6 +166,9 @@ def conv2d(
     wp = wd + 2 * pw
     hw = ho * wo
 
+    if (cg == 1 and groups > 1 and c >= 16 and kh * kw > 1 and o * hw >= _PHASES_MIN_OUT
+            and (sh > 1 or sw > 1 or (kh * kw >= 25 and 4 * (wp - wo) > wo))):
+        return _conv_phases(x, w, b3, stride, padding, dilation, groups, res)
     if kh == 1 and kw == 1 and sh == 1 and sw == 1 and ph == 0 and pw == 0:
         # 1x1 convolution: the input planes are the GEMM operand as they are.
         cols = x.reshape(n, groups, k, hw)

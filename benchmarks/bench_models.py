@@ -1,0 +1,386 @@
+#!/usr/bin/env python3
+"""orchestra against ExecuTorch on six real architectures, and what the thread budget buys.
+
+The models come from ``benchmarks/real_models.py`` (MobileNetV3-small, EfficientNet-B0,
+RegNetX-200MF, ViT-Tiny at 224x224; BERT-style and GPT-2-style at 128 tokens), exported once
+(cached) as a portable ``.pte`` and an XNNPACK-lowered ``.pte``. Everything below is measured
+in one run; every ratio compares numbers taken in that run.
+
+1. ``models``: median execute latency, per model, at 1 and 2 threads, of orchestra's runtime
+   on the portable ``.pte`` (BLAS threads set with threadpoolctl), ExecuTorch's runtime on
+   the portable ``.pte`` (its portable kernels are single-threaded) and on the XNNPACK
+   ``.pte`` (XNNPACK's threads set with ExecuTorch's experimental
+   ``_unsafe_reset_threadpool``), and, when ``orchestra.backends.xnnpack`` is importable,
+   orchestra's own XNNPACK backend on the XNNPACK ``.pte``. Runners are called in turn
+   (interleaved rounds), medians. orchestra's outputs are checked against ExecuTorch's.
+   At 2 threads OpenBLAS's idle threads keep spinning for a while after each call and take
+   CPU from whatever runs next, the other runners included: on a machine with other load,
+   read the 2-thread rows as "what 2 BLAS threads cost here", not as a clean comparison.
+2. ``scaling``: N = 1, 2, 4 instances of MobileNetV3-small through the orchestrator, thread
+   and process placement (unbound: the orchestrator's thread rule applies), each driven by
+   two closed-loop callers for ``--scale-seconds``; aggregate executes/s against (a) N bare
+   processes running the same orchestra Method with no orchestrator (BLAS threads by the same
+   rule) and (b) N bare processes running ExecuTorch+XNNPACK (its threads by the same rule).
+3. ``busy``: latency of one MobileNetV3-small instance alone and while a second, identical
+   one is busy on the machine: orchestra (two worker processes in one orchestrator, its
+   thread rule), orchestra as it was before the rule (``blas_threads`` = every CPU per
+   process, what OpenBLAS does by default), and ExecuTorch+XNNPACK (two bare processes, its
+   default threads). Prints each one's degradation (busy p50 / alone p50).
+
+    python benchmarks/bench_models.py [--models mobilenet_v3,bert] [--seconds 0.4]
+        [--sections models,scaling,busy] [--ns 1,2,4] [--scale-seconds 2] [--busy-seconds 2]
+        [--threads 1,2] [--cache-dir DIR]
+
+Needs torch and executorch (the ``export`` extra); exits with a message without them.
+Timings on a shared machine are noisy: read the ratios, and run it twice before believing
+a small difference. The defaults take about 8 minutes on a 2-vCPU VM at load average 10
+(ExecuTorch's portable kernels take seconds per execute of the larger models there); pass
+``--sections`` / ``--models`` for less.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing as mp
+import os
+import pathlib
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+HERE = pathlib.Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+import real_models  # noqa: E402 - benchmarks/ is not a package
+
+CPUS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+SCALE_MODEL = "mobilenet_v3"
+
+
+def _quiet() -> None:
+    """Silences orchestra's structlog output (also the orchestrator's process_initializer)."""
+    import structlog
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
+
+
+def _et_threads(n: int) -> str:
+    """Sets ExecuTorch's (XNNPACK's) thread pool to ``n`` threads; says how."""
+    try:
+        from executorch.extension.pybindings import portable_lib
+    except ImportError:
+        return "not settable (no portable_lib)"
+    reset = getattr(portable_lib, "_unsafe_reset_threadpool", None)
+    if reset is None:
+        return "not settable (no _unsafe_reset_threadpool in this ExecuTorch)"
+    reset(n)
+    get = getattr(portable_lib, "_threadpool_get_thread_count", None)
+    return f"{get() if get else n} (_unsafe_reset_threadpool)"
+
+
+class _EtMethod:
+    """An ExecuTorch Method that keeps its Program and the file's bytes alive (a Method whose
+    Program was garbage-collected crashes on execute with XNNPACK delegates)."""
+
+    def __init__(self, pte: pathlib.Path) -> None:
+        from executorch.runtime import Runtime
+
+        self.data = pte.read_bytes()
+        self.program = Runtime.get().load_program(self.data)
+        self.method = self.program.load_method("forward")
+        self.execute = self.method.execute
+
+
+def _et_method(pte: pathlib.Path) -> _EtMethod:
+    return _EtMethod(pte)
+
+
+def _orch_xnnpack_available() -> bool:
+    try:
+        import orchestra.backends.xnnpack  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _median_round_robin(fns: dict[str, Callable[[], object]], seconds: float, min_rounds: int = 3) -> dict[str, float]:
+    """Median latency of each fn, called in turn (interleaved) so load changes hit all alike."""
+    for f in fns.values():
+        f()
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    perf = time.perf_counter
+    end = perf() + seconds * len(fns)
+    while perf() < end or min(len(t) for t in times.values()) < min_rounds:
+        for k, f in fns.items():
+            t = perf()
+            f()
+            times[k].append(perf() - t)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def _maxrel(got: list[Any], expected: list[np.ndarray]) -> float:
+    return max(float(np.max(np.abs(np.asarray(g, dtype=np.float64) - e))) / max(float(np.max(np.abs(e))), 1e-30)
+               for g, e in zip(got, expected))
+
+
+# -- 1. models ---------------------------------------------------------------------------------
+def section_models(args: argparse.Namespace) -> None:
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    from orchestra.runtime import load_program
+
+    with_xnn = _orch_xnnpack_available()
+    print("== models: median execute ms, interleaved; ratios are orchestra / the column's runtime (same run)")
+    print(f"   orchestra BLAS threads via threadpoolctl; ExecuTorch XNNPACK threads via {_et_threads(1).split(' ', 1)[1]}"
+          f"; ExecuTorch portable kernels are single-threaded"
+          + ("" if with_xnn else "; orchestra XNNPACK column skipped (orchestra.backends.xnnpack not importable)"))
+    head = f"{'model':<13}{'thr':>4}{'orch':>9}{'ET port':>9}{'ET xnn':>9}"
+    if with_xnn:
+        head += f"{'orch xnn':>9}"
+    head += f"{'o/port':>8}{'o/xnn':>8}" + (f"{'ox/xnn':>8}" if with_xnn else "") + f"{'maxrel':>9}"
+    print(head)
+    geo: dict[int, list[float]] = {}
+    for name in args.models:
+        portable = real_models.export(name, "portable", args.cache_dir)
+        xnn = real_models.export(name, "xnnpack", args.cache_dir)
+        inputs, expected = real_models.load_io(name, "portable", args.cache_dir)
+        method = load_program(portable).load_method("forward")
+        maxrel = _maxrel(list(method.execute(inputs)), expected)
+        oxm = load_program(xnn).load_method("forward") if with_xnn else None
+        tin = [torch.from_numpy(a) for a in inputs]
+        et_port = _et_method(portable)
+        et_xnn = _et_method(xnn)
+        for n in args.threads:
+            _et_threads(n)
+            fns: dict[str, Callable[[], object]] = {
+                "orch": lambda: method.execute(inputs),
+                "port": lambda: et_port.execute(tin),
+                "xnn": lambda: et_xnn.execute(tin),
+            }
+            if oxm is not None:
+                fns["oxnn"] = lambda: oxm.execute(inputs)
+            with threadpool_limits(limits=n):
+                med = _median_round_robin(fns, args.seconds)
+            row = f"{name:<13}{n:>4}{med['orch'] * 1e3:9.2f}{med['port'] * 1e3:9.2f}{med['xnn'] * 1e3:9.2f}"
+            if oxm is not None:
+                row += f"{med['oxnn'] * 1e3:9.2f}"
+            row += f"{med['orch'] / med['port']:8.2f}{med['orch'] / med['xnn']:8.2f}"
+            if oxm is not None:
+                row += f"{med['oxnn'] / med['xnn']:8.2f}"
+            print(row + f"{maxrel:9.1e}", flush=True)
+            geo.setdefault(n, []).append(med["orch"] / med["xnn"])
+        method.close()
+        if oxm is not None:
+            oxm.close()
+    for n, rs in geo.items():
+        print(f"   {n} thread(s): geometric mean orchestra / ExecuTorch+XNNPACK = {float(np.exp(np.mean(np.log(rs)))):.2f}x")
+    _et_threads(CPUS)
+
+
+# -- bare processes (no orchestrator) ------------------------------------------------------------
+def _bare(kind: str, pte: str, cache_dir: str | None, threads: int, ready: Any, go: Any, stop: Any, seconds: float,
+          results: Any) -> None:
+    """A bare process: runs one Method in a closed loop from ``go`` for ``seconds`` (or until
+    ``stop``); puts (executes, elapsed s, latencies) on ``results``."""
+    _quiet()
+    inputs, _ = real_models.load_io(SCALE_MODEL, "portable", cache_dir)
+    if kind == "orchestra":
+        from threadpoolctl import threadpool_limits
+
+        from orchestra.runtime import load_program
+
+        threadpool_limits(limits=threads)
+        m = load_program(pte).load_method("forward")
+        fn: Callable[[], object] = lambda: m.execute(inputs)  # noqa: E731
+    else:
+        import torch
+
+        _et_threads(threads)
+        em = _et_method(pathlib.Path(pte))
+        tin = [torch.from_numpy(a) for a in inputs]
+        fn = lambda: em.execute(tin)  # noqa: E731
+    fn()
+    fn()
+    ready.set()
+    go.wait()
+    perf = time.perf_counter
+    lat: list[float] = []
+    t0 = perf()
+    end = t0 + seconds
+    while perf() < end and not stop.is_set():
+        t = perf()
+        fn()
+        lat.append(perf() - t)
+    results.put((len(lat), perf() - t0, lat))
+
+
+def _run_bare(kind: str, pte: pathlib.Path, n: int, threads: int, seconds: float, cache_dir: str | None,
+              measure_first_only: bool = False, neighbours_busy: bool = True) -> tuple[float, list[float]]:
+    """N bare processes started together; returns (aggregate executes/s, the first one's
+    latencies). With ``measure_first_only`` the others run until the first one ends (the busy
+    neighbours); without ``neighbours_busy`` only the first one runs."""
+    ctx = mp.get_context("spawn")
+    go, stop = ctx.Event(), ctx.Event()
+    results = ctx.Queue()
+    count = n if neighbours_busy else 1
+    readies = [ctx.Event() for _ in range(count)]
+    procs = [ctx.Process(target=_bare, args=(kind, str(pte), cache_dir, threads, readies[k], go, stop,
+                                               seconds if (k == 0 or not measure_first_only) else 1e9, results),
+                         daemon=True) for k in range(count)]
+    for p in procs:
+        p.start()
+    for r in readies:
+        r.wait(300)
+    go.set()
+    got = [results.get(timeout=seconds + 300)]
+    if measure_first_only:
+        stop.set()
+    got += [results.get(timeout=seconds + 300) for _ in range(count - 1)]
+    for p in procs:
+        p.join(30)
+    total = sum(g[0] for g in got) / max(g[1] for g in got)
+    return total, got[0][2]  # measure_first_only: the first to answer is the measured one
+
+
+# -- the orchestrator -----------------------------------------------------------------------------
+async def _orchestrated(pte: pathlib.Path, n: int, placement: str, seconds: float, cache_dir: str | None,
+                        drive: int | None = None, blas_threads: int | None = None,
+                        per_instance: int = 2) -> tuple[float, list[float], list[str]]:
+    """N instances in one orchestrator; the first ``drive`` of them (default all) driven by
+    ``per_instance`` closed-loop callers each for ``seconds``. Returns (executes/s, the first
+    instance's caller-side latencies, each instance's thread budget)."""
+    from orchestra.orchestrator import InstanceSpec, Orchestrator
+    from orchestra.runtime import load_program
+
+    inputs, _ = real_models.load_io(SCALE_MODEL, "portable", cache_dir)
+    prog = load_program(pte)
+    drive = n if drive is None else drive
+    async with Orchestrator(period=None, process_initializer=_quiet, blas_threads=blas_threads) as orch:
+        p = await orch.load(prog, instances=[InstanceSpec(f"i{k}", placement=placement) for k in range(n)])
+        insts = [p[f"i{k}"] for k in range(n)]
+        for inst in insts:
+            await inst.execute(inputs)
+        lat: list[float] = []
+        counts = [0] * drive
+        perf = time.perf_counter
+        end = perf() + seconds
+
+        async def caller(k: int) -> None:
+            inst = insts[k]
+            while perf() < end:
+                t = perf()
+                await inst.execute(inputs)
+                if k == 0:
+                    lat.append(perf() - t)
+                counts[k] += 1
+
+        t0 = perf()
+        await asyncio.gather(*(caller(k) for k in range(drive) for _ in range(per_instance)))
+        elapsed = perf() - t0
+        budgets = [i.statistics().threads.format() if i.statistics().threads else "-" for i in insts]
+    return sum(counts) / elapsed, lat, budgets
+
+
+def _orch_run(*a: Any, **kw: Any) -> tuple[float, list[float], list[str]]:
+    try:
+        import uvloop
+
+        return uvloop.run(_orchestrated(*a, **kw))
+    except ImportError:
+        return asyncio.run(_orchestrated(*a, **kw))
+
+
+# -- 2. scaling ---------------------------------------------------------------------------------
+def section_scaling(args: argparse.Namespace) -> None:
+    portable = real_models.export(SCALE_MODEL, "portable", args.cache_dir)
+    xnn = real_models.export(SCALE_MODEL, "xnnpack", args.cache_dir)
+    print(f"\n== scaling: {SCALE_MODEL}, aggregate executes/s over {args.scale_seconds:g} s, {CPUS} CPUs; "
+          "orchestrator instances unbound, 2 callers each")
+    print(f"{'N':>3}{'threads':>9}{'process':>9}{'bare orch':>11}{'bare ET xnn':>13}"
+          f"{'thr/bare':>10}{'proc/bare':>11}{'proc/ETx':>10}  budget (process placement)")
+    for n in args.ns:
+        rule = CPUS if n == 1 else 1  # the orchestrator's rule for unbound instances
+        thr, _, _ = _orch_run(portable, n, "thread", args.scale_seconds, args.cache_dir)
+        proc, _, budgets = _orch_run(portable, n, "process", args.scale_seconds, args.cache_dir)
+        bare, _ = _run_bare("orchestra", portable, n, rule, args.scale_seconds, args.cache_dir)
+        etx, _ = _run_bare("executorch", xnn, n, rule, args.scale_seconds, args.cache_dir)
+        print(f"{n:>3}{thr:9.1f}{proc:9.1f}{bare:11.1f}{etx:13.1f}{thr / bare:10.2f}{proc / bare:11.2f}"
+              f"{proc / etx:10.2f}  {budgets[0]}", flush=True)
+
+
+# -- 3. busy neighbour ----------------------------------------------------------------------------
+def section_busy(args: argparse.Namespace) -> None:
+    portable = real_models.export(SCALE_MODEL, "portable", args.cache_dir)
+    xnn = real_models.export(SCALE_MODEL, "xnnpack", args.cache_dir)
+    s = args.busy_seconds
+    print(f"\n== busy: {SCALE_MODEL}, p50 latency ms of one instance alone and while an identical second one is "
+          f"busy ({CPUS} CPUs, {s:g} s each)")
+    print(f"{'runtime':<44}{'alone':>9}{'busy':>9}{'busy/alone':>12}")
+    rows = []
+    for label, blas in (("orchestra (thread rule: BLAS 1 per process)", None),
+                        (f"orchestra before the rule (BLAS {CPUS} per process)", CPUS)):
+        _, alone, budget = _orch_run(portable, 2, "process", s, args.cache_dir, drive=1, blas_threads=blas,
+                                     per_instance=1)
+        _, busy, _ = _orch_run(portable, 2, "process", s, args.cache_dir, drive=2, blas_threads=blas, per_instance=1)
+        rows.append((f"{label}", statistics.median(alone), statistics.median(busy)))
+    _, alone = _run_bare("executorch", xnn, 2, CPUS, s, args.cache_dir, measure_first_only=True, neighbours_busy=False)
+    _, busy = _run_bare("executorch", xnn, 2, CPUS, s, args.cache_dir, measure_first_only=True)
+    rows.append((f"ExecuTorch+XNNPACK (default threads: {CPUS})", statistics.median(alone), statistics.median(busy)))
+    for label, a, b in rows:
+        print(f"{label:<44}{a * 1e3:9.2f}{b * 1e3:9.2f}{b / a:12.2f}", flush=True)
+    print(f"   orchestra's degradation / ExecuTorch+XNNPACK's: {(rows[0][2] / rows[0][1]) / (rows[2][2] / rows[2][1]):.2f}"
+          f"; latency before the rule / with it: alone {rows[1][1] / rows[0][1]:.1f}x, busy {rows[1][2] / rows[0][2]:.1f}x"
+          " (on a machine with other load, BLAS threads beyond the CPUs one gets hurt even 'alone')")
+
+
+def _csv_ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", default=",".join(real_models.MODELS), help="comma-separated (section models)")
+    ap.add_argument("--seconds", type=float, default=0.4, help="timing budget per runner per model and thread count")
+    ap.add_argument("--threads", default="1,2", help="thread counts for section models")
+    ap.add_argument("--sections", default="models,scaling,busy")
+    ap.add_argument("--ns", default="1,2,4", help="instance counts for section scaling")
+    ap.add_argument("--scale-seconds", type=float, default=2.0)
+    ap.add_argument("--busy-seconds", type=float, default=2.0)
+    ap.add_argument("--cache-dir", default=None)
+    args = ap.parse_args(argv)
+    args.models = [m for m in args.models.split(",") if m]
+    unknown = [m for m in args.models if m not in real_models.MODELS]
+    if unknown:
+        ap.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(real_models.MODELS)}")
+    args.threads = _csv_ints(args.threads)
+    args.ns = _csv_ints(args.ns)
+    sections = [s for s in args.sections.split(",") if s]
+    bad = [s for s in sections if s not in ("models", "scaling", "busy")]
+    if bad:
+        ap.error(f"unknown section(s) {', '.join(bad)}; known: models, scaling, busy")
+    try:
+        import executorch  # noqa: F401
+        import torch  # noqa: F401
+    except ImportError as exc:
+        print(f"bench_models needs torch and executorch (pip install -e '.[export]'): {exc}", file=sys.stderr)
+        return 2
+    _quiet()
+    print(f"bench_models: {CPUS} CPUs, load average {os.getloadavg()[0]:.1f} at start")
+    if "models" in sections:
+        section_models(args)
+    if "scaling" in sections:
+        section_scaling(args)
+    if "busy" in sections:
+        section_busy(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,177 @@
+"""Compute threads: orchestra owns every one it causes (DESIGN, invariants).
+
+numpy's BLAS (OpenBLAS, or MKL) and OpenMP runtimes start one thread per core in every
+process that loads them. Two processes doing that on a 2-core machine make each other's
+GEMMs crawl (measured: 68x slower executes), so the orchestrator sets the limits itself,
+through ``threadpoolctl``:
+
+* a worker process (``placement="process"``) limits its BLAS/OpenMP pools to the number of
+  CPUs it is bound to; unbound, to 1 when more than one instance shares the orchestrator,
+  else to every CPU orchestra was given;
+* thread-placed instances share their process's pools, so while the orchestrator runs any,
+  it limits the process to 1 BLAS thread (restored when it closes); their parallelism comes
+  from orchestra's own tiling (backend thread options, e.g. ``NumpyCpuBackend``'s
+  ``num_threads``, set from a CPU binding);
+* a user's own setting wins: ``OPENBLAS_NUM_THREADS``, ``MKL_NUM_THREADS`` or
+  ``OMP_NUM_THREADS`` in the environment (the libraries read them at load; orchestra leaves
+  them alone), or ``Orchestrator(blas_threads=n)``. Either way the value in force is reported
+  in each instance's ``statistics().threads``.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from ..errors import InvalidArgumentError
+from ..telemetry import get_logger
+from ._stats import ThreadBudget
+
+__all__ = ["ENV_VARS", "ThreadLimits", "apply_blas_limit", "blas_in_force", "thread_budget", "user_setting"]
+
+_log = get_logger(__name__)
+
+ENV_VARS = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")
+_USER_APIS = ("blas", "openmp")
+
+
+def _env_threads(name: str, environ: Mapping[str, str]) -> int | None:
+    """The thread count an environment variable asks for (OpenMP's ``"4,2"`` → 4); None
+    when unset or not a positive integer (logged: the libraries ignore it too)."""
+    raw = environ.get(name)
+    if raw is None or not raw.strip():
+        return None
+    head = raw.split(",")[0].strip()
+    try:
+        n = int(head)
+    except ValueError:
+        n = 0
+    if n < 1:
+        _log.warning("ignoring a thread-count environment variable that is not a positive integer",
+                     variable=name, value=raw)
+        return None
+    return n
+
+
+def user_setting(explicit: int | None = None, environ: Mapping[str, str] | None = None) -> tuple[int, str] | None:
+    """The user's own BLAS thread setting and where it comes from, or None (orchestra
+    decides). ``explicit`` (``Orchestrator(blas_threads=...)``) comes first, then the
+    environment variables in :data:`ENV_VARS` order."""
+    if explicit is not None:
+        return explicit, "blas_threads option"
+    env = os.environ if environ is None else environ
+    for name in ENV_VARS:
+        n = _env_threads(name, env)
+        if n is not None:
+            return n, name
+    return None
+
+
+def check_blas_threads(value: Any) -> int | None:
+    """Validates ``Orchestrator(blas_threads=...)``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 4096:
+        raise InvalidArgumentError(f"blas_threads must be an integer from 1 to 4096 (or None: orchestra decides), "
+                                   f"got {value!r}")
+    return value
+
+
+def blas_in_force() -> int | None:
+    """The largest thread count of the BLAS/OpenMP pools loaded in this process (None:
+    none is loaded)."""
+    from threadpoolctl import threadpool_info
+
+    counts = [int(i["num_threads"]) for i in threadpool_info() if i.get("user_api") in _USER_APIS]
+    return max(counts) if counts else None
+
+
+def apply_blas_limit(n: int | None) -> int | None:
+    """In a worker process: limits its BLAS/OpenMP pools to ``n`` threads (None: leaves
+    them as they are, the user's environment decided). Returns the count in force."""
+    if n is not None:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(limits=n, user_api=None)
+    return blas_in_force()
+
+
+class ThreadLimits:
+    """One per orchestrator: decides each instance's BLAS threads and holds the
+    process-wide limit while thread-placed instances run.
+
+    ``sharing`` returns how many instances the orchestrator holds (loading ones included);
+    ``available`` how many CPUs orchestra was given.
+    """
+
+    def __init__(self, explicit: int | None, sharing: Callable[[], int], available: Callable[[], int]) -> None:
+        self.explicit = check_blas_threads(explicit)
+        self._sharing = sharing
+        self._available = available
+        self._limiter: Any = None
+        self._held = False
+        self.in_process: int | None = None  # BLAS threads in force in this process (thread placement)
+        self.source = "orchestra"
+        self._procs: weakref.WeakSet[Any] = weakref.WeakSet()  # process workers, to re-limit unbound ones
+
+    def process_ready(self, worker: Any) -> None:
+        """On the loop, when a worker process has loaded: unbound worker processes started
+        while they were alone (every CPU's worth of BLAS threads) drop to the shared rule."""
+        self._procs.add(worker)
+        for w in list(self._procs):
+            if w is not worker and not w.cpus and w.state == "running":
+                w.relimit(None)
+
+    def for_process(self, cpus: tuple[int, ...] | None) -> tuple[int | None, str]:
+        """The limit a worker process bound to ``cpus`` sets (None: leave the user's
+        environment in force) and its source."""
+        user = user_setting(self.explicit)
+        if user is not None:
+            n, source = user
+            return (n if source == "blas_threads option" else None), source
+        if cpus:
+            return len(cpus), "orchestra"
+        return (1 if self._sharing() > 1 else max(1, self._available())), "orchestra"
+
+    def enter_threads(self) -> None:
+        """Called (on the loop) when a thread-placed instance starts: limits this process's
+        BLAS/OpenMP pools to 1 thread (or the user's setting) until :meth:`restore`."""
+        if self._held:
+            return
+        self._held = True
+        user = user_setting(self.explicit)
+        if user is not None and user[1] != "blas_threads option":
+            self.source = user[1]  # the libraries read it at load: nothing to change
+            self.in_process = blas_in_force()
+        else:
+            from threadpoolctl import threadpool_limits
+
+            n = 1 if user is None else user[0]
+            self.source = "orchestra" if user is None else user[1]
+            self._limiter = threadpool_limits(limits=n, user_api=None)
+            self.in_process = blas_in_force()
+        _log.info("thread-placed instances: BLAS threads of this process", blas_threads=self.in_process,
+                  source=self.source)
+
+    def restore(self) -> None:
+        """Puts back the limits :meth:`enter_threads` found (the orchestrator closed)."""
+        lim, self._limiter = self._limiter, None
+        self._held = False
+        if lim is not None:
+            lim.restore_original_limits()
+
+
+def thread_budget(placement: str, blas: int | None, source: str, in_force: Mapping[str, Mapping[str, Any]],
+                  thread_options: Mapping[str, str]) -> ThreadBudget:
+    """An instance's :class:`ThreadBudget`: its BLAS threads and each backend's thread
+    option in force (the options named by ``thread_options``, else ``num_threads``)."""
+    backend: dict[str, int] = {}
+    for b, vals in in_force.items():
+        key = thread_options.get(b, "num_threads")
+        v = vals.get(key)
+        if isinstance(v, int) and not isinstance(v, bool):
+            backend[b] = v
+    return ThreadBudget(placement=placement, blas=blas, blas_source=source, backend=MappingProxyType(backend))

@@ -1,0 +1,258 @@
+"""orchestra owns every compute thread: BLAS/OpenMP limits set through threadpoolctl.
+
+Real worker processes (spawned) and real thread-placed instances of the conv-net fixture;
+each worker process records what ``threadpoolctl.threadpool_info()`` shows there (through the
+orchestrator's ``process_initializer``, which runs after the limit is set), and the tests
+compare it with the binding and with ``statistics().threads``. Nothing here is timed.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import pathlib
+import subprocess
+import sys
+from typing import Any
+
+import anyio
+import numpy as np
+import pytest
+import threadpoolctl
+
+from orchestra import InvalidArgumentError
+from orchestra.orchestrator import CpuResource, InstanceSpec, Orchestrator, ThreadBudget
+from orchestra.runtime import load_program
+
+FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+ENV_VARS = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")
+CPUS = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+
+
+def _blas(info: list[dict[str, Any]]) -> int:
+    counts = [i["num_threads"] for i in info if i.get("user_api") == "blas"]
+    assert counts, f"no BLAS library loaded: {info}"
+    return max(counts)
+
+
+BLAS_AT_START = _blas(threadpoolctl.threadpool_info())
+needs_2_cpus = pytest.mark.skipif(len(CPUS) < 2 or BLAS_AT_START < 2,
+                                  reason="needs 2 CPUs and a BLAS that starts more than one thread")
+
+
+@pytest.fixture
+def anyio_backend() -> tuple[str, dict]:
+    return "asyncio", {"use_uvloop": True}
+
+
+@pytest.fixture(autouse=True)
+def _no_user_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ENV_VARS:
+        monkeypatch.delenv(name, raising=False)
+
+
+def record_blas(folder: str) -> None:
+    """process_initializer: writes this worker process's threadpool_info() to <folder>/<pid>.json."""
+    pathlib.Path(folder, f"{os.getpid()}.json").write_text(json.dumps(threadpoolctl.threadpool_info()))
+
+
+def record_blas_live(folder: str) -> None:
+    """process_initializer: like :func:`record_blas`, then again every 20 ms from a daemon
+    thread (to see a limit changed later)."""
+    import threading
+    import time
+
+    def loop() -> None:
+        while True:
+            record_blas(folder)
+            time.sleep(0.02)
+
+    record_blas(folder)
+    threading.Thread(target=loop, daemon=True).start()
+
+
+def _seen(folder: pathlib.Path, pid: int | None) -> int:
+    return _blas(json.loads((folder / f"{pid}.json").read_text()))
+
+
+def _inputs() -> list[np.ndarray]:
+    return [np.load(FIXTURES / "convnet.npz")["forward.in_0"]]
+
+
+async def _run(orch: Orchestrator, specs: list[InstanceSpec]) -> dict[str, tuple[ThreadBudget, int | None]]:
+    """Loads the conv net as ``specs``, executes each once; per instance its ThreadBudget and
+    its worker process's pid (None for a thread)."""
+    p = await orch.load(load_program(FIXTURES / "convnet.pte"), instances=specs)
+    x = _inputs()
+    out = {}
+    for s in specs:
+        await p[s.name].execute(x)
+        st = p[s.name].statistics()
+        assert st.threads is not None
+        w = p[s.name]._worker
+        out[s.name] = (st.threads, getattr(w.method, "pid", None) if s.placement == "process" else None)
+    return out
+
+
+@needs_2_cpus
+@pytest.mark.anyio
+async def test_a_worker_process_limits_its_blas_threads_to_the_cpus_it_is_bound_to(tmp_path: pathlib.Path) -> None:
+    two = tuple(CPUS[:2])
+    async with Orchestrator(resources=[CpuResource(exclusive=False)], period=None,
+                            process_initializer=functools.partial(record_blas, str(tmp_path))) as orch:
+        got = await _run(orch, [InstanceSpec("one", bind={"cpu": CPUS[0]}, placement="process"),
+                                InstanceSpec("two", bind={"cpu": two}, placement="process")])
+    # bound to 1 CPU: 1 thread, although the library started BLAS_AT_START (>= 2) there
+    assert _seen(tmp_path, got["one"][1]) == 1
+    assert got["one"][0] == ThreadBudget("process", 1, "orchestra", {})
+    assert _seen(tmp_path, got["two"][1]) == 2
+    assert got["two"][0].blas == 2 and got["two"][0].blas_source == "orchestra"
+
+
+@needs_2_cpus
+@pytest.mark.anyio
+async def test_moving_a_worker_process_to_more_cpus_raises_its_blas_limit(tmp_path: pathlib.Path) -> None:
+    async with Orchestrator(resources=[CpuResource()], period=None,
+                            process_initializer=functools.partial(record_blas_live, str(tmp_path))) as orch:
+        got = await _run(orch, [InstanceSpec("m", bind={"cpu": CPUS[0]}, placement="process")])
+        pid = got["m"][1]
+        assert _seen(tmp_path, pid) == 1
+        p = orch.pool("forward")
+        assert await p.move("m", {"cpu": tuple(CPUS[:2])})
+        await p["m"].execute(_inputs())
+        assert p["m"].statistics().threads.blas == 2  # type: ignore[union-attr]
+        with anyio.fail_after(30):  # the process applies it before its next execute; its recorder sees it soon after
+            while True:
+                try:
+                    if _seen(tmp_path, pid) == 2:
+                        break
+                except (ValueError, OSError):  # caught mid-write
+                    pass
+                await anyio.sleep(0.02)
+
+
+@needs_2_cpus
+@pytest.mark.anyio
+async def test_unbound_worker_processes_run_one_blas_thread_when_they_share_the_machine(tmp_path: pathlib.Path) -> None:
+    init = functools.partial(record_blas, str(tmp_path))
+    async with Orchestrator(period=None, process_initializer=init) as orch:
+        alone = await _run(orch, [InstanceSpec("alone", placement="process")])
+    assert _seen(tmp_path, alone["alone"][1]) == len(CPUS) == alone["alone"][0].blas
+    async with Orchestrator(period=None, process_initializer=init) as orch:
+        got = await _run(orch, [InstanceSpec("a", placement="process"), InstanceSpec("b", placement="process")])
+    for name in ("a", "b"):
+        assert _seen(tmp_path, got[name][1]) == 1 == got[name][0].blas
+
+
+@needs_2_cpus
+@pytest.mark.anyio
+async def test_thread_placement_runs_blas_single_threaded_and_restores_it_on_close() -> None:
+    before = _blas(threadpoolctl.threadpool_info())
+    async with Orchestrator(resources=[CpuResource()], period=None) as orch:
+        got = await _run(orch, [InstanceSpec("t", bind={"cpu": tuple(CPUS[:2])})])
+        assert _blas(threadpoolctl.threadpool_info()) == 1
+        budget = got["t"][0]
+        assert (budget.placement, budget.blas, budget.blas_source) == ("thread", 1, "orchestra")
+        assert "blas 1 (orchestra)" in budget.format()
+    assert _blas(threadpoolctl.threadpool_info()) == before
+
+
+@needs_2_cpus
+@pytest.mark.anyio
+async def test_a_users_environment_variable_wins_and_is_reported(tmp_path: pathlib.Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # The worker process's OpenBLAS reads the variable when it loads; orchestra leaves it in
+    # force although the binding (1 CPU) would have given 1.
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
+    before = _blas(threadpoolctl.threadpool_info())
+    async with Orchestrator(resources=[CpuResource()], period=None,
+                            process_initializer=functools.partial(record_blas, str(tmp_path))) as orch:
+        got = await _run(orch, [InstanceSpec("p", bind={"cpu": CPUS[0]}, placement="process"),
+                                InstanceSpec("t")])
+        # thread placement: this process's limit is left as the user had it
+        assert _blas(threadpoolctl.threadpool_info()) == before
+    assert _seen(tmp_path, got["p"][1]) == 2
+    assert got["p"][0] == ThreadBudget("process", 2, "OPENBLAS_NUM_THREADS", {})
+    assert (got["t"][0].blas, got["t"][0].blas_source) == (before, "OPENBLAS_NUM_THREADS")
+
+
+@needs_2_cpus
+@pytest.mark.anyio
+async def test_the_blas_threads_option_wins_over_the_binding(tmp_path: pathlib.Path) -> None:
+    async with Orchestrator(resources=[CpuResource()], period=None, blas_threads=2,
+                            process_initializer=functools.partial(record_blas, str(tmp_path))) as orch:
+        got = await _run(orch, [InstanceSpec("p", bind={"cpu": CPUS[0]}, placement="process")])
+    assert _seen(tmp_path, got["p"][1]) == 2
+    assert got["p"][0] == ThreadBudget("process", 2, "blas_threads option", {})
+
+
+def test_blas_threads_must_be_a_positive_integer() -> None:
+    for bad in (0, -1, 2.0, True, "2"):
+        with pytest.raises(InvalidArgumentError, match="blas_threads"):
+            Orchestrator(blas_threads=bad)  # type: ignore[arg-type]
+
+
+def _numpy_cpu_program() -> bytes:
+    """One matmul delegated to NumpyCpuBackend (its ``num_threads`` comes from a CPU binding)."""
+    from orchestra.aot import ProgramBuilder, aot_backends, register_aot_backend
+    from orchestra.backends.numpy_cpu import NumpyCpuBackendDetails
+
+    if "NumpyCpuBackend" not in aot_backends():
+        register_aot_backend("NumpyCpuBackend", NumpyCpuBackendDetails)
+    sub = ProgramBuilder()
+    g = sub.method("forward")
+    w = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+    g.output(g.call("aten::mm.out", g.input(np.float32, (8, 64)), w))
+    b = ProgramBuilder()
+    f = b.method("forward")
+    f.output(*f.delegate("NumpyCpuBackend", sub, [f.input(np.float32, (8, 64))]))
+    return b.to_bytes()
+
+
+@needs_2_cpus
+@pytest.mark.anyio
+async def test_the_budget_reports_the_backend_threads_of_orchestras_own_tiling() -> None:
+    async with Orchestrator(resources=[CpuResource()], period=None) as orch:
+        p = await orch.load(load_program(_numpy_cpu_program()), instances=[
+            InstanceSpec("t", bind={"cpu": tuple(CPUS[:2])})])
+        await p["t"].execute([np.ones((8, 64), np.float32)])
+        budget = p["t"].statistics().threads
+    assert budget == ThreadBudget("thread", 1, "orchestra", {"NumpyCpuBackend": 2})
+    assert budget.format() == "blas 1 (orchestra), NumpyCpuBackend 2"
+
+
+def test_orchestra_runs_summary_shows_each_instances_thread_budget() -> None:
+    """The real command on the CPU-cameras example (two unbound worker processes)."""
+    root = pathlib.Path(__file__).resolve().parent.parent
+    env = {k: v for k, v in os.environ.items() if k not in ENV_VARS}
+    r = subprocess.run([sys.executable, "-m", "orchestra", "run", str(root / "examples" / "cpu_cameras.toml"),
+                        "--duration", "1"], capture_output=True, text=True, encoding="utf-8",
+                       env=dict(env, NO_COLOR="1"), cwd=root, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    head = lines.index("instances") + 1
+    assert "threads" in lines[head]
+    rows = [line for line in lines[head + 1:head + 3]]
+    assert len(rows) == 2 and all("blas 1 (orchestra)" in row for row in rows), r.stdout
+
+
+@needs_2_cpus
+@pytest.mark.anyio
+async def test_an_unbound_worker_process_started_alone_shares_once_another_joins(tmp_path: pathlib.Path) -> None:
+    async with Orchestrator(period=None, process_initializer=functools.partial(record_blas_live, str(tmp_path))) as orch:
+        got = await _run(orch, [InstanceSpec("first", placement="process")])
+        pid = got["first"][1]
+        assert _seen(tmp_path, pid) == len(CPUS)
+        p = orch.pool("forward")
+        await p.add(InstanceSpec("second", placement="process"))
+        await p["first"].execute(_inputs())
+        assert p["first"].statistics().threads.blas == 1  # type: ignore[union-attr]
+        with anyio.fail_after(30):
+            while True:
+                try:
+                    if _seen(tmp_path, pid) == 1:
+                        break
+                except (ValueError, OSError):  # caught mid-write
+                    pass
+                await anyio.sleep(0.02)
