@@ -256,3 +256,30 @@ def test_real_size_model_matches_executorch_xnnpack(name: str) -> None:
     for g, w in zip(got, want):
         assert g.shape == w.shape
         np.testing.assert_allclose(g, w, rtol=TOL, atol=TOL)
+
+
+# -- orchestra inspect ---------------------------------------------------------------------------
+def test_inspect_shows_xnnpack_node_types_tensors_and_constants(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from orchestra import _cli
+
+    assert _cli.main(["inspect", str(FIXTURES / "xnnpack_convnet.pte")]) == 0
+    out = capsys.readouterr().out
+    assert "XNNPACK graph XN01: 9 nodes (Conv2d x2, MaxPooling2d x2, StaticTranspose x2" in out
+    assert "16 tensors, 6 constant (8392 bytes in named data)" in out
+    assert _cli.main(["inspect", "--json", str(FIXTURES / "xnnpack_transformer.pte")]) == 0
+    facts = json.loads(capsys.readouterr().out)
+    dets = [d["details"] for m in facts["methods"] for d in m["delegates"]]
+    assert dets and all(d["constants_in"] in ("named data", "none") for d in dets)
+    assert sum(d["node_types"].get("XNNBatchMatrixMultiply", 0) for d in dets) == 2
+
+
+def test_inspect_reports_an_invalid_blob_without_failing(tmp_path: pathlib.Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from orchestra import _cli
+
+    bad = tmp_path / "bad.pte"
+    bad.write_bytes(_patched("xnnpack_convnet", 2, 201))
+    assert _cli.main(["inspect", str(bad)]) == 0
+    assert "invalid: " in capsys.readouterr().out
