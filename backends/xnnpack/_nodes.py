@@ -387,7 +387,7 @@ def _padder(c: Compiler, x: TensorInfo, pt: int, pb: int, pl: int, pr: int, fill
     if not (pt or pb or pl or pr) and repeat == 1:
         if x.const is not None:
             return -1, [], shape
-        slot = c.scratch((1,))  # rebound each execute to a contiguous view of the input
+        slot = c.rebound()  # rebound each execute to a contiguous view of the input
 
         def bind(b: list[Any]) -> None:
             v = gx(b)
@@ -677,7 +677,7 @@ def _build_reshape(c: Compiler, node: XNode) -> list[Step]:
     if out.dtype != x.dtype:
         raise c.fail("input and output datatypes differ")
     shape, gx, o = out.shape, c.getter(x), out.slot
-    if c.make_view(out):
+    if c.make_view(out, x):
         def view(b: list[Any]) -> None:
             v = gx(b)
             b[o] = v.reshape(shape)
