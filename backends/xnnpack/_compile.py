@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -44,15 +45,20 @@ __all__ = [
 Step = Callable[[list[Any]], None]
 Builder = Callable[["Compiler", XNode], list[Step]]
 
-# XNNDatatype -> numpy dtype of the values this backend computes with. One place for
-# dtype handling: a datatype missing here is rejected at init, naming the value.
-DATATYPES: dict[int, np.dtype] = {
-    1: np.dtype(np.float32),  # xnn_datatype_fp32
-    12: np.dtype(np.int32),  # xnn_datatype_int32
+# The registries (DESIGN: the only module-level mutable state, filled at import time):
+# "datatypes": XNNDatatype -> numpy dtype of the values this backend computes with (one
+# place for dtype handling: a datatype missing here is rejected at init, naming the value);
+# "nodes": node type name -> builder, filled by _nodes (float32) at import. Extend both with
+# register_datatype / register_node; read them through DATATYPES / NODE_BUILDERS.
+_REGISTRY: dict[str, dict[Any, Any]] = {
+    "datatypes": {
+        1: np.dtype(np.float32),  # xnn_datatype_fp32
+        12: np.dtype(np.int32),  # xnn_datatype_int32
+    },
+    "nodes": {},
 }
-
-# Node type name -> builder. Filled by _nodes (float32) at import; extend with register_node.
-NODE_BUILDERS: dict[str, Builder] = {}
+DATATYPES: Mapping[int, np.dtype] = MappingProxyType(_REGISTRY["datatypes"])
+NODE_BUILDERS: Mapping[str, Builder] = MappingProxyType(_REGISTRY["nodes"])
 
 # Per-Method activations + scratch of one delegate may not exceed this (a hostile blob
 # declaring huge dims must fail at init, not allocate).
@@ -64,12 +70,12 @@ MAX_PREPACK_BYTES = 4 << 30
 def register_node(name: str, builder: Builder) -> None:
     """Makes ``builder`` compile nodes of type ``name`` (e.g. ``"XNNConv2d"``), replacing
     any earlier builder for it."""
-    NODE_BUILDERS[name] = builder
+    _REGISTRY["nodes"][name] = builder
 
 
 def register_datatype(datatype: int, dtype: np.dtype) -> None:
     """Lets values of XNNDatatype ``datatype`` exist, held as numpy ``dtype``."""
-    DATATYPES[int(datatype)] = np.dtype(dtype)
+    _REGISTRY["datatypes"][int(datatype)] = np.dtype(dtype)
 
 
 @dataclass(frozen=True, slots=True)
