@@ -94,6 +94,31 @@ def test_methods_of_one_program_share_the_plan_and_own_activations() -> None:
     np.testing.assert_allclose(a.execute(data["in"])[0], b.execute(data["in"])[0], rtol=0, atol=0)
 
 
+def test_methods_of_one_program_run_in_parallel_threads() -> None:
+    import threading
+
+    prog = load_program(FIXTURES / "xnnpack_dwsep.pte")
+    data = et_helpers.load_npz("xnnpack_dwsep")["forward"]
+    methods = [prog.load_method("forward") for _ in range(4)]
+    rng = np.random.default_rng(5)
+    inputs = [[rng.standard_normal(data["in"][0].shape).astype(np.float32)] for _ in methods]
+    expected = [prog.load_method("forward").execute(x)[0].copy() for x in inputs]
+    errors: list[str] = []
+
+    def worker(k: int) -> None:
+        for _ in range(20):
+            got = methods[k].execute(inputs[k])[0]
+            if not np.allclose(got, expected[k], rtol=0, atol=0):
+                errors.append(f"method {k} differs")
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(len(methods))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
 def test_weight_cache_disabled_gives_each_method_its_own_plan() -> None:
     prog = load_program(FIXTURES / "xnnpack_convnet.pte")
     opts = {ID: {"weight_cache_enabled": False}}
