@@ -279,6 +279,9 @@ class Compiler:
                 raise BackendError(f"{p}: external input {v.external_id} has {len(shape)} dims {list(shape)}, got "
                                    f"{len(given)} dims {list(given)}", Error.InvalidArgument)
             shape = given
+        if math.prod(shape) * dtype.itemsize > MAX_WORKSPACE_BYTES:
+            raise BackendError(f"{p}: dims {list(shape)} hold more than {MAX_WORKSPACE_BYTES} bytes (corrupt dims?)",
+                               Error.MemoryAllocationFailed)
         if v.flags & ~0x3:
             raise BackendError(f"{p}: flags {v.flags:#x} hold bits other than EXTERNAL_INPUT/EXTERNAL_OUTPUT",
                                Error.InvalidProgram)

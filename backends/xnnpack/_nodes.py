@@ -466,9 +466,9 @@ def _build_conv2d(c: Compiler, node: XNode) -> list[Step]:
     it = _F32.itemsize
     st = (hp * wp * ch * it, sh * wp * ch * it, sw * ch * it, dh * wp * ch * it, dw * ch * it, it)
     const_x = x.const
-    cols = c.scratch((n, oh, ow, kh, kw, gic))
     wc = w.const
     if groups == 1:
+        cols = c.scratch((n, oh, ow, kh, kw, gic))
         wk = c.pack("filter", lambda: np.ascontiguousarray(wc.reshape(cout, kk).T))
 
         def conv(b: list[Any]) -> None:
@@ -479,23 +479,31 @@ def _build_conv2d(c: Compiler, node: XNode) -> list[Step]:
 
         steps.append(conv)
     else:
-        wks = tuple(c.pack(f"filter{g}", lambda g=g: np.ascontiguousarray(wc[g * goc:(g + 1) * goc].reshape(goc, kk).T))
-                    for g in range(groups))
-        tmp = c.scratch((rows, goc))
+        # all groups in one batched matmul: cols [groups, rows, kh*kw*gic] x [groups, kk, goc]
+        cols = c.scratch((groups, n, oh, ow, kh, kw, gic))
+        tmp = c.scratch((groups, rows, goc))
+        wks = c.pack("filter", lambda: np.ascontiguousarray(
+            wc.reshape(groups, goc, kk).transpose(0, 2, 1)))
 
         def conv_groups(b: list[Any]) -> None:
             src = const_x if ps < 0 else b[ps]
-            cb, tb, ob = b[cols], b[tmp], b[o].reshape(rows, cout)
-            for g, wk in enumerate(wks):
-                np.copyto(cb, _nd(src, (n, oh, ow, kh, kw, gic), st, g * gic * it))
-                np.matmul(cb.reshape(rows, kk), wk, out=tb)
-                ob[:, g * goc:(g + 1) * goc] = tb
+            cb, tb = b[cols], b[tmp]
+            patches = _nd(src, (n, oh, ow, kh, kw, ch), st).reshape(n, oh, ow, kh, kw, groups, gic)
+            np.copyto(cb, patches.transpose(5, 0, 1, 2, 3, 4, 6))
+            np.matmul(cb.reshape(groups, rows, kk), wks, out=tb)
+            np.copyto(b[o].reshape(rows, groups, goc), tb.transpose(1, 0, 2))
 
         steps.append(conv_groups)
     return [*steps, *_bias_steps(c, node, out, cout), *_clamp_steps(c, node, out)]
 
 
-def _taps(kh: int, kw: int, dh: int, dw: int, sh: int, sw: int, oh: int, ow: int) -> list[tuple[int, int, tuple[slice, ...]]]:
+MAX_TAPS = 1 << 16
+
+
+def _taps(c: Compiler, kh: int, kw: int, dh: int, dw: int, sh: int, sw: int, oh: int,
+          ow: int) -> list[tuple[int, int, tuple[slice, ...]]]:
+    if kh * kw > MAX_TAPS:
+        raise c.fail(f"a {kh}x{kw} window has more than {MAX_TAPS} taps")
     return [(i, j, (slice(None), slice(i * dh, i * dh + sh * (oh - 1) + 1, sh),
                     slice(j * dw, j * dw + sw * (ow - 1) + 1, sw)))
             for i in range(kh) for j in range(kw)]
@@ -523,7 +531,7 @@ def _build_depthwise(c: Compiler, node: XNode) -> list[Step]:
     ps, steps, _ = _padder(c, x, pt, pb, pl, pr, 0.0, repeat=goc)
     wc = w.const
     taps = [(sl, c.pack(f"tap{i},{j}", lambda i=i, j=j: np.ascontiguousarray(wc[0, i, j])))
-            for i, j, sl in _taps(kh, kw, dh, dw, sh, sw, oh, ow)]
+            for i, j, sl in _taps(c, kh, kw, dh, dw, sh, sw, oh, ow)]
     const_x, o = x.const, out.slot
     tmp = c.scratch((n, oh, ow, cout))
     (sl0, w0), rest = taps[0], taps[1:]
@@ -566,31 +574,32 @@ def _build_deconv(c: Compiler, node: XNode) -> list[Step]:
     c.check_shape(out, (n, oh, ow, cout))
     rows = n * h * wd
     gx, o = c.getter(x), out.slot
-    # per group: [gic, kh*kw*goc] so that cols = x_g @ W_g holds every tap's contribution.
     wc = w.const
-    wks = tuple(c.pack(f"filter{g}", lambda g=g: np.ascontiguousarray(
-        wc[g * goc:(g + 1) * goc].transpose(3, 1, 2, 0).reshape(gic, kh * kw * goc))) for g in range(groups))
-    cols = c.scratch((rows, kh * kw * goc))
+    kgo = kh * kw * goc
+    # per group [gic, kh*kw*goc], so that cols = x_g @ W_g holds every tap's contribution;
+    # all groups in one batched matmul.
+    wks = c.pack("filter", lambda: np.ascontiguousarray(
+        wc.reshape(groups, goc, kh, kw, gic).transpose(0, 4, 2, 3, 1).reshape(groups, gic, kgo)))
+    cols = c.scratch((groups, rows, kgo))
     full = c.scratch((n, hf, wf, cout))
-    xin = c.scratch((rows, gic)) if groups > 1 else -1
-    taps = _taps(kh, kw, dh, dw, sh, sw, h, wd)
+    xin = c.scratch((groups, rows, gic)) if groups > 1 else -1
+    taps = _taps(c, kh, kw, dh, dw, sh, sw, h, wd)
     crop = (slice(None), slice(pt, pt + oh), slice(pl, pl + ow))
 
     def deconv(b: list[Any]) -> None:
         v = gx(b).reshape(rows, ch)
         cb, fb = b[cols], b[full]
         fb.fill(0.0)
-        c6 = cb.reshape(n, h, wd, kh, kw, goc)
-        for g, wk in enumerate(wks):
-            if groups == 1:
-                np.matmul(v, wk, out=cb)
-            else:
-                np.copyto(b[xin], v[:, g * gic:(g + 1) * gic])
-                np.matmul(b[xin], wk, out=cb)
-            cs = slice(g * goc, (g + 1) * goc)
-            for i, j, sl in taps:
-                tgt = fb[(*sl, cs)]
-                np.add(tgt, c6[:, :, :, i, j, :], out=tgt)
+        if groups == 1:
+            np.matmul(v, wks[0], out=cb[0])
+        else:
+            np.copyto(b[xin], v.reshape(rows, groups, gic).transpose(1, 0, 2))
+            np.matmul(b[xin], wks, out=cb)
+        c7 = cb.reshape(groups, n, h, wd, kh, kw, goc)
+        f5 = fb.reshape(n, hf, wf, groups, goc)
+        for i, j, sl in taps:
+            tgt = f5[sl]
+            np.add(tgt, c7[:, :, :, :, i, j, :].transpose(1, 2, 3, 0, 4), out=tgt)
         np.copyto(b[o], fb[crop])
 
     return [deconv, *_bias_steps(c, node, out, cout), *_clamp_steps(c, node, out)]
@@ -611,7 +620,7 @@ def _build_pool(c: Compiler, node: XNode) -> list[Step]:
     ow = _out_size(c, wd, pl + pr, kw, sw, dw, "width")
     c.check_shape(out, (n, oh, ow, ch))
     ps, steps, _ = _padder(c, x, pt, pb, pl, pr, -np.inf if is_max else 0.0)
-    taps = [sl for _, _, sl in _taps(kh, kw, dh, dw, sh, sw, oh, ow)]
+    taps = [sl for _, _, sl in _taps(c, kh, kw, dh, dw, sh, sw, oh, ow)]
     const_x, o = x.const, out.slot
     sl0, rest = taps[0], taps[1:]
     if is_max:

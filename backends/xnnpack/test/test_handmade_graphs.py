@@ -212,3 +212,23 @@ def test_scaled_dot_product_attention_matches_numpy_reference() -> None:
     p = np.exp(logits - logits.max(-1, keepdims=True))
     want = (p / p.sum(-1, keepdims=True)) @ xs[2]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_huge_dims_fail_at_init_without_allocating() -> None:
+    from orchestra import BackendError
+    from orchestra.backends.xnnpack._blob import parse_blob
+    from orchestra.backends.xnnpack._compile import compile_graph
+
+    g = Graph()
+    x = g.input((1, 1 << 20, 1 << 20, 3))  # 12 TiB if anyone allocated it
+    out = g.output((1, 1 << 19, 1 << 19, 3))
+    g.node(S.XNNAvgPooling2d(0, 0, 0, 0, 2, 2, 2, 2, 1, 1, x, out, 0))
+    with pytest.raises(BackendError, match="corrupt dims"):
+        compile_graph(parse_blob(memoryview(g.blob()), "d"), "d", None)
+    g = Graph()
+    x = g.input((1, 1, 1, 3))
+    out = g.output((1, 1, 1, 3))
+    # a kernel of 2^23 x 2^23 over 2^22 padding each side: the padded input is refused first
+    g.node(S.XNNMaxPooling2d(1 << 22, 1 << 22, 1 << 22, 1 << 22, 1 << 23, 1 << 23, 1, 1, 1, 1, x, out, 0))
+    with pytest.raises(BackendError):
+        compile_graph(parse_blob(memoryview(g.blob()), "d"), "d", None)
