@@ -181,9 +181,15 @@ class XnnpackBackend(BackendInterface):
                 new = np.empty(shape, dtype)
                 args[e] = new
                 bufs[slot] = new
-        with np.errstate(all="ignore"):
-            for step in plan.steps:
-                step(bufs)
+        try:
+            with np.errstate(all="ignore"):
+                for step in plan.steps:
+                    step(bufs)
+        except Exception as exc:  # a numpy failure the checks at init did not foresee
+            k = next((i for i, st in enumerate(plan.steps) if st is step), -1)  # noqa: B023
+            node = plan.step_nodes[k] if k >= 0 else -1
+            raise BackendError(f"{handle.where}: XNNGraph.xnodes[{node}] ({plan.node_types[node]}) failed: "
+                               f"{type(exc).__name__}: {exc}", Error.Internal) from exc
         handle.executions += 1
 
     def destroy(self, handle: XnnpackHandle) -> None:

@@ -107,7 +107,7 @@ class Plan:
     """A compiled delegate (shared by every Method of a Program; immutable).
 
     Attributes:
-        steps: the numpy steps, in order.
+        steps: the numpy steps, in order; ``step_nodes`` the node index each comes from.
         buffers: (shape, dtype, fill, offset) of each workspace slot: a view at ``offset``
             of the Method's arena (buffers whose lifetimes don't overlap share memory), or
             its own array (offset -1); None for slots bound at execute (external
@@ -121,6 +121,7 @@ class Plan:
     """
 
     steps: tuple[Step, ...]
+    step_nodes: tuple[int, ...]
     buffers: tuple[tuple[tuple[int, ...], np.dtype, float | None, int] | None, ...]
     arena_bytes: int
     inputs: tuple[tuple[int, int, tuple[int, ...], np.dtype], ...]
@@ -399,13 +400,16 @@ class Compiler:
                                    Error.InvalidProgram)
             table[info.external] = info
         steps: list[Step] = []
+        step_nodes: list[int] = []
         for pos, node in enumerate(self.graph.nodes):
             self._node, self._pos = node, pos
             builder = NODE_BUILDERS.get(node.type)
             if builder is None:
                 raise BackendError(f"{self.where}: XNNGraph.xnodes[{node.index}] has node type {node.type}, which this "
                                    "backend does not implement", Error.NotSupported)
-            steps.extend(builder(self, node))
+            made = builder(self, node)
+            steps.extend(made)
+            step_nodes.extend([node.index] * len(made))
         self._node = None
         for ext, info in outs.items():
             if info.value.id not in self._written:
@@ -418,6 +422,7 @@ class Compiler:
                                Error.InvalidProgram)
         return Plan(
             steps=tuple(steps),
+            step_nodes=tuple(step_nodes),
             buffers=tuple(layout),
             arena_bytes=arena,
             inputs=tuple((e, i.slot, i.shape, i.dtype) for e, i in sorted(ins.items())),

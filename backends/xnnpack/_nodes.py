@@ -213,8 +213,8 @@ def _build_convert(c: Compiler, node: XNode) -> list[Step]:
 
 def _build_softmax(c: Compiler, node: XNode) -> list[Step]:
     x, out = _unary_shape(c, node)
-    if not x.shape:
-        raise c.fail("softmax needs at least one dimension")
+    if not x.shape or x.shape[-1] == 0:
+        raise c.fail(f"softmax needs a non-empty last dimension, got dims {list(x.shape)}")
     get, o = c.getter(x), out.slot
     m = c.scratch((*x.shape[:-1], 1))
 
@@ -340,6 +340,8 @@ def _build_sdpa(c: Compiler, node: XNode) -> list[Step]:
     if len(q.shape) < 3 or len(k.shape) != len(q.shape) or len(v.shape) != len(q.shape):
         raise c.fail(f"query/key/value dims {list(q.shape)}, {list(k.shape)}, {list(v.shape)} are not [..., T, D]")
     t, d, s = q.shape[-2], q.shape[-1], k.shape[-2]
+    if s == 0:
+        raise c.fail(f"key dims {list(k.shape)} hold no keys")
     if k.shape[-1] != d or v.shape[-2] != s:
         raise c.fail(f"key dims {list(k.shape)} / value dims {list(v.shape)} do not match query {list(q.shape)}")
     c.check_shape(out, (*q.shape[:-1], v.shape[-1]))
