@@ -104,9 +104,11 @@ class XnnpackBackend(BackendInterface):
         OptionSpec("weight_cache_enabled", bool, True,
                    doc="share the re-laid-out weights (the compiled plan) between every Method instance of a Program "
                        "(ExecuTorch's XNNPACK weight cache); False: each Method compiles and holds its own copy"),
-        OptionSpec("workspace_sharing_mode", str, "disabled", choices=("disabled",),
-                   doc="ExecuTorch's scratch-memory sharing between delegate instances; instances here run in "
-                       "parallel, so each owns its workspace ('disabled', the only value)"),
+        OptionSpec("workspace_sharing_mode", int, 0, choices=(0, 1, 2),
+                   doc="ExecuTorch's workspace sharing between delegate instances (0 Disabled, 1 PerModel, "
+                       "2 Global). Instances here may run in parallel, so each always owns its workspace (within "
+                       "it, activations and scratch share one arena by lifetime); 1 and 2 are accepted so "
+                       "configurations written for ExecuTorch validate, and behave as 0"),
     )
 
     def init(self, context: BackendInitContext, processed: memoryview, compile_specs: tuple[CompileSpec, ...]) -> XnnpackHandle:

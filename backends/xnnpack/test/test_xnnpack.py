@@ -132,7 +132,10 @@ def test_weight_cache_disabled_gives_each_method_its_own_plan() -> None:
 def test_options_are_validated() -> None:
     prog = load_program(FIXTURES / "xnnpack_inline.pte")
     with pytest.raises(OrchestraError, match="workspace_sharing_mode"):
+        prog.load_method("forward", backend_options={ID: {"workspace_sharing_mode": 3}})
+    with pytest.raises(OrchestraError, match="workspace_sharing_mode"):
         prog.load_method("forward", backend_options={ID: {"workspace_sharing_mode": "global"}})
+    prog.load_method("forward", backend_options={ID: {"workspace_sharing_mode": 2}})  # ExecuTorch's Global
     with pytest.raises(OrchestraError, match="num_threads"):
         prog.load_method("forward", backend_options={ID: {"num_threads": "two"}})
     with pytest.raises(OrchestraError, match="num_threads"):
