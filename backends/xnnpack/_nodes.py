@@ -530,20 +530,43 @@ def _build_depthwise(c: Compiler, node: XNode) -> list[Step]:
     oh = _out_size(c, h, pt + pb, kh, sh, dh, "height")
     ow = _out_size(c, wd, pl + pr, kw, sw, dw, "width")
     c.check_shape(out, (n, oh, ow, cout))
-    ps, steps, _ = _padder(c, x, pt, pb, pl, pr, 0.0, repeat=goc)
+    ps, steps, pshape = _padder(c, x, pt, pb, pl, pr, 0.0, repeat=goc)
     wc = w.const
-    taps = [(sl, c.pack(f"tap{i},{j}", lambda i=i, j=j: np.ascontiguousarray(wc[0, i, j])))
-            for i, j, sl in _taps(c, kh, kw, dh, dw, sh, sw, oh, ow)]
     const_x, o = x.const, out.slot
     tmp = c.scratch((n, oh, ow, cout))
-    (sl0, w0), rest = taps[0], taps[1:]
+    tap_list = _taps(c, kh, kw, dh, dw, sh, sw, oh, ow)
+    weights = [c.pack(f"tap{i},{j}", lambda i=i, j=j: np.ascontiguousarray(wc[0, i, j])) for i, j, _ in tap_list]
+    if sh == sw == 1 or ps < 0:
+        srcs = [(lambda b, sl=sl: (const_x if ps < 0 else b[ps])[sl]) for _, _, sl in tap_list]
+    else:
+        # Strided taps would make numpy loop over one pixel's channels at a time; split the
+        # padded input once into sh x sw phase planes, so every tap reads whole rows.
+        _, hp, wp, _ = pshape
+        phases: dict[tuple[int, int], int] = {}
+        for a in range(sh):
+            for bb in range(sw):
+                phases[(a, bb)] = c.scratch((n, -(-(hp - a) // sh), -(-(wp - bb) // sw), cout))
+        keys = tuple(phases.items())
+
+        def split(b: list[Any]) -> None:
+            src = b[ps]
+            for (a, bb), slot in keys:
+                np.copyto(b[slot], src[:, a::sh, bb::sw])
+
+        steps.append(split)
+        srcs = []
+        for i, j, _ in tap_list:
+            a, r0 = (i * dh) % sh, (i * dh) // sh
+            bb, c0 = (j * dw) % sw, (j * dw) // sw
+            slot = phases[(a, bb)]
+            srcs.append(lambda b, slot=slot, r0=r0, c0=c0: b[slot][:, r0:r0 + oh, c0:c0 + ow])
+    (g0, w0), rest = (srcs[0], weights[0]), tuple(zip(srcs[1:], weights[1:]))
 
     def dw_step(b: list[Any]) -> None:
-        src = const_x if ps < 0 else b[ps]
         r, t = b[o], b[tmp]
-        np.multiply(src[sl0], w0, out=r)
-        for sl, wt in rest:
-            np.multiply(src[sl], wt, out=t)
+        np.multiply(g0(b), w0, out=r)
+        for g, wt in rest:
+            np.multiply(g(b), wt, out=t)
             np.add(r, t, out=r)
 
     steps.append(dw_step)
