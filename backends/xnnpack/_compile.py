@@ -1,0 +1,504 @@
+"""The graph compiler: a verified :class:`~._blob.XGraph` becomes a :class:`Plan`, a list
+of pre-bound numpy steps.
+
+A plan is built once per (Program, delegate) and shared by every Method instance: its steps
+hold the constants (zero-copy views of the program's bytes) and the weights re-laid-out for
+numpy (prepacked once). Each Method gets its own :class:`Workspace` (activation and scratch
+arrays sized from :attr:`Plan.buffers`), so N instances cost N x activations, never N x
+weights.
+
+Extending: node types are dispatched through :data:`NODE_BUILDERS` (name -> builder) and
+value datatypes through :data:`DATATYPES` (XNNDatatype -> numpy dtype); another module adds
+entries with :func:`register_node` / :func:`register_datatype` (e.g. the quantized types).
+A builder gets the :class:`Compiler` and the :class:`~._blob.XNode` and returns its steps.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from orchestra.errors import BackendError, Error
+
+from ._blob import INVALID_ID, XGraph, XNode, XValue, constant_bytes
+
+__all__ = [
+    "DATATYPES",
+    "MAX_WORKSPACE_BYTES",
+    "NODE_BUILDERS",
+    "Compiler",
+    "Plan",
+    "Step",
+    "TensorInfo",
+    "Workspace",
+    "compile_graph",
+    "register_datatype",
+    "register_node",
+]
+
+# A step runs one piece of a node on a Method's buffers (the workspace's list of arrays).
+Step = Callable[[list[Any]], None]
+Builder = Callable[["Compiler", XNode], list[Step]]
+
+# The registries (DESIGN: the only module-level mutable state, filled at import time):
+# "datatypes": XNNDatatype -> numpy dtype of the values this backend computes with (one
+# place for dtype handling: a datatype missing here is rejected at init, naming the value);
+# "nodes": node type name -> builder, filled by _nodes (float32) at import. Extend both with
+# register_datatype / register_node; read them through DATATYPES / NODE_BUILDERS.
+_REGISTRY: dict[str, dict[Any, Any]] = {
+    "datatypes": {
+        1: np.dtype(np.float32),  # xnn_datatype_fp32
+        12: np.dtype(np.int32),  # xnn_datatype_int32
+    },
+    "nodes": {},
+}
+DATATYPES: Mapping[int, np.dtype] = MappingProxyType(_REGISTRY["datatypes"])
+NODE_BUILDERS: Mapping[str, Builder] = MappingProxyType(_REGISTRY["nodes"])
+
+# Per-Method activations + scratch of one delegate may not exceed this (a hostile blob
+# declaring huge dims must fail at init, not allocate).
+MAX_WORKSPACE_BYTES = 2 << 30
+# Constants re-laid-out once per Program (transposed filters, ...) may not exceed this.
+MAX_PREPACK_BYTES = 4 << 30
+
+
+def register_node(name: str, builder: Builder) -> None:
+    """Makes ``builder`` compile nodes of type ``name`` (e.g. ``"XNNConv2d"``), replacing
+    any earlier builder for it."""
+    _REGISTRY["nodes"][name] = builder
+
+
+def register_datatype(datatype: int, dtype: np.dtype) -> None:
+    """Lets values of XNNDatatype ``datatype`` exist, held as numpy ``dtype``."""
+    _REGISTRY["datatypes"][int(datatype)] = np.dtype(dtype)
+
+
+@dataclass(frozen=True, slots=True)
+class TensorInfo:
+    """One value as the compiler sees it.
+
+    ``slot`` indexes the workspace's buffer list (-1 for constants, which live in
+    ``const``). ``external`` is the DelegateCall argument index, or -1.
+    """
+
+    value: XValue
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    slot: int
+    external: int = -1
+    const: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def is_const(self) -> bool:
+        return self.const is not None
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A compiled delegate (shared by every Method of a Program; immutable).
+
+    Attributes:
+        steps: the numpy steps, in order; ``step_nodes`` the node index each comes from.
+        buffers: (shape, dtype, fill, offset) of each workspace slot: a view at ``offset``
+            of the Method's arena (buffers whose lifetimes don't overlap share memory), or
+            its own array (offset -1); None for slots bound at execute (external
+            inputs/outputs) or by a view step.
+        arena_bytes: the size of the shared arena.
+        inputs: (argument index, slot, shape, dtype) of each external input, by argument.
+        outputs: the same for each external output.
+        node_types: the graph's node type per node (for statistics/inspect).
+        activation_bytes: bytes of per-Method buffers (what one Method instance costs).
+        prepacked_bytes: bytes of weights re-laid-out once per Program.
+    """
+
+    steps: tuple[Step, ...]
+    step_nodes: tuple[int, ...]
+    buffers: tuple[tuple[tuple[int, ...], np.dtype, float | None, int] | None, ...]
+    arena_bytes: int
+    inputs: tuple[tuple[int, int, tuple[int, ...], np.dtype], ...]
+    outputs: tuple[tuple[int, int, tuple[int, ...], np.dtype], ...]
+    node_types: tuple[str, ...]
+    activation_bytes: int
+    prepacked_bytes: int
+    num_args: int
+
+
+class Workspace:
+    """One Method's buffers for one plan: the list every step reads and writes."""
+
+    __slots__ = ("bufs", "arena", "nbytes")
+
+    def __init__(self, plan: Plan) -> None:
+        self.arena = np.empty(plan.arena_bytes, np.uint8)
+        bufs: list[Any] = []
+        own = 0
+        for b in plan.buffers:
+            if b is None:
+                bufs.append(None)
+            elif b[3] >= 0:
+                bufs.append(np.ndarray(b[0], b[1], self.arena, b[3]))
+            else:
+                a = np.empty(b[0], b[1]) if b[2] is None else np.full(b[0], b[2], b[1])
+                own += a.nbytes
+                bufs.append(a)
+        self.bufs = bufs
+        self.nbytes = plan.arena_bytes + own
+
+
+class Compiler:
+    """State while compiling one graph; builders use its helpers.
+
+    ``where`` names the delegate; :meth:`node_where` a node inside it.
+    """
+
+    def __init__(self, graph: XGraph, where: str, named_data: Callable[[str], memoryview] | None,
+                 input_shapes: Mapping[int, tuple[int, ...]] | None = None,
+                 packed: dict[Any, np.ndarray] | None = None) -> None:
+        self.graph = graph
+        self.where = where
+        self.named_data = named_data
+        # Dynamic shapes: the external inputs' actual dims (by external id); every other
+        # value then takes the dims its node computes (the serialized ones are upper bounds).
+        self.input_shapes = dict(input_shapes or {})
+        self.dynamic = bool(self.input_shapes)
+        self.packed = packed if packed is not None else {}
+        self.values: dict[int, XValue] = {}
+        self.infos: dict[int, TensorInfo] = {}
+        self.buffers: list[tuple[tuple[int, ...], np.dtype, float | None] | None] = []
+        self.prepacked_bytes = 0
+        self.workspace_bytes = 0
+        self._node: XNode | None = None
+        self._pos = 0  # index of the node being compiled (lifetimes are in node positions)
+        self._first: dict[int, int] = {}  # slot -> first node position that touches it
+        self._last: dict[int, int] = {}  # slot -> last node position that touches it
+        self._alias: dict[int, int] = {}  # view slot -> the slot whose memory it shows
+        self._pinned: set[int] = set()  # slots that never share memory
+
+    # -- errors ---------------------------------------------------------------------------
+    def node_where(self, node: XNode | None = None) -> str:
+        node = node or self._node
+        if node is None:
+            return self.where
+        return f"{self.where}: XNNGraph.xnodes[{node.index}] ({node.type}, debug_handle {node.debug_handle})"
+
+    def fail(self, msg: str, code: Error = Error.InvalidProgram) -> BackendError:
+        return BackendError(f"{self.node_where()}: {msg}", code)
+
+    # -- values ---------------------------------------------------------------------------
+    def _slot(self, spec: tuple[tuple[int, ...], np.dtype, float | None] | None) -> int:
+        if spec is not None:
+            nbytes = math.prod(spec[0]) * spec[1].itemsize
+            self.workspace_bytes += nbytes
+            if self.workspace_bytes > MAX_WORKSPACE_BYTES:
+                raise self.fail(f"the delegate's activations would need more than {MAX_WORKSPACE_BYTES} bytes per "
+                                "Method (corrupt dims?)", Error.MemoryAllocationFailed)
+        self.buffers.append(spec)
+        return len(self.buffers) - 1
+
+    def scratch(self, shape: tuple[int, ...], dtype: Any = np.float32, fill: float | None = None) -> int:
+        """A per-Method scratch buffer slot for the node being compiled (e.g. an im2col
+        matrix, a padded input). Its memory may be shared with buffers of other nodes, so
+        its content does not survive to the next execute, except with ``fill``: then every
+        element is set once, when the Method's workspace is made (e.g. the border of a
+        padded input, which later writes never touch), and the buffer is never shared."""
+        slot = self._slot((tuple(int(d) for d in shape), np.dtype(dtype), fill))
+        self._touch(slot)
+        if fill is not None:
+            self._pinned.add(slot)
+        return slot
+
+    def rebound(self) -> int:
+        """A slot a step rebinds at execute (to a view of some input); it owns no memory."""
+        self.buffers.append(None)
+        return len(self.buffers) - 1
+
+    def make_view(self, out: TensorInfo, src: TensorInfo) -> bool:
+        """Drops ``out``'s own buffer when a step will bind a view of ``src`` in its slot
+        instead (reshape of a buffer). False (keep the buffer) for external outputs."""
+        if out.external >= 0:
+            return False
+        spec = self.buffers[out.slot]
+        if spec is not None:
+            self.workspace_bytes -= math.prod(spec[0]) * spec[1].itemsize
+            self.buffers[out.slot] = None
+        if src.slot >= 0:
+            self._alias[out.slot] = self._alias.get(src.slot, src.slot)
+            self._touch(src.slot)
+        return True
+
+    def _touch(self, slot: int) -> None:
+        slot = self._alias.get(slot, slot)
+        self._first.setdefault(slot, self._pos)
+        self._last[slot] = self._pos
+
+    def pack(self, key: str, make: Callable[[], np.ndarray]) -> np.ndarray:
+        """Weights derived once from constants for the node being compiled (re-laid-out
+        filters, ...): ``make()`` runs only when no plan of this delegate (e.g. one
+        specialised for other input shapes) made them under (node index, ``key``) before."""
+        k = (self._node.index if self._node is not None else -1, key)
+        arr = self.packed.get(k)
+        if arr is None:
+            arr = self.packed.setdefault(k, self.prepacked(make()))
+        return arr
+
+    def prepacked(self, array: np.ndarray) -> np.ndarray:
+        """Registers ``array`` as weights derived once per Program; returns it read-only."""
+        self.prepacked_bytes += array.nbytes
+        if self.prepacked_bytes > MAX_PREPACK_BYTES:
+            raise self.fail(f"re-laid-out weights exceed {MAX_PREPACK_BYTES} bytes", Error.MemoryAllocationFailed)
+        array.flags.writeable = False
+        return array
+
+    def _define(self, v: XValue) -> None:
+        p = f"{self.where}: XNNGraph.xvalues[{v.index}] (id {v.id})"
+        if v.id == INVALID_ID:
+            raise BackendError(f"{p}: id_out is XNN_INVALID_VALUE_ID", Error.InvalidProgram)
+        if v.id in self.values:
+            raise BackendError(f"{p}: id {v.id} is defined twice (also by xvalues[{self.values[v.id].index}])",
+                               Error.InvalidProgram)
+        dtype = DATATYPES.get(v.datatype)
+        if dtype is None or (v.quant is not None and v.datatype in (1, 12)):
+            what = f"datatype {v.datatype_name}" + (f" with {v.quant.kind}" if v.quant is not None else "")
+            raise BackendError(f"{p}: {what} is not supported by this backend (supported: "
+                               f"{', '.join(sorted(_dt_name(d) for d in DATATYPES))})", Error.NotSupported)
+        if v.dq_datatype and v.dq_datatype not in DATATYPES:
+            raise BackendError(f"{p}: dq_datatype {_dt_name(v.dq_datatype)} (dynamic quantization) is not supported "
+                               "by this backend", Error.NotSupported)
+        shape = tuple(int(d) for d in v.dims)
+        if v.is_input and v.external_id in self.input_shapes:
+            given = tuple(int(d) for d in self.input_shapes[v.external_id])
+            if len(given) != len(shape):
+                raise BackendError(f"{p}: external input {v.external_id} has {len(shape)} dims {list(shape)}, got "
+                                   f"{len(given)} dims {list(given)}", Error.InvalidArgument)
+            shape = given
+        if math.prod(shape) * dtype.itemsize > MAX_WORKSPACE_BYTES:
+            raise BackendError(f"{p}: dims {list(shape)} hold more than {MAX_WORKSPACE_BYTES} bytes (corrupt dims?)",
+                               Error.MemoryAllocationFailed)
+        if v.flags & ~0x3:
+            raise BackendError(f"{p}: flags {v.flags:#x} hold bits other than EXTERNAL_INPUT/EXTERNAL_OUTPUT",
+                               Error.InvalidProgram)
+        external = -1
+        if v.flags:
+            if v.external_id >= self.graph.num_externs:
+                raise BackendError(f"{p}: external_id {v.external_id} is not below num_externs "
+                                   f"{self.graph.num_externs}", Error.InvalidProgram)
+            if v.constant_buffer_idx:
+                raise BackendError(f"{p}: an external value can't be a constant", Error.InvalidProgram)
+            external = v.external_id
+        self.values[v.id] = v
+        if v.constant_buffer_idx:
+            raw = constant_bytes(self.graph, v, self.named_data, self.where)
+            need = math.prod(shape) * dtype.itemsize
+            if len(raw) < need:
+                raise BackendError(f"{p}: constant {v.constant_buffer_idx} holds {len(raw)} bytes, dims {list(shape)} "
+                                   f"of {v.datatype_name} need {need}", Error.InvalidProgram)
+            arr = np.frombuffer(raw, dtype=dtype, count=math.prod(shape)).reshape(shape)
+            if arr.flags.writeable:
+                arr = arr.view()
+                arr.flags.writeable = False
+            self.infos[v.id] = TensorInfo(v, dtype, shape, -1, -1, arr)
+            return
+        # external values are bound at execute; others get a per-Method buffer.
+        slot = self._slot(None if external >= 0 else (shape, dtype, None))
+        self.infos[v.id] = TensorInfo(v, dtype, shape, slot, external)
+
+    def info(self, vid: int, role: str, *, optional: bool = False) -> TensorInfo | None:
+        """The value a node field refers to. ``optional``: XNN_INVALID_VALUE_ID gives None."""
+        if vid == INVALID_ID and optional:
+            return None
+        info = self.infos.get(vid)
+        if info is None:
+            raise self.fail(f"{role} refers to value id {vid}, which no XNNGraph.xvalues entry defines")
+        if info.const is None and not info.value.is_input and vid not in self._written:
+            raise self.fail(f"{role} reads value id {vid} before any node writes it (nodes must come in "
+                            "execution order)")
+        if info.slot >= 0:
+            self._touch(info.slot)
+        return info
+
+    def tensor(self, vid: int, role: str) -> TensorInfo:
+        info = self.info(vid, role)
+        assert info is not None
+        return info
+
+    def output(self, vid: int, role: str = "output_id") -> TensorInfo:
+        info = self.infos.get(vid)
+        if info is None:
+            raise self.fail(f"{role} refers to value id {vid}, which no XNNGraph.xvalues entry defines")
+        if info.is_const:
+            raise self.fail(f"{role} (value id {vid}) is a constant; a node can't write into it")
+        if info.value.is_input:
+            raise self.fail(f"{role} (value id {vid}) is an external input; a node can't write into it")
+        if vid in self._written:
+            raise self.fail(f"{role} (value id {vid}) is already written by XNNGraph.xnodes[{self._written[vid]}]")
+        self._written[vid] = self._node.index if self._node is not None else -1
+        self._touch(info.slot)
+        return info
+
+    def check_shape(self, out: TensorInfo, shape: tuple[int, ...], role: str = "output") -> TensorInfo:
+        """Checks the dims a node computes against its output value's; with dynamic input
+        shapes the value takes the computed dims (same rank). Returns the value's info."""
+        shape = tuple(int(d) for d in shape)
+        if tuple(out.shape) == shape:
+            return out
+        if not self.dynamic or len(shape) != len(out.shape):
+            raise self.fail(f"{role} (value id {out.value.id}) has dims {list(out.shape)}, the node computes "
+                            f"{list(shape)}")
+        new = TensorInfo(out.value, out.dtype, shape, out.slot, out.external, out.const)
+        self.infos[out.value.id] = new
+        spec = self.buffers[out.slot]
+        if spec is not None:
+            self.workspace_bytes -= math.prod(spec[0]) * spec[1].itemsize
+            self.buffers[out.slot] = self._checked_spec((shape, spec[1], spec[2]))
+        return new
+
+    def _checked_spec(self, spec: tuple[tuple[int, ...], np.dtype, float | None]) -> tuple[tuple[int, ...], np.dtype, float | None]:
+        self.workspace_bytes += math.prod(spec[0]) * spec[1].itemsize
+        if self.workspace_bytes > MAX_WORKSPACE_BYTES:
+            raise self.fail(f"the delegate's activations would need more than {MAX_WORKSPACE_BYTES} bytes per "
+                            "Method (corrupt dims?)", Error.MemoryAllocationFailed)
+        return spec
+
+    def check_dtype(self, info: TensorInfo, role: str, allowed: tuple[Any, ...] = (np.float32,)) -> None:
+        if info.dtype not in [np.dtype(a) for a in allowed]:
+            raise self.fail(f"{role} (value id {info.value.id}) is {info.value.datatype_name}; this node supports "
+                            f"{', '.join(np.dtype(a).name for a in allowed)}", Error.NotSupported)
+
+    def getter(self, info: TensorInfo) -> Callable[[list[Any]], Any]:
+        """A function returning the value's array from the buffers (constants: the array)."""
+        if info.const is not None:
+            c = info.const
+            return lambda b: c
+        s = info.slot
+        return lambda b: b[s]
+
+    # -- compile --------------------------------------------------------------------------
+    def compile(self) -> Plan:
+        self._written: dict[int, int] = {}
+        for v in self.graph.values:
+            self._define(v)
+        ins: dict[int, TensorInfo] = {}
+        outs: dict[int, TensorInfo] = {}
+        for info in self.infos.values():
+            if info.external < 0:
+                continue
+            table = ins if info.value.is_input else outs
+            if info.value.is_input and info.value.is_output:
+                raise BackendError(f"{self.where}: value id {info.value.id} is both an external input and output",
+                                   Error.InvalidProgram)
+            if info.external in ins or info.external in outs:
+                raise BackendError(f"{self.where}: external_id {info.external} is used by two values",
+                                   Error.InvalidProgram)
+            table[info.external] = info
+        steps: list[Step] = []
+        step_nodes: list[int] = []
+        for pos, node in enumerate(self.graph.nodes):
+            self._node, self._pos = node, pos
+            builder = NODE_BUILDERS.get(node.type)
+            if builder is None:
+                raise BackendError(f"{self.where}: XNNGraph.xnodes[{node.index}] has node type {node.type}, which this "
+                                   "backend does not implement", Error.NotSupported)
+            made = builder(self, node)
+            steps.extend(made)
+            step_nodes.extend([node.index] * len(made))
+        self._node = None
+        for ext, info in outs.items():
+            if info.value.id not in self._written:
+                raise BackendError(f"{self.where}: external output (value id {info.value.id}, external_id {ext}) is "
+                                   "written by no node", Error.InvalidProgram)
+        layout, arena = self._layout()
+        num_args = len(ins) + len(outs)
+        if sorted([*ins, *outs]) != list(range(num_args)):
+            raise BackendError(f"{self.where}: external ids {sorted([*ins, *outs])} are not 0..{num_args - 1}",
+                               Error.InvalidProgram)
+        return Plan(
+            steps=tuple(steps),
+            step_nodes=tuple(step_nodes),
+            buffers=tuple(layout),
+            arena_bytes=arena,
+            inputs=tuple((e, i.slot, i.shape, i.dtype) for e, i in sorted(ins.items())),
+            outputs=tuple((e, i.slot, i.shape, i.dtype) for e, i in
+                          sorted((e, self.infos[i.value.id]) for e, i in outs.items())),
+            node_types=tuple(n.type for n in self.graph.nodes),
+            activation_bytes=arena + sum(math.prod(b[0]) * b[1].itemsize for b in layout
+                                         if b is not None and b[3] < 0),
+            prepacked_bytes=self.prepacked_bytes,
+            num_args=num_args,
+        )
+
+
+    def _layout(self) -> tuple[list[tuple[tuple[int, ...], np.dtype, float | None, int] | None], int]:
+        """Places every shareable buffer in one arena: two buffers whose lifetimes (first to
+        last node touching them, views counted as their source) overlap never overlap in
+        memory. Returns (shape, dtype, fill, arena offset or -1 for an own array) per slot
+        and the arena's size."""
+        placed: list[tuple[int, int, int, int]] = []  # (offset, end, first, last)
+        layout: list[tuple[tuple[int, ...], np.dtype, float | None, int] | None] = []
+        order = []
+        for slot, spec in enumerate(self.buffers):
+            if spec is None or slot in self._pinned or slot not in self._first:
+                continue
+            order.append((-(math.prod(spec[0]) * spec[1].itemsize), slot))
+        offsets: dict[int, int] = {}
+        for neg, slot in sorted(order):
+            size = (-neg + _ALIGN - 1) // _ALIGN * _ALIGN
+            first, last = self._first[slot], self._last[slot]
+            busy = sorted((o, e) for o, e, f, la in placed if f <= last and first <= la)
+            off = 0
+            for o, e in busy:
+                if off + size <= o:
+                    break
+                off = max(off, e)
+            placed.append((off, off + size, first, last))
+            offsets[slot] = off
+        for slot, spec in enumerate(self.buffers):
+            if spec is None:
+                layout.append(None)
+            elif slot not in self._first and slot not in self._pinned:
+                layout.append(None)  # never read nor written: no memory
+            else:
+                layout.append((spec[0], spec[1], spec[2], offsets.get(slot, -1)))
+        return layout, max((e for _, e, _, _ in placed), default=0)
+
+
+_ALIGN = 64
+
+
+def _dt_name(d: int) -> str:
+    from ._blob import DATATYPE_NAMES
+
+    return DATATYPE_NAMES[d] if 0 <= d < len(DATATYPE_NAMES) else f"<{d}>"
+
+
+def compile_graph(graph: XGraph, where: str, named_data: Callable[[str], memoryview] | None,
+                  input_shapes: Mapping[int, tuple[int, ...]] | None = None,
+                  packed: dict[Any, np.ndarray] | None = None) -> Plan:
+    """Compiles a verified graph into a :class:`Plan` (see the module docstring).
+
+    ``input_shapes`` (external id -> dims) specialises the plan for inputs whose dims differ
+    from the serialized ones (dynamic shapes); ``packed`` is a dict shared by the plans of one
+    delegate so that their re-laid-out weights are made once.
+
+    Raises:
+        BackendError: an unknown node type or datatype (NotSupported), a bad reference,
+            shape or constant (InvalidProgram), naming the node or value and the delegate.
+    """
+    from . import _nodes  # noqa: F401  (fills NODE_BUILDERS)
+
+    return Compiler(graph, where, named_data, input_shapes, packed).compile()
+
+
+def node_counts(graph: XGraph) -> Mapping[str, int]:
+    counts: dict[str, int] = {}
+    for n in graph.nodes:
+        counts[n.type] = counts.get(n.type, 0) + 1
+    return counts
