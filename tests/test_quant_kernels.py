@@ -101,11 +101,17 @@ def test_quantize_per_tensor_matches_executorch(et_ops: Any, scale: float, zp: i
     et_ops.quantize_per_tensor.out(_t(x), scale, zp, qmin, qmax, _NP_TO_TORCH[dt], out=want)
     np.testing.assert_array_equal(got, want.numpy())
     # torch's reference op (round-half-to-even, clamp) agrees wherever the product fits an
-    # int64; beyond that torch saturates to quant_max and ExecuTorch's x86 cast gives quant_min.
+    # int64 (beyond that torch saturates to quant_max and ExecuTorch's x86 cast gives
+    # quant_min), up to exact ties, which its double-precision reciprocal may round the other
+    # way; away from ties it agrees exactly.
     ref = torch.ops.quantized_decomposed.quantize_per_tensor(_t(x), scale, zp, qmin, qmax, _NP_TO_TORCH[dt])
     fits = np.abs(x.astype(np.float64) / scale) < 1e15
     assert not fits.all()
-    np.testing.assert_array_equal(got[fits], ref.numpy()[fits])
+    diff = np.abs(got[fits].astype(int) - ref.numpy()[fits].astype(int))
+    assert diff.max() <= 1
+    q = x[fits].astype(np.float64) / scale
+    away = np.abs(q - np.floor(q) - 0.5) > 1e-3
+    assert (diff[away] == 0).all()
 
 
 @pytest.mark.executorch
