@@ -102,6 +102,7 @@ class QuantSpec:
     input_shape: tuple[int, ...]
     dynamic: bool = False
     seed_offset: int = 0
+    calibration_batches: int = CALIBRATION_BATCHES
 
 
 def _conv(gen: torch.Generator) -> nn.Module:
@@ -123,7 +124,7 @@ def big_convnet_spec() -> QuantSpec:
     """A 224x224 int8 conv net (generated in the tests, not committed)."""
     return QuantSpec(
         "convnet224", lambda gen: QConvNet(channels=16, size=224, stride=4), (1, 3, 224, 224),
-        seed_offset=4,
+        seed_offset=4, calibration_batches=2,
     )
 
 
@@ -148,7 +149,7 @@ def quantize(spec: QuantSpec) -> tuple[torch.export.ExportedProgram, torch.Tenso
     config = get_symmetric_quantization_config(is_per_channel=True, is_dynamic=spec.dynamic)
     prepared = prepare_pt2e(captured, XNNPACKQuantizer().set_global(config))
     with torch.no_grad():
-        for _ in range(CALIBRATION_BATCHES):
+        for _ in range(spec.calibration_batches):
             prepared(torch.randn(spec.input_shape, generator=gen))
     converted = convert_pt2e(prepared)
     test_input = torch.randn(spec.input_shape, generator=gen)
@@ -177,6 +178,23 @@ def export_pair(spec: QuantSpec) -> dict[str, tuple[bytes, dict[str, np.ndarray]
         for i, o in enumerate(run_in_executorch(pte, "forward", [x])):
             arrays[f"forward.out_{i}"] = o
         result[prefix + spec.name] = (pte, arrays)
+    return result
+
+
+def cached_pair(spec: QuantSpec, folder: pathlib.Path) -> dict[str, tuple[pathlib.Path, dict[str, np.ndarray]]]:
+    """:func:`export_pair` written to ``folder`` once; later calls (other test files of the same
+    session) read the files back. Returns name -> (pte path, npz arrays)."""
+    names = ("int8_" + spec.name, "xnnpack_int8_" + spec.name)
+    if not all((folder / f"{n}.npz").is_file() for n in names):
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, (pte, arrays) in export_pair(spec).items():
+            (folder / f"{name}.pte").write_bytes(pte)
+            (folder / f"{name}.npz.tmp").write_bytes(npz_bytes(arrays))
+            (folder / f"{name}.npz.tmp").replace(folder / f"{name}.npz")
+    result = {}
+    for name in names:
+        with np.load(folder / f"{name}.npz") as z:
+            result[name] = (folder / f"{name}.pte", {k: z[k] for k in z.files})
     return result
 
 
