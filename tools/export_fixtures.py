@@ -269,6 +269,31 @@ def build_specs() -> list[FixtureSpec]:
             extract_delegate_segments=False,
         )
     )
+
+    # XNNPACK-lowered twins of the portable fixtures: same seeds, so the same weights and
+    # inputs as their portable versions.
+    gen = _seeded(2)
+    dwsep2 = DepthwiseSeparable().eval()
+    specs.append(FixtureSpec(
+        "xnnpack_dwsep", {"forward": MethodSpec(dwsep2, (torch.randn(1, 3, 16, 16, generator=gen),))}, xnnpack=True))
+
+    gen = _seeded(3)
+    tf2 = TransformerBlock().eval()
+    tokens2 = torch.randint(0, TransformerBlock.VOCAB, (1, TransformerBlock.SEQ), generator=gen)
+    specs.append(FixtureSpec("xnnpack_transformer", {"forward": MethodSpec(tf2, (tokens2,))}, xnnpack=True))
+
+    gen = _seeded(5)
+    two2 = EncoderWithHead().eval()
+    specs.append(
+        FixtureSpec(
+            "xnnpack_two_methods",
+            {
+                "forward": MethodSpec(two2, (torch.randn(2, 12, generator=gen),)),
+                "encode": MethodSpec(two2.encoder, (torch.randn(4, 12, generator=gen),)),
+            },
+            xnnpack=True,
+        )
+    )
     return specs
 
 

@@ -1,0 +1,159 @@
+"""``XnnpackBackend``: runs ExecuTorch's XNNPACK delegates (the blob ``XnnpackPartitioner``
+writes) with numpy.
+
+``init`` verifies the blob and compiles its graph into a :class:`~._compile.Plan` once per
+(Program, delegate), kept in ``BackendInitContext.program_cache`` so that every Method
+instance shares the weights; each handle owns only its :class:`~._compile.Workspace`
+(activations and scratch). ``execute`` binds the DelegateCall's arrays to the plan's
+external values (by ``external_id``) and runs the steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from orchestra.errors import BackendError, Error
+from orchestra.program import CompileSpec
+from orchestra.runtime import BackendExecutionContext, BackendInitContext, BackendInterface, OptionSpec
+
+from ._blob import parse_blob
+from ._compile import Plan, Workspace, compile_graph
+
+__all__ = ["BACKEND_ID", "XnnpackBackend", "XnnpackHandle", "XnnpackStatistics"]
+
+BACKEND_ID = "XnnpackBackend"
+_CACHE_KEY = "xnnpack.plan"
+
+
+@dataclass(frozen=True, slots=True)
+class XnnpackStatistics:
+    """Counters of one handle (one delegate of one Method instance).
+
+    Attributes:
+        executions: executes run.
+        steps: numpy steps per execute.
+        node_types: the graph's node types with counts.
+        activation_bytes: this handle's own buffers (activations + scratch).
+        prepacked_bytes: weights re-laid-out for numpy, shared by every Method of the
+            Program when ``weight_cache_enabled`` (else owned by this handle).
+        shared_plan: True when the plan came from (or went into) the Program's cache.
+    """
+
+    executions: int
+    steps: int
+    node_types: tuple[tuple[str, int], ...]
+    activation_bytes: int
+    prepacked_bytes: int
+    shared_plan: bool
+
+
+class XnnpackHandle:
+    """One XNNPACK delegate in one Method: the shared plan plus this Method's workspace."""
+
+    __slots__ = ("plan", "workspace", "where", "executions", "shared", "__weakref__")
+
+    def __init__(self, plan: Plan, where: str, shared: bool) -> None:
+        self.plan = plan
+        self.workspace: Workspace | None = Workspace(plan)
+        self.where = where
+        self.executions = 0
+        self.shared = shared
+
+    def statistics(self) -> XnnpackStatistics:
+        counts: dict[str, int] = {}
+        for t in self.plan.node_types:
+            counts[t] = counts.get(t, 0) + 1
+        return XnnpackStatistics(self.executions, len(self.plan.steps), tuple(sorted(counts.items())),
+                                 self.plan.activation_bytes, self.plan.prepacked_bytes, self.shared)
+
+    def __repr__(self) -> str:
+        state = "destroyed" if self.workspace is None else "live"
+        return f"<XnnpackHandle {self.where} nodes={len(self.plan.node_types)} {state}>"
+
+
+def _values(specs: Mapping[str, Any], option_specs: tuple[OptionSpec, ...]) -> dict[str, Any]:
+    values = {s.name: s.default for s in option_specs}
+    values.update(specs)
+    return values
+
+
+class XnnpackBackend(BackendInterface):
+    """Executes XNNPACK delegate blobs (``XH00`` header + ``XNNGraph`` flatbuffer +
+    constants) with numpy, float32. See ``backends/xnnpack/README.md``."""
+
+    option_specs = (
+        OptionSpec("num_threads", int, 1, hot=True,
+                   doc="threads for one execute; this backend runs each execute on the calling thread, so 1 is the "
+                       "only effective value (numpy's BLAS pool is governed by orchestra's thread control)"),
+        OptionSpec("weight_cache_enabled", bool, True,
+                   doc="share the re-laid-out weights (the compiled plan) between every Method instance of a Program "
+                       "(ExecuTorch's XNNPACK weight cache); False: each Method compiles and holds its own copy"),
+        OptionSpec("workspace_sharing_mode", str, "disabled", choices=("disabled",),
+                   doc="ExecuTorch's scratch-memory sharing between delegate instances; instances here run in "
+                       "parallel, so each owns its workspace ('disabled', the only value)"),
+    )
+
+    def init(self, context: BackendInitContext, processed: memoryview, compile_specs: tuple[CompileSpec, ...]) -> XnnpackHandle:
+        where = f"method {context.method_name!r}: delegate {context.delegate_index} ({context.backend_id or BACKEND_ID})"
+        values = _values(context.runtime_specs, self.option_specs)
+        if values["num_threads"] < 1:
+            raise BackendError(f"{where}: backend {BACKEND_ID!r} option 'num_threads' must be >= 1, got "
+                               f"{values['num_threads']}", Error.InvalidArgument)
+        cache = context.program_cache if values["weight_cache_enabled"] else None
+        plan = cache.get(_CACHE_KEY) if cache is not None else None
+        if plan is None:
+            graph = parse_blob(processed, where)
+            plan = compile_graph(graph, where, context.named_data)
+            if cache is not None:
+                plan = cache.setdefault(_CACHE_KEY, plan)
+        return XnnpackHandle(plan, where, cache is not None)
+
+    def execute(self, context: BackendExecutionContext, handle: XnnpackHandle, args: list[Any]) -> None:
+        ws = handle.workspace
+        if ws is None:
+            raise BackendError(f"{handle.where}: execute on a destroyed handle", Error.DelegateInvalidHandle)
+        plan, bufs = handle.plan, ws.bufs
+        if len(args) != plan.num_args:
+            raise BackendError(f"{handle.where}: the DelegateCall passes {len(args)} arguments, the XNNPACK graph "
+                               f"has {plan.num_args} external values", Error.InvalidArgument)
+        for e, slot, shape, dtype in plan.inputs:
+            a = args[e]
+            if not isinstance(a, np.ndarray) or a.dtype != dtype or a.size != ws_size(shape):
+                raise BackendError(
+                    f"{handle.where}: argument {e} (external input) must be a {dtype} tensor of "
+                    f"{ws_size(shape)} elements (dims {list(shape)}), got "
+                    f"{_describe(a)}", Error.InvalidArgument)
+            bufs[slot] = a.reshape(shape) if a.flags.c_contiguous else np.ascontiguousarray(a).reshape(shape)
+        for e, slot, shape, dtype in plan.outputs:
+            a = args[e]
+            if isinstance(a, np.ndarray) and a.dtype == dtype and a.size == ws_size(shape) and a.flags.c_contiguous \
+                    and a.flags.writeable:
+                bufs[slot] = a.reshape(shape)
+            else:
+                new = np.empty(shape, dtype)
+                args[e] = new
+                bufs[slot] = new
+        with np.errstate(all="ignore"):
+            for step in plan.steps:
+                step(bufs)
+        handle.executions += 1
+
+    def destroy(self, handle: XnnpackHandle) -> None:
+        handle.workspace = None
+
+
+def ws_size(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _describe(a: Any) -> str:
+    if isinstance(a, np.ndarray):
+        return f"{a.dtype} {list(a.shape)}"
+    return type(a).__name__

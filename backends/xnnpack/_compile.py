@@ -1,0 +1,354 @@
+"""The graph compiler: a verified :class:`~._blob.XGraph` becomes a :class:`Plan`, a list
+of pre-bound numpy steps.
+
+A plan is built once per (Program, delegate) and shared by every Method instance: its steps
+hold the constants (zero-copy views of the program's bytes) and the weights re-laid-out for
+numpy (prepacked once). Each Method gets its own :class:`Workspace` (activation and scratch
+arrays sized from :attr:`Plan.buffers`), so N instances cost N x activations, never N x
+weights.
+
+Extending: node types are dispatched through :data:`NODE_BUILDERS` (name -> builder) and
+value datatypes through :data:`DATATYPES` (XNNDatatype -> numpy dtype); another module adds
+entries with :func:`register_node` / :func:`register_datatype` (e.g. the quantized types).
+A builder gets the :class:`Compiler` and the :class:`~._blob.XNode` and returns its steps.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from orchestra.errors import BackendError, Error
+
+from ._blob import INVALID_ID, XGraph, XNode, XValue, constant_bytes
+
+__all__ = [
+    "DATATYPES",
+    "MAX_WORKSPACE_BYTES",
+    "NODE_BUILDERS",
+    "Compiler",
+    "Plan",
+    "Step",
+    "TensorInfo",
+    "Workspace",
+    "compile_graph",
+    "register_datatype",
+    "register_node",
+]
+
+# A step runs one piece of a node on a Method's buffers (the workspace's list of arrays).
+Step = Callable[[list[Any]], None]
+Builder = Callable[["Compiler", XNode], list[Step]]
+
+# XNNDatatype -> numpy dtype of the values this backend computes with. One place for
+# dtype handling: a datatype missing here is rejected at init, naming the value.
+DATATYPES: dict[int, np.dtype] = {
+    1: np.dtype(np.float32),  # xnn_datatype_fp32
+    12: np.dtype(np.int32),  # xnn_datatype_int32
+}
+
+# Node type name -> builder. Filled by _nodes (float32) at import; extend with register_node.
+NODE_BUILDERS: dict[str, Builder] = {}
+
+# Per-Method activations + scratch of one delegate may not exceed this (a hostile blob
+# declaring huge dims must fail at init, not allocate).
+MAX_WORKSPACE_BYTES = 8 << 30
+# Constants re-laid-out once per Program (transposed filters, ...) may not exceed this.
+MAX_PREPACK_BYTES = 4 << 30
+
+
+def register_node(name: str, builder: Builder) -> None:
+    """Makes ``builder`` compile nodes of type ``name`` (e.g. ``"XNNConv2d"``), replacing
+    any earlier builder for it."""
+    NODE_BUILDERS[name] = builder
+
+
+def register_datatype(datatype: int, dtype: np.dtype) -> None:
+    """Lets values of XNNDatatype ``datatype`` exist, held as numpy ``dtype``."""
+    DATATYPES[int(datatype)] = np.dtype(dtype)
+
+
+@dataclass(frozen=True, slots=True)
+class TensorInfo:
+    """One value as the compiler sees it.
+
+    ``slot`` indexes the workspace's buffer list (-1 for constants, which live in
+    ``const``). ``external`` is the DelegateCall argument index, or -1.
+    """
+
+    value: XValue
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    slot: int
+    external: int = -1
+    const: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def is_const(self) -> bool:
+        return self.const is not None
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A compiled delegate (shared by every Method of a Program; immutable).
+
+    Attributes:
+        steps: the numpy steps, in order.
+        buffers: (shape, dtype, fill) of each workspace slot; None for slots bound at
+            execute (external inputs/outputs) or by a view step.
+        inputs: (argument index, slot, shape, dtype) of each external input, by argument.
+        outputs: the same for each external output.
+        node_types: the graph's node type per node (for statistics/inspect).
+        activation_bytes: bytes of per-Method buffers (what one Method instance costs).
+        prepacked_bytes: bytes of weights re-laid-out once per Program.
+    """
+
+    steps: tuple[Step, ...]
+    buffers: tuple[tuple[tuple[int, ...], np.dtype, float | None] | None, ...]
+    inputs: tuple[tuple[int, int, tuple[int, ...], np.dtype], ...]
+    outputs: tuple[tuple[int, int, tuple[int, ...], np.dtype], ...]
+    node_types: tuple[str, ...]
+    activation_bytes: int
+    prepacked_bytes: int
+    num_args: int
+
+
+class Workspace:
+    """One Method's buffers for one plan: the list every step reads and writes."""
+
+    __slots__ = ("bufs", "nbytes")
+
+    def __init__(self, plan: Plan) -> None:
+        self.bufs: list[Any] = [None if b is None else np.empty(b[0], b[1]) if b[2] is None
+                                else np.full(b[0], b[2], b[1]) for b in plan.buffers]
+        self.nbytes = sum(b.nbytes for b in self.bufs if b is not None)
+
+
+class Compiler:
+    """State while compiling one graph; builders use its helpers.
+
+    ``where`` names the delegate; :meth:`node_where` a node inside it.
+    """
+
+    def __init__(self, graph: XGraph, where: str, named_data: Callable[[str], memoryview] | None) -> None:
+        self.graph = graph
+        self.where = where
+        self.named_data = named_data
+        self.values: dict[int, XValue] = {}
+        self.infos: dict[int, TensorInfo] = {}
+        self.buffers: list[tuple[tuple[int, ...], np.dtype, float | None] | None] = []
+        self.prepacked_bytes = 0
+        self.workspace_bytes = 0
+        self._node: XNode | None = None
+
+    # -- errors ---------------------------------------------------------------------------
+    def node_where(self, node: XNode | None = None) -> str:
+        node = node or self._node
+        if node is None:
+            return self.where
+        return f"{self.where}: XNNGraph.xnodes[{node.index}] ({node.type}, debug_handle {node.debug_handle})"
+
+    def fail(self, msg: str, code: Error = Error.InvalidProgram) -> BackendError:
+        return BackendError(f"{self.node_where()}: {msg}", code)
+
+    # -- values ---------------------------------------------------------------------------
+    def _slot(self, spec: tuple[tuple[int, ...], np.dtype, float | None] | None) -> int:
+        if spec is not None:
+            nbytes = math.prod(spec[0]) * spec[1].itemsize
+            self.workspace_bytes += nbytes
+            if self.workspace_bytes > MAX_WORKSPACE_BYTES:
+                raise self.fail(f"the delegate's activations would need more than {MAX_WORKSPACE_BYTES} bytes per "
+                                "Method (corrupt dims?)", Error.MemoryAllocationFailed)
+        self.buffers.append(spec)
+        return len(self.buffers) - 1
+
+    def scratch(self, shape: tuple[int, ...], dtype: Any = np.float32, fill: float | None = None) -> int:
+        """A per-Method scratch buffer slot (e.g. an im2col matrix, a padded input);
+        ``fill`` sets every element once, when the Method's workspace is made (e.g. the
+        border of a padded input, which later writes never touch)."""
+        return self._slot((tuple(int(d) for d in shape), np.dtype(dtype), fill))
+
+    def make_view(self, out: TensorInfo) -> bool:
+        """Drops ``out``'s own buffer when a step will bind a view in its slot instead
+        (reshape of a buffer). False (keep the buffer) for external outputs."""
+        if out.external >= 0:
+            return False
+        spec = self.buffers[out.slot]
+        if spec is not None:
+            self.workspace_bytes -= math.prod(spec[0]) * spec[1].itemsize
+            self.buffers[out.slot] = None
+        return True
+
+    def prepacked(self, array: np.ndarray) -> np.ndarray:
+        """Registers ``array`` as weights derived once per Program; returns it read-only."""
+        self.prepacked_bytes += array.nbytes
+        if self.prepacked_bytes > MAX_PREPACK_BYTES:
+            raise self.fail(f"re-laid-out weights exceed {MAX_PREPACK_BYTES} bytes", Error.MemoryAllocationFailed)
+        array.flags.writeable = False
+        return array
+
+    def _define(self, v: XValue) -> None:
+        p = f"{self.where}: XNNGraph.xvalues[{v.index}] (id {v.id})"
+        if v.id == INVALID_ID:
+            raise BackendError(f"{p}: id_out is XNN_INVALID_VALUE_ID", Error.InvalidProgram)
+        if v.id in self.values:
+            raise BackendError(f"{p}: id {v.id} is defined twice (also by xvalues[{self.values[v.id].index}])",
+                               Error.InvalidProgram)
+        dtype = DATATYPES.get(v.datatype)
+        if dtype is None or (v.quant is not None and v.datatype in (1, 12)):
+            what = f"datatype {v.datatype_name}" + (f" with {v.quant.kind}" if v.quant is not None else "")
+            raise BackendError(f"{p}: {what} is not supported by this backend (supported: "
+                               f"{', '.join(sorted(_dt_name(d) for d in DATATYPES))})", Error.NotSupported)
+        if v.dq_datatype and v.dq_datatype not in DATATYPES:
+            raise BackendError(f"{p}: dq_datatype {_dt_name(v.dq_datatype)} (dynamic quantization) is not supported "
+                               "by this backend", Error.NotSupported)
+        shape = tuple(int(d) for d in v.dims)
+        if v.flags & ~0x3:
+            raise BackendError(f"{p}: flags {v.flags:#x} hold bits other than EXTERNAL_INPUT/EXTERNAL_OUTPUT",
+                               Error.InvalidProgram)
+        external = -1
+        if v.flags:
+            if v.external_id >= self.graph.num_externs:
+                raise BackendError(f"{p}: external_id {v.external_id} is not below num_externs "
+                                   f"{self.graph.num_externs}", Error.InvalidProgram)
+            if v.constant_buffer_idx:
+                raise BackendError(f"{p}: an external value can't be a constant", Error.InvalidProgram)
+            external = v.external_id
+        self.values[v.id] = v
+        if v.constant_buffer_idx:
+            raw = constant_bytes(self.graph, v, self.named_data, self.where)
+            need = math.prod(shape) * dtype.itemsize
+            if len(raw) < need:
+                raise BackendError(f"{p}: constant {v.constant_buffer_idx} holds {len(raw)} bytes, dims {list(shape)} "
+                                   f"of {v.datatype_name} need {need}", Error.InvalidProgram)
+            arr = np.frombuffer(raw, dtype=dtype, count=math.prod(shape)).reshape(shape)
+            if arr.flags.writeable:
+                arr = arr.view()
+                arr.flags.writeable = False
+            self.infos[v.id] = TensorInfo(v, dtype, shape, -1, -1, arr)
+            return
+        # external values are bound at execute; others get a per-Method buffer.
+        slot = self._slot(None if external >= 0 else (shape, dtype, None))
+        self.infos[v.id] = TensorInfo(v, dtype, shape, slot, external)
+
+    def info(self, vid: int, role: str, *, optional: bool = False) -> TensorInfo | None:
+        """The value a node field refers to. ``optional``: XNN_INVALID_VALUE_ID gives None."""
+        if vid == INVALID_ID and optional:
+            return None
+        info = self.infos.get(vid)
+        if info is None:
+            raise self.fail(f"{role} refers to value id {vid}, which no XNNGraph.xvalues entry defines")
+        return info
+
+    def tensor(self, vid: int, role: str) -> TensorInfo:
+        info = self.info(vid, role)
+        assert info is not None
+        return info
+
+    def output(self, vid: int, role: str = "output_id") -> TensorInfo:
+        info = self.tensor(vid, role)
+        if info.is_const:
+            raise self.fail(f"{role} (value id {vid}) is a constant; a node can't write into it")
+        if info.value.is_input:
+            raise self.fail(f"{role} (value id {vid}) is an external input; a node can't write into it")
+        if vid in self._written:
+            raise self.fail(f"{role} (value id {vid}) is already written by XNNGraph.xnodes[{self._written[vid]}]")
+        self._written[vid] = self._node.index if self._node is not None else -1
+        return info
+
+    def check_shape(self, out: TensorInfo, shape: tuple[int, ...], role: str = "output") -> None:
+        if tuple(out.shape) != tuple(shape):
+            raise self.fail(f"{role} (value id {out.value.id}) has dims {list(out.shape)}, the node computes "
+                            f"{list(shape)}")
+
+    def check_dtype(self, info: TensorInfo, role: str, allowed: tuple[Any, ...] = (np.float32,)) -> None:
+        if info.dtype not in [np.dtype(a) for a in allowed]:
+            raise self.fail(f"{role} (value id {info.value.id}) is {info.value.datatype_name}; this node supports "
+                            f"{', '.join(np.dtype(a).name for a in allowed)}", Error.NotSupported)
+
+    def getter(self, info: TensorInfo) -> Callable[[list[Any]], Any]:
+        """A function returning the value's array from the buffers (constants: the array)."""
+        if info.const is not None:
+            c = info.const
+            return lambda b: c
+        s = info.slot
+        return lambda b: b[s]
+
+    # -- compile --------------------------------------------------------------------------
+    def compile(self) -> Plan:
+        self._written: dict[int, int] = {}
+        for v in self.graph.values:
+            self._define(v)
+        ins: dict[int, TensorInfo] = {}
+        outs: dict[int, TensorInfo] = {}
+        for info in self.infos.values():
+            if info.external < 0:
+                continue
+            table = ins if info.value.is_input else outs
+            if info.value.is_input and info.value.is_output:
+                raise BackendError(f"{self.where}: value id {info.value.id} is both an external input and output",
+                                   Error.InvalidProgram)
+            if info.external in ins or info.external in outs:
+                raise BackendError(f"{self.where}: external_id {info.external} is used by two values",
+                                   Error.InvalidProgram)
+            table[info.external] = info
+        steps: list[Step] = []
+        for node in self.graph.nodes:
+            self._node = node
+            builder = NODE_BUILDERS.get(node.type)
+            if builder is None:
+                raise BackendError(f"{self.where}: XNNGraph.xnodes[{node.index}] has node type {node.type}, which this "
+                                   "backend does not implement", Error.NotSupported)
+            steps.extend(builder(self, node))
+        self._node = None
+        for ext, info in outs.items():
+            if info.value.id not in self._written:
+                raise BackendError(f"{self.where}: external output (value id {info.value.id}, external_id {ext}) is "
+                                   "written by no node", Error.InvalidProgram)
+        num_args = len(ins) + len(outs)
+        if sorted([*ins, *outs]) != list(range(num_args)):
+            raise BackendError(f"{self.where}: external ids {sorted([*ins, *outs])} are not 0..{num_args - 1}",
+                               Error.InvalidProgram)
+        return Plan(
+            steps=tuple(steps),
+            buffers=tuple(self.buffers),
+            inputs=tuple((e, i.slot, i.shape, i.dtype) for e, i in sorted(ins.items())),
+            outputs=tuple((e, i.slot, i.shape, i.dtype) for e, i in sorted(outs.items())),
+            node_types=tuple(n.type for n in self.graph.nodes),
+            activation_bytes=self.workspace_bytes,
+            prepacked_bytes=self.prepacked_bytes,
+            num_args=num_args,
+        )
+
+
+def _dt_name(d: int) -> str:
+    from ._blob import DATATYPE_NAMES
+
+    return DATATYPE_NAMES[d] if 0 <= d < len(DATATYPE_NAMES) else f"<{d}>"
+
+
+def compile_graph(graph: XGraph, where: str, named_data: Callable[[str], memoryview] | None) -> Plan:
+    """Compiles a verified graph into a :class:`Plan` (see the module docstring).
+
+    Raises:
+        BackendError: an unknown node type or datatype (NotSupported), a bad reference,
+            shape or constant (InvalidProgram), naming the node or value and the delegate.
+    """
+    from . import _nodes  # noqa: F401  (fills NODE_BUILDERS)
+
+    return Compiler(graph, where, named_data).compile()
+
+
+def node_counts(graph: XGraph) -> Mapping[str, int]:
+    counts: dict[str, int] = {}
+    for n in graph.nodes:
+        counts[n.type] = counts.get(n.type, 0) + 1
+    return counts
