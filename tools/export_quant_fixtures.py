@@ -89,6 +89,29 @@ class QBlock(nn.Module):
         return self.head(x)
 
 
+class QVariety(nn.Module):
+    """More int8 node shapes: strided padded conv + ReLU6, grouped conv, depthwise with a
+    channel multiplier, padded max-pool, elementwise mul, global average pool, linear without
+    bias. Input [1, 4, 12, 12]."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(4, 8, 3, stride=2, padding=1)
+        self.act = nn.ReLU6()
+        self.grouped = nn.Conv2d(8, 8, 3, padding=1, groups=2)
+        self.dw = nn.Conv2d(8, 16, 3, padding=1, groups=8)
+        self.pool = nn.MaxPool2d(3, stride=2, padding=1)
+        self.gap = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(16, 6, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.act(self.stem(x))  # 12 -> 6
+        y = torch.relu(self.grouped(x))
+        x = self.dw(x * y)
+        x = self.pool(x)  # 6 -> 3
+        return self.fc(torch.flatten(self.gap(x), 1))
+
+
 # --------------------------------------------------------------------------------------------
 # Specs
 
@@ -118,6 +141,11 @@ SPECS: tuple[QuantSpec, ...] = (
     QuantSpec("block", _block, (1, QBlock.SEQ, QBlock.DIM), seed_offset=2),
     QuantSpec("dynamic_block", _block, (1, QBlock.SEQ, QBlock.DIM), dynamic=True, seed_offset=3),
 )
+
+
+def variety_spec() -> QuantSpec:
+    """More int8 node shapes (generated in the tests, not committed)."""
+    return QuantSpec("variety", lambda gen: QVariety(), (1, 4, 12, 12), seed_offset=5, calibration_batches=4)
 
 
 def big_convnet_spec() -> QuantSpec:

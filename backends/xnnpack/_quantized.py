@@ -573,14 +573,76 @@ def _build_max_pool(c: Compiler, node: XNode) -> list[Step]:
 
     def pool(b: list[Any]) -> None:
         src, r = (const_x if ps < 0 else b[ps]), b[o]
-        np.copyto(r, src[taps[0]])
+        # (the padded copy is float32: exact for int8 values)
+        np.copyto(r, src[taps[0]], casting="unsafe")
         for sl in taps[1:]:
-            np.maximum(r, src[sl], out=r)
+            np.maximum(r, src[sl], out=r, casting="unsafe")
         if lo > -128 or hi < 127:
             np.clip(r, lo, hi, out=r)
 
     steps.append(pool)
     return steps
+
+
+def _build_clamp(c: Compiler, node: XNode) -> list[Step]:
+    x = c.tensor(node.fields["input_id"], "input_id")
+    out = c.output(node.fields["output_id"])
+    xp, op = _qs8(c, x, "input_id"), _qs8(c, out, "output_id")
+    if xp.tensor_scale != op.tensor_scale or xp.zero_point != op.zero_point:
+        raise c.fail("int8 clamp needs the same scale and zero point in and out", Error.NotSupported)
+    c.check_shape(out, x.shape)
+    lo, hi = _out_bounds(c, node, op)
+    gx, o = c.getter(x), out.slot
+    return [lambda b: np.clip(gx(b), lo, hi, out=b[o])]
+
+
+def _build_multiply(c: Compiler, node: XNode) -> list[Step]:
+    f = node.fields
+    a, bb = c.tensor(f["input1_id"], "input1_id"), c.tensor(f["input2_id"], "input2_id")
+    out = c.output(f["output_id"])
+    ap, bp, op = _qs8(c, a, "input1_id"), _qs8(c, bb, "input2_id"), _qs8(c, out, "output_id")
+    shape = _nodes._broadcast(c, a, bb)
+    c.check_shape(out, shape)
+    # xnn_init_qs8_mul_minmax_scalar_params: (a_scale * b_scale) / out_scale in float32.
+    scale = (np.float32(ap.tensor_scale) * np.float32(bp.tensor_scale)) / np.float32(op.tensor_scale)
+    lo, hi = _out_bounds(c, node, op)
+    ga, gb, o = c.getter(a), c.getter(bb), out.slot
+    za, zb = ap.zero_point, bp.zero_point
+    zp = op.zero_point
+
+    def mul(b: list[Any]) -> None:
+        acc = np.multiply(np.subtract(ga(b), za, dtype=np.int32), np.subtract(gb(b), zb, dtype=np.int32))
+        np.copyto(b[o], requantize(acc, scale, zp, lo, hi).reshape(shape))
+
+    return [mul]
+
+
+def _build_global_avg(c: Compiler, node: XNode) -> list[Step]:
+    x = c.tensor(node.fields["input_id"], "input_id")
+    out = c.output(node.fields["output_id"])
+    xp, op = _qs8(c, x, "input_id"), _qs8(c, out, "output_id")
+    if len(x.shape) < 3:
+        raise c.fail(f"input (value id {x.value.id}) has dims {list(x.shape)}, expected N..C with a spatial dim")
+    n, ch = x.shape[0], x.shape[-1]
+    area = math.prod(x.shape[1:-1])
+    if math.prod(out.shape) != n * ch:
+        raise c.fail(f"output dims {list(out.shape)} are not [{n}, ..., {ch}]")
+    if area == 0:
+        raise c.fail("the input has no spatial elements")
+    # XNNPACK's qs8 mean: an int32 sum of the raw values, then an int32 -> qs8 convert with
+    # scale (in/out) * (1/N) and the zero point folded in as a float.
+    s = np.float32(np.float32(xp.tensor_scale) / np.float32(op.tensor_scale)) * (np.float32(1) / np.float32(area))
+    yzp = np.float32(op.zero_point) - np.float32(np.float32(area * xp.zero_point) * s)
+    lo, hi = _out_bounds(c, node, op)
+    gx, o = c.getter(x), out.slot
+
+    def mean(b: list[Any]) -> None:
+        total = gx(b).reshape(n, area, ch).sum(axis=1, dtype=np.int32)
+        v = np.multiply(total.astype(_F32), s, dtype=_F32) + yzp
+        v = np.clip(np.rint(v), lo, hi)
+        np.copyto(b[o].reshape(n, ch), v, casting="unsafe")
+
+    return [mean]
 
 
 def _dispatch(name: str, quant_builder: Callable[[Compiler, XNode], list[Step]]) -> None:
@@ -608,3 +670,6 @@ _dispatch("XNNConv2d", _build_conv2d)
 _dispatch("XNNDepthwiseConv2d", _build_conv2d)
 _dispatch("XNNAdd", _build_add)
 _dispatch("XNNMaxPooling2d", _build_max_pool)
+_dispatch("XNNClamp", _build_clamp)
+_dispatch("XNNMultiply", _build_multiply)
+_dispatch("XNNGlobalAvgPooling2d", _build_global_avg)
