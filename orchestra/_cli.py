@@ -135,6 +135,24 @@ def _io_entry(plan: ExecutionPlan, position: int, value_index: int) -> dict[str,
     return entry
 
 
+def _delegate_details(prog: ProgramDef, backend_id: str, blob: memoryview) -> dict[str, Any] | None:
+    """The optional hook: a backend registered as ``backend_id`` may describe its blobs with
+    ``describe_delegate(blob, named_data) -> dict`` (with a one-line ``"summary"``). None when
+    the backend is unknown or has no hook; ``{"error": ...}`` when it rejects the blob."""
+    from .runtime import get_backend_class
+
+    try:
+        hook = getattr(get_backend_class(backend_id), "describe_delegate", None)
+    except OrchestraError:
+        return None
+    if hook is None:
+        return None
+    try:
+        return dict(hook(blob, prog.named_data_bytes))
+    except OrchestraError as exc:
+        return {"error": str(exc)}
+
+
 def _method_facts(prog: ProgramDef, plan: ExecutionPlan) -> dict[str, Any]:
     op_calls: Counter[int] = Counter()
     kinds: Counter[str] = Counter()
@@ -156,14 +174,18 @@ def _method_facts(prog: ProgramDef, plan: ExecutionPlan) -> dict[str, Any]:
     delegates = []
     for di, d in enumerate(plan.delegates):
         inline = d.processed.location == DataLocation.INLINE
-        delegates.append({
+        entry = {
             "index": di,
             "backend": d.id,
             "blob_size": len(prog.delegate_data(d.processed)),
             "location": "inline" if inline else "segment",
             "data_index": d.processed.index,
             "compile_specs": [c.key for c in d.compile_specs],
-        })
+        }
+        details = _delegate_details(prog, d.id, prog.delegate_data(d.processed))
+        if details is not None:
+            entry["details"] = details
+        delegates.append(entry)
 
     seen_buffers: set[int] = set()
     const_count = const_bytes = external = 0
@@ -380,6 +402,10 @@ def render_text(facts: dict[str, Any]) -> str:
              "compile specs: " + (", ".join(d["compile_specs"]) if d["compile_specs"] else "none")]
             for d in m["delegates"]
         ], "    ")
+        for d in m["delegates"]:
+            det = d.get("details")
+            if det:
+                lines.append(f"    [{d['index']}] {det.get('summary') or 'invalid: ' + str(det.get('error'))}")
         lines.append(f"  {'planned memory':<16}{_n(pm['total'])} bytes in {_plural(len(pm['buffers']), 'buffer')}")
         lines += _table([[f"buffer {b['id']}", f"{_n(b['size'])} bytes"] for b in pm["buffers"]], "    ", right={1})
         lines.append(f"  {'constants':<16}{const}")

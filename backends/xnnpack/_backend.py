@@ -22,6 +22,7 @@ from orchestra.runtime import BackendExecutionContext, BackendInitContext, Backe
 
 from ._blob import parse_blob
 from ._compile import Plan, Workspace, compile_graph
+from ._summary import summarize
 
 __all__ = ["BACKEND_ID", "XnnpackBackend", "XnnpackHandle", "XnnpackStatistics"]
 
@@ -144,6 +145,15 @@ class XnnpackBackend(BackendInterface):
 
     def destroy(self, handle: XnnpackHandle) -> None:
         handle.workspace = None
+
+    def describe_delegate(self, blob: memoryview, named_data: Any = None) -> dict[str, Any]:
+        """What ``orchestra inspect`` shows for one delegate (see :func:`~._summary.summarize`):
+        a one-line ``summary`` plus node types with counts, tensor count, constant bytes and
+        where the constants live. Raises BackendError for an invalid blob."""
+        s = summarize(blob, named_data)
+        return {"summary": s.line(), "identifier": s.identifier, "node_types": dict(s.node_types),
+                "tensors": s.tensors, "constants": s.constants, "constant_bytes": s.constant_bytes,
+                "constants_in": s.constants_in, "datatypes": list(s.datatypes)}
 
 
 def ws_size(shape: tuple[int, ...]) -> int:

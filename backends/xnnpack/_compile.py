@@ -56,7 +56,7 @@ NODE_BUILDERS: dict[str, Builder] = {}
 
 # Per-Method activations + scratch of one delegate may not exceed this (a hostile blob
 # declaring huge dims must fail at init, not allocate).
-MAX_WORKSPACE_BYTES = 8 << 30
+MAX_WORKSPACE_BYTES = 2 << 30
 # Constants re-laid-out once per Program (transposed filters, ...) may not exceed this.
 MAX_PREPACK_BYTES = 4 << 30
 
@@ -246,6 +246,9 @@ class Compiler:
         info = self.infos.get(vid)
         if info is None:
             raise self.fail(f"{role} refers to value id {vid}, which no XNNGraph.xvalues entry defines")
+        if info.const is None and not info.value.is_input and vid not in self._written:
+            raise self.fail(f"{role} reads value id {vid} before any node writes it (nodes must come in "
+                            "execution order)")
         return info
 
     def tensor(self, vid: int, role: str) -> TensorInfo:
@@ -254,7 +257,9 @@ class Compiler:
         return info
 
     def output(self, vid: int, role: str = "output_id") -> TensorInfo:
-        info = self.tensor(vid, role)
+        info = self.infos.get(vid)
+        if info is None:
+            raise self.fail(f"{role} refers to value id {vid}, which no XNNGraph.xvalues entry defines")
         if info.is_const:
             raise self.fail(f"{role} (value id {vid}) is a constant; a node can't write into it")
         if info.value.is_input:

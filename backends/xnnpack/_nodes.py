@@ -37,10 +37,19 @@ def _nd(buf: np.ndarray, shape: tuple[int, ...], strides: tuple[int, ...], offse
     return np.ndarray(shape, buf.dtype, buf, offset, strides)
 
 
+# Node types whose fused ``output_min_max`` ExecuTorch's runtime hands to XNNPACK
+# (XNNCompiler.cpp); on every other node type it is ignored, here too.
+MINMAX_NODES = frozenset({
+    "XNNConv2d", "XNNDepthwiseConv2d", "XNNConvTranspose2d", "XNNFullyConnected", "XNNAdd", "XNNSubtract",
+    "XNNMultiply", "XNNDiv", "XNNClamp", "XNNAvgPooling2d", "XNNMaxPooling2d", "XNNGlobalAvgPooling2d",
+})
+
+
 # -- shared pieces --------------------------------------------------------------------------
-def _clamp_steps(c: Compiler, node: XNode, out: TensorInfo, *, force: bool = False) -> list[Step]:
-    """Steps for the fused ``output_min_max`` (none when absent or unbounded)."""
-    if node.output_min_max is None:
+def _clamp_steps(c: Compiler, node: XNode, out: TensorInfo) -> list[Step]:
+    """Steps for the fused ``output_min_max`` (none when absent, unbounded, or ignored by
+    this node type)."""
+    if node.output_min_max is None or node.type not in MINMAX_NODES:
         return []
     lo, hi = node.output_min_max
     if math.isnan(lo) or math.isnan(hi) or lo > hi:

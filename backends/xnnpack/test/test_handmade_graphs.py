@@ -1,0 +1,214 @@
+"""XNNPACK graphs written by hand with ExecuTorch's own XNNGraph serializer, for node types
+and encodings the partitioner does not emit for our models (ELU, Sin/Cos, Copy, Convert,
+Concatenate4/5, grouped transposed convolution, output_min_max on a binary node, constants
+in the blob's constant-data section instead of named data). Each graph is wrapped into a
+.pte (orchestra's ProgramBuilder) and run by ExecuTorch's runtime with XNNPACK and by
+orchestra; outputs must agree within 1e-4. ScaledDotProductAttention, which ExecuTorch's
+runtime no longer implements, is checked against a numpy reference."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import pathlib
+
+import numpy as np
+import pytest
+
+from orchestra.aot import BackendDetails, PreprocessResult, ProgramBuilder, aot_backends, register_aot_backend
+from orchestra.program import CompileSpec
+from orchestra.runtime import Backend, load_program, register_backend, registered_backends
+
+from orchestra.backends.xnnpack import XnnpackBackend
+
+REPO = pathlib.Path(__file__).resolve().parents[3]
+_spec = importlib.util.spec_from_file_location("_xnn_et_helpers2", REPO / "tests" / "_executorch.py")
+assert _spec is not None and _spec.loader is not None
+et_helpers = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(et_helpers)
+
+ID = "XnnpackBackend"
+if ID not in registered_backends():
+    register_backend(Backend(ID, XnnpackBackend()))
+
+S = pytest.importorskip("executorch.backends.xnnpack.serialization.xnnpack_graph_schema")
+from executorch.backends.xnnpack.serialization.xnnpack_graph_serialize import serialize_xnnpack_binary  # noqa: E402
+
+pytestmark = pytest.mark.executorch
+INVALID = 0xFFFFFFFF
+BLOB_KEY = "test.xnnpack_blob"
+
+
+class _HandmadeBlob(BackendDetails):
+    """AOT half for these tests only: the processed blob is the one passed as compile spec."""
+
+    @staticmethod
+    def preprocess(program, compile_specs):
+        return PreprocessResult(next(bytes(c.value) for c in compile_specs if c.key == BLOB_KEY))
+
+
+if ID not in aot_backends():
+    register_aot_backend(ID, _HandmadeBlob)
+
+
+class Graph:
+    """A tiny builder over ExecuTorch's XNNGraph dataclasses."""
+
+    def __init__(self) -> None:
+        self.values: list = []
+        self.nodes: list = []
+        self.consts: list = [S.ConstantDataOffset(0, 0, None)]
+        self.data = bytearray()
+        self.inputs: list[tuple[int, tuple[int, ...]]] = []
+        self.outputs: list[tuple[int, tuple[int, ...]]] = []
+        self.ext = 0
+
+    def _value(self, dims, cidx=0, ext=INVALID, flags=0) -> int:
+        vid = len(self.values)
+        self.values.append(S.XValue(S.XNNTensorValue(S.XNNDatatype.xnn_datatype_fp32, len(dims), list(dims), cidx, ext,
+                                                     flags, vid)))
+        return vid
+
+    def input(self, dims) -> int:
+        vid = self._value(dims, ext=self.ext, flags=1)
+        self.inputs.append((vid, tuple(dims)))
+        self.ext += 1
+        return vid
+
+    def tensor(self, dims) -> int:
+        return self._value(dims)
+
+    def output(self, dims) -> int:
+        vid = self._value(dims, ext=-1, flags=2)
+        self.outputs.append((vid, tuple(dims)))
+        return vid
+
+    def const(self, array: np.ndarray) -> int:
+        """A constant in the blob's constant-data section (16-byte aligned)."""
+        a = np.ascontiguousarray(array, np.float32)
+        self.data += b"\0" * (-len(self.data) % 16)
+        self.consts.append(S.ConstantDataOffset(len(self.data), a.nbytes, None))  # no named_key field
+        self.data += a.tobytes()
+        return self._value(a.shape, cidx=len(self.consts) - 1)
+
+    def node(self, union, minmax: tuple[float, float] | None = None) -> None:
+        mm = None if minmax is None else S.OutputMinMax(*minmax)
+        self.nodes.append(S.XNode(union, len(self.nodes), mm))
+
+    def blob(self) -> bytes:
+        # External outputs follow the inputs.
+        for k, (vid, _) in enumerate(self.outputs):
+            self.values[vid].xvalue_union.external_id = self.ext + k
+        g = S.XNNGraph("0", self.nodes, self.values, self.ext + len(self.outputs), [v for v, _ in self.inputs],
+                       [v for v, _ in self.outputs], self.consts)
+        return serialize_xnnpack_binary(g, self.data)
+
+    def program(self) -> bytes:
+        from orchestra.program import dumps
+
+        sub = ProgramBuilder()
+        sm = sub.method("forward")
+        sins = [sm.input(np.float32, dims) for _, dims in self.inputs]
+        # the subgraph's content is irrelevant (the blob replaces it); its shapes are not
+        souts = [sm.call("aten::full.out", list(dims), 0.0) for _, dims in self.outputs]
+        sm.output(*souts) if sins is not None else None
+        pb = ProgramBuilder()
+        m = pb.method("forward")
+        ins = [m.input(np.float32, dims) for _, dims in self.inputs]
+        outs = m.delegate(ID, sub, ins, [CompileSpec(BLOB_KEY, self.blob())])
+        m.output(*outs)
+        return dumps(pb.build())
+
+
+def _check_against_executorch(g: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    if not et_helpers.xnnpack_available():
+        pytest.skip("executorch with XNNPACK is not installed")
+    pte = g.program()
+    want = et_helpers.run_executorch(pte, "forward", inputs)
+    got = load_program(pte).load_method("forward").execute(inputs)
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+    return got
+
+
+RNG = np.random.default_rng(11)
+
+
+def test_unary_chain_elu_sin_cos_copy_convert_and_fused_minmax() -> None:
+    g = Graph()
+    x = g.input((2, 3, 5))
+    c = g.const(RNG.standard_normal((3, 5)))
+    a = g.tensor((2, 3, 5))
+    g.node(S.XNNAdd(x, c, a, 0), minmax=(-0.75, 1.25))  # honoured on binary nodes
+    e = g.tensor((2, 3, 5))
+    g.node(S.XNNELU(0.6, a, e, 0))
+    s, co, cp = g.tensor((2, 3, 5)), g.tensor((2, 3, 5)), g.tensor((2, 3, 5))
+    g.node(S.XNNSin(e, s, 0))
+    g.node(S.XNNCos(s, co, 0))
+    g.node(S.XNNCopy(co, cp, 0))
+    lr = g.tensor((2, 3, 5))
+    g.node(S.XNNLeakyReLU(1.7, cp, lr, 0))
+    out = g.output((2, 3, 5))
+    g.node(S.XNNConvert(lr, out, 0))
+    _check_against_executorch(g, [RNG.standard_normal((2, 3, 5)).astype(np.float32) * 2])
+
+
+@pytest.mark.parametrize("n", [4, 5])
+def test_concatenate_4_and_5(n: int) -> None:
+    g = Graph()
+    ins = [g.input((2, k + 1, 3)) for k in range(n)]
+    out = g.output((2, sum(k + 1 for k in range(n)), 3))
+    ids = ins + [INVALID] * (5 - n)
+    cls = S.XNNConcatenate4 if n == 4 else S.XNNConcatenate5
+    g.node(cls(1, ids[0], ids[1], ids[2], ids[3], out, 0, ids[4]))
+    _check_against_executorch(g, [RNG.standard_normal((2, k + 1, 3)).astype(np.float32) for k in range(n)])
+
+
+def test_grouped_dilated_transposed_convolution_with_blob_constants() -> None:
+    groups, gic, goc, kh, kw = 2, 3, 2, 3, 2
+    g = Graph()
+    x = g.input((1, 5, 4, groups * gic))
+    w = g.const(RNG.standard_normal((groups * goc, kh, kw, gic)))
+    b = g.const(RNG.standard_normal(groups * goc))
+    sh, sw, dh, dw, pt, pr, pb, pl, ah, aw = 2, 1, 1, 2, 1, 0, 0, 1, 1, 0
+    oh = (5 - 1) * sh + (kh - 1) * dh + 1 + ah - pt - pb
+    ow = (4 - 1) * sw + (kw - 1) * dw + 1 + aw - pl - pr
+    out = g.output((1, oh, ow, groups * goc))
+    g.node(S.XNNConvTranspose2d(pt, pr, pb, pl, kh, kw, sh, sw, dh, dw, gic, goc, groups, ah, aw, x, w, b, out, 0),
+           minmax=(-1.0, 1.0))
+    _check_against_executorch(g, [RNG.standard_normal((1, 5, 4, groups * gic)).astype(np.float32)])
+
+
+def test_grouped_conv_asymmetric_padding_and_avg_pool_with_padding() -> None:
+    g = Graph()
+    x = g.input((1, 7, 6, 4))
+    w = g.const(RNG.standard_normal((6, 3, 2, 2)))
+    c = g.tensor((1, 4, 6, 6))
+    # pads t1 r2 b0 l1, stride 2x1, 2 groups of 2 -> 3 channels
+    oh, ow = (7 + 1 - 3) // 2 + 1, (6 + 3 - 2) // 1 + 1
+    c = g.tensor((1, oh, ow, 6))
+    g.node(S.XNNConv2d(1, 2, 0, 1, 3, 2, 2, 1, 1, 1, 2, 3, 2, 0, 0, x, w, INVALID, c, 0))
+    out = g.output((1, oh, ow, 6))
+    g.node(S.XNNAvgPooling2d(1, 1, 1, 1, 3, 3, 1, 1, 1, 1, c, out, 0))
+    _check_against_executorch(g, [RNG.standard_normal((1, 7, 6, 4)).astype(np.float32)])
+
+
+def test_scaled_dot_product_attention_matches_numpy_reference() -> None:
+    # ExecuTorch's runtime no longer defines this node (XNNCompiler.cpp has no case for it),
+    # so orchestra's result is checked against the formula XNNPACK documents.
+    b, h, t, s, d = 1, 2, 8, 6, 16
+    g = Graph()
+    q, k, v = g.input((b, h, t, d)), g.input((b, h, s, d)), g.input((b, h, s, d))
+    scale = np.full(d, 1 / math.sqrt(d), np.float32)
+    mask = np.triu(np.full((t, s), -1e4, np.float32), 1)
+    sc, mk = g.const(scale), g.const(mask)
+    out = g.output((b, h, t, d))
+    g.node(S.XNNScaledDotProductAttention(q, k, v, sc, mk, out, 0))
+    pte = g.program()
+    xs = [RNG.standard_normal(sh).astype(np.float32) for sh in ((b, h, t, d), (b, h, s, d), (b, h, s, d))]
+    got = load_program(pte).load_method("forward").execute(xs)[0]
+    logits = (xs[0] * scale) @ np.swapaxes(xs[1], -1, -2) + mask
+    p = np.exp(logits - logits.max(-1, keepdims=True))
+    want = (p / p.sum(-1, keepdims=True)) @ xs[2]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -1,0 +1,285 @@
+"""XnnpackBackend: the committed XNNPACK fixtures, real-size models exported in the session
+and compared with ExecuTorch's own XNNPACK runtime, weight sharing between Method
+instances, options, and rejection of corrupt or unsupported blobs."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import pathlib
+import struct
+import tempfile
+
+import numpy as np
+import pytest
+
+from orchestra import BackendError, Error, OrchestraError
+from orchestra.program import loads
+from orchestra.runtime import Backend, load_program, register_backend, registered_backends
+
+import orchestra.backends.xnnpack as xnn
+from orchestra.backends.xnnpack import XnnpackBackend, XnnpackHandle, summarize
+from orchestra.backends.xnnpack._blob import NODE_TYPES, _Reader, parse_blob
+
+REPO = pathlib.Path(__file__).resolve().parents[3]
+_spec = importlib.util.spec_from_file_location("_xnn_et_helpers", REPO / "tests" / "_executorch.py")
+assert _spec is not None and _spec.loader is not None
+et_helpers = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(et_helpers)
+FIXTURES = et_helpers.FIXTURES
+
+ID = "XnnpackBackend"
+if ID not in registered_backends():  # entry points not installed (a bare checkout)
+    register_backend(Backend(ID, XnnpackBackend()))
+
+XNNPACK_FIXTURES = ["xnnpack_convnet", "xnnpack_inline", "xnnpack_dwsep", "xnnpack_transformer", "xnnpack_two_methods"]
+TOL = 1e-4
+
+
+def handles(method) -> list[XnnpackHandle]:
+    return [h for _, h in method._handles if isinstance(h, XnnpackHandle)]
+
+
+def delegate_blob(pte: bytes, method: str = "forward", index: int = 0) -> tuple[memoryview, int]:
+    """(blob, its offset in the file) of one XNNPACK delegate."""
+    prog = loads(pte)
+    plan = next(p for p in prog.execution_plan if p.name == method)
+    blob = prog.delegate_data(plan.delegates[index].processed)
+    off = pte.find(bytes(blob))
+    assert off >= 0 and pte.find(bytes(blob), off + 1) < 0
+    return blob, off
+
+
+# -- public surface -----------------------------------------------------------------------------
+def test_public_names_importable() -> None:
+    for name in xnn.__all__:
+        assert getattr(xnn, name) is not None
+
+
+def test_registered_under_the_id_executorch_writes() -> None:
+    from orchestra.runtime import get_backend_class
+
+    assert isinstance(get_backend_class(ID), XnnpackBackend)
+    names = {s.name for s in XnnpackBackend.option_specs}
+    assert {"num_threads", "weight_cache_enabled", "workspace_sharing_mode"} <= names
+
+
+# -- committed fixtures ---------------------------------------------------------------------------
+@pytest.mark.parametrize("name", XNNPACK_FIXTURES)
+def test_fixture_matches_executorch_outputs(name: str) -> None:
+    prog = load_program(FIXTURES / f"{name}.pte")
+    for method, data in et_helpers.load_npz(name).items():
+        m = prog.load_method(method)
+        assert handles(m), f"{name}.{method} has no XNNPACK delegate"
+        out = m.execute(data["in"])
+        assert len(out) == len(data["out"])
+        for got, want in zip(out, data["out"]):
+            np.testing.assert_allclose(got, want, rtol=TOL, atol=TOL)
+        # twice: buffers reused between executes give the same result
+        again = m.execute(data["in"])
+        for got, want in zip(again, data["out"]):
+            np.testing.assert_allclose(got, want, rtol=TOL, atol=TOL)
+
+
+def test_methods_of_one_program_share_the_plan_and_own_activations() -> None:
+    prog = load_program(FIXTURES / "xnnpack_convnet.pte")
+    a, b = prog.load_method("forward"), prog.load_method("forward")
+    (ha,), (hb,) = handles(a), handles(b)
+    assert ha.plan is hb.plan  # weights prepacked once per Program
+    assert ha.workspace is not hb.workspace
+    assert all(x is not y for x, y in zip(ha.workspace.bufs, hb.workspace.bufs) if x is not None)
+    assert ha.statistics().shared_plan and ha.statistics().prepacked_bytes > 0
+    data = et_helpers.load_npz("xnnpack_convnet")["forward"]
+    np.testing.assert_allclose(a.execute(data["in"])[0], b.execute(data["in"])[0], rtol=0, atol=0)
+
+
+def test_weight_cache_disabled_gives_each_method_its_own_plan() -> None:
+    prog = load_program(FIXTURES / "xnnpack_convnet.pte")
+    opts = {ID: {"weight_cache_enabled": False}}
+    a, b = prog.load_method("forward", backend_options=opts), prog.load_method("forward", backend_options=opts)
+    assert handles(a)[0].plan is not handles(b)[0].plan
+    assert not handles(a)[0].statistics().shared_plan
+    data = et_helpers.load_npz("xnnpack_convnet")["forward"]
+    np.testing.assert_allclose(a.execute(data["in"])[0], data["out"][0], rtol=TOL, atol=TOL)
+
+
+def test_options_are_validated() -> None:
+    prog = load_program(FIXTURES / "xnnpack_inline.pte")
+    with pytest.raises(OrchestraError, match="workspace_sharing_mode"):
+        prog.load_method("forward", backend_options={ID: {"workspace_sharing_mode": "global"}})
+    with pytest.raises(OrchestraError, match="num_threads"):
+        prog.load_method("forward", backend_options={ID: {"num_threads": "two"}})
+    with pytest.raises(OrchestraError, match="num_threads"):
+        prog.load_method("forward", backend_options={ID: {"num_threads": 0}})
+    m = prog.load_method("forward", backend_options={ID: {"num_threads": 1}})
+    m.set_backend_options(ID, {"num_threads": 2})  # hot: accepted between executes
+    data = et_helpers.load_npz("xnnpack_inline")["forward"]
+    np.testing.assert_allclose(m.execute(data["in"])[0], data["out"][0], rtol=TOL, atol=TOL)
+
+
+def test_wrong_input_is_rejected_naming_the_delegate() -> None:
+    m = load_program(FIXTURES / "xnnpack_inline.pte").load_method("forward")
+    with pytest.raises(OrchestraError):
+        m.execute([np.zeros((3, 8), np.float32)])
+
+
+def test_summary_names_nodes_tensors_and_constant_location() -> None:
+    pte = (FIXTURES / "xnnpack_convnet.pte").read_bytes()
+    blob, _ = delegate_blob(pte)
+    s = summarize(blob)
+    assert dict(s.node_types) == {"XNNConv2d": 2, "XNNStaticTranspose": 2, "XNNMaxPooling2d": 2, "XNNAdd": 1,
+                                  "XNNStaticReshape": 1, "XNNFullyConnected": 1}
+    assert s.tensors == 16 and s.constants == 6 and s.constants_in == "named data"
+    assert s.constant_bytes == 864 + 32 + 2304 + 32 + 5120 + 40
+    assert "Conv2d x2" in s.line()
+
+
+# -- corrupt and unsupported blobs ---------------------------------------------------------------
+def _node_tag_pos(blob: memoryview, node: int) -> int:
+    fb_off = struct.unpack_from("<I", blob, 10)[0]
+    fb_size = struct.unpack_from("<I", blob, 14)[0]
+    fb = blob[fb_off:fb_off + fb_size]
+    r = _Reader(fb, None)
+    root = r.table(struct.unpack_from("<I", fb, 0)[0], "root")
+    t, _ = r.tables(root, 1, "xnodes")[node]
+    return fb_off + r._field(t, 0, 1, "tag")
+
+
+def _patched(name: str, node: int, tag: int) -> bytes:
+    pte = bytearray((FIXTURES / f"{name}.pte").read_bytes())
+    blob, off = delegate_blob(bytes(pte))
+    pte[off + _node_tag_pos(blob, node)] = tag
+    return bytes(pte)
+
+
+def test_unknown_node_type_fails_at_load_method_naming_node_and_delegate() -> None:
+    prog = load_program(_patched("xnnpack_convnet", 4, 200))
+    with pytest.raises(BackendError, match=r"delegate 0 \(XnnpackBackend\).*xnodes\[4\].*unknown node type tag 200") as e:
+        prog.load_method("forward")
+    assert e.value.code == Error.NotSupported
+
+
+def test_known_but_unimplemented_node_type_fails_at_load_method() -> None:
+    argmax = next(i for i, (n, _) in enumerate(NODE_TYPES) if n == "XNNArgMaxPooling2d") + 1
+    prog = load_program(_patched("xnnpack_inline", 0, argmax))
+    with pytest.raises(BackendError, match=r"delegate 0 \(XnnpackBackend\).*xnodes\[0\].*XNNArgMaxPooling2d"):
+        prog.load_method("forward")
+
+
+def test_bad_header_offsets_are_rejected() -> None:
+    pte = (FIXTURES / "xnnpack_inline.pte").read_bytes()
+    blob, _ = delegate_blob(pte)
+    raw = bytearray(blob)
+    for pos, value in ((10, 1 << 30), (14, 3), (18, 0), (22, 1 << 60)):
+        bad = bytearray(raw)
+        fmt = "<Q" if pos == 22 else "<I"
+        struct.pack_into(fmt, bad, pos, value)
+        with pytest.raises(BackendError, match="XH00 header"):
+            parse_blob(memoryview(bytes(bad)), "d")
+    with pytest.raises(BackendError, match="XN01 or XN00"):
+        bad = bytearray(raw)
+        fb_off = struct.unpack_from("<I", bad, 10)[0]
+        bad[fb_off + 4:fb_off + 8] = b"ZZ99"
+        parse_blob(memoryview(bytes(bad)), "d")
+
+
+def test_every_truncation_is_an_orchestra_error() -> None:
+    blob = bytes(delegate_blob((FIXTURES / "xnnpack_inline.pte").read_bytes())[0])
+    for n in range(0, len(blob), 7):
+        try:
+            parse_blob(memoryview(blob[:n]), "d")
+        except OrchestraError:
+            pass
+
+
+# -- real-size models, against ExecuTorch's XNNPACK runtime --------------------------------------
+def _load_models():
+    spec = importlib.util.spec_from_file_location("_xnn_test_models", pathlib.Path(__file__).parent / "_models.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _cache_dir() -> pathlib.Path:
+    src = (pathlib.Path(__file__).parent / "_models.py").read_bytes()
+    import executorch  # noqa: F401
+    import torch
+
+    key = hashlib.sha256(src + torch.__version__.encode()).hexdigest()[:16]
+    d = pathlib.Path(tempfile.gettempdir()) / f"orchestra-xnnpack-models-{key}"
+    d.mkdir(exist_ok=True)
+    return d
+
+
+def _export(name: str) -> tuple[bytes, list[np.ndarray]]:
+    if not et_helpers.xnnpack_available():
+        pytest.skip("executorch with XNNPACK is not installed (the export extra)")
+    import warnings
+
+    _models = _load_models()
+    d = _cache_dir()
+    path = d / f"{name}.pte"
+    module, inputs = _models.MODELS[name]()
+    if not path.exists():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            pte = _models.export_xnnpack(module, inputs)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(pte)
+        tmp.replace(path)
+    return path.read_bytes(), [t.numpy() for t in inputs]
+
+
+MODEL_NODES = {
+    "mobilenet_se_224": {"XNNConv2d", "XNNDepthwiseConv2d", "XNNHardswish", "XNNGlobalAvgPooling2d", "XNNMultiply",
+                         "XNNFullyConnected"},
+    "vit_sdpa_128": {"XNNBatchMatrixMultiply", "XNNSoftmax", "XNNGelu", "XNNFullyConnected"},
+    "dwsep_upsample": {"XNNDepthwiseConv2d", "XNNStaticResizeBilinear2D", "XNNConcatenate2"},
+    "ops_zoo": {"XNNConvTranspose2d", "XNNPReLU", "XNNLeakyReLU", "XNNAvgPooling2d", "XNNMaxPooling2d",
+                "XNNStaticConstantPad", "XNNStaticSlice", "XNNConcatenate3", "XNNReciprocalSquareRoot", "XNNLog",
+                "XNNFloor", "XNNCeiling", "XNNMinimum", "XNNMaximum", "XNNSquareRoot", "XNNExp", "XNNTanh"},
+}
+
+
+@pytest.mark.executorch
+@pytest.mark.parametrize("name", sorted(MODEL_NODES))
+def test_real_size_model_matches_executorch_xnnpack(name: str) -> None:
+    pte, inputs = _export(name)
+    want = et_helpers.run_executorch(pte, "forward", inputs)
+    prog = load_program(pte)
+    m = prog.load_method("forward")
+    seen = {t for h in handles(m) for t in h.plan.node_types}
+    assert MODEL_NODES[name] <= seen, MODEL_NODES[name] - seen
+    got = m.execute(inputs)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=TOL, atol=TOL)
+
+
+# -- orchestra inspect ---------------------------------------------------------------------------
+def test_inspect_shows_xnnpack_node_types_tensors_and_constants(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from orchestra import _cli
+
+    assert _cli.main(["inspect", str(FIXTURES / "xnnpack_convnet.pte")]) == 0
+    out = capsys.readouterr().out
+    assert "XNNPACK graph XN01: 9 nodes (Conv2d x2, MaxPooling2d x2, StaticTranspose x2" in out
+    assert "16 tensors, 6 constant (8392 bytes in named data)" in out
+    assert _cli.main(["inspect", "--json", str(FIXTURES / "xnnpack_transformer.pte")]) == 0
+    facts = json.loads(capsys.readouterr().out)
+    dets = [d["details"] for m in facts["methods"] for d in m["delegates"]]
+    assert dets and all(d["constants_in"] in ("named data", "none") for d in dets)
+    assert sum(d["node_types"].get("XNNBatchMatrixMultiply", 0) for d in dets) == 2
+
+
+def test_inspect_reports_an_invalid_blob_without_failing(tmp_path: pathlib.Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from orchestra import _cli
+
+    bad = tmp_path / "bad.pte"
+    bad.write_bytes(_patched("xnnpack_convnet", 2, 201))
+    assert _cli.main(["inspect", str(bad)]) == 0
+    assert "invalid: " in capsys.readouterr().out
