@@ -51,6 +51,7 @@ __all__ = [
     "QParams",
     "add_params",
     "dequantize",
+    "exact_dtype",
     "int_matmul",
     "qd8_params",
     "qs8_add",
@@ -131,6 +132,13 @@ def int_matmul(xc: np.ndarray, w: np.ndarray) -> np.ndarray:
     any integer or integral-float array) and int8 weights ``w`` [k, n], as float64 (exact:
     every partial sum stays far below 2**53)."""
     return np.matmul(np.asarray(xc, _F64), np.asarray(w, _F64))
+
+
+def exact_dtype(k: int) -> np.dtype:
+    """The float dtype whose matmul of ``k``-long int8 dot products (centred activations
+    |x - zp| <= 255, weights |w| <= 128) is exact: float32 while every partial sum stays below
+    2**24, else float64."""
+    return _F32 if k * 255 * 128 < (1 << 24) else _F64
 
 
 def requantization_scale(input_scale: float, filter_scales: np.ndarray, output_scale: float) -> np.ndarray:
@@ -364,9 +372,9 @@ def _requant_step(c: Compiler, node: XNode, x: QParams, w: QParams, out: TensorI
 
     def step(b: list[Any]) -> None:
         acc = b[acc_slot]
-        if bias is not None:
-            np.add(acc, bias, out=acc)
-        v = np.multiply(acc.astype(_F32), scale, dtype=_F32)
+        # (float) of the int32 accumulator; the bias is added exactly, in float64.
+        v = (acc + bias).astype(_F32) if bias is not None else acc.astype(_F32)
+        np.multiply(v, scale, out=v)
         np.clip(v, lo_f, hi_f, out=v)
         np.rint(v, out=v)
         v += np.float32(zp)
@@ -390,9 +398,10 @@ def _build_fully_connected(c: Compiler, node: XNode) -> list[Step]:
     rows = math.prod(x.shape) // k
     if math.prod(out.shape) != rows * n:
         raise c.fail(f"output (value id {out.value.id}) dims {list(out.shape)} do not hold {rows} rows of {n} outputs")
-    wk = c.prepacked(np.ascontiguousarray((w.const if transposed else w.const.T).astype(_F64)))
+    dt = exact_dtype(k)
+    wk = c.prepacked(np.ascontiguousarray((w.const if transposed else w.const.T).astype(dt)))
     gx = c.getter(x)
-    acc = c.scratch((rows, n), _F64)
+    acc = c.scratch((rows, n), dt)
     if x.value.datatype == QDINT8:
         if out.dtype != _F32:
             raise c.fail(f"output (value id {out.value.id}) of a dynamically quantized FC is {out.value.datatype_name}; "
@@ -406,7 +415,7 @@ def _build_fully_connected(c: Compiler, node: XNode) -> list[Step]:
 
         def qd8_fc(b: list[Any]) -> None:
             xc = np.subtract(gx(b).reshape(rows, k), b[zp_slot][:, None], dtype=np.int32)
-            a = np.matmul(xc.astype(_F64), wk, out=b[acc])
+            a = np.matmul(xc.astype(dt), wk, out=b[acc])
             t = np.multiply(a.astype(_F32), b[step_slot][:, None], dtype=_F32)
             # XNNPACK: fma(t, filter_scale, bias) in float32 (float64 then rounded once).
             r = t.astype(_F64) * fscale
@@ -421,7 +430,7 @@ def _build_fully_connected(c: Compiler, node: XNode) -> list[Step]:
 
     def qs8_fc(b: list[Any]) -> None:
         xc = np.subtract(gx(b).reshape(rows, k), zx, dtype=np.int16)
-        np.matmul(xc.astype(_F64), wk, out=b[acc])
+        np.matmul(xc.astype(dt), wk, out=b[acc])
 
     return [qs8_fc, _requant_step(c, node, xp, wp, out, acc, bias, rows, n)]
 
@@ -457,15 +466,16 @@ def _build_conv2d(c: Compiler, node: XNode) -> list[Step]:
     rows = n * oh * ow
     # Centred input (x - zero point) in float64; the padding is the zero point, i.e. 0 here.
     hp, wp_ = h + pt + pb, wd + pl + pr
-    pad = c.scratch((n, hp, wp_, ch), _F64, fill=0.0)
+    dt = exact_dtype(kh * kw * gic)
+    pad = c.scratch((n, hp, wp_, ch), dt, fill=0.0)
     gx, zx = c.getter(x), xp.zero_point
     inner = (slice(None), slice(pt, pt + h), slice(pl, pl + wd))
-    steps: list[Step] = [lambda b: np.subtract(gx(b), zx, out=b[pad][inner], dtype=_F64)]
-    acc = c.scratch((rows, cout), _F64)
+    steps: list[Step] = [lambda b: np.subtract(gx(b), zx, out=b[pad][inner], dtype=dt)]
+    acc = c.scratch((rows, cout), dt)
     taps = _nodes._taps(kh, kw, dh, dw, sh, sw, oh, ow)
     if depthwise:
-        wts = [c.prepacked(np.ascontiguousarray(w.const[0, i, j].astype(_F64))) for i, j, _ in taps]
-        tmp = c.scratch((n, oh, ow, cout), _F64)
+        wts = [c.prepacked(np.ascontiguousarray(w.const[0, i, j].astype(dt))) for i, j, _ in taps]
+        tmp = c.scratch((n, oh, ow, cout), dt)
 
         def dw_step(b: list[Any]) -> None:
             src = b[pad]
@@ -485,10 +495,10 @@ def _build_conv2d(c: Compiler, node: XNode) -> list[Step]:
         steps.append(dw_step)
     else:
         kk = kh * kw * gic
-        it = _F64.itemsize
+        it = dt.itemsize
         st = (hp * wp_ * ch * it, sh * wp_ * ch * it, sw * ch * it, dh * wp_ * ch * it, dw * ch * it, it)
-        cols = c.scratch((n, oh, ow, kh, kw, gic), _F64)
-        wks = tuple(c.prepacked(np.ascontiguousarray(w.const[g * goc:(g + 1) * goc].reshape(goc, kk).T.astype(_F64)))
+        cols = c.scratch((n, oh, ow, kh, kw, gic), dt)
+        wks = tuple(c.prepacked(np.ascontiguousarray(w.const[g * goc:(g + 1) * goc].reshape(goc, kk).T.astype(dt)))
                     for g in range(groups))
 
         def conv(b: list[Any]) -> None:

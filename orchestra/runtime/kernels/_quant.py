@@ -214,7 +214,7 @@ def quantize_per_channel_out(
 def _rows(op: str, x: Any) -> np.ndarray:
     if not isinstance(x, np.ndarray) or x.ndim == 0:
         raise bad(op, "input must be a tensor with at least one dimension")
-    return x.reshape(-1, x.shape[-1]) if x.shape[-1] else x.reshape(-1, 0)
+    return x.reshape(int(np.prod(x.shape[:-1])), x.shape[-1])
 
 
 @kernel("quantized_decomposed::quantize_per_token.out", dtypes=_FLOATS)
@@ -317,7 +317,7 @@ def dequantize_per_token_out(
     rows = _rows(op, input)
     res = _dequantize_per_channel(
         op, rows, scales, zero_points, 0, quant_min, quant_max, dtype, output_dtype,
-        out.reshape(rows.shape) if isinstance(out, np.ndarray) and out.size == rows.size else None,
+        np.empty(0, out.dtype) if isinstance(out, np.ndarray) else None,
     )
     return _write(res.reshape(input.shape), out)
 
