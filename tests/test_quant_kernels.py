@@ -148,8 +148,8 @@ def test_quantize_nan_and_inf_like_executorch(et_ops: Any) -> None:
 @pytest.mark.executorch
 @pytest.mark.parametrize("in_dt", [np.float16, np.float64])
 def test_quantize_half_and_double_inputs(et_ops: Any, in_dt: Any) -> None:
-    x = _edge_floats(0.037, 2, np.dtype(np.int8), np.random.default_rng(1)).astype(in_dt)
-    x = x[np.isfinite(x)]
+    x = _edge_floats(0.037, 2, np.dtype(np.int8), np.random.default_rng(1))
+    x = x[np.abs(x) < 6e4].astype(in_dt)  # float16's range
     got = _call("quantize_per_tensor.out", x, 0.037, 2, -128, 127, int(ScalarType.CHAR), np.zeros(x.shape, np.int8))
     want = torch.empty(x.shape, dtype=torch.int8)
     et_ops.quantize_per_tensor.out(_t(x), 0.037, 2, -128, 127, torch.int8, out=want)
