@@ -37,6 +37,7 @@ import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -68,8 +69,8 @@ _I8 = np.dtype(np.int8)
 
 # XNNDatatype codes (schema order).
 QINT8, QUINT8, QINT32, QCINT8, QCINT32, QDINT8 = 3, 4, 5, 6, 7, 9
-_QUANT_DATATYPES = {QINT8: _I8, QUINT8: np.dtype(np.uint8), QINT32: np.dtype(np.int32), QCINT8: _I8,
-                    QCINT32: np.dtype(np.int32), QDINT8: _I8}
+_QUANT_DATATYPES = MappingProxyType({QINT8: _I8, QUINT8: np.dtype(np.uint8), QINT32: np.dtype(np.int32),
+                                     QCINT8: _I8, QCINT32: np.dtype(np.int32), QDINT8: _I8})
 
 
 # ------------------------------------------------------------------------------------------
