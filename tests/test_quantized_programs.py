@@ -175,7 +175,7 @@ def int8_224(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     tool = _export_tool()
     # Shared with backends/xnnpack/test (same session, same base temp folder).
-    pairs = tool.cached_pair(tool.big_convnet_spec(), tmp_path_factory.getbasetemp() / "int8_224")
+    pairs = tool.cached_pair(tool.big_convnet_spec(), tmp_path_factory.getbasetemp() / "int8_convnet224")
     return {
         name: (path, [arrays["forward.in_0"]],
                [arrays[f"forward.out_{i}"] for i in range(sum(k.startswith("forward.out_") for k in arrays))])
