@@ -14,9 +14,13 @@ measured for:
       same file, in interleaved rounds (the order alternating), median per-execute time of
       each and their ratio.
 
+Both sides run with ``--threads`` compute threads (default 1): numpy's BLAS pool is limited
+with threadpoolctl (when installed) and ExecuTorch's threadpool is reset to the same size. An
+unlimited 2-thread OpenBLAS pool on a loaded 2-core machine made executes ~40x slower here.
+
 Needs torch + executorch (the ``export`` extra) for the default model and for (b).
 
-    python benchmarks/bench_xnnpack.py [--pte FILE] [--instances 8] [--rounds 15] [--n 5]
+    python benchmarks/bench_xnnpack.py [--pte FILE] [--instances 8] [--rounds 15] [--n 5] [--threads 1]
 """
 
 from __future__ import annotations
@@ -45,6 +49,15 @@ def rss_bytes() -> int:
     raise RuntimeError("no VmRSS in /proc/self/status")
 
 
+def limit_blas(threads: int) -> str:
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return "numpy BLAS threads: not limited (threadpoolctl not installed)"
+    threadpool_limits(threads, user_api="blas")
+    return f"numpy BLAS threads: {threads}"
+
+
 def default_pte() -> pathlib.Path:
     """The 224x224 model exported with XnnpackPartitioner (cached in the temp dir)."""
     spec = importlib.util.spec_from_file_location("_xnn_models", REPO / "backends" / "xnnpack" / "test" / "_models.py")
@@ -69,9 +82,10 @@ def inputs_for(method) -> list[np.ndarray]:
 
 
 # -- (a) memory, in a fresh child process ----------------------------------------------------
-def memory_child(pte: str, n: int) -> None:
+def memory_child(pte: str, n: int, threads: int) -> None:
     import gc
 
+    limit_blas(threads)
     from orchestra.backends.xnnpack import XnnpackHandle
     from orchestra.runtime import load_program
 
@@ -94,8 +108,9 @@ def memory_child(pte: str, n: int) -> None:
     print(json.dumps({"before": before, "after": after, "per_instance": per_instance, "prepacked": prepacked}))
 
 
-def bench_memory(pte: pathlib.Path, n: int) -> None:
-    r = subprocess.run([sys.executable, __file__, "--memory-child", str(pte), "--instances", str(n)],
+def bench_memory(pte: pathlib.Path, n: int, threads: int) -> None:
+    r = subprocess.run([sys.executable, __file__, "--memory-child", str(pte), "--instances", str(n),
+                        "--threads", str(threads)],
                        capture_output=True, text=True, check=True)
     facts = json.loads(r.stdout.strip().splitlines()[-1])
     growth = facts["after"] - facts["before"]
@@ -108,10 +123,13 @@ def bench_memory(pte: pathlib.Path, n: int) -> None:
 
 
 # -- (b) latency --------------------------------------------------------------------------------
-def bench_latency(pte: pathlib.Path, rounds: int, n: int) -> None:
+def bench_latency(pte: pathlib.Path, rounds: int, n: int, threads: int) -> None:
     import torch
+    from executorch.extension.pybindings import portable_lib
     from executorch.runtime import Runtime
 
+    print(f"    {limit_blas(threads)}; ExecuTorch threadpool: {threads}")
+    portable_lib._unsafe_reset_threadpool(threads)
     from orchestra.runtime import load_program
 
     data = pte.read_bytes()
@@ -150,14 +168,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--instances", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--n", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--memory-child", metavar="PTE", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.memory_child:
-        memory_child(args.memory_child, args.instances)
+        memory_child(args.memory_child, args.instances, args.threads)
         return 0
     pte = args.pte or default_pte()
-    bench_memory(pte, args.instances)
-    bench_latency(pte, args.rounds, args.n)
+    bench_memory(pte, args.instances, args.threads)
+    bench_latency(pte, args.rounds, args.n, args.threads)
     return 0
 
 

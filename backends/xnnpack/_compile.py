@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -44,15 +45,20 @@ __all__ = [
 Step = Callable[[list[Any]], None]
 Builder = Callable[["Compiler", XNode], list[Step]]
 
-# XNNDatatype -> numpy dtype of the values this backend computes with. One place for
-# dtype handling: a datatype missing here is rejected at init, naming the value.
-DATATYPES: dict[int, np.dtype] = {
-    1: np.dtype(np.float32),  # xnn_datatype_fp32
-    12: np.dtype(np.int32),  # xnn_datatype_int32
+# The registries (DESIGN: the only module-level mutable state, filled at import time):
+# "datatypes": XNNDatatype -> numpy dtype of the values this backend computes with (one
+# place for dtype handling: a datatype missing here is rejected at init, naming the value);
+# "nodes": node type name -> builder, filled by _nodes (float32) at import. Extend both with
+# register_datatype / register_node; read them through DATATYPES / NODE_BUILDERS.
+_REGISTRY: dict[str, dict[Any, Any]] = {
+    "datatypes": {
+        1: np.dtype(np.float32),  # xnn_datatype_fp32
+        12: np.dtype(np.int32),  # xnn_datatype_int32
+    },
+    "nodes": {},
 }
-
-# Node type name -> builder. Filled by _nodes (float32) at import; extend with register_node.
-NODE_BUILDERS: dict[str, Builder] = {}
+DATATYPES: Mapping[int, np.dtype] = MappingProxyType(_REGISTRY["datatypes"])
+NODE_BUILDERS: Mapping[str, Builder] = MappingProxyType(_REGISTRY["nodes"])
 
 # Per-Method activations + scratch of one delegate may not exceed this (a hostile blob
 # declaring huge dims must fail at init, not allocate).
@@ -64,12 +70,12 @@ MAX_PREPACK_BYTES = 4 << 30
 def register_node(name: str, builder: Builder) -> None:
     """Makes ``builder`` compile nodes of type ``name`` (e.g. ``"XNNConv2d"``), replacing
     any earlier builder for it."""
-    NODE_BUILDERS[name] = builder
+    _REGISTRY["nodes"][name] = builder
 
 
 def register_datatype(datatype: int, dtype: np.dtype) -> None:
     """Lets values of XNNDatatype ``datatype`` exist, held as numpy ``dtype``."""
-    DATATYPES[int(datatype)] = np.dtype(dtype)
+    _REGISTRY["datatypes"][int(datatype)] = np.dtype(dtype)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,8 +108,11 @@ class Plan:
 
     Attributes:
         steps: the numpy steps, in order.
-        buffers: (shape, dtype, fill) of each workspace slot; None for slots bound at
-            execute (external inputs/outputs) or by a view step.
+        buffers: (shape, dtype, fill, offset) of each workspace slot: a view at ``offset``
+            of the Method's arena (buffers whose lifetimes don't overlap share memory), or
+            its own array (offset -1); None for slots bound at execute (external
+            inputs/outputs) or by a view step.
+        arena_bytes: the size of the shared arena.
         inputs: (argument index, slot, shape, dtype) of each external input, by argument.
         outputs: the same for each external output.
         node_types: the graph's node type per node (for statistics/inspect).
@@ -112,7 +121,8 @@ class Plan:
     """
 
     steps: tuple[Step, ...]
-    buffers: tuple[tuple[tuple[int, ...], np.dtype, float | None] | None, ...]
+    buffers: tuple[tuple[tuple[int, ...], np.dtype, float | None, int] | None, ...]
+    arena_bytes: int
     inputs: tuple[tuple[int, int, tuple[int, ...], np.dtype], ...]
     outputs: tuple[tuple[int, int, tuple[int, ...], np.dtype], ...]
     node_types: tuple[str, ...]
@@ -124,12 +134,23 @@ class Plan:
 class Workspace:
     """One Method's buffers for one plan: the list every step reads and writes."""
 
-    __slots__ = ("bufs", "nbytes")
+    __slots__ = ("bufs", "arena", "nbytes")
 
     def __init__(self, plan: Plan) -> None:
-        self.bufs: list[Any] = [None if b is None else np.empty(b[0], b[1]) if b[2] is None
-                                else np.full(b[0], b[2], b[1]) for b in plan.buffers]
-        self.nbytes = sum(b.nbytes for b in self.bufs if b is not None)
+        self.arena = np.empty(plan.arena_bytes, np.uint8)
+        bufs: list[Any] = []
+        own = 0
+        for b in plan.buffers:
+            if b is None:
+                bufs.append(None)
+            elif b[3] >= 0:
+                bufs.append(np.ndarray(b[0], b[1], self.arena, b[3]))
+            else:
+                a = np.empty(b[0], b[1]) if b[2] is None else np.full(b[0], b[2], b[1])
+                own += a.nbytes
+                bufs.append(a)
+        self.bufs = bufs
+        self.nbytes = plan.arena_bytes + own
 
 
 class Compiler:
@@ -148,6 +169,11 @@ class Compiler:
         self.prepacked_bytes = 0
         self.workspace_bytes = 0
         self._node: XNode | None = None
+        self._pos = 0  # index of the node being compiled (lifetimes are in node positions)
+        self._first: dict[int, int] = {}  # slot -> first node position that touches it
+        self._last: dict[int, int] = {}  # slot -> last node position that touches it
+        self._alias: dict[int, int] = {}  # view slot -> the slot whose memory it shows
+        self._pinned: set[int] = set()  # slots that never share memory
 
     # -- errors ---------------------------------------------------------------------------
     def node_where(self, node: XNode | None = None) -> str:
@@ -171,21 +197,40 @@ class Compiler:
         return len(self.buffers) - 1
 
     def scratch(self, shape: tuple[int, ...], dtype: Any = np.float32, fill: float | None = None) -> int:
-        """A per-Method scratch buffer slot (e.g. an im2col matrix, a padded input);
-        ``fill`` sets every element once, when the Method's workspace is made (e.g. the
-        border of a padded input, which later writes never touch)."""
-        return self._slot((tuple(int(d) for d in shape), np.dtype(dtype), fill))
+        """A per-Method scratch buffer slot for the node being compiled (e.g. an im2col
+        matrix, a padded input). Its memory may be shared with buffers of other nodes, so
+        its content does not survive to the next execute, except with ``fill``: then every
+        element is set once, when the Method's workspace is made (e.g. the border of a
+        padded input, which later writes never touch), and the buffer is never shared."""
+        slot = self._slot((tuple(int(d) for d in shape), np.dtype(dtype), fill))
+        self._touch(slot)
+        if fill is not None:
+            self._pinned.add(slot)
+        return slot
 
-    def make_view(self, out: TensorInfo) -> bool:
-        """Drops ``out``'s own buffer when a step will bind a view in its slot instead
-        (reshape of a buffer). False (keep the buffer) for external outputs."""
+    def rebound(self) -> int:
+        """A slot a step rebinds at execute (to a view of some input); it owns no memory."""
+        self.buffers.append(None)
+        return len(self.buffers) - 1
+
+    def make_view(self, out: TensorInfo, src: TensorInfo) -> bool:
+        """Drops ``out``'s own buffer when a step will bind a view of ``src`` in its slot
+        instead (reshape of a buffer). False (keep the buffer) for external outputs."""
         if out.external >= 0:
             return False
         spec = self.buffers[out.slot]
         if spec is not None:
             self.workspace_bytes -= math.prod(spec[0]) * spec[1].itemsize
             self.buffers[out.slot] = None
+        if src.slot >= 0:
+            self._alias[out.slot] = self._alias.get(src.slot, src.slot)
+            self._touch(src.slot)
         return True
+
+    def _touch(self, slot: int) -> None:
+        slot = self._alias.get(slot, slot)
+        self._first.setdefault(slot, self._pos)
+        self._last[slot] = self._pos
 
     def prepacked(self, array: np.ndarray) -> np.ndarray:
         """Registers ``array`` as weights derived once per Program; returns it read-only."""
@@ -249,6 +294,8 @@ class Compiler:
         if info.const is None and not info.value.is_input and vid not in self._written:
             raise self.fail(f"{role} reads value id {vid} before any node writes it (nodes must come in "
                             "execution order)")
+        if info.slot >= 0:
+            self._touch(info.slot)
         return info
 
     def tensor(self, vid: int, role: str) -> TensorInfo:
@@ -267,6 +314,7 @@ class Compiler:
         if vid in self._written:
             raise self.fail(f"{role} (value id {vid}) is already written by XNNGraph.xnodes[{self._written[vid]}]")
         self._written[vid] = self._node.index if self._node is not None else -1
+        self._touch(info.slot)
         return info
 
     def check_shape(self, out: TensorInfo, shape: tuple[int, ...], role: str = "output") -> None:
@@ -306,8 +354,8 @@ class Compiler:
                                    Error.InvalidProgram)
             table[info.external] = info
         steps: list[Step] = []
-        for node in self.graph.nodes:
-            self._node = node
+        for pos, node in enumerate(self.graph.nodes):
+            self._node, self._pos = node, pos
             builder = NODE_BUILDERS.get(node.type)
             if builder is None:
                 raise BackendError(f"{self.where}: XNNGraph.xnodes[{node.index}] has node type {node.type}, which this "
@@ -318,20 +366,60 @@ class Compiler:
             if info.value.id not in self._written:
                 raise BackendError(f"{self.where}: external output (value id {info.value.id}, external_id {ext}) is "
                                    "written by no node", Error.InvalidProgram)
+        layout, arena = self._layout()
         num_args = len(ins) + len(outs)
         if sorted([*ins, *outs]) != list(range(num_args)):
             raise BackendError(f"{self.where}: external ids {sorted([*ins, *outs])} are not 0..{num_args - 1}",
                                Error.InvalidProgram)
         return Plan(
             steps=tuple(steps),
-            buffers=tuple(self.buffers),
+            buffers=tuple(layout),
+            arena_bytes=arena,
             inputs=tuple((e, i.slot, i.shape, i.dtype) for e, i in sorted(ins.items())),
             outputs=tuple((e, i.slot, i.shape, i.dtype) for e, i in sorted(outs.items())),
             node_types=tuple(n.type for n in self.graph.nodes),
-            activation_bytes=self.workspace_bytes,
+            activation_bytes=arena + sum(math.prod(b[0]) * b[1].itemsize for b in layout
+                                         if b is not None and b[3] < 0),
             prepacked_bytes=self.prepacked_bytes,
             num_args=num_args,
         )
+
+
+    def _layout(self) -> tuple[list[tuple[tuple[int, ...], np.dtype, float | None, int] | None], int]:
+        """Places every shareable buffer in one arena: two buffers whose lifetimes (first to
+        last node touching them, views counted as their source) overlap never overlap in
+        memory. Returns (shape, dtype, fill, arena offset or -1 for an own array) per slot
+        and the arena's size."""
+        placed: list[tuple[int, int, int, int]] = []  # (offset, end, first, last)
+        layout: list[tuple[tuple[int, ...], np.dtype, float | None, int] | None] = []
+        order = []
+        for slot, spec in enumerate(self.buffers):
+            if spec is None or slot in self._pinned or slot not in self._first:
+                continue
+            order.append((-(math.prod(spec[0]) * spec[1].itemsize), slot))
+        offsets: dict[int, int] = {}
+        for neg, slot in sorted(order):
+            size = (-neg + _ALIGN - 1) // _ALIGN * _ALIGN
+            first, last = self._first[slot], self._last[slot]
+            busy = sorted((o, e) for o, e, f, la in placed if f <= last and first <= la)
+            off = 0
+            for o, e in busy:
+                if off + size <= o:
+                    break
+                off = max(off, e)
+            placed.append((off, off + size, first, last))
+            offsets[slot] = off
+        for slot, spec in enumerate(self.buffers):
+            if spec is None:
+                layout.append(None)
+            elif slot not in self._first and slot not in self._pinned:
+                layout.append(None)  # never read nor written: no memory
+            else:
+                layout.append((spec[0], spec[1], spec[2], offsets.get(slot, -1)))
+        return layout, max((e for _, e, _, _ in placed), default=0)
+
+
+_ALIGN = 64
 
 
 def _dt_name(d: int) -> str:

@@ -15,7 +15,8 @@ allows it.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -96,23 +97,6 @@ def _erf(x: np.ndarray, out: np.ndarray, t: np.ndarray) -> None:
     np.copysign(out, x, out=out)
 
 
-_UNARY: dict[str, Callable[[np.ndarray, np.ndarray], Any]] = {
-    "XNNAbs": lambda x, o: np.abs(x, out=o),
-    "XNNNegate": lambda x, o: np.negative(x, out=o),
-    "XNNSquare": lambda x, o: np.square(x, out=o),
-    "XNNSquareRoot": lambda x, o: np.sqrt(x, out=o),
-    "XNNFloor": lambda x, o: np.floor(x, out=o),
-    "XNNCeiling": lambda x, o: np.ceil(x, out=o),
-    "XNNLog": lambda x, o: np.log(x, out=o),
-    "XNNExp": lambda x, o: np.exp(x, out=o),
-    "XNNSin": lambda x, o: np.sin(x, out=o),
-    "XNNCos": lambda x, o: np.cos(x, out=o),
-    "XNNTanh": lambda x, o: np.tanh(x, out=o),
-    "XNNClamp": lambda x, o: np.copyto(o, x),
-    "XNNCopy": lambda x, o: np.copyto(o, x),
-}
-
-
 def _rsqrt(x: np.ndarray, o: np.ndarray) -> None:
     np.sqrt(x, out=o)
     np.reciprocal(o, out=o)
@@ -132,7 +116,26 @@ def _hardswish(x: np.ndarray, o: np.ndarray) -> None:
     np.multiply(o, 1.0 / 6.0, out=o)
 
 
-_UNARY.update({"XNNReciprocalSquareRoot": _rsqrt, "XNNSigmoid": _sigmoid, "XNNHardswish": _hardswish})
+_UNARY: Mapping[str, Callable[[np.ndarray, np.ndarray], Any]] = MappingProxyType({
+    "XNNAbs": lambda x, o: np.abs(x, out=o),
+    "XNNNegate": lambda x, o: np.negative(x, out=o),
+    "XNNSquare": lambda x, o: np.square(x, out=o),
+    "XNNSquareRoot": lambda x, o: np.sqrt(x, out=o),
+    "XNNFloor": lambda x, o: np.floor(x, out=o),
+    "XNNCeiling": lambda x, o: np.ceil(x, out=o),
+    "XNNLog": lambda x, o: np.log(x, out=o),
+    "XNNExp": lambda x, o: np.exp(x, out=o),
+    "XNNSin": lambda x, o: np.sin(x, out=o),
+    "XNNCos": lambda x, o: np.cos(x, out=o),
+    "XNNTanh": lambda x, o: np.tanh(x, out=o),
+    "XNNClamp": lambda x, o: np.copyto(o, x),
+    "XNNCopy": lambda x, o: np.copyto(o, x),
+    "XNNReciprocalSquareRoot": _rsqrt,
+    "XNNSigmoid": _sigmoid,
+    "XNNHardswish": _hardswish,
+})
+
+
 
 
 def _unary_shape(c: Compiler, node: XNode) -> tuple[TensorInfo, TensorInfo]:
@@ -226,10 +229,10 @@ def _build_softmax(c: Compiler, node: XNode) -> list[Step]:
     return [step]
 
 
-_BINARY: dict[str, Any] = {
+_BINARY: Mapping[str, Any] = MappingProxyType({
     "XNNAdd": np.add, "XNNSubtract": np.subtract, "XNNMultiply": np.multiply, "XNNDiv": np.divide,
     "XNNMinimum": np.minimum, "XNNMaximum": np.maximum,
-}
+})
 
 
 def _broadcast(c: Compiler, a: TensorInfo, b: TensorInfo) -> tuple[int, ...]:
@@ -387,7 +390,7 @@ def _padder(c: Compiler, x: TensorInfo, pt: int, pb: int, pl: int, pr: int, fill
     if not (pt or pb or pl or pr) and repeat == 1:
         if x.const is not None:
             return -1, [], shape
-        slot = c.scratch((1,))  # rebound each execute to a contiguous view of the input
+        slot = c.rebound()  # rebound each execute to a contiguous view of the input
 
         def bind(b: list[Any]) -> None:
             v = gx(b)
@@ -677,7 +680,7 @@ def _build_reshape(c: Compiler, node: XNode) -> list[Step]:
     if out.dtype != x.dtype:
         raise c.fail("input and output datatypes differ")
     shape, gx, o = out.shape, c.getter(x), out.slot
-    if c.make_view(out):
+    if c.make_view(out, x):
         def view(b: list[Any]) -> None:
             v = gx(b)
             b[o] = v.reshape(shape)

@@ -5,13 +5,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from ._blob import DATATYPE_NAMES, parse_blob
 
 __all__ = ["XnnpackSummary", "summarize"]
 
-_ITEMSIZE = {"fp32": 4, "fp16": 2, "bf16": 2, "int32": 4, "qint32": 4, "qcint32": 4, "qint8": 1, "quint8": 1,
-             "qcint8": 1, "qdint8": 1}
+_ITEMSIZE = MappingProxyType({"fp32": 4, "fp16": 2, "bf16": 2, "int32": 4, "qint32": 4, "qcint32": 4, "qint8": 1,
+                              "quint8": 1, "qcint8": 1, "qdint8": 1})
 
 
 @dataclass(frozen=True, slots=True)
