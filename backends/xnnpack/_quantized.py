@@ -304,7 +304,9 @@ def _qd8_slots(c: Compiler, t: TensorInfo) -> tuple[int, int, int]:
         if not t.shape:
             raise c.fail(f"dynamically quantized value id {vid} has no dims")
         rows = math.prod(t.shape[:-1])
-        table[vid] = (rows, c.scratch((rows,), _F32), c.scratch((rows,), np.int32))
+        # Written by the Convert node, read by later nodes: ``fill`` pins the buffers (never
+        # shared with other nodes' buffers by the workspace's lifetime-based placement).
+        table[vid] = (rows, c.scratch((rows,), _F32, fill=1.0), c.scratch((rows,), np.int32, fill=0))
     return table[vid]
 
 
