@@ -209,8 +209,9 @@ def qs8_add(a: np.ndarray, b: np.ndarray, p: AddParams, out_zp: int, qmin: int =
             out: np.ndarray | None = None) -> np.ndarray:
     """XNNPACK's qs8 add (broadcasting): ``((bias + a * a_mul + b * b_mul) >> shift) + out_zp``
     clamped to ``[qmin, qmax]``."""
-    acc = np.multiply(a, p.a_multiplier, dtype=np.int64)
-    acc += np.multiply(b, p.b_multiplier, dtype=np.int64)
+    # |a * a_mul| < 2**28 (multipliers < 2**21): int32 holds every sum, as in XNNPACK.
+    acc = np.multiply(a, p.a_multiplier, dtype=np.int32)
+    acc += np.multiply(b, p.b_multiplier, dtype=np.int32)
     acc += p.bias
     acc >>= p.shift
     acc += out_zp
@@ -364,19 +365,30 @@ def _float_bias(c: Compiler, node: XNode, n: int) -> np.ndarray | None:
 
 
 def _requant_step(c: Compiler, node: XNode, x: QParams, w: QParams, out: TensorInfo, acc_slot: int,
-                  bias: np.ndarray | None, rows: int, n: int) -> Step:
-    """Adds the int32 bias to the float64 accumulators in ``acc_slot`` and requantizes them
-    into ``out`` (qint8)."""
+                  bias: np.ndarray | None, rows: int, n: int, k: int) -> Step:
+    """Adds the int32 bias (float64) to the exact accumulators in ``acc_slot`` (``k``-long
+    dot products) and requantizes them into ``out`` (qint8)."""
     op = _qs8(c, out, "output_id")
     scale = c.prepacked(requantization_scale(x.tensor_scale, w.scale, op.tensor_scale))
     lo, hi = _out_bounds(c, node, op)
     zp, o = op.zero_point, out.slot
     lo_f, hi_f = np.float32(lo - zp), np.float32(hi - zp)
+    in_place = exact_dtype(k) == _F32  # the accumulators are float32: requantize them in place
+    if bias is not None and in_place:
+        # float32 sums stay exact while |acc| + |bias| < 2**24; otherwise add in float64.
+        in_place = float(np.abs(bias).max(initial=0)) + k * 255 * 128 < (1 << 24)
+        if in_place:
+            bias = c.prepacked(bias.astype(_F32))
 
     def step(b: list[Any]) -> None:
         acc = b[acc_slot]
-        # (float) of the int32 accumulator; the bias is added exactly, in float64.
-        v = (acc + bias).astype(_F32) if bias is not None else acc.astype(_F32)
+        # (float) of the int32 accumulator plus bias, rounded once to float32.
+        if in_place:
+            v = acc
+            if bias is not None:
+                np.add(v, bias, out=v)
+        else:
+            v = (acc + bias).astype(_F32) if bias is not None else acc.astype(_F32)
         np.multiply(v, scale, out=v)
         np.clip(v, lo_f, hi_f, out=v)
         np.rint(v, out=v)
@@ -435,7 +447,7 @@ def _build_fully_connected(c: Compiler, node: XNode) -> list[Step]:
         xc = np.subtract(gx(b).reshape(rows, k), zx, dtype=np.int16)
         np.matmul(xc.astype(dt), wk, out=b[acc])
 
-    return [qs8_fc, _requant_step(c, node, xp, wp, out, acc, bias, rows, n)]
+    return [qs8_fc, _requant_step(c, node, xp, wp, out, acc, bias, rows, n, k)]
 
 
 def _build_conv2d(c: Compiler, node: XNode) -> list[Step]:
@@ -515,7 +527,7 @@ def _build_conv2d(c: Compiler, node: XNode) -> list[Step]:
 
         steps.append(conv)
     bias = _int_bias(c, node, cout)
-    steps.append(_requant_step(c, node, xp, wp, out, acc, bias, rows, cout))
+    steps.append(_requant_step(c, node, xp, wp, out, acc, bias, rows, cout, kh * kw * gic))
     return steps
 
 
@@ -538,9 +550,20 @@ def _build_convert(c: Compiler, node: XNode) -> list[Step]:
     if x.dtype == _F32 and out.value.datatype in (QINT8, QUINT8):
         p = _qparams(c, out, "output_id")
         info = np.iinfo(out.dtype)
-        scale, zp = p.tensor_scale, p.zero_point
-        dt = out.dtype
-        return [lambda b: np.copyto(b[o], quantize(gx(b), scale, zp, int(info.min), int(info.max), dt))]
+        inv = np.float32(1.0) / np.float32(p.tensor_scale)
+        zp = np.float32(p.zero_point)
+        lo, hi = np.float32(int(info.min) - p.zero_point), np.float32(int(info.max) - p.zero_point)
+        tmp = c.scratch(out.shape, _F32)
+
+        def to_q(b: list[Any]) -> None:  # quantize(), in place in a float32 scratch
+            v = b[tmp]
+            np.multiply(gx(b), inv, out=v)
+            np.clip(v, lo, hi, out=v)
+            np.rint(v, out=v)
+            v += zp
+            np.copyto(b[o], v, casting="unsafe")
+
+        return [to_q]
     if x.value.datatype in (QINT8, QUINT8) and out.dtype == _F32:
         p = _qparams(c, x, "input_id")
         scale, zp = p.tensor_scale, p.zero_point
