@@ -268,6 +268,13 @@ def test_requantization_scale_is_float32_left_to_right() -> None:
     np.testing.assert_array_equal(s, (np.float32(0.1) * np.array([0.02, 0.003], np.float32)) / np.float32(0.07))
 
 
+def test_exact_dtype_switches_to_float64_when_float32_sums_could_round() -> None:
+    assert Q.exact_dtype(27) == np.float32 and Q.exact_dtype(514) == np.float32
+    assert Q.exact_dtype(515) == np.float64 and Q.exact_dtype(3136) == np.float64
+    k = 514  # the largest float32 case: the worst-case sum is still an exact float32
+    assert float(np.float32(k * 255 * 128)) == k * 255 * 128 and k * 255 * 128 < 2**24
+
+
 def test_int_matmul_is_exact() -> None:
     rng = np.random.default_rng(2)
     xc = rng.integers(-255, 256, (7, 1000))
