@@ -294,6 +294,24 @@ def build_specs() -> list[FixtureSpec]:
             xnnpack=True,
         )
     )
+
+    gen = _seeded(4)
+    small2 = SmallConvNet().eval()
+    batch2 = torch.export.Dim("batch", min=1, max=8)
+    specs.append(
+        FixtureSpec(
+            "xnnpack_dynamic_batch",
+            {
+                "forward": MethodSpec(
+                    small2,
+                    export_args=(torch.randn(2, 2, 6, 6, generator=gen),),
+                    run_args=(torch.randn(3, 2, 6, 6, generator=gen),),
+                    dynamic_shapes=({0: batch2},),
+                )
+            },
+            xnnpack=True,
+        )
+    )
     return specs
 
 

@@ -28,6 +28,10 @@ __all__ = ["BACKEND_ID", "XnnpackBackend", "XnnpackHandle", "XnnpackStatistics"]
 
 BACKEND_ID = "XnnpackBackend"
 _CACHE_KEY = "xnnpack.plan"
+_PACKED_KEY = "xnnpack.packed"
+_GRAPH_KEY = "xnnpack.graph"
+# Plans specialised for other input dims (dynamic shapes) a handle keeps, most recent first.
+MAX_SHAPE_PLANS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,14 +59,21 @@ class XnnpackStatistics:
 class XnnpackHandle:
     """One XNNPACK delegate in one Method: the shared plan plus this Method's workspace."""
 
-    __slots__ = ("plan", "workspace", "where", "executions", "shared", "__weakref__")
+    __slots__ = ("plan", "workspace", "where", "executions", "shared", "graph", "named_data", "packed",
+                 "by_shape", "__weakref__")
 
-    def __init__(self, plan: Plan, where: str, shared: bool) -> None:
+    def __init__(self, plan: Plan, where: str, shared: bool, graph: Any, named_data: Any,
+                 packed: dict[Any, np.ndarray]) -> None:
         self.plan = plan
         self.workspace: Workspace | None = Workspace(plan)
         self.where = where
         self.executions = 0
         self.shared = shared
+        self.graph = graph  # the verified XGraph, to specialise plans for other input dims
+        self.named_data = named_data
+        self.packed = packed  # re-laid-out weights, shared by every plan of the delegate
+        # input dims -> (plan, workspace) for dynamic shapes (the serialized dims use .plan)
+        self.by_shape: dict[tuple[tuple[int, ...], ...], tuple[Plan, Workspace]] = {}
 
     def statistics(self) -> XnnpackStatistics:
         counts: dict[str, int] = {}
@@ -108,27 +119,59 @@ class XnnpackBackend(BackendInterface):
         plan = cache.get(_CACHE_KEY) if cache is not None else None
         if plan is None:
             graph = parse_blob(processed, where)
-            plan = compile_graph(graph, where, context.named_data)
+            packed: dict[Any, np.ndarray] = {}
+            plan = compile_graph(graph, where, context.named_data, packed=packed)
             if cache is not None:
+                graph = cache.setdefault(_GRAPH_KEY, graph)
+                packed = cache.setdefault(_PACKED_KEY, packed)
                 plan = cache.setdefault(_CACHE_KEY, plan)
-        return XnnpackHandle(plan, where, cache is not None)
+        else:
+            graph, packed = cache[_GRAPH_KEY], cache[_PACKED_KEY]
+        return XnnpackHandle(plan, where, cache is not None, graph, context.named_data, packed)
+
+    def _specialised(self, handle: XnnpackHandle, args: list[Any]) -> tuple[Plan, Workspace]:
+        """The plan and workspace for the input dims of ``args`` (dynamic shapes)."""
+        shapes = []
+        for e, _slot, shape, dtype in handle.plan.inputs:
+            a = args[e]
+            if not isinstance(a, np.ndarray) or a.dtype != dtype or a.ndim != len(shape):
+                raise BackendError(
+                    f"{handle.where}: argument {e} (external input) must be a {dtype} tensor with {len(shape)} dims "
+                    f"(serialized dims {list(shape)}), got {_describe(a)}", Error.InvalidArgument)
+            shapes.append(tuple(a.shape))
+        key = tuple(shapes)
+        hit = handle.by_shape.get(key)
+        if hit is None:
+            ins = {e: s for (e, _, _, _), s in zip(handle.plan.inputs, shapes)}
+            plan = compile_graph(handle.graph, handle.where, handle.named_data, input_shapes=ins, packed=handle.packed)
+            hit = (plan, Workspace(plan))
+            if len(handle.by_shape) >= MAX_SHAPE_PLANS:
+                handle.by_shape.pop(next(iter(handle.by_shape)))
+        else:
+            handle.by_shape.pop(key)
+        handle.by_shape[key] = hit  # most recent last
+        return hit
 
     def execute(self, context: BackendExecutionContext, handle: XnnpackHandle, args: list[Any]) -> None:
         ws = handle.workspace
         if ws is None:
             raise BackendError(f"{handle.where}: execute on a destroyed handle", Error.DelegateInvalidHandle)
-        plan, bufs = handle.plan, ws.bufs
+        plan = handle.plan
         if len(args) != plan.num_args:
             raise BackendError(f"{handle.where}: the DelegateCall passes {len(args)} arguments, the XNNPACK graph "
                                f"has {plan.num_args} external values", Error.InvalidArgument)
+        for e, _slot, shape, dtype in plan.inputs:
+            a = args[e]
+            if not isinstance(a, np.ndarray) or a.dtype != dtype or (
+                    a.shape != shape and (a.ndim == len(shape) or a.size != ws_size(shape))):
+                plan, ws = self._specialised(handle, args)
+                break
+        bufs = ws.bufs
         for e, slot, shape, dtype in plan.inputs:
             a = args[e]
-            if not isinstance(a, np.ndarray) or a.dtype != dtype or a.size != ws_size(shape):
-                raise BackendError(
-                    f"{handle.where}: argument {e} (external input) must be a {dtype} tensor of "
-                    f"{ws_size(shape)} elements (dims {list(shape)}), got "
-                    f"{_describe(a)}", Error.InvalidArgument)
-            bufs[slot] = a.reshape(shape) if a.flags.c_contiguous else np.ascontiguousarray(a).reshape(shape)
+            if not a.flags.c_contiguous:
+                a = np.ascontiguousarray(a)
+            bufs[slot] = a if a.shape == shape else a.reshape(shape)  # e.g. a 0-dim tensor for dims [1]
         for e, slot, shape, dtype in plan.outputs:
             a = args[e]
             if isinstance(a, np.ndarray) and a.dtype == dtype and a.size == ws_size(shape) and a.flags.c_contiguous \
@@ -145,6 +188,7 @@ class XnnpackBackend(BackendInterface):
 
     def destroy(self, handle: XnnpackHandle) -> None:
         handle.workspace = None
+        handle.by_shape.clear()
 
     def describe_delegate(self, blob: memoryview, named_data: Any = None) -> dict[str, Any]:
         """What ``orchestra inspect`` shows for one delegate (see :func:`~._summary.summarize`):

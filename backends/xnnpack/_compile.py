@@ -159,10 +159,17 @@ class Compiler:
     ``where`` names the delegate; :meth:`node_where` a node inside it.
     """
 
-    def __init__(self, graph: XGraph, where: str, named_data: Callable[[str], memoryview] | None) -> None:
+    def __init__(self, graph: XGraph, where: str, named_data: Callable[[str], memoryview] | None,
+                 input_shapes: Mapping[int, tuple[int, ...]] | None = None,
+                 packed: dict[Any, np.ndarray] | None = None) -> None:
         self.graph = graph
         self.where = where
         self.named_data = named_data
+        # Dynamic shapes: the external inputs' actual dims (by external id); every other
+        # value then takes the dims its node computes (the serialized ones are upper bounds).
+        self.input_shapes = dict(input_shapes or {})
+        self.dynamic = bool(self.input_shapes)
+        self.packed = packed if packed is not None else {}
         self.values: dict[int, XValue] = {}
         self.infos: dict[int, TensorInfo] = {}
         self.buffers: list[tuple[tuple[int, ...], np.dtype, float | None] | None] = []
@@ -232,6 +239,16 @@ class Compiler:
         self._first.setdefault(slot, self._pos)
         self._last[slot] = self._pos
 
+    def pack(self, key: str, make: Callable[[], np.ndarray]) -> np.ndarray:
+        """Weights derived once from constants for the node being compiled (re-laid-out
+        filters, ...): ``make()`` runs only when no plan of this delegate (e.g. one
+        specialised for other input shapes) made them under (node index, ``key``) before."""
+        k = (self._node.index if self._node is not None else -1, key)
+        arr = self.packed.get(k)
+        if arr is None:
+            arr = self.packed.setdefault(k, self.prepacked(make()))
+        return arr
+
     def prepacked(self, array: np.ndarray) -> np.ndarray:
         """Registers ``array`` as weights derived once per Program; returns it read-only."""
         self.prepacked_bytes += array.nbytes
@@ -256,6 +273,12 @@ class Compiler:
             raise BackendError(f"{p}: dq_datatype {_dt_name(v.dq_datatype)} (dynamic quantization) is not supported "
                                "by this backend", Error.NotSupported)
         shape = tuple(int(d) for d in v.dims)
+        if v.is_input and v.external_id in self.input_shapes:
+            given = tuple(int(d) for d in self.input_shapes[v.external_id])
+            if len(given) != len(shape):
+                raise BackendError(f"{p}: external input {v.external_id} has {len(shape)} dims {list(shape)}, got "
+                                   f"{len(given)} dims {list(given)}", Error.InvalidArgument)
+            shape = given
         if v.flags & ~0x3:
             raise BackendError(f"{p}: flags {v.flags:#x} hold bits other than EXTERNAL_INPUT/EXTERNAL_OUTPUT",
                                Error.InvalidProgram)
@@ -317,10 +340,29 @@ class Compiler:
         self._touch(info.slot)
         return info
 
-    def check_shape(self, out: TensorInfo, shape: tuple[int, ...], role: str = "output") -> None:
-        if tuple(out.shape) != tuple(shape):
+    def check_shape(self, out: TensorInfo, shape: tuple[int, ...], role: str = "output") -> TensorInfo:
+        """Checks the dims a node computes against its output value's; with dynamic input
+        shapes the value takes the computed dims (same rank). Returns the value's info."""
+        shape = tuple(int(d) for d in shape)
+        if tuple(out.shape) == shape:
+            return out
+        if not self.dynamic or len(shape) != len(out.shape):
             raise self.fail(f"{role} (value id {out.value.id}) has dims {list(out.shape)}, the node computes "
                             f"{list(shape)}")
+        new = TensorInfo(out.value, out.dtype, shape, out.slot, out.external, out.const)
+        self.infos[out.value.id] = new
+        spec = self.buffers[out.slot]
+        if spec is not None:
+            self.workspace_bytes -= math.prod(spec[0]) * spec[1].itemsize
+            self.buffers[out.slot] = self._checked_spec((shape, spec[1], spec[2]))
+        return new
+
+    def _checked_spec(self, spec: tuple[tuple[int, ...], np.dtype, float | None]) -> tuple[tuple[int, ...], np.dtype, float | None]:
+        self.workspace_bytes += math.prod(spec[0]) * spec[1].itemsize
+        if self.workspace_bytes > MAX_WORKSPACE_BYTES:
+            raise self.fail(f"the delegate's activations would need more than {MAX_WORKSPACE_BYTES} bytes per "
+                            "Method (corrupt dims?)", Error.MemoryAllocationFailed)
+        return spec
 
     def check_dtype(self, info: TensorInfo, role: str, allowed: tuple[Any, ...] = (np.float32,)) -> None:
         if info.dtype not in [np.dtype(a) for a in allowed]:
@@ -376,7 +418,8 @@ class Compiler:
             buffers=tuple(layout),
             arena_bytes=arena,
             inputs=tuple((e, i.slot, i.shape, i.dtype) for e, i in sorted(ins.items())),
-            outputs=tuple((e, i.slot, i.shape, i.dtype) for e, i in sorted(outs.items())),
+            outputs=tuple((e, i.slot, i.shape, i.dtype) for e, i in
+                          sorted((e, self.infos[i.value.id]) for e, i in outs.items())),
             node_types=tuple(n.type for n in self.graph.nodes),
             activation_bytes=arena + sum(math.prod(b[0]) * b[1].itemsize for b in layout
                                          if b is not None and b[3] < 0),
@@ -428,8 +471,14 @@ def _dt_name(d: int) -> str:
     return DATATYPE_NAMES[d] if 0 <= d < len(DATATYPE_NAMES) else f"<{d}>"
 
 
-def compile_graph(graph: XGraph, where: str, named_data: Callable[[str], memoryview] | None) -> Plan:
+def compile_graph(graph: XGraph, where: str, named_data: Callable[[str], memoryview] | None,
+                  input_shapes: Mapping[int, tuple[int, ...]] | None = None,
+                  packed: dict[Any, np.ndarray] | None = None) -> Plan:
     """Compiles a verified graph into a :class:`Plan` (see the module docstring).
+
+    ``input_shapes`` (external id -> dims) specialises the plan for inputs whose dims differ
+    from the serialized ones (dynamic shapes); ``packed`` is a dict shared by the plans of one
+    delegate so that their re-laid-out weights are made once.
 
     Raises:
         BackendError: an unknown node type or datatype (NotSupported), a bad reference,
@@ -438,7 +487,7 @@ def compile_graph(graph: XGraph, where: str, named_data: Callable[[str], memoryv
     from . import _nodes  # noqa: F401  (fills NODE_BUILDERS)
     from . import _quantized  # noqa: F401  (quantized datatypes and int8 node paths)
 
-    return Compiler(graph, where, named_data).compile()
+    return Compiler(graph, where, named_data, input_shapes, packed).compile()
 
 
 def node_counts(graph: XGraph) -> Mapping[str, int]:

@@ -280,12 +280,15 @@ def _build_fully_connected(c: Compiler, node: XNode) -> list[Step]:
     if not x.shape or k == 0 or math.prod(x.shape) % k:
         raise c.fail(f"input dims {list(x.shape)} do not hold whole rows of {k} input channels")
     rows = math.prod(x.shape) // k
+    if c.dynamic and len(out.shape) == len(x.shape):
+        out = c.check_shape(out, (*x.shape[:-1], n))
     if math.prod(out.shape) != rows * n:
         raise c.fail(f"output (value id {out.value.id}) dims {list(out.shape)} do not hold {rows} rows of {n} outputs")
     gx, o = c.getter(x), out.slot
     steps: list[Step] = []
     if w.const is not None:
-        wk = c.prepacked(np.ascontiguousarray(w.const if transposed else w.const.T))
+        wc = w.const
+        wk = c.pack("filter", lambda: np.ascontiguousarray(wc if transposed else wc.T))
         steps.append(lambda b: np.matmul(gx(b).reshape(rows, k), wk, out=b[o].reshape(rows, n)))
     else:
         gw = c.getter(w)
@@ -319,7 +322,8 @@ def _build_bmm(c: Compiler, node: XNode) -> list[Step]:
     c.check_shape(out, (*batch, a.shape[-2], wshape[-1]))
     ga, o = c.getter(a), out.slot
     if w.const is not None:
-        wk = c.prepacked(np.ascontiguousarray(np.swapaxes(w.const, -1, -2) if tb else w.const))
+        wc = w.const
+        wk = c.pack("filter", lambda: np.ascontiguousarray(np.swapaxes(wc, -1, -2) if tb else wc))
         return [lambda b: np.matmul(ga(b), wk, out=b[o])]
     gw = c.getter(w)
     if tb:
@@ -453,7 +457,8 @@ def _build_conv2d(c: Compiler, node: XNode) -> list[Step]:
     kk = kh * kw * gic
     if kh == kw == 1 and sh == sw == 1 and not (pt or pr or pb or pl) and groups == 1:
         gx = c.getter(x)
-        wk = c.prepacked(np.ascontiguousarray(w.const.reshape(cout, ch).T))
+        wc = w.const
+        wk = c.pack("filter", lambda: np.ascontiguousarray(wc.reshape(cout, ch).T))
         steps: list[Step] = [lambda b: np.matmul(gx(b).reshape(rows, ch), wk, out=b[o].reshape(rows, cout))]
         return [*steps, *_bias_steps(c, node, out, cout), *_clamp_steps(c, node, out)]
     ps, steps, pshape = _padder(c, x, pt, pb, pl, pr, 0.0)
@@ -462,8 +467,9 @@ def _build_conv2d(c: Compiler, node: XNode) -> list[Step]:
     st = (hp * wp * ch * it, sh * wp * ch * it, sw * ch * it, dh * wp * ch * it, dw * ch * it, it)
     const_x = x.const
     cols = c.scratch((n, oh, ow, kh, kw, gic))
+    wc = w.const
     if groups == 1:
-        wk = c.prepacked(np.ascontiguousarray(w.const.reshape(cout, kk).T))
+        wk = c.pack("filter", lambda: np.ascontiguousarray(wc.reshape(cout, kk).T))
 
         def conv(b: list[Any]) -> None:
             src = const_x if ps < 0 else b[ps]
@@ -473,7 +479,7 @@ def _build_conv2d(c: Compiler, node: XNode) -> list[Step]:
 
         steps.append(conv)
     else:
-        wks = tuple(c.prepacked(np.ascontiguousarray(w.const[g * goc:(g + 1) * goc].reshape(goc, kk).T))
+        wks = tuple(c.pack(f"filter{g}", lambda g=g: np.ascontiguousarray(wc[g * goc:(g + 1) * goc].reshape(goc, kk).T))
                     for g in range(groups))
         tmp = c.scratch((rows, goc))
 
@@ -515,8 +521,9 @@ def _build_depthwise(c: Compiler, node: XNode) -> list[Step]:
     ow = _out_size(c, wd, pl + pr, kw, sw, dw, "width")
     c.check_shape(out, (n, oh, ow, cout))
     ps, steps, _ = _padder(c, x, pt, pb, pl, pr, 0.0, repeat=goc)
-    taps = [(sl, np.ascontiguousarray(w.const[0, i, j])) for i, j, sl in _taps(kh, kw, dh, dw, sh, sw, oh, ow)]
-    c.prepacked(np.empty(0, np.float32))
+    wc = w.const
+    taps = [(sl, c.pack(f"tap{i},{j}", lambda i=i, j=j: np.ascontiguousarray(wc[0, i, j])))
+            for i, j, sl in _taps(kh, kw, dh, dw, sh, sw, oh, ow)]
     const_x, o = x.const, out.slot
     tmp = c.scratch((n, oh, ow, cout))
     (sl0, w0), rest = taps[0], taps[1:]
@@ -560,8 +567,9 @@ def _build_deconv(c: Compiler, node: XNode) -> list[Step]:
     rows = n * h * wd
     gx, o = c.getter(x), out.slot
     # per group: [gic, kh*kw*goc] so that cols = x_g @ W_g holds every tap's contribution.
-    wks = tuple(c.prepacked(np.ascontiguousarray(
-        w.const[g * goc:(g + 1) * goc].transpose(3, 1, 2, 0).reshape(gic, kh * kw * goc))) for g in range(groups))
+    wc = w.const
+    wks = tuple(c.pack(f"filter{g}", lambda g=g: np.ascontiguousarray(
+        wc[g * goc:(g + 1) * goc].transpose(3, 1, 2, 0).reshape(gic, kh * kw * goc))) for g in range(groups))
     cols = c.scratch((rows, kh * kw * goc))
     full = c.scratch((n, hf, wf, cout))
     xin = c.scratch((rows, gic)) if groups > 1 else -1
@@ -643,6 +651,8 @@ def _build_global_avg(c: Compiler, node: XNode) -> list[Step]:
         raise c.fail(f"input (value id {x.value.id}) has dims {list(x.shape)}, expected N..C with a spatial dim")
     n, ch = x.shape[0], x.shape[-1]
     area = math.prod(x.shape[1:-1])
+    if c.dynamic and len(out.shape) == len(x.shape):
+        out = c.check_shape(out, (n, *([1] * (len(x.shape) - 2)), ch))
     if math.prod(out.shape) != n * ch or out.shape[0] != n or out.shape[-1] != ch:
         raise c.fail(f"output dims {list(out.shape)} are not [{n}, ..., {ch}]")
     if area == 0:
@@ -666,8 +676,20 @@ def _build_transpose(c: Compiler, node: XNode) -> list[Step]:
     if f["num_dims"] != len(perm) or sorted(perm) != list(range(len(x.shape))):
         raise c.fail(f"perm {list(perm)} (num_dims {f['num_dims']}) is not a permutation of the input's "
                      f"{len(x.shape)} dims")
-    c.check_shape(out, tuple(x.shape[p] for p in perm))
+    out = c.check_shape(out, tuple(x.shape[p] for p in perm))
     gx, o = c.getter(x), out.slot
+    last = out.shape[-1] if out.shape else 0
+    if 1 < last <= 4 and perm[-1] != len(perm) - 1 and math.prod(out.shape) >= 4096:
+        # e.g. NCHW -> NHWC of an RGB image: numpy's copy loops over the 3 channels
+        # innermost; one strided copy per channel is ~7x faster.
+        chans = range(last)
+
+        def per_channel(b: list[Any]) -> None:
+            r, v = b[o], gx(b).transpose(perm)
+            for k in chans:
+                r[..., k] = v[..., k]
+
+        return [per_channel]
     return [lambda b: np.copyto(b[o], gx(b).transpose(perm))]
 
 
@@ -675,6 +697,19 @@ def _build_reshape(c: Compiler, node: XNode) -> list[Step]:
     f = node.fields
     x = c.tensor(f["input_id"], "input_id")
     out = c.output(f["output_id"])
+    new = tuple(f["new_shape"])
+    if f["num_dims"] != len(new) or len(new) != len(out.shape):
+        raise c.fail(f"new_shape {list(new)} (num_dims {f['num_dims']}) does not match the output's "
+                     f"{len(out.shape)} dims")
+    if new.count(0) > 1:
+        raise c.fail(f"new_shape {list(new)} has more than one inferred (0) dim")
+    if 0 in new:  # the one inferred dim
+        known = math.prod(d for d in new if d)
+        total = math.prod(x.shape)
+        if known == 0 or total % known:
+            raise c.fail(f"new_shape {list(new)} can't hold the input's {total} elements")
+        new = tuple(d or total // known for d in new)
+    out = c.check_shape(out, new)
     if math.prod(out.shape) != math.prod(x.shape):
         raise c.fail(f"input dims {list(x.shape)} and output dims {list(out.shape)} hold different element counts")
     if out.dtype != x.dtype:

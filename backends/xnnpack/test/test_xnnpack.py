@@ -32,7 +32,8 @@ ID = "XnnpackBackend"
 if ID not in registered_backends():  # entry points not installed (a bare checkout)
     register_backend(Backend(ID, XnnpackBackend()))
 
-XNNPACK_FIXTURES = ["xnnpack_convnet", "xnnpack_inline", "xnnpack_dwsep", "xnnpack_transformer", "xnnpack_two_methods"]
+XNNPACK_FIXTURES = ["xnnpack_convnet", "xnnpack_inline", "xnnpack_dwsep", "xnnpack_transformer", "xnnpack_two_methods",
+                    "xnnpack_dynamic_batch"]
 TOL = 1e-4
 
 
@@ -93,6 +94,31 @@ def test_methods_of_one_program_share_the_plan_and_own_activations() -> None:
     np.testing.assert_allclose(a.execute(data["in"])[0], b.execute(data["in"])[0], rtol=0, atol=0)
 
 
+def test_methods_of_one_program_run_in_parallel_threads() -> None:
+    import threading
+
+    prog = load_program(FIXTURES / "xnnpack_dwsep.pte")
+    data = et_helpers.load_npz("xnnpack_dwsep")["forward"]
+    methods = [prog.load_method("forward") for _ in range(4)]
+    rng = np.random.default_rng(5)
+    inputs = [[rng.standard_normal(data["in"][0].shape).astype(np.float32)] for _ in methods]
+    expected = [prog.load_method("forward").execute(x)[0].copy() for x in inputs]
+    errors: list[str] = []
+
+    def worker(k: int) -> None:
+        for _ in range(20):
+            got = methods[k].execute(inputs[k])[0]
+            if not np.allclose(got, expected[k], rtol=0, atol=0):
+                errors.append(f"method {k} differs")
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(len(methods))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
 def test_weight_cache_disabled_gives_each_method_its_own_plan() -> None:
     prog = load_program(FIXTURES / "xnnpack_convnet.pte")
     opts = {ID: {"weight_cache_enabled": False}}
@@ -117,10 +143,35 @@ def test_options_are_validated() -> None:
     np.testing.assert_allclose(m.execute(data["in"])[0], data["out"][0], rtol=TOL, atol=TOL)
 
 
+@pytest.mark.executorch
+def test_dynamic_batch_specialises_plans_and_matches_executorch() -> None:
+    if not et_helpers.xnnpack_available():
+        pytest.skip("executorch with XNNPACK is not installed")
+    pte = (FIXTURES / "xnnpack_dynamic_batch.pte").read_bytes()
+    prog = load_program(pte)
+    m = prog.load_method("forward")
+    rng = np.random.default_rng(3)
+    for batch in (3, 8, 1, 5, 3):
+        x = rng.standard_normal((batch, 2, 6, 6)).astype(np.float32)
+        want = et_helpers.run_executorch(pte, "forward", [x])[0]
+        got = m.execute([x])[0]
+        assert got.shape == want.shape == (batch, 5)
+        np.testing.assert_allclose(got, want, rtol=TOL, atol=TOL)
+    hs = handles(m)
+    assert hs and all(len(h.by_shape) == 3 for h in hs)  # batches 3, 1, 5 (8 is the serialized bound)
+    # plans for other dims reuse the delegate's re-laid-out weights
+    for h in hs:
+        for plan, _ in h.by_shape.values():
+            assert plan.prepacked_bytes == 0
+
+
 def test_wrong_input_is_rejected_naming_the_delegate() -> None:
     m = load_program(FIXTURES / "xnnpack_inline.pte").load_method("forward")
     with pytest.raises(OrchestraError):
         m.execute([np.zeros((3, 8), np.float32)])
+    h = handles(m)[0]
+    with pytest.raises(BackendError, match=r"delegate 0 \(XnnpackBackend\): argument 0 .* 2 dims"):
+        XnnpackBackend().execute(None, h, [np.zeros((3, 8, 1), np.float32), np.zeros((2, 4), np.float32)])
 
 
 def test_summary_names_nodes_tensors_and_constant_location() -> None:
