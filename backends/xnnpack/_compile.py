@@ -493,6 +493,7 @@ def compile_graph(graph: XGraph, where: str, named_data: Callable[[str], memoryv
             shape or constant (InvalidProgram), naming the node or value and the delegate.
     """
     from . import _nodes  # noqa: F401  (fills NODE_BUILDERS)
+    from . import _quantized  # noqa: F401  (quantized datatypes and int8 node paths)
 
     return Compiler(graph, where, named_data, input_shapes, packed).compile()
 

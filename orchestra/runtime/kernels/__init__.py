@@ -28,6 +28,7 @@ from . import (  # noqa: F401  (imported to register their kernels)
     _norm,
     _pool,
     _prim,
+    _quant,
     _reduce,
     _shape,
 )

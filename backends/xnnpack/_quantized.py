@@ -1,0 +1,711 @@
+"""int8 XNNPACK graphs: quantized value types and the node behaviour for quantized inputs.
+
+PT2E-quantized programs lowered to XNNPACK hold these datatypes:
+
+- ``qint8`` / ``quint8`` (qs8 / qu8): per-tensor ``scale`` and ``zero_point`` activations;
+- ``qcint8`` (qc8): per-channel symmetric weights (zero point 0), one scale per index of
+  ``channel_dim`` (0 for OHWI conv / [out, in] FC filters, 3 for 1HWO depthwise filters);
+- ``qcint32`` / ``qint32``: int32 biases (scale ``input_scale * filter_scale[c]``, used as is);
+- ``qdint8`` (qd8): dynamically quantized activations, per row (``num_nonbatch_dims`` = 1:
+  every index of the leading dims is a row of the last dim) with parameters computed at run
+  time from the row's min/max, as XNNPACK's ``xnn_f32_qd8_asymmetric_quantization_params``.
+
+The math follows XNNPACK (the revision ExecuTorch 1.5 builds):
+
+- float -> qs8 ``Convert``: ``clamp(x * (1 / scale), qmin - zp, qmax - zp)`` in float32,
+  rounded half to even, plus the zero point; qs8 -> float: ``(q - zp) * scale``.
+- qs8 conv / FC: int32 accumulators ``sum((x - x_zp) * w) + bias``, requantized with the
+  float32 scale ``input_scale * filter_scale[c] / output_scale``: ``(float) acc * scale``,
+  clamped to the quantized output range (a fused activation's bounds quantized by
+  ``xnn_qs8_quantize``), rounded half to even, plus the output zero point ("fp32"
+  requantization).
+- qd8 FC: ``(float) acc * row_step * filter_scale[c] + bias[c]`` (float32 output).
+- qs8 ``Add``: XNNPACK's fixed-point add: 21-bit multipliers ``a_scale / out_scale``,
+  ``b_scale / out_scale`` with a shared shift, ``(bias + a * a_mul + b * b_mul) >> shift``
+  (arithmetic shift: halves round up), plus the output zero point.
+- max pooling, transpose, reshape: on the int8 values (scale and zero point pass through).
+
+The standalone functions below are that math on numpy arrays (tested on their own); the
+builders wire them into the graph compiler. Importing this module registers the datatypes
+and wraps the float builders of the node types it knows: a node whose values are quantized
+gets the int8 path, any other the float one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from orchestra.errors import Error
+
+from . import _nodes
+from ._blob import XNode, constant_bytes
+from ._compile import NODE_BUILDERS, Compiler, Step, TensorInfo, register_datatype, register_node
+
+__all__ = [
+    "QParams",
+    "add_params",
+    "dequantize",
+    "exact_dtype",
+    "int_matmul",
+    "qd8_params",
+    "qs8_add",
+    "quantize",
+    "quantize_bound",
+    "quantize_rows",
+    "requantize",
+    "requantization_scale",
+]
+
+_F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
+_I8 = np.dtype(np.int8)
+
+# XNNDatatype codes (schema order).
+QINT8, QUINT8, QINT32, QCINT8, QCINT32, QDINT8 = 3, 4, 5, 6, 7, 9
+_QUANT_DATATYPES = MappingProxyType({QINT8: _I8, QUINT8: np.dtype(np.uint8), QINT32: np.dtype(np.int32),
+                                     QCINT8: _I8, QCINT32: np.dtype(np.int32), QDINT8: _I8})
+
+
+# ------------------------------------------------------------------------------------------
+# The math (standalone)
+
+
+def quantize(x: np.ndarray, scale: float, zero_point: int, qmin: int = -128, qmax: int = 127,
+             dtype: Any = np.int8) -> np.ndarray:
+    """XNNPACK's float32 -> qs8/qu8 convert: ``x * (1.0f / scale)`` clamped to
+    ``[qmin - zp, qmax - zp]``, rounded half to even, plus ``zero_point``."""
+    inv = np.float32(1.0) / np.float32(scale)
+    v = np.multiply(x, inv, dtype=_F32)
+    np.clip(v, np.float32(qmin - zero_point), np.float32(qmax - zero_point), out=v)
+    return (np.rint(v) + np.float32(zero_point)).astype(dtype)
+
+
+def dequantize(q: np.ndarray, scale: Any, zero_point: Any) -> np.ndarray:
+    """``(q - zero_point) * scale`` in float32 (scale / zero point broadcast against q)."""
+    d = np.subtract(q, np.asarray(zero_point, np.int32), dtype=np.int32).astype(_F32)
+    return np.multiply(d, np.asarray(scale, _F32), dtype=_F32)
+
+
+def qd8_params(rmin: np.ndarray, rmax: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """XNNPACK's dynamic int8 parameters from each row's min and max (float32 arrays).
+
+    Returns ``(quant_scale, step, zero_point)``: the multiplier that quantizes
+    (``255 / range``), the dequantization step (``1 / quant_scale``) and the int32 zero
+    point, one per row.
+    """
+    qmin, qmax = np.float32(-128), np.float32(127)
+    lo = np.minimum(np.float32(0), np.asarray(rmin, _F32))
+    hi = np.maximum(np.float32(0), np.asarray(rmax, _F32))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        scale = np.where(lo == hi, np.float32(1), (qmax - qmin) / (hi - lo)).astype(_F32)
+        dmin = (lo * scale).astype(_F32)
+        dmax = (hi * scale).astype(_F32)
+        from_min = (qmin + dmin).astype(_F32)
+        from_max = (qmax + dmax).astype(_F32)
+        zp = np.where(from_min + from_max > 0, qmin - dmin, qmax - dmax).astype(_F32)
+    zp = np.minimum(np.maximum(zp, qmin), qmax)
+    step = (np.float32(1) / scale).astype(_F32)
+    return scale, step, np.rint(zp).astype(np.int32)
+
+
+def quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Dynamic (qd8) quantization of each row of the 2-D float32 ``x``: returns
+    ``(q int8 [rows, k], step float32 [rows], zero_point int32 [rows])``."""
+    if x.shape[1] == 0:
+        rows = x.shape[0]
+        return np.empty(x.shape, _I8), np.ones(rows, _F32), np.zeros(rows, np.int32)
+    scale, step, zp = qd8_params(x.min(axis=1), x.max(axis=1))
+    v = np.multiply(x, scale[:, None], dtype=_F32)
+    zpf = zp.astype(_F32)[:, None]
+    np.clip(v, np.float32(-128) - zpf, np.float32(127) - zpf, out=v)
+    return (np.rint(v) + zpf).astype(_I8), step, zp
+
+
+def int_matmul(xc: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Exact integer product of centred activations ``xc`` [rows, k] (``x - zero_point``,
+    any integer or integral-float array) and int8 weights ``w`` [k, n], as float64 (exact:
+    every partial sum stays far below 2**53)."""
+    return np.matmul(np.asarray(xc, _F64), np.asarray(w, _F64))
+
+
+def exact_dtype(k: int) -> np.dtype:
+    """The float dtype whose matmul of ``k``-long int8 dot products (centred activations
+    |x - zp| <= 255, weights |w| <= 128) is exact: float32 while every partial sum stays below
+    2**24, else float64."""
+    return _F32 if k * 255 * 128 < (1 << 24) else _F64
+
+
+def requantization_scale(input_scale: float, filter_scales: np.ndarray, output_scale: float) -> np.ndarray:
+    """XNNPACK's per-channel float32 ``input_scale * filter_scale[c] / output_scale``."""
+    return ((np.float32(input_scale) * np.asarray(filter_scales, _F32)) / np.float32(output_scale)).astype(_F32)
+
+
+def quantize_bound(value: float, scale: float, zero_point: int) -> int:
+    """``xnn_qs8_quantize``: a float activation bound as an int8 (``lrintf(clamp(value /
+    scale + zero_point, -128, 127))``)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        v = np.float32(value) / np.float32(scale) + np.float32(zero_point)
+    v = np.minimum(np.maximum(v, np.float32(-128)), np.float32(127))
+    return int(np.rint(v))
+
+
+def requantize(acc: np.ndarray, scale: np.ndarray, zero_point: int, qmin: int = -128, qmax: int = 127) -> np.ndarray:
+    """XNNPACK's fp32 requantization of integer accumulators (any integral array) to int8:
+    ``(float) acc * scale`` clamped to ``[qmin - zp, qmax - zp]``, rounded half to even,
+    plus ``zero_point``."""
+    v = np.multiply(np.asarray(acc).astype(_F32), np.asarray(scale, _F32), dtype=_F32)
+    np.clip(v, np.float32(qmin - zero_point), np.float32(qmax - zero_point), out=v)
+    return (np.rint(v) + np.float32(zero_point)).astype(_I8)
+
+
+@dataclass(frozen=True, slots=True)
+class AddParams:
+    """XNNPACK's fixed-point qs8 add parameters."""
+
+    a_multiplier: int
+    b_multiplier: int
+    bias: int
+    shift: int
+
+
+def _f32_bits(v: float) -> int:
+    return int(np.array(v, _F32).view(np.uint32))
+
+
+def _bits_f32(bits: int) -> float:
+    return float(np.array(bits & 0xFFFFFFFF, np.uint32).view(_F32))
+
+
+def add_params(a_scale: float, a_zp: int, b_scale: float, b_zp: int, out_scale: float) -> AddParams:
+    """``xnn_init_qs8_add_minmax_scalar_params``. Raises ValueError when a scale ratio is
+    outside XNNPACK's supported range [2**-10, 2**8)."""
+    a_os = np.float32(a_scale) / np.float32(out_scale)
+    b_os = np.float32(b_scale) / np.float32(out_scale)
+    abs_a, abs_b = abs(float(a_os)), abs(float(b_os))
+    for r in (abs_a, abs_b):
+        if not (2.0**-10 <= r < 2.0**8):
+            raise ValueError(f"input/output scale ratio {r} is outside XNNPACK's range [2**-10, 2**8)")
+    max_abs = max(abs_a, abs_b)
+    exponent = (_f32_bits(max_abs) >> 23) - 127
+    shift = 20 - exponent
+    a_mul = int(np.rint(np.float32(_bits_f32(_f32_bits(abs_a) + (shift << 23)))))
+    b_mul = int(np.rint(np.float32(_bits_f32(_f32_bits(abs_b) + (shift << 23)))))
+    if a_os < 0:
+        a_mul = -a_mul
+    if b_os < 0:
+        b_mul = -b_mul
+    bias = (1 << (shift - 1)) - a_mul * int(a_zp) - b_mul * int(b_zp)
+    return AddParams(a_mul, b_mul, bias, shift)
+
+
+def qs8_add(a: np.ndarray, b: np.ndarray, p: AddParams, out_zp: int, qmin: int = -128, qmax: int = 127,
+            out: np.ndarray | None = None) -> np.ndarray:
+    """XNNPACK's qs8 add (broadcasting): ``((bias + a * a_mul + b * b_mul) >> shift) + out_zp``
+    clamped to ``[qmin, qmax]``."""
+    # |a * a_mul| < 2**28 (multipliers < 2**21): int32 holds every sum, as in XNNPACK.
+    acc = np.multiply(a, p.a_multiplier, dtype=np.int32)
+    acc += np.multiply(b, p.b_multiplier, dtype=np.int32)
+    acc += p.bias
+    acc >>= p.shift
+    acc += out_zp
+    np.clip(acc, qmin, qmax, out=acc)
+    if out is None:
+        return acc.astype(_I8)
+    np.copyto(out, acc, casting="unsafe")
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# Per-value quantization parameters
+
+
+@dataclass(frozen=True, slots=True)
+class QParams:
+    """A value's quantization: ``scale`` (float32; one per channel for per-channel values),
+    ``zero_point``, and for per-channel values the ``channel_dim``."""
+
+    kind: str
+    scale: np.ndarray
+    zero_point: int
+    channel_dim: int = 0
+
+    @property
+    def tensor_scale(self) -> float:
+        return float(self.scale.reshape(-1)[0])
+
+
+def _qparams(c: Compiler, t: TensorInfo, role: str) -> QParams:
+    cache: dict[int, QParams] = c.__dict__.setdefault("_qparams", {})
+    vid = t.value.id
+    if vid in cache:
+        return cache[vid]
+    q = t.value.quant
+    if q is None:
+        raise c.fail(f"{role} (value id {vid}, {t.value.datatype_name}) has no quantization parameters")
+    if q.kind == "PerTensorQuant":
+        if len(q.scale) != 1:
+            raise c.fail(f"{role} (value id {vid}): per-tensor quantization with {len(q.scale)} scales")
+        scale = np.array(q.scale, _F32)
+        zp = int(q.zero_point)
+        dt = t.dtype
+        if dt.kind in "iu":
+            info = np.iinfo(dt)
+            if not info.min <= zp <= info.max:
+                raise c.fail(f"{role} (value id {vid}): zero point {zp} is outside {dt.name}'s range")
+        p = QParams(q.kind, scale, zp)
+    elif q.kind == "PerChannelQuant":
+        if not t.shape or not 0 <= q.channel_dim < len(t.shape):
+            raise c.fail(f"{role} (value id {vid}): channel_dim {q.channel_dim} is not a dim of {list(t.shape)}")
+        n = t.shape[q.channel_dim]
+        if q.scale:
+            scale = np.array(q.scale, _F32)
+        else:
+            if q.num_scales != n or not q.scale_buffer_idx:
+                raise c.fail(f"{role} (value id {vid}): {q.num_scales} scales (buffer {q.scale_buffer_idx}) for "
+                             f"{n} channels along dim {q.channel_dim}")
+            ref = dataclasses.replace(t.value, constant_buffer_idx=q.scale_buffer_idx)
+            raw = constant_bytes(c.graph, ref, c.named_data, c.where)
+            if len(raw) < 4 * n:
+                raise c.fail(f"{role} (value id {vid}): the scale buffer {q.scale_buffer_idx} holds {len(raw)} bytes, "
+                             f"{n} float32 scales need {4 * n}")
+            scale = np.frombuffer(raw, _F32, count=n).copy()
+        if scale.size != n:
+            raise c.fail(f"{role} (value id {vid}): {scale.size} scales for {n} channels")
+        p = QParams(q.kind, scale, 0, int(q.channel_dim))
+    elif q.kind == "PerTokenDynamicQuant":
+        if q.num_nonbatch_dims != 1:
+            raise c.fail(f"{role} (value id {vid}): dynamic quantization over {q.num_nonbatch_dims} non-batch dims "
+                         "is not supported (only 1: per row)", Error.NotSupported)
+        p = QParams(q.kind, np.ones(1, _F32), 0)
+    else:
+        raise c.fail(f"{role} (value id {vid}): {q.kind} quantization is not supported", Error.NotSupported)
+    if p.kind != "PerTokenDynamicQuant" and (not np.all(np.isfinite(p.scale)) or np.any(p.scale <= 0)):
+        raise c.fail(f"{role} (value id {vid}): quantization scales must be finite and positive")
+    cache[vid] = p
+    return p
+
+
+def _is_quant(t: TensorInfo) -> bool:
+    return t.value.datatype in _QUANT_DATATYPES
+
+
+def _qd8_slots(c: Compiler, t: TensorInfo) -> tuple[int, int, int]:
+    """(rows, step slot, zero-point slot) of a dynamically quantized value's per-row
+    parameters (per-Method scratch)."""
+    table: dict[int, tuple[int, int, int]] = c.__dict__.setdefault("_qd8", {})
+    vid = t.value.id
+    if vid not in table:
+        if not t.shape:
+            raise c.fail(f"dynamically quantized value id {vid} has no dims")
+        rows = math.prod(t.shape[:-1])
+        # Written by the Convert node, read by later nodes: ``fill`` pins the buffers (never
+        # shared with other nodes' buffers by the workspace's lifetime-based placement).
+        table[vid] = (rows, c.scratch((rows,), _F32, fill=1.0), c.scratch((rows,), np.int32, fill=0))
+    return table[vid]
+
+
+def _qs8(c: Compiler, t: TensorInfo, role: str) -> QParams:
+    if t.value.datatype != QINT8:
+        raise c.fail(f"{role} (value id {t.value.id}) is {t.value.datatype_name}; this node's int8 path needs qint8",
+                     Error.NotSupported)
+    return _qparams(c, t, role)
+
+
+def _out_bounds(c: Compiler, node: XNode, p: QParams) -> tuple[int, int]:
+    if node.output_min_max is None:
+        return -128, 127
+    lo, hi = node.output_min_max
+    if math.isnan(lo) or math.isnan(hi) or lo > hi:
+        raise c.fail(f"output_min_max ({lo}, {hi}) is not a valid range")
+    return quantize_bound(lo, p.tensor_scale, p.zero_point), quantize_bound(hi, p.tensor_scale, p.zero_point)
+
+
+# ------------------------------------------------------------------------------------------
+# Node builders
+
+
+def _weights(c: Compiler, w: TensorInfo, role: str, channel_dim: int) -> QParams:
+    if w.value.datatype != QCINT8 or w.const is None:
+        raise c.fail(f"{role} (value id {w.value.id}) is {w.value.datatype_name}"
+                     f"{'' if w.const is not None else ' (not constant)'}; int8 nodes need constant qcint8 weights",
+                     Error.NotSupported)
+    p = _qparams(c, w, role)
+    if p.channel_dim != channel_dim:
+        raise c.fail(f"{role} (value id {w.value.id}) is quantized along dim {p.channel_dim}, expected {channel_dim}")
+    return p
+
+
+def _int_bias(c: Compiler, node: XNode, n: int) -> np.ndarray | None:
+    bias = c.info(node.fields["bias_id"], "bias_id", optional=True)
+    if bias is None:
+        return None
+    if bias.value.datatype not in (QINT32, QCINT32) or bias.const is None:
+        raise c.fail(f"bias (value id {bias.value.id}) is {bias.value.datatype_name}; the int8 path needs a constant "
+                     "qint32/qcint32 bias", Error.NotSupported)
+    if math.prod(bias.shape) != n:
+        raise c.fail(f"bias (value id {bias.value.id}) has {math.prod(bias.shape)} elements, expected {n}")
+    return c.prepacked(bias.const.reshape(n).astype(_F64))
+
+
+def _float_bias(c: Compiler, node: XNode, n: int) -> np.ndarray | None:
+    bias = c.info(node.fields["bias_id"], "bias_id", optional=True)
+    if bias is None:
+        return None
+    c.check_dtype(bias, "bias_id")
+    if bias.const is None or math.prod(bias.shape) != n:
+        raise c.fail(f"bias (value id {bias.value.id}) must be a constant of {n} float32 elements")
+    return c.prepacked(bias.const.reshape(n).astype(_F64))
+
+
+def _requant_step(c: Compiler, node: XNode, x: QParams, w: QParams, out: TensorInfo, acc_slot: int,
+                  bias: np.ndarray | None, rows: int, n: int, k: int) -> Step:
+    """Adds the int32 bias (float64) to the exact accumulators in ``acc_slot`` (``k``-long
+    dot products) and requantizes them into ``out`` (qint8)."""
+    op = _qs8(c, out, "output_id")
+    scale = c.prepacked(requantization_scale(x.tensor_scale, w.scale, op.tensor_scale))
+    lo, hi = _out_bounds(c, node, op)
+    zp, o = op.zero_point, out.slot
+    lo_f, hi_f = np.float32(lo - zp), np.float32(hi - zp)
+    in_place = exact_dtype(k) == _F32  # the accumulators are float32: requantize them in place
+    if bias is not None and in_place:
+        # float32 sums stay exact while |acc| + |bias| < 2**24; otherwise add in float64.
+        in_place = float(np.abs(bias).max(initial=0)) + k * 255 * 128 < (1 << 24)
+        if in_place:
+            bias = c.prepacked(bias.astype(_F32))
+
+    def step(b: list[Any]) -> None:
+        acc = b[acc_slot]
+        # (float) of the int32 accumulator plus bias, rounded once to float32.
+        if in_place:
+            v = acc
+            if bias is not None:
+                np.add(v, bias, out=v)
+        else:
+            v = (acc + bias).astype(_F32) if bias is not None else acc.astype(_F32)
+        np.multiply(v, scale, out=v)
+        np.clip(v, lo_f, hi_f, out=v)
+        np.rint(v, out=v)
+        v += np.float32(zp)
+        np.copyto(b[o].reshape(rows, n), v, casting="unsafe")
+
+    return step
+
+
+def _build_fully_connected(c: Compiler, node: XNode) -> list[Step]:
+    f = node.fields
+    x = c.tensor(f["input1_id"], "input1_id")
+    w = c.tensor(f["filter_id"], "filter_id")
+    out = c.output(f["output_id"])
+    if len(w.shape) != 2:
+        raise c.fail(f"filter (value id {w.value.id}) has dims {list(w.shape)}, expected 2")
+    transposed = bool(f["flags"] & _nodes.FLAG_TRANSPOSE_WEIGHTS)
+    k, n = (w.shape[0], w.shape[1]) if transposed else (w.shape[1], w.shape[0])
+    wp = _weights(c, w, "filter_id", 1 if transposed else 0)
+    if not x.shape or k == 0 or math.prod(x.shape) % k:
+        raise c.fail(f"input dims {list(x.shape)} do not hold whole rows of {k} input channels")
+    rows = math.prod(x.shape) // k
+    if math.prod(out.shape) != rows * n:
+        raise c.fail(f"output (value id {out.value.id}) dims {list(out.shape)} do not hold {rows} rows of {n} outputs")
+    dt = exact_dtype(k)
+    wk = c.prepacked(np.ascontiguousarray((w.const if transposed else w.const.T).astype(dt)))
+    gx = c.getter(x)
+    acc = c.scratch((rows, n), dt)
+    if x.value.datatype == QDINT8:
+        if out.dtype != _F32:
+            raise c.fail(f"output (value id {out.value.id}) of a dynamically quantized FC is {out.value.datatype_name}; "
+                         "expected fp32", Error.NotSupported)
+        xr, step_slot, zp_slot = _qd8_slots(c, x)
+        if xr != rows:
+            raise c.fail(f"input (value id {x.value.id}) has {xr} quantization rows, the node computes {rows}")
+        fscale = c.prepacked(wp.scale.astype(_F64))
+        bias = _float_bias(c, node, n)
+        o = out.slot
+
+        def qd8_fc(b: list[Any]) -> None:
+            xc = np.subtract(gx(b).reshape(rows, k), b[zp_slot][:, None], dtype=np.int32)
+            a = np.matmul(xc.astype(dt), wk, out=b[acc])
+            t = np.multiply(a.astype(_F32), b[step_slot][:, None], dtype=_F32)
+            # XNNPACK: fma(t, filter_scale, bias) in float32 (float64 then rounded once).
+            r = t.astype(_F64) * fscale
+            if bias is not None:
+                r += bias
+            np.copyto(b[o].reshape(rows, n), r, casting="same_kind")
+
+        return [qd8_fc, *_nodes._clamp_steps(c, node, out)]
+    xp = _qs8(c, x, "input1_id")
+    bias = _int_bias(c, node, n)
+    zx = xp.zero_point
+
+    def qs8_fc(b: list[Any]) -> None:
+        xc = np.subtract(gx(b).reshape(rows, k), zx, dtype=np.int16)
+        np.matmul(xc.astype(dt), wk, out=b[acc])
+
+    return [qs8_fc, _requant_step(c, node, xp, wp, out, acc, bias, rows, n, k)]
+
+
+def _build_conv2d(c: Compiler, node: XNode) -> list[Step]:
+    f = node.fields
+    pt, pr, pb, pl, kh, kw, sh, sw, dh, dw, groups, gic, goc = _nodes._conv_fields(node)
+    _nodes._check_size(c, pt, pr, pb, pl, kh, kw, sh, sw, dh, dw)
+    x = c.tensor(f["input1_id"], "input1_id")
+    w = c.tensor(f["filter_id"], "filter_id")
+    out = c.output(f["output_id"])
+    xp = _qs8(c, x, "input1_id")
+    n, h, wd, ch = _nodes._conv_geometry(c, node, x)
+    depthwise = node.type == "XNNDepthwiseConv2d"
+    if depthwise:
+        if gic != 1 or groups != ch or goc < 1:
+            raise c.fail(f"depthwise convolution needs groups ({groups}) = input channels ({ch}) and "
+                         f"group_input_channels ({gic}) = 1")
+        cout = ch * goc
+        if w.shape != (1, kh, kw, cout):
+            raise c.fail(f"filter (value id {w.value.id}) has dims {list(w.shape)}, expected 1HWO {[1, kh, kw, cout]}")
+        wp = _weights(c, w, "filter_id", 3)
+    else:
+        if groups < 1 or ch != groups * gic:
+            raise c.fail(f"input has {ch} channels, groups {groups} x group_input_channels {gic} = {groups * gic}")
+        cout = groups * goc
+        if w.shape != (cout, kh, kw, gic):
+            raise c.fail(f"filter (value id {w.value.id}) has dims {list(w.shape)}, expected OHWI {[cout, kh, kw, gic]}")
+        wp = _weights(c, w, "filter_id", 0)
+    oh = _nodes._out_size(c, h, pt + pb, kh, sh, dh, "height")
+    ow = _nodes._out_size(c, wd, pl + pr, kw, sw, dw, "width")
+    c.check_shape(out, (n, oh, ow, cout))
+    rows = n * oh * ow
+    # Centred input (x - zero point) in float64; the padding is the zero point, i.e. 0 here.
+    hp, wp_ = h + pt + pb, wd + pl + pr
+    dt = exact_dtype(kh * kw * gic)
+    pad = c.scratch((n, hp, wp_, ch), dt, fill=0.0)
+    gx, zx = c.getter(x), xp.zero_point
+    inner = (slice(None), slice(pt, pt + h), slice(pl, pl + wd))
+    steps: list[Step] = [lambda b: np.subtract(gx(b), zx, out=b[pad][inner], dtype=dt)]
+    acc = c.scratch((rows, cout), dt)
+    taps = _nodes._taps(kh, kw, dh, dw, sh, sw, oh, ow)
+    if depthwise:
+        wts = [c.prepacked(np.ascontiguousarray(w.const[0, i, j].astype(dt))) for i, j, _ in taps]
+        tmp = c.scratch((n, oh, ow, cout), dt)
+
+        def dw_step(b: list[Any]) -> None:
+            src = b[pad]
+            if goc > 1:
+                src = np.repeat(src, goc, axis=3)
+            r = b[acc].reshape(n, oh, ow, cout)
+            t = b[tmp]
+            first = True
+            for (_, _, sl), wt in zip(taps, wts):
+                if first:
+                    np.multiply(src[sl], wt, out=r)
+                    first = False
+                else:
+                    np.multiply(src[sl], wt, out=t)
+                    r += t
+
+        steps.append(dw_step)
+    else:
+        kk = kh * kw * gic
+        it = dt.itemsize
+        st = (hp * wp_ * ch * it, sh * wp_ * ch * it, sw * ch * it, dh * wp_ * ch * it, dw * ch * it, it)
+        cols = c.scratch((n, oh, ow, kh, kw, gic), dt)
+        wks = tuple(c.prepacked(np.ascontiguousarray(w.const[g * goc:(g + 1) * goc].reshape(goc, kk).T.astype(dt)))
+                    for g in range(groups))
+
+        def conv(b: list[Any]) -> None:
+            src, cb, ab = b[pad], b[cols], b[acc]
+            for g, wk in enumerate(wks):
+                np.copyto(cb, _nodes._nd(src, (n, oh, ow, kh, kw, gic), st, g * gic * it))
+                if groups == 1:
+                    np.matmul(cb.reshape(rows, kk), wk, out=ab)
+                else:
+                    ab[:, g * goc:(g + 1) * goc] = cb.reshape(rows, kk) @ wk
+
+        steps.append(conv)
+    bias = _int_bias(c, node, cout)
+    steps.append(_requant_step(c, node, xp, wp, out, acc, bias, rows, cout, kh * kw * gic))
+    return steps
+
+
+def _build_convert(c: Compiler, node: XNode) -> list[Step]:
+    x = c.tensor(node.fields["input_id"], "input_id")
+    out = c.output(node.fields["output_id"])
+    c.check_shape(out, x.shape)
+    gx, o = c.getter(x), out.slot
+    if x.dtype == _F32 and out.value.datatype == QDINT8:
+        rows, step_slot, zp_slot = _qd8_slots(c, out)
+        k = out.shape[-1]
+
+        def to_qd8(b: list[Any]) -> None:
+            q, step, zp = quantize_rows(gx(b).reshape(rows, k))
+            b[o].reshape(rows, k)[...] = q
+            b[step_slot][...] = step
+            b[zp_slot][...] = zp
+
+        return [to_qd8]
+    if x.dtype == _F32 and out.value.datatype in (QINT8, QUINT8):
+        p = _qparams(c, out, "output_id")
+        info = np.iinfo(out.dtype)
+        inv = np.float32(1.0) / np.float32(p.tensor_scale)
+        zp = np.float32(p.zero_point)
+        lo, hi = np.float32(int(info.min) - p.zero_point), np.float32(int(info.max) - p.zero_point)
+        tmp = c.scratch(out.shape, _F32)
+
+        def to_q(b: list[Any]) -> None:  # quantize(), in place in a float32 scratch
+            v = b[tmp]
+            np.multiply(gx(b), inv, out=v)
+            np.clip(v, lo, hi, out=v)
+            np.rint(v, out=v)
+            v += zp
+            np.copyto(b[o], v, casting="unsafe")
+
+        return [to_q]
+    if x.value.datatype in (QINT8, QUINT8) and out.dtype == _F32:
+        p = _qparams(c, x, "input_id")
+        scale, zp = p.tensor_scale, p.zero_point
+        return [lambda b: np.copyto(b[o], dequantize(gx(b), scale, zp)), *_nodes._clamp_steps(c, node, out)]
+    raise c.fail(f"converting {x.value.datatype_name} to {out.value.datatype_name} is not supported",
+                 Error.NotSupported)
+
+
+def _build_add(c: Compiler, node: XNode) -> list[Step]:
+    f = node.fields
+    a, bb = c.tensor(f["input1_id"], "input1_id"), c.tensor(f["input2_id"], "input2_id")
+    out = c.output(f["output_id"])
+    ap, bp, op = _qs8(c, a, "input1_id"), _qs8(c, bb, "input2_id"), _qs8(c, out, "output_id")
+    c.check_shape(out, _nodes._broadcast(c, a, bb))
+    try:
+        params = add_params(ap.tensor_scale, ap.zero_point, bp.tensor_scale, bp.zero_point, op.tensor_scale)
+    except ValueError as exc:
+        raise c.fail(str(exc), Error.NotSupported) from None
+    lo, hi = _out_bounds(c, node, op)
+    ga, gb, o, zp = c.getter(a), c.getter(bb), out.slot, op.zero_point
+    return [lambda b: qs8_add(ga(b), gb(b), params, zp, lo, hi, out=b[o])]
+
+
+def _build_max_pool(c: Compiler, node: XNode) -> list[Step]:
+    f = node.fields
+    pt, pr, pb, pl = f["padding_top"], f["padding_right"], f["padding_bottom"], f["padding_left"]
+    kh, kw, sh, sw = f["pooling_height"], f["pooling_width"], f["stride_height"], f["stride_width"]
+    dh, dw = f["dilation_height"] or 1, f["dilation_width"] or 1
+    _nodes._check_size(c, pt, pr, pb, pl, kh, kw, sh, sw, dh, dw)
+    x = c.tensor(f["input_id"], "input_id")
+    out = c.output(f["output_id"])
+    xp, op = _qs8(c, x, "input_id"), _qs8(c, out, "output_id")
+    if xp.tensor_scale != op.tensor_scale or xp.zero_point != op.zero_point:
+        raise c.fail("int8 max pooling needs the same scale and zero point in and out", Error.NotSupported)
+    n, h, wd, ch = _nodes._conv_geometry(c, node, x, "input_id")
+    oh = _nodes._out_size(c, h, pt + pb, kh, sh, dh, "height")
+    ow = _nodes._out_size(c, wd, pl + pr, kw, sw, dw, "width")
+    c.check_shape(out, (n, oh, ow, ch))
+    ps, steps, _ = _nodes._padder(c, x, pt, pb, pl, pr, -128)
+    taps = [sl for _, _, sl in _nodes._taps(kh, kw, dh, dw, sh, sw, oh, ow)]
+    lo, hi = _out_bounds(c, node, op)
+    const_x, o = x.const, out.slot
+
+    def pool(b: list[Any]) -> None:
+        src, r = (const_x if ps < 0 else b[ps]), b[o]
+        # (the padded copy is float32: exact for int8 values)
+        np.copyto(r, src[taps[0]], casting="unsafe")
+        for sl in taps[1:]:
+            np.maximum(r, src[sl], out=r, casting="unsafe")
+        if lo > -128 or hi < 127:
+            np.clip(r, lo, hi, out=r)
+
+    steps.append(pool)
+    return steps
+
+
+def _build_clamp(c: Compiler, node: XNode) -> list[Step]:
+    x = c.tensor(node.fields["input_id"], "input_id")
+    out = c.output(node.fields["output_id"])
+    xp, op = _qs8(c, x, "input_id"), _qs8(c, out, "output_id")
+    if xp.tensor_scale != op.tensor_scale or xp.zero_point != op.zero_point:
+        raise c.fail("int8 clamp needs the same scale and zero point in and out", Error.NotSupported)
+    c.check_shape(out, x.shape)
+    lo, hi = _out_bounds(c, node, op)
+    gx, o = c.getter(x), out.slot
+    return [lambda b: np.clip(gx(b), lo, hi, out=b[o])]
+
+
+def _build_multiply(c: Compiler, node: XNode) -> list[Step]:
+    f = node.fields
+    a, bb = c.tensor(f["input1_id"], "input1_id"), c.tensor(f["input2_id"], "input2_id")
+    out = c.output(f["output_id"])
+    ap, bp, op = _qs8(c, a, "input1_id"), _qs8(c, bb, "input2_id"), _qs8(c, out, "output_id")
+    shape = _nodes._broadcast(c, a, bb)
+    c.check_shape(out, shape)
+    # xnn_init_qs8_mul_minmax_scalar_params: (a_scale * b_scale) / out_scale in float32.
+    scale = (np.float32(ap.tensor_scale) * np.float32(bp.tensor_scale)) / np.float32(op.tensor_scale)
+    lo, hi = _out_bounds(c, node, op)
+    ga, gb, o = c.getter(a), c.getter(bb), out.slot
+    za, zb = ap.zero_point, bp.zero_point
+    zp = op.zero_point
+
+    def mul(b: list[Any]) -> None:
+        acc = np.multiply(np.subtract(ga(b), za, dtype=np.int32), np.subtract(gb(b), zb, dtype=np.int32))
+        np.copyto(b[o], requantize(acc, scale, zp, lo, hi).reshape(shape))
+
+    return [mul]
+
+
+def _build_global_avg(c: Compiler, node: XNode) -> list[Step]:
+    x = c.tensor(node.fields["input_id"], "input_id")
+    out = c.output(node.fields["output_id"])
+    xp, op = _qs8(c, x, "input_id"), _qs8(c, out, "output_id")
+    if len(x.shape) < 3:
+        raise c.fail(f"input (value id {x.value.id}) has dims {list(x.shape)}, expected N..C with a spatial dim")
+    n, ch = x.shape[0], x.shape[-1]
+    area = math.prod(x.shape[1:-1])
+    if math.prod(out.shape) != n * ch:
+        raise c.fail(f"output dims {list(out.shape)} are not [{n}, ..., {ch}]")
+    if area == 0:
+        raise c.fail("the input has no spatial elements")
+    # XNNPACK's qs8 mean: an int32 sum of the raw values, then an int32 -> qs8 convert with
+    # scale (in/out) * (1/N) and the zero point folded in as a float.
+    s = np.float32(np.float32(xp.tensor_scale) / np.float32(op.tensor_scale)) * (np.float32(1) / np.float32(area))
+    yzp = np.float32(op.zero_point) - np.float32(np.float32(area * xp.zero_point) * s)
+    lo, hi = _out_bounds(c, node, op)
+    gx, o = c.getter(x), out.slot
+
+    def mean(b: list[Any]) -> None:
+        total = gx(b).reshape(n, area, ch).sum(axis=1, dtype=np.int32)
+        v = np.multiply(total.astype(_F32), s, dtype=_F32) + yzp
+        v = np.clip(np.rint(v), lo, hi)
+        np.copyto(b[o].reshape(n, ch), v, casting="unsafe")
+
+    return [mean]
+
+
+def _dispatch(name: str, quant_builder: Callable[[Compiler, XNode], list[Step]]) -> None:
+    """Wraps the float builder of ``name``: nodes touching a quantized value take ``quant_builder``."""
+    float_builder = NODE_BUILDERS[name]
+    ids = ("input_id", "input1_id", "input2_id", "output_id")
+
+    def builder(c: Compiler, node: XNode) -> list[Step]:
+        for key in ids:
+            vid = node.fields.get(key)
+            if vid is not None:
+                t = c.infos.get(vid)
+                if t is not None and _is_quant(t):
+                    return quant_builder(c, node)
+        return float_builder(c, node)
+
+    register_node(name, builder)
+
+
+for _code, _dtype in _QUANT_DATATYPES.items():
+    register_datatype(_code, _dtype)
+_dispatch("XNNConvert", _build_convert)
+_dispatch("XNNFullyConnected", _build_fully_connected)
+_dispatch("XNNConv2d", _build_conv2d)
+_dispatch("XNNDepthwiseConv2d", _build_conv2d)
+_dispatch("XNNAdd", _build_add)
+_dispatch("XNNMaxPooling2d", _build_max_pool)
+_dispatch("XNNClamp", _build_clamp)
+_dispatch("XNNMultiply", _build_multiply)
+_dispatch("XNNGlobalAvgPooling2d", _build_global_avg)

@@ -1,0 +1,324 @@
+"""int8 XNNPACK delegates (PT2E + XnnpackPartitioner) against ExecuTorch's XNNPACK runtime.
+
+Acceptance: every output element within one quantization step of ExecuTorch's output (the
+scale of the graph's last qs8 -> float Convert; for float outputs of dynamically quantized
+graphs, the step int8-quantizing the expected output would have). The committed programs are
+in ``tests/fixtures/int8/``; a 224x224 int8 conv net and a model with more node shapes are
+exported here when torch + executorch are installed (once per session). The XNNPACK int8 math
+is also tested on its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import math
+import pathlib
+import sys
+from typing import Any
+
+import numpy as np
+import pytest
+
+from orchestra.backends.xnnpack import _quantized as Q
+from orchestra.backends.xnnpack._blob import parse_blob
+from orchestra.backends.xnnpack._compile import compile_graph
+from orchestra.errors import BackendError, Error
+from orchestra.program import load
+from orchestra.runtime import load_program
+
+REPO = pathlib.Path(__file__).resolve().parents[3]
+INT8 = REPO / "tests" / "fixtures" / "int8"
+XNNPACK = sorted(p.stem for p in INT8.glob("xnnpack_int8_*.pte"))
+
+
+def _npz(path: pathlib.Path) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    with np.load(path, allow_pickle=False) as z:
+        ins = [z[f"forward.in_{i}"] for i in range(sum(k.startswith("forward.in_") for k in z.files))]
+        outs = [z[f"forward.out_{i}"] for i in range(sum(k.startswith("forward.out_") for k in z.files))]
+    return ins, outs
+
+
+def _graph(path: pathlib.Path) -> Any:
+    prog = load(path)
+    d = prog.execution_plan[0].delegates[0]
+    assert d.id == "XnnpackBackend"
+    return prog, parse_blob(prog.delegate_data(d.processed), str(path))
+
+
+def output_steps(path: pathlib.Path, expected: list[np.ndarray]) -> list[float]:
+    """One quantization step per output (see the module docstring)."""
+    _, g = _graph(path)
+    values = g.value_by_id()
+    steps: dict[int, float] = {}
+    for node in g.nodes:
+        if node.type != "XNNConvert":
+            continue
+        src, dst = values[node.fields["input_id"]], values[node.fields["output_id"]]
+        if dst.is_output and src.quant is not None and src.quant.kind == "PerTensorQuant":
+            steps[dst.external_id] = float(src.quant.scale[0])
+    outs = sorted(v.external_id for v in g.values if v.is_output)
+    return [steps.get(ext, float(max(o.max(), 0) - min(o.min(), 0)) / 255) for ext, o in zip(outs, expected)]
+
+
+def assert_within_one_step(name: str, got: list[np.ndarray], want: list[np.ndarray], steps: list[float]) -> None:
+    assert len(got) == len(want)
+    for i, (g, w, step) in enumerate(zip(got, want, steps)):
+        assert g.shape == w.shape and g.dtype == w.dtype, f"{name}.out_{i}"
+        err = np.abs(g.astype(np.float64) - w.astype(np.float64)).max()
+        assert err <= step * (1 + 1e-5) + 1e-6, f"{name}.out_{i}: max error {err} > one step {step}"
+
+
+def _run(path: pathlib.Path, ins: list[np.ndarray], times: int = 2) -> list[np.ndarray]:
+    prog = load_program(path)
+    with prog.load_method("forward") as m:
+        for _ in range(times):  # the second run reuses the workspace
+            got = m.execute(ins)
+    return got
+
+
+# --------------------------------------------------------------------------- committed programs
+
+
+def test_int8_fixtures_are_xnnpack_int8_graphs() -> None:
+    assert {"xnnpack_int8_convnet", "xnnpack_int8_block", "xnnpack_int8_dynamic_block"} <= set(XNNPACK)
+    kinds = set()
+    for name in XNNPACK:
+        _, g = _graph(INT8 / f"{name}.pte")
+        kinds |= {v.datatype_name for v in g.values}
+    assert {"qint8", "qcint8", "qcint32", "qdint8"} <= kinds
+
+
+@pytest.mark.parametrize("name", XNNPACK)
+def test_int8_delegate_matches_executorch_within_one_step(name: str) -> None:
+    path = INT8 / f"{name}.pte"
+    ins, want = _npz(INT8 / f"{name}.npz")
+    assert_within_one_step(name, _run(path, ins), want, output_steps(path, want))
+
+
+def test_int8_plan_is_shared_and_instances_are_independent() -> None:
+    path = INT8 / "xnnpack_int8_convnet.pte"
+    ins, want = _npz(INT8 / "xnnpack_int8_convnet.npz")
+    prog = load_program(path)
+    m1, m2 = prog.load_method("forward"), prog.load_method("forward")
+    rng = np.random.default_rng(0)
+    other = rng.standard_normal(ins[0].shape).astype(np.float32)
+    a = m1.execute(ins)[0]
+    b = m2.execute([other])[0]
+    again = m1.execute(ins)[0]
+    np.testing.assert_array_equal(a, again)
+    assert not np.array_equal(a, b)
+    assert_within_one_step("xnnpack_int8_convnet", [a], want, output_steps(path, want))
+
+
+def test_dynamic_quantization_follows_the_input_range() -> None:
+    """qd8 parameters are computed per execute: scaling the input scales the output's
+    dynamic part (the biases stay), which static parameters could not do."""
+    path = INT8 / "xnnpack_int8_dynamic_block.pte"
+    ins, _ = _npz(INT8 / "xnnpack_int8_dynamic_block.npz")
+    prog = load_program(path)
+    with prog.load_method("forward") as m:
+        small = m.execute([ins[0] * np.float32(1e-3)])[0]
+        big = m.execute([ins[0] * np.float32(1e3)])[0]
+        zero = m.execute([np.zeros_like(ins[0])])[0]
+    # With a zero input every FC sees a constant row: output = the bias path only.
+    assert np.isfinite(zero).all()
+    assert np.abs(big - zero).max() > 100 * np.abs(small - zero).max()
+
+
+def test_corrupt_quantization_parameters_are_rejected() -> None:
+    prog, g = _graph(INT8 / "xnnpack_int8_convnet.pte")
+
+    def compile_with(index: int, **changes: Any) -> None:
+        v = g.values[index]
+        values = list(g.values)
+        values[index] = dataclasses.replace(v, quant=dataclasses.replace(v.quant, **changes))
+        compile_graph(dataclasses.replace(g, values=tuple(values)), "bad.pte", prog.named_data_bytes)
+
+    weights = next(i for i, v in enumerate(g.values) if v.datatype_name == "qcint8")
+    act = next(i for i, v in enumerate(g.values) if v.datatype_name == "qint8")
+    cases = [
+        (weights, {"num_scales": 3}, "scales"),
+        (weights, {"channel_dim": 7}, "channel_dim 7"),
+        (weights, {"scale_buffer_idx": 999}, "out of range"),
+        (act, {"scale": (0.0,)}, "finite and positive"),
+        (act, {"scale": (float("nan"),)}, "finite and positive"),
+        (act, {"zero_point": 300}, "zero point 300"),
+        (act, {"scale": (0.1, 0.2)}, "2 scales"),
+    ]
+    for index, changes, match in cases:
+        with pytest.raises(BackendError, match=match) as exc:
+            compile_with(index, **changes)
+        assert f"id {g.values[index].id}" in str(exc.value)
+        assert exc.value.code in (Error.InvalidProgram, Error.NotSupported)
+
+
+# --------------------------------------------------------------------------- exported in the test
+
+
+def _export_tool() -> Any:
+    name = "export_quant_fixtures"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, REPO / "tools" / "export_quant_fixtures.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _exported(tmp_path_factory: pytest.TempPathFactory, which: str) -> dict[str, Any]:
+    pytest.importorskip("executorch.runtime")
+    pytest.importorskip("torchao")
+    import warnings
+
+    from executorch.runtime import Runtime
+
+    if not Runtime.get().backend_registry.is_available("XnnpackBackend"):
+        pytest.skip("XnnpackBackend is not registered in this ExecuTorch runtime")
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    tool = _export_tool()
+    spec = tool.big_convnet_spec() if which == "convnet224" else tool.variety_spec()
+    # Same folder as tests/test_quantized_programs.py: one export per session.
+    pairs = tool.cached_pair(spec, tmp_path_factory.getbasetemp() / f"int8_{which}")
+    return {name: (path, [a["forward.in_0"]],
+                   [a[f"forward.out_{i}"] for i in range(sum(k.startswith("forward.out_") for k in a))])
+            for name, (path, a) in pairs.items()}
+
+
+@pytest.fixture(scope="session")
+def int8_224_pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return _exported(tmp_path_factory, "convnet224")
+
+
+@pytest.fixture(scope="session")
+def int8_variety_pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return _exported(tmp_path_factory, "variety")
+
+
+@pytest.mark.executorch
+def test_224_int8_delegate_matches_executorch(int8_224_pair: dict[str, Any]) -> None:
+    path, ins, want = int8_224_pair["xnnpack_int8_convnet224"]
+    assert ins[0].shape == (1, 3, 224, 224)
+    assert_within_one_step("xnnpack_int8_convnet224", _run(path, ins, times=1), want, output_steps(path, want))
+
+
+@pytest.mark.executorch
+def test_more_int8_node_shapes_match_executorch(int8_variety_pair: dict[str, Any]) -> None:
+    path, ins, want = int8_variety_pair["xnnpack_int8_variety"]
+    _, g = _graph(path)
+    types = {n.type for n in g.nodes}
+    assert {"XNNConv2d", "XNNDepthwiseConv2d", "XNNClamp", "XNNMultiply", "XNNMaxPooling2d",
+            "XNNGlobalAvgPooling2d", "XNNFullyConnected"} <= types
+    assert_within_one_step("xnnpack_int8_variety", _run(path, ins), want, output_steps(path, want))
+    # The portable twin of the same quantized graph agrees too.
+    ppath, pins, pwant = int8_variety_pair["int8_variety"]
+    assert_within_one_step("int8_variety", _run(ppath, pins), pwant, output_steps(path, pwant))
+
+
+# --------------------------------------------------------------------------- the math on its own
+
+
+def test_quantize_rounds_half_to_even_and_saturates() -> None:
+    x = np.array([0.5, 1.5, 2.5, -0.5, -1.5, 126.5, 127.5, 1e9, -1e9, -128.5], np.float32)
+    np.testing.assert_array_equal(Q.quantize(x, 1.0, 0), [0, 2, 2, 0, -2, 126, 127, 127, -128, -128])
+    # zero point shifts before rounding: 0.5 + 3 -> 3.5 is not a tie of the product
+    np.testing.assert_array_equal(Q.quantize(np.array([0.5, 1.5], np.float32), 1.0, 3), [3, 5])
+    q = Q.quantize(np.array([-1.0, 0.0, 1.0], np.float32), 0.5, 128, 0, 255, np.uint8)
+    np.testing.assert_array_equal(q, [126, 128, 130])
+
+
+def test_quantize_agrees_with_the_portable_kernel_in_range() -> None:
+    from orchestra.runtime.kernels import get_kernel
+
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal(4096) * 3).astype(np.float32)
+    kd = get_kernel("quantized_decomposed::quantize_per_tensor.out")
+    assert kd is not None
+    for scale, zp in ((0.02, 0), (0.013, -7), (1 / 3, 5)):
+        want = kd.fn(x, scale, zp, -128, 127, 1, np.zeros(x.shape, np.int8))
+        np.testing.assert_array_equal(Q.quantize(x, np.float32(scale), zp), want)
+
+
+def test_dequantize() -> None:
+    q = np.arange(-128, 128, dtype=np.int8)
+    np.testing.assert_array_equal(Q.dequantize(q, 0.25, -3), ((q.astype(np.int32) + 3) * np.float32(0.25)).astype(np.float32))
+
+
+def test_requantize_ties_and_bounds() -> None:
+    acc = np.array([1, 3, 5, -1, -3, 1000, -1000, 0], np.int64)
+    np.testing.assert_array_equal(Q.requantize(acc, np.float32(0.5), 0), [0, 2, 2, 0, -2, 127, -128, 0])
+    np.testing.assert_array_equal(Q.requantize(acc, np.float32(0.5), -128, -128, 127)[:3], [-128, -126, -126])
+    np.testing.assert_array_equal(Q.requantize(acc, np.float32(1.0), 10, 10, 20), [11, 13, 15, 10, 10, 20, 10, 10])
+
+
+def test_quantize_bound() -> None:
+    assert Q.quantize_bound(0.0, 0.1, -5) == -5
+    assert Q.quantize_bound(math.inf, 0.1, -5) == 127
+    assert Q.quantize_bound(-math.inf, 0.1, -5) == -128
+    assert Q.quantize_bound(6.0, 0.05, -128) == -8
+    assert Q.quantize_bound(1e9, 1e-9, 0) == 127
+
+
+def test_requantization_scale_is_float32_left_to_right() -> None:
+    s = Q.requantization_scale(0.1, np.array([0.02, 0.003], np.float32), 0.07)
+    assert s.dtype == np.float32
+    np.testing.assert_array_equal(s, (np.float32(0.1) * np.array([0.02, 0.003], np.float32)) / np.float32(0.07))
+
+
+def test_exact_dtype_switches_to_float64_when_float32_sums_could_round() -> None:
+    assert Q.exact_dtype(27) == np.float32 and Q.exact_dtype(514) == np.float32
+    assert Q.exact_dtype(515) == np.float64 and Q.exact_dtype(3136) == np.float64
+    k = 514  # the largest float32 case: the worst-case sum is still an exact float32
+    assert float(np.float32(k * 255 * 128)) == k * 255 * 128 and k * 255 * 128 < 2**24
+
+
+def test_int_matmul_is_exact() -> None:
+    rng = np.random.default_rng(2)
+    xc = rng.integers(-255, 256, (7, 1000))
+    w = rng.integers(-127, 128, (1000, 9))
+    np.testing.assert_array_equal(Q.int_matmul(xc, w).astype(np.int64), xc.astype(np.int64) @ w.astype(np.int64))
+
+
+@pytest.mark.parametrize(("sa", "za", "sb", "zb", "so", "zo"), [
+    (0.02, 3, 0.03, -5, 0.04, 1), (0.1, -128, 0.1, -128, 0.2, -128), (0.005, 0, 0.9, 10, 0.05, -2),
+])
+def test_qs8_add_is_within_one_step_of_the_float_sum(sa: float, za: int, sb: float, zb: int, so: float, zo: int) -> None:
+    p = Q.add_params(sa, za, sb, zb, so)
+    assert (1 << 20) <= max(abs(p.a_multiplier), abs(p.b_multiplier)) <= (1 << 21)
+    assert 12 <= p.shift <= 30
+    for m, s in ((p.a_multiplier, sa), (p.b_multiplier, sb)):
+        assert abs(m / 2.0**p.shift - np.float32(s) / np.float32(so)) <= 2.0**-p.shift
+    a = np.arange(-128, 128, dtype=np.int8).repeat(256)
+    b = np.tile(np.arange(-128, 128, dtype=np.int8), 256)
+    got = Q.qs8_add(a, b, p, zo)
+    exact = ((a.astype(np.float64) - za) * sa + (b.astype(np.float64) - zb) * sb) / so + zo
+    inside = (exact > -127.5) & (exact < 126.5)
+    assert np.abs(got[inside] - exact[inside]).max() <= 0.5 + 1e-3  # correctly rounded, up to the multiplier's 21 bits
+    assert (got[exact >= 127.5] == 127).all() and (got[exact <= -128.5] == -128).all()
+
+
+def test_qs8_add_rejects_unsupported_scale_ratios() -> None:
+    with pytest.raises(ValueError, match="outside XNNPACK's range"):
+        Q.add_params(1.0, 0, 1.0, 0, 1e-4)
+
+
+def test_qd8_rows() -> None:
+    rng = np.random.default_rng(3)
+    x = np.concatenate([
+        rng.standard_normal((4, 33)).astype(np.float32) * 5,
+        np.abs(rng.standard_normal((1, 33))).astype(np.float32),  # all positive: zp -128
+        -np.abs(rng.standard_normal((1, 33))).astype(np.float32),  # all negative: zp 127
+        np.zeros((1, 33), np.float32),  # constant row: scale 1
+    ])
+    q, step, zp = Q.quantize_rows(x)
+    assert q.dtype == np.int8 and step.dtype == np.float32 and zp.dtype == np.int32
+    assert zp[4] == -128 and zp[5] == 127 and step[6] == 1 and (q[6] == zp[6]).all()
+    back = Q.dequantize(q, step[:, None], zp[:, None])
+    assert (np.abs(back - x) <= step[:, None] * 0.5 + 1e-6 * np.abs(x) + 1e-7).all()
+    # Each row uses its full range: one end reaches -128 or 127.
+    assert ((q.min(axis=1)[:6] == -128) | (q.max(axis=1)[:6] == 127)).all()
+    scale, step2, zp2 = Q.qd8_params(np.float32(-1.0), np.float32(1.0))
+    assert scale == np.float32(255 / 2) and step2 == np.float32(1) / np.float32(255 / 2) and zp2 in (0, -1)

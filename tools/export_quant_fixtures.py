@@ -1,0 +1,260 @@
+#!/usr/bin/env python
+"""Export the int8 test fixtures: PT2E-quantized ``.pte`` programs plus ``.npz`` references.
+
+Run from the repository root (needs the ``export`` extra: torch 2.13.0 + executorch 1.5.1)::
+
+    python tools/export_quant_fixtures.py [--out tests/fixtures/int8] [--only NAME ...]
+
+Every model is quantized the way users do it: ``prepare_pt2e`` with ExecuTorch's
+``XNNPACKQuantizer`` (per-channel symmetric int8 weights; static int8 activations calibrated
+on seeded inputs, or dynamic per-tensor activations for the ``dynamic`` variant), calibration,
+``convert_pt2e``, then exported twice:
+
+- ``int8_NAME.pte``: portable, no partitioner. The graph keeps
+  ``quantized_decomposed::quantize_per_tensor`` / ``dequantize_per_tensor`` /
+  ``dequantize_per_channel`` (and ``choose_qparams`` for dynamic activations) around float
+  kernels.
+- ``xnnpack_int8_NAME.pte``: lowered to XNNPACK (qs8/qc8/qd8 tensors inside the delegate).
+
+The ``.npz`` next to each holds the inputs ``forward.in_N`` and the outputs ``forward.out_N``
+that ExecuTorch's own runtime produced for the bytes written. Seeded: two runs write the same
+bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import pathlib
+import sys
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from export_fixtures import describe, run_in_executorch  # noqa: E402
+
+SEED = 20261123
+REPO = pathlib.Path(__file__).resolve().parents[1]
+DEFAULT_OUT = REPO / "tests" / "fixtures" / "int8"
+CALIBRATION_BATCHES = 8
+
+
+# --------------------------------------------------------------------------------------------
+# Models
+
+
+class QConvNet(nn.Module):
+    """conv + relu, depthwise + relu, pointwise, residual add, relu, max-pool, linear head.
+
+    Input [1, C, S, S]; S=16 for the committed fixture, 224 for the big test model.
+    """
+
+    def __init__(self, channels: int = 8, size: int = 16, stride: int = 1) -> None:
+        super().__init__()
+        c = channels
+        self.stem = nn.Conv2d(3, c, 3, stride=stride, padding=1)
+        self.dw = nn.Conv2d(c, c, 3, padding=1, groups=c)
+        self.pw = nn.Conv2d(c, c, 1)
+        self.pool = nn.MaxPool2d(2)
+        side = size // stride // 4
+        self.fc = nn.Linear(c * side * side, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.stem(x))
+        y = self.pw(torch.relu(self.dw(x)))
+        x = torch.relu(x + y)
+        x = self.pool(self.pool(x))
+        return self.fc(torch.flatten(x, 1))
+
+
+class QBlock(nn.Module):
+    """A transformer-style MLP block on [1, SEQ, DIM]: up-projection, ReLU, down-projection,
+    residual add, then a linear head to VOCAB logits."""
+
+    SEQ, DIM, HIDDEN, VOCAB = 8, 16, 64, 10
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = nn.Linear(self.DIM, self.HIDDEN)
+        self.down = nn.Linear(self.HIDDEN, self.DIM)
+        self.head = nn.Linear(self.DIM, self.VOCAB)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.down(torch.relu(self.up(x)))
+        return self.head(x)
+
+
+class QVariety(nn.Module):
+    """More int8 node shapes: strided padded conv + ReLU6, grouped conv, depthwise with a
+    channel multiplier, padded max-pool, elementwise mul, global average pool, linear without
+    bias. Input [1, 4, 12, 12]."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(4, 8, 3, stride=2, padding=1)
+        self.act = nn.ReLU6()
+        self.grouped = nn.Conv2d(8, 8, 3, padding=1, groups=2)
+        self.dw = nn.Conv2d(8, 16, 3, padding=1, groups=8)
+        self.pool = nn.MaxPool2d(3, stride=2, padding=1)
+        self.gap = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(16, 6, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.act(self.stem(x))  # 12 -> 6
+        y = torch.relu(self.grouped(x))
+        x = self.dw(x * y)
+        x = self.pool(x)  # 6 -> 3
+        return self.fc(torch.flatten(self.gap(x), 1))
+
+
+# --------------------------------------------------------------------------------------------
+# Specs
+
+
+@dataclass(frozen=True)
+class QuantSpec:
+    """One quantized model; exported as ``int8_NAME`` (portable) and ``xnnpack_int8_NAME``."""
+
+    name: str
+    make: Callable[[torch.Generator], nn.Module]
+    input_shape: tuple[int, ...]
+    dynamic: bool = False
+    seed_offset: int = 0
+    calibration_batches: int = CALIBRATION_BATCHES
+
+
+def _conv(gen: torch.Generator) -> nn.Module:
+    return QConvNet()
+
+
+def _block(gen: torch.Generator) -> nn.Module:
+    return QBlock()
+
+
+SPECS: tuple[QuantSpec, ...] = (
+    QuantSpec("convnet", _conv, (1, 3, 16, 16), seed_offset=1),
+    QuantSpec("block", _block, (1, QBlock.SEQ, QBlock.DIM), seed_offset=2),
+    QuantSpec("dynamic_block", _block, (1, QBlock.SEQ, QBlock.DIM), dynamic=True, seed_offset=3),
+)
+
+
+def variety_spec() -> QuantSpec:
+    """More int8 node shapes (generated in the tests, not committed)."""
+    return QuantSpec("variety", lambda gen: QVariety(), (1, 4, 12, 12), seed_offset=5, calibration_batches=4)
+
+
+def big_convnet_spec() -> QuantSpec:
+    """A 224x224 int8 conv net (generated in the tests, not committed)."""
+    return QuantSpec(
+        "convnet224", lambda gen: QConvNet(channels=16, size=224, stride=4), (1, 3, 224, 224),
+        seed_offset=4, calibration_batches=2,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Quantize / export
+
+
+def quantize(spec: QuantSpec) -> tuple[torch.export.ExportedProgram, torch.Tensor]:
+    """PT2E-quantize ``spec``'s model; return the exported quantized graph and a test input."""
+    import executorch.kernels.quantized  # noqa: F401  (registers the quantized .out ops)
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    torch.manual_seed(SEED + spec.seed_offset)
+    gen = torch.Generator().manual_seed(SEED + 1000 + spec.seed_offset)
+    model = spec.make(gen).eval()
+    example = (torch.randn(spec.input_shape, generator=gen),)
+    captured = torch.export.export(model, example).module()
+    config = get_symmetric_quantization_config(is_per_channel=True, is_dynamic=spec.dynamic)
+    prepared = prepare_pt2e(captured, XNNPACKQuantizer().set_global(config))
+    with torch.no_grad():
+        for _ in range(spec.calibration_batches):
+            prepared(torch.randn(spec.input_shape, generator=gen))
+    converted = convert_pt2e(prepared)
+    test_input = torch.randn(spec.input_shape, generator=gen)
+    return torch.export.export(converted, example), test_input
+
+
+def lower(ep: torch.export.ExportedProgram, xnnpack: bool) -> bytes:
+    from executorch.exir import to_edge, to_edge_transform_and_lower
+
+    if xnnpack:
+        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+        edge = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()])
+    else:
+        edge = to_edge(ep)
+    return bytes(edge.to_executorch().buffer)
+
+
+def export_pair(spec: QuantSpec) -> dict[str, tuple[bytes, dict[str, np.ndarray]]]:
+    """``{"int8_NAME": (pte, npz arrays), "xnnpack_int8_NAME": (...)}`` for one spec."""
+    ep, x = quantize(spec)
+    result = {}
+    for prefix, xnnpack in (("int8_", False), ("xnnpack_int8_", True)):
+        pte = lower(ep, xnnpack)
+        arrays = {"forward.in_0": x.numpy().copy()}
+        for i, o in enumerate(run_in_executorch(pte, "forward", [x])):
+            arrays[f"forward.out_{i}"] = o
+        result[prefix + spec.name] = (pte, arrays)
+    return result
+
+
+def cached_pair(spec: QuantSpec, folder: pathlib.Path) -> dict[str, tuple[pathlib.Path, dict[str, np.ndarray]]]:
+    """:func:`export_pair` written to ``folder`` once; later calls (other test files of the same
+    session) read the files back. Returns name -> (pte path, npz arrays)."""
+    names = ("int8_" + spec.name, "xnnpack_int8_" + spec.name)
+    if not all((folder / f"{n}.npz").is_file() for n in names):
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, (pte, arrays) in export_pair(spec).items():
+            (folder / f"{name}.pte").write_bytes(pte)
+            (folder / f"{name}.npz.tmp").write_bytes(npz_bytes(arrays))
+            (folder / f"{name}.npz.tmp").replace(folder / f"{name}.npz")
+    result = {}
+    for name in names:
+        with np.load(folder / f"{name}.npz") as z:
+            result[name] = (folder / f"{name}.pte", {k: z[k] for k in z.files})
+    return result
+
+
+def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)  # fixed zip timestamps: reproducible bytes
+    return buf.getvalue()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT,
+                        help="output folder (default: tests/fixtures/int8 of this repository)")
+    parser.add_argument("--only", nargs="*", default=None,
+                        help="export only these models (convnet, block, dynamic_block)")
+    args = parser.parse_args(argv)
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for spec in SPECS:
+        if args.only and spec.name not in args.only:
+            continue
+        for name, (pte, arrays) in export_pair(spec).items():
+            (args.out / f"{name}.pte").write_bytes(pte)
+            (args.out / f"{name}.npz").write_bytes(npz_bytes(arrays))
+            summary = describe(pte)
+            ops = sorted({op for o in summary.operators.values() for op in o})
+            dels = sorted({d for ds in summary.delegates.values() for d in ds})
+            print(f"{name:26s} {len(pte):7d} B  ops={' '.join(ops) or '-'}"
+                  + (f"  delegates={','.join(dels)}" if dels else ""), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
