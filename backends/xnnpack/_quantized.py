@@ -487,7 +487,7 @@ def _build_conv2d(c: Compiler, node: XNode) -> list[Step]:
     inner = (slice(None), slice(pt, pt + h), slice(pl, pl + wd))
     steps: list[Step] = [lambda b: np.subtract(gx(b), zx, out=b[pad][inner], dtype=dt)]
     acc = c.scratch((rows, cout), dt)
-    taps = _nodes._taps(kh, kw, dh, dw, sh, sw, oh, ow)
+    taps = _nodes._taps(c, kh, kw, dh, dw, sh, sw, oh, ow)
     if depthwise:
         wts = [c.prepacked(np.ascontiguousarray(w.const[0, i, j].astype(dt))) for i, j, _ in taps]
         tmp = c.scratch((n, oh, ow, cout), dt)
@@ -603,7 +603,7 @@ def _build_max_pool(c: Compiler, node: XNode) -> list[Step]:
     ow = _nodes._out_size(c, wd, pl + pr, kw, sw, dw, "width")
     c.check_shape(out, (n, oh, ow, ch))
     ps, steps, _ = _nodes._padder(c, x, pt, pb, pl, pr, -128)
-    taps = [sl for _, _, sl in _nodes._taps(kh, kw, dh, dw, sh, sw, oh, ow)]
+    taps = [sl for _, _, sl in _nodes._taps(c, kh, kw, dh, dw, sh, sw, oh, ow)]
     lo, hi = _out_bounds(c, node, op)
     const_x, o = x.const, out.slot
 
