@@ -164,3 +164,45 @@ def test_kernels_whose_result_size_comes_from_their_arguments_check_it_first(op:
     peak = peak_of(run)
     assert err and peak < PEAK_LIMIT, (peak, err)
     assert "does not fit its output" in str(err[0]) or "exceeds the kernel scratch limit" in str(err[0]), str(err[0])
+
+
+# -- DYNAMIC_UNBOUND tensors ------------------------------------------------------------------
+def _unbound(**changes: Any) -> bytes:
+    """forward(x[4]) = x + 1, with x made DYNAMIC_UNBOUND and ``changes`` applied to it."""
+    b = ProgramBuilder()
+    f = b.method("forward")
+    f.output(f.call("aten::add.Scalar_out", f.input(np.float32, (4,)), 1.0))
+    data = b.to_bytes()
+    x = loads(data).execution_plan[0].inputs[0]
+    return edit_values(data, lambda i, v: dataclasses.replace(v, shape_dynamism=2, **changes) if i == x else v)
+
+
+@pytest.mark.parametrize("changes, match", [
+    ({"sizes": (-5, 4), "dim_order": (0, 1)}, r"values\[\d+\]\.tensor\.sizes: negative size -5"),
+    ({"sizes": (1 << 16, 1 << 16), "dim_order": (0, 1)}, r"values\[\d+\]\.tensor\.sizes: 4294967296 elements exceed the cap"),
+    ({"allocation_info": None}, None),  # unplanned: allowed
+])
+def test_unbound_tensors_get_the_same_size_checks_at_load(changes: dict, match: str | None) -> None:
+    data = _unbound(**changes)
+    if match is None:
+        m = load_program(data).load_method("forward")
+        np.testing.assert_array_equal(m.execute([np.arange(4, dtype=np.float32)])[0], np.arange(4) + 1)
+        return
+    with pytest.raises(OrchestraError, match=match):
+        load_program(data)
+
+
+def test_an_unbound_tensor_placed_past_its_arena_is_refused_at_load() -> None:
+    from orchestra.program import AllocationDetails
+
+    data = _unbound(allocation_info=AllocationDetails(1, 1 << 30))
+    with pytest.raises(OrchestraError, match=r"overruns planned buffer 1"):
+        load_program(data)
+
+
+def test_an_unbound_input_larger_than_its_planned_memory_is_rejected_at_execute() -> None:
+    m = load_program(_unbound()).load_method("forward")
+    assert m.meta.inputs[0].shape == (4,)
+    with pytest.raises(OrchestraError, match=r"input 0: shape \[1000\] \(1000 elements\) does not fit the planned memory"):
+        m.execute([np.ones(1000, np.float32)])
+    np.testing.assert_array_equal(m.execute([np.ones(4, np.float32)])[0], np.full(4, 2, np.float32))

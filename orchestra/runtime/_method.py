@@ -139,7 +139,7 @@ def _strided_view(flat: np.ndarray, sizes: Sequence[int], dim_order: Sequence[in
 class _Slot:
     """Where a planned tensor lives (shared by every Method of a program; the arena is not)."""
 
-    __slots__ = ("memory_id", "offset", "dtype", "bound", "dim_order", "dynamic")
+    __slots__ = ("memory_id", "offset", "dtype", "bound", "dim_order", "dynamic", "capacity")
 
     def __init__(self, memory_id: int, offset: int, dtype: np.dtype, bound: tuple[int, ...],
                  dim_order: tuple[int, ...], dynamic: bool) -> None:
@@ -149,6 +149,7 @@ class _Slot:
         self.bound = bound
         self.dim_order = dim_order
         self.dynamic = dynamic
+        self.capacity = int(np.prod(bound, dtype=object))  # elements planned
 
     def view(self, arenas: list[np.ndarray], shape: tuple[int, ...]) -> np.ndarray:
         n = 1
@@ -666,6 +667,10 @@ class Method:
                     ):
                         kind = "bound" if info.is_dynamic else "shape"
                         raise InvalidArgumentError(f"{self._where}: input {k}: shape {list(shape)} does not fit the program's {kind} {list(info.shape)}")
+                    if slot is not None and x.size > slot.capacity:  # DYNAMIC_UNBOUND in planned memory
+                        raise InvalidArgumentError(
+                            f"{self._where}: input {k}: shape {list(shape)} ({x.size} elements) does not fit the planned "
+                            f"memory of this unbound input ({slot.capacity} elements, planned for {list(info.shape)})")
                 if slot is None:
                     vals[idx] = x
                 else:
