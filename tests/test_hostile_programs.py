@@ -9,7 +9,6 @@ allocations to it), in this process.
 from __future__ import annotations
 
 import dataclasses
-import time
 import tracemalloc
 from collections.abc import Callable
 from typing import Any
@@ -206,3 +205,43 @@ def test_an_unbound_input_larger_than_its_planned_memory_is_rejected_at_execute(
     with pytest.raises(OrchestraError, match=r"input 0: shape \[1000\] \(1000 elements\) does not fit the planned memory"):
         m.execute([np.ones(1000, np.float32)])
     np.testing.assert_array_equal(m.execute([np.ones(4, np.float32)])[0], np.full(4, 2, np.float32))
+
+
+# -- loops --------------------------------------------------------------------------------
+def _looping(body: bool) -> bytes:
+    """forward(x[8, 8]) with a JumpFalse back to instruction 0 on a constant False: an empty
+    self-loop, or a loop around one small matmul."""
+    b = ProgramBuilder()
+    f = b.method("forward")
+    x = f.input(np.float32, (8, 8))
+    y = f.call("aten::mm.out", x, x) if body else f.call("aten::add.Scalar_out", x, 0.0)
+    f.output(y)
+    prog = loads(b.to_bytes())
+    plan = prog.execution_plan[0]
+    from orchestra.program import Bool, Instruction, JumpFalseCall
+
+    cond = len(plan.values)
+    chain = plan.chains[0]
+    ins = chain.instructions + (Instruction(JumpFalseCall(cond, 0 if body else len(chain.instructions))),)
+    chain = dataclasses.replace(chain, instructions=ins, stacktrace=None)
+    plan = dataclasses.replace(plan, values=plan.values + (EValue(Bool(False)),), chains=(chain,))
+    return dumps(dataclasses.replace(prog, execution_plan=(plan,)))
+
+
+@pytest.mark.parametrize("body", [False, True], ids=["empty self-loop", "loop around a matmul"])
+def test_a_program_that_loops_forever_fails_fast_naming_the_method_and_its_budget(body: bool) -> None:
+    m = load_program(_looping(body)).load_method("forward")
+    steps = len(m._cp.steps)
+    assert steps * 10_000 <= 30_000  # a budget of a few ten thousand steps (was 10M)
+    with pytest.raises(OrchestraError, match=rf"method 'forward': more than {steps * 10_000} instructions in one "
+                                             rf"execute \(its instruction budget") as ei:
+        m.execute([np.ones((8, 8), np.float32)])
+    assert ei.value.code.name == "InvalidState"
+
+
+def test_a_looping_execute_stops_at_its_time_limit() -> None:
+    m = load_program(_looping(True)).load_method("forward")
+    m.instruction_cap = 1 << 62
+    m.time_limit_s = 0.05
+    with pytest.raises(OrchestraError, match=r"method 'forward': execute ran past its time limit of 0.05 s"):
+        m.execute([np.ones((8, 8), np.float32)])
