@@ -992,6 +992,21 @@ async def test_a_raising_backend_restarts_then_fails_while_the_others_keep_execu
 
 
 @pytest.mark.anyio
+async def test_by_default_an_execute_that_raises_is_a_failed_execute_not_a_restart() -> None:
+    FAULT_PLAN["flaky"] = {"raise": 3}
+    async with Orchestrator(period=None) as orch:
+        p = await orch.load(fault_program(), instances=[
+            InstanceSpec("flaky", backend_options={FAULT: {"label": "flaky"}}, restart=RestartPolicy(max_restarts=1))])
+        for _ in range(3):
+            with pytest.raises(ExecuteError, match="injected fault in flaky.*not restarted: a failed execute"):
+                await p["flaky"].execute([X4])
+        np.testing.assert_array_equal((await p["flaky"].execute([X4]))[0], X4 + 1)
+        s = p["flaky"].statistics()
+        assert (s.executes, s.failures, s.restarts, s.state) == (1, 3, 0, "running")
+        assert len([h for h in FAULT_B.handles if h["label"] == "flaky"]) == 1  # the same Method throughout
+
+
+@pytest.mark.anyio
 async def test_a_hanging_execute_hits_its_deadline_and_the_instance_is_replaced() -> None:
     prog = fault_program()
     release = threading.Event()
