@@ -345,8 +345,7 @@ class Instance:
         how = ("its worker process was stopped" if self.spec.placement == "process"
                else "its worker thread was abandoned")
         err = InstanceClosedError(f"instance {self.name!r} was removed: it did not drain within close_timeout; {how}")
-        done, w.pending = w.pending, []
-        batch = [(fut, ok, value) for fut, ok, value in done]
+        batch, w.pending = w.pending, []  # results it finished but had not posted yet
         fut = w.current
         if fut is not None:
             batch.append((fut, False, err))
