@@ -533,6 +533,15 @@ class _Worker:
         self.p.wait()
 
 
+def structured_recheck(data: bytes) -> Outcome:
+    """One case again, in a fresh worker process (tells a slow case from a busy machine)."""
+    w = _Worker()
+    try:
+        return w.check(data, timeout=STRUCT_SECONDS * 5 + 10)
+    finally:
+        w.close()
+
+
 def structured_run(fixtures: list[bytes], cases: int, seed: int, progress: bool = False):
     """Yields (case index, kind, mutated bytes, outcome) for ``cases`` structured mutations,
     each loaded and executed in a worker process."""
