@@ -9,6 +9,7 @@ allocations to it), in this process.
 from __future__ import annotations
 
 import dataclasses
+import re
 import tracemalloc
 from collections.abc import Callable
 from typing import Any
@@ -62,7 +63,7 @@ def fails_small(data: bytes, inputs: list[Any], match: str) -> OrchestraError:
     peak = peak_of(run)
     assert err, "the hostile program executed"
     assert peak < PEAK_LIMIT, f"{peak} bytes allocated before failing: {err[0]}"
-    assert __import__("re").search(match, str(err[0])), str(err[0])
+    assert re.search(match, str(err[0])), str(err[0])
     return err[0]
 
 
