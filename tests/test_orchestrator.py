@@ -1063,22 +1063,24 @@ async def test_a_hanging_execute_hits_its_deadline_and_the_instance_is_replaced(
 
 
 @pytest.mark.anyio
-async def test_removing_an_instance_stuck_in_a_thread_answers_every_caller_at_close_timeout() -> None:
-    """No deadline, an execute stuck in a backend: remove() gives up after close_timeout and
-    every caller (the stuck one and those queued behind it) gets InstanceClosedError then;
-    what the abandoned thread returns later is dropped."""
+@pytest.mark.parametrize("how", ["remove", "aclose"])
+async def test_removing_an_instance_stuck_in_a_thread_answers_every_caller_at_close_timeout(how: str) -> None:
+    """No deadline, an execute stuck in a backend: remove() (or closing the orchestrator)
+    gives up after close_timeout and every caller (the stuck one and those queued behind it)
+    gets InstanceClosedError then; what the abandoned thread returns later is dropped."""
     prog = fault_program()
     release = threading.Event()
     FAULT_PLAN["stuck"] = {"hang": release, "hangs": 1}
     try:
         async with Orchestrator(period=None, close_timeout=0.2) as orch:
             p = await orch.load(prog, instances=[InstanceSpec("stuck", backend_options={FAULT: {"label": "stuck"}})])
-            thread = p["stuck"]._worker.thread
+            inst = p["stuck"]
+            thread = inst._worker.thread
             answers: dict[int, Any] = {}
 
             async def call(k: int) -> None:
                 try:
-                    answers[k] = (await p["stuck"].execute([X4 + k]))[0]
+                    answers[k] = (await inst.execute([X4 + k]))[0]
                 except Exception as exc:  # noqa: BLE001 - checked below
                     answers[k] = exc
 
@@ -1087,7 +1089,7 @@ async def test_removing_an_instance_stuck_in_a_thread_answers_every_caller_at_cl
                     tg.start_soon(call, k)
                     await anyio.sleep(0.01)  # k=0 is the stuck one, the others queue behind it
                 with anyio.fail_after(10):
-                    await p.remove("stuck")
+                    await (p.remove("stuck") if how == "remove" else orch.aclose())
                     while len(answers) < 4:  # answered at the timeout, not when the thread returns
                         await anyio.sleep(0.005)
             assert not release.is_set() and thread.is_alive()
