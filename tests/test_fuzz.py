@@ -1,4 +1,6 @@
-"""2,000 seeded mutations of the fixtures: each loads or raises ProgramError, within 1 s."""
+"""2,000 seeded byte mutations of the fixtures: each loads or raises ProgramError, within 1 s;
+2,000 seeded structured mutations (tools/fuzz_pte.py --structured): each loads and executes,
+or raises an OrchestraError, within 2 s and 512 MiB (measured in the fuzzer's worker process)."""
 
 from __future__ import annotations
 
@@ -38,3 +40,29 @@ def test_mutator_is_deterministic() -> None:
     a = [c for _, _, c, _ in fuzz_pte.run(fixtures, 50, seed=5)]
     b = [c for _, _, c, _ in fuzz_pte.run(fixtures, 50, seed=5)]
     assert a == b
+
+
+def test_structured_mutations_load_and_execute_or_raise_orchestra_error() -> None:
+    fixtures = [p.read_bytes() for p in sorted((ROOT / "tests" / "fixtures").glob("*.pte"))]
+    kinds: dict[str, int] = {}
+    outcomes: dict[str, int] = {}
+    bad = []
+    for i, kind, case, out in fuzz_pte.structured_run(fixtures, CASES, seed=20261123):
+        if out.kind == "slow":  # once more in a fresh worker: a busy machine is not a slow case
+            out = fuzz_pte.structured_recheck(case)
+        kinds[kind] = kinds.get(kind, 0) + 1
+        outcomes[out.kind] = outcomes.get(out.kind, 0) + 1
+        if out.kind not in ("executed", "rejected"):
+            bad.append(f"case {i} ({kind}): {out.kind}: {out.detail}")
+    assert not bad, "\n".join(bad[:20])
+    assert set(kinds) == set(fuzz_pte.STRUCT_KINDS)
+    # Both paths are exercised: programs that still run, and programs refused (at load or execute).
+    assert outcomes.get("executed", 0) > CASES // 10
+    assert outcomes.get("rejected", 0) > CASES // 2
+
+
+def test_structured_mutator_is_deterministic() -> None:
+    fixtures = [p.read_bytes() for p in sorted((ROOT / "tests" / "fixtures").glob("*.pte"))]
+    a = [c for _, _, c in fuzz_pte.structured_cases(fixtures, 60, seed=5)]
+    b = [c for _, _, c in fuzz_pte.structured_cases(fixtures, 60, seed=5)]
+    assert a == b and len(set(a)) > 50

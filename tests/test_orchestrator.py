@@ -742,7 +742,8 @@ async def test_add_remove_drains_and_scale_binds_free_units(npu: NpuDevice) -> N
         assert removed == ("forward-3", "forward-2") and p.instances == ("front", "forward-1")
         freed = cores["forward-3"]
         await p.add(InstanceSpec("again", bind={f"{npu.name}.core": freed}, backend_options={PROBE: {"label": "again"}}))
-        assert p.statistics().executes == 2  # front and forward-1 ran once each; again has not run yet
+        # running totals: rear's 5, then one each on front and forward-1..3 (two of them removed since)
+        assert p.statistics().executes == 9 and sum(s.executes for s in p.statistics().instances) == 2
         assert orch.resources.holders()[(f"{npu.name}.core", freed)] == ("again",)
 
 
@@ -954,7 +955,7 @@ async def test_a_raising_backend_restarts_then_fails_while_the_others_keep_execu
     FAULT_PLAN.clear()
     FAULT_PLAN["flaky"] = {"raise": 2}
     FAULT_PLAN["broken"] = {"raise": -1}
-    fast = RestartPolicy(max_restarts=3, backoff_s=0.001, backoff_factor=2.0)
+    fast = RestartPolicy(max_restarts=3, backoff_s=0.001, backoff_factor=2.0, restart_on_error=True)
     specs = [InstanceSpec(n, backend_options={FAULT: {"label": n}}, restart=fast) for n in ("ok", "flaky", "broken")]
     async with Orchestrator(period=None) as orch:
         p = await orch.load(prog, instances=specs)
@@ -1004,6 +1005,21 @@ async def test_a_raising_backend_restarts_then_fails_while_the_others_keep_execu
         with pytest.raises(InstanceFailedError, match="pool 'forward' has no instance that can execute"):
             await p.scale(0)
             await p.execute([X4])
+
+
+@pytest.mark.anyio
+async def test_by_default_an_execute_that_raises_is_a_failed_execute_not_a_restart() -> None:
+    FAULT_PLAN["flaky"] = {"raise": 3}
+    async with Orchestrator(period=None) as orch:
+        p = await orch.load(fault_program(), instances=[
+            InstanceSpec("flaky", backend_options={FAULT: {"label": "flaky"}}, restart=RestartPolicy(max_restarts=1))])
+        for _ in range(3):
+            with pytest.raises(ExecuteError, match="injected fault in flaky.*not restarted: a failed execute"):
+                await p["flaky"].execute([X4])
+        np.testing.assert_array_equal((await p["flaky"].execute([X4]))[0], X4 + 1)
+        s = p["flaky"].statistics()
+        assert (s.executes, s.failures, s.restarts, s.state) == (1, 3, 0, "running")
+        assert len([h for h in FAULT_B.handles if h["label"] == "flaky"]) == 1  # the same Method throughout
 
 
 @pytest.mark.anyio
@@ -1060,6 +1076,69 @@ async def test_a_hanging_execute_hits_its_deadline_and_the_instance_is_replaced(
             assert not stuck_thread.is_alive() and handles[0]["destroyed"]  # closed by its thread on return
     finally:
         release.set()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("how", ["remove", "aclose"])
+async def test_removing_an_instance_stuck_in_a_thread_answers_every_caller_at_close_timeout(how: str) -> None:
+    """No deadline, an execute stuck in a backend: remove() (or closing the orchestrator)
+    gives up after close_timeout and every caller (the stuck one and those queued behind it)
+    gets InstanceClosedError then; what the abandoned thread returns later is dropped."""
+    prog = fault_program()
+    release = threading.Event()
+    FAULT_PLAN["stuck"] = {"hang": release, "hangs": 1}
+    try:
+        async with Orchestrator(period=None, close_timeout=0.2) as orch:
+            p = await orch.load(prog, instances=[InstanceSpec("stuck", backend_options={FAULT: {"label": "stuck"}})])
+            inst = p["stuck"]
+            thread = inst._worker.thread
+            answers: dict[int, Any] = {}
+
+            async def call(k: int) -> None:
+                try:
+                    answers[k] = (await inst.execute([X4 + k]))[0]
+                except Exception as exc:  # noqa: BLE001 - checked below
+                    answers[k] = exc
+
+            async with anyio.create_task_group() as tg:
+                for k in range(4):
+                    tg.start_soon(call, k)
+                    await anyio.sleep(0.01)  # k=0 is the stuck one, the others queue behind it
+                with anyio.fail_after(10):
+                    await (p.remove("stuck") if how == "remove" else orch.aclose())
+                    while len(answers) < 4:  # answered at the timeout, not when the thread returns
+                        await anyio.sleep(0.005)
+            assert not release.is_set() and thread.is_alive()
+            for k in range(4):
+                assert isinstance(answers[k], InstanceClosedError), (k, answers[k])
+            release.set()
+            thread.join(5)
+            await anyio.sleep(0.05)  # the late result reaches the loop, which drops it
+            assert all(isinstance(answers[k], InstanceClosedError) for k in range(4))
+    finally:
+        release.set()
+
+
+@pytest.mark.anyio
+async def test_pool_and_orchestrator_totals_are_running_totals() -> None:
+    prog = kernel_program()
+    async with Orchestrator(period=None) as orch:
+        p = await orch.load(prog, instances=[InstanceSpec("a"), InstanceSpec("b")])
+        for n in ("a", "a", "b"):
+            await p[n].execute([X4])
+        with pytest.raises(ExecuteError):
+            await p["a"].execute([np.zeros(3, np.float32)])
+        assert (p.statistics().executes, p.statistics().failures) == (3, 1)
+        await p.remove("a")
+        s = p.statistics()
+        assert (s.executes, s.failures, len(s.instances)) == (3, 1, 1)
+        assert (orch.statistics().executes, orch.statistics().failures) == (3, 1)
+        q = await orch.load(prog, instances=[InstanceSpec("c")], name="other")
+        await q.execute([X4])
+        assert orch.statistics().executes == 4
+        await orch.unload("other")
+        await p.execute([X4])
+        assert (orch.statistics().executes, orch.statistics().failures) == (5, 1)
 
 
 # -- surface ------------------------------------------------------------------------------

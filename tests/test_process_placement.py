@@ -42,7 +42,8 @@ X4 = np.arange(4, dtype=np.float32)
 
 # label -> what to do, set in each worker process by ``setup``:
 # {"raise_once": path}: the first execute of any process raises, marked by the file;
-# {"raise": True}: every execute raises; {"hang_once": path}: the first execute of any process
+# {"raise": True}: every execute raises; {"raise_negative": True}: an execute whose first
+# input element is negative raises; {"hang_once": path}: the first execute of any process
 # sleeps 30 s, marked by the file; {"exit_once": path}: the first execute ends the
 # process (os._exit), marked by the file; {"log": path}: append each execute's start time.
 PLAN: dict[str, dict[str, Any]] = {}
@@ -80,6 +81,8 @@ class Adder(BackendInterface):
                 raise RuntimeError(f"injected fault in {handle['label']}")
         if plan.get("raise"):
             raise RuntimeError(f"injected fault in {handle['label']}")
+        if plan.get("raise_negative") and args[0][0] < 0:
+            raise RuntimeError(f"injected fault in {handle['label']}: negative input {float(args[0][0])}")
         np.add(args[0], context.runtime_specs["add"] + handle["offset"], out=args[1])
 
     def destroy(self, handle) -> None:
@@ -245,7 +248,7 @@ async def test_an_init_only_change_is_built_in_the_process_while_it_keeps_execut
 @pytest.mark.anyio
 async def test_a_failed_execute_restarts_the_process_and_resends_what_was_behind_it(tmp_path: pathlib.Path) -> None:
     plan = {"w": {"raise_once": str(tmp_path / "raised")}}
-    fast = RestartPolicy(max_restarts=3, backoff_s=0.001)
+    fast = RestartPolicy(max_restarts=3, backoff_s=0.001, restart_on_error=True)
     async with orch(plan) as o:
         p = await o.load(two_backend_program(), instances=[
             InstanceSpec("w", placement="process", restart=fast, backend_options=opts("w", 1.0, 10.0))])
@@ -261,6 +264,30 @@ async def test_a_failed_execute_restarts_the_process_and_resends_what_was_behind
         with anyio.fail_after(10):
             while _alive(pid):
                 await anyio.sleep(0.01)
+
+
+@pytest.mark.anyio
+async def test_executes_that_raise_are_failed_executes_not_restarts() -> None:
+    """60 of 400 requests raise in the backend: each caller gets its own answer and the
+    worker process survives them all (no restart, no second process)."""
+    async with orch({"w": {"raise_negative": True}}) as o:
+        p = await o.load(two_backend_program(), instances=[
+            InstanceSpec("w", placement="process", restart=RestartPolicy(max_restarts=1, backoff_s=0.001),
+                         backend_options=opts("w", 1.0, 10.0))])
+        pid = p["w"]._worker.method.pid
+        bad = set(range(3, 400, 6)[:60])
+        assert len(bad) == 60
+        inputs = [X4 - 1000 - k if k in bad else X4 * k for k in range(400)]
+        outs = await gather(p["w"], inputs)
+        for k, y in enumerate(outs):
+            if k in bad:
+                assert isinstance(y, ExecuteError) and f"negative input {-1000.0 - k}" in str(y), (k, y)
+                assert "not restarted" in str(y) and y.code is Error.Internal
+            else:
+                np.testing.assert_array_equal(y, X4 * k + 11)
+        s = p["w"].statistics()
+        assert (s.executes, s.failures, s.restarts, s.state, s.in_flight) == (340, 60, 0, "running", 0)
+        assert p["w"]._worker.method.pid == pid
 
 
 @pytest.mark.anyio
@@ -284,7 +311,7 @@ async def test_past_max_restarts_the_instance_fails_and_queued_requests_say_why(
     plan = {"w": {"raise": True}}
     async with orch(plan) as o:
         p = await o.load(two_backend_program(), instances=[
-            InstanceSpec("w", placement="process", restart=RestartPolicy(max_restarts=1, backoff_s=0.001),
+            InstanceSpec("w", placement="process", restart=RestartPolicy(max_restarts=1, backoff_s=0.001, restart_on_error=True),
                          backend_options=opts("w"))])
         outs = await gather(p["w"], [X4] * 6)
         assert "restarting, 1 of 1" in str(outs[0])

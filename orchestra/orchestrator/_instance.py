@@ -257,7 +257,9 @@ class Instance:
 
     def _resubmit(self, item: Any) -> None:
         w = self._worker
-        if self._state == "failed" or w is None:
+        if self._state in ("draining", "closed") and (w is None or w.abandoned):
+            self._resolve([(item[0], False, InstanceClosedError(f"instance {self.name!r} was removed"))])
+        elif self._state == "failed" or w is None:
             self._resolve([(item[0], False, InstanceFailedError(f"instance {self.name!r} failed: {self._fail_reason}",
                                                                   instance=self.name))])
         else:
@@ -332,11 +334,41 @@ class Instance:
                 _log.warning("instance did not drain in time; its worker is abandoned (a worker process is killed)",
                              instance=self.name, timeout_s=timeout)
                 if w is not None:
-                    w.abandoned = True
-                    w.resolve = self._resolve_late
-                    w.kill()
+                    self._abandon(w)
         self._state = "closed"
         self._update()
+
+    def _abandon(self, w: Worker) -> None:
+        """A drain timed out: ``w`` is abandoned (a worker process is killed, a thread left
+        to return on its own) and every caller still waiting on it gets
+        InstanceClosedError now; a result the abandoned thread delivers later is dropped."""
+        if not w.abandoned:
+            self._base[0] += w.executions
+            self._base[1] += w.failures
+            self._base[2] += w.restarts
+        w.abandoned = True
+        w.resolve = self._resolve_late
+        w.kill()
+        how = ("its worker process was stopped" if self.spec.placement == "process"
+               else "its worker thread was abandoned")
+        err = InstanceClosedError(f"instance {self.name!r} was removed: it did not drain within close_timeout; {how}")
+        batch, w.pending = w.pending, []  # results it finished but had not posted yet
+        fut = w.current
+        if fut is not None:
+            batch.append((fut, False, err))
+        while True:
+            try:
+                item = w.inbox.get_nowait()
+            except queue.Empty:
+                break
+            if item is not STOP and item is not WAKE:
+                batch.append((item[0], False, err))
+        while w.mailbox:
+            ch = w.mailbox.popleft()
+            if ch.ack is not None:
+                ch.ack(None)
+        if batch:
+            self._resolve(batch)
 
     # -- state ----------------------------------------------------------------------------
     @property
@@ -516,6 +548,7 @@ class Pool:
         self._sticky: collections.OrderedDict[Hashable, Instance] = collections.OrderedDict()
         self._rr = 0
         self._routed = 0
+        self._gone = [0, 0, 0, 0]  # executes, failures, restarts, replacements of removed instances
         self._avail = anyio.Event()
         self._template: InstanceSpec | None = None
         self._closed = False
@@ -724,6 +757,9 @@ class Pool:
         self._forget(inst)
 
     def _forget(self, inst: Instance) -> None:
+        if self._instances.get(inst.name) is inst:  # its counts stay in the pool's running totals
+            for k, v in enumerate((*inst.counters(), inst.replacements)):
+                self._gone[k] += v
         self._instances.pop(inst.name, None)
         self._orch._instances.pop(inst.name, None)
         self._orch._drop_name(inst.name)
@@ -857,10 +893,11 @@ class Pool:
 
     def statistics(self) -> PoolStatistics:
         inst = tuple(i.statistics() for i in self._instances.values())
+        ex, fa, re, rp = self._gone
         return PoolStatistics(
             name=self.name, method=self.method, instances=inst,
-            executes=sum(s.executes for s in inst), failures=sum(s.failures for s in inst),
-            restarts=sum(s.restarts for s in inst), replacements=sum(s.replacements for s in inst),
+            executes=ex + sum(s.executes for s in inst), failures=fa + sum(s.failures for s in inst),
+            restarts=re + sum(s.restarts for s in inst), replacements=rp + sum(s.replacements for s in inst),
             in_flight=sum(s.in_flight for s in inst), routed=self._routed, keys=len(self._sticky))
 
     def __repr__(self) -> str:

@@ -21,7 +21,7 @@ from ._errors import InstanceClosedError
 from ._instance import Instance, Pool
 from ._resources import Resource, ResourcePool
 from ._spec import InstanceSpec
-from ._stats import EngineRun, OrchestratorStatistics
+from ._stats import EngineRun, OrchestratorStatistics, PoolStatistics
 from ._threads import ThreadLimits
 
 __all__ = ["Orchestrator"]
@@ -85,6 +85,7 @@ class Orchestrator:
         self._threads = ThreadLimits(blas_threads, sharing=lambda: len(self._names), available=self._cpu_count)
         self._engine = Engine(self, tuple(policies), tuple(signals), period, poll_interval)
         self._pools: dict[str, Pool] = {}
+        self._gone = (0, 0, 0, 0)  # executes, failures, restarts, replacements of unloaded pools
         self._instances: dict[str, Instance] = {}
         self._names: dict[str, str] = {}  # instance name -> pool name (claimed while loading too)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -228,7 +229,8 @@ class Orchestrator:
         """Drains and removes a pool."""
         pool = self.pool(name)
         await pool.close()
-        self._pools.pop(name, None)
+        if self._pools.pop(name, None) is pool:
+            self._gone = _add(self._gone, pool.statistics())
 
     # -- the engine -----------------------------------------------------------------------
     async def refresh(self) -> EngineRun:
@@ -271,11 +273,22 @@ class Orchestrator:
     # -- statistics -----------------------------------------------------------------------
     def statistics(self) -> OrchestratorStatistics:
         e = self._engine
+        pools = tuple(p.statistics() for p in self._pools.values())
+        totals = self._gone
+        for ps in pools:
+            totals = _add(totals, ps)
+        ex, fa, re, rp = totals
         return OrchestratorStatistics(
-            pools=tuple(p.statistics() for p in self._pools.values()), engine_runs=e.runs,
+            pools=pools, engine_runs=e.runs,
             changes_applied=e.changes, actions_applied=e.actions, proposals_rejected=e.rejected,
-            policy_errors=e.errors, signals=MappingProxyType(dict(e.signals)))
+            policy_errors=e.errors, signals=MappingProxyType(dict(e.signals)),
+            executes=ex, failures=fa, restarts=re, replacements=rp)
 
     def __repr__(self) -> str:
         state = "open" if self._open else "closed" if self._closed else "not started"
         return f"<Orchestrator {state} pools={list(self._pools)}>"
+
+
+def _add(totals: tuple[int, int, int, int], ps: PoolStatistics) -> tuple[int, int, int, int]:
+    ex, fa, re, rp = totals
+    return ex + ps.executes, fa + ps.failures, re + ps.restarts, rp + ps.replacements

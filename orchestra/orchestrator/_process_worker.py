@@ -18,11 +18,12 @@ method here runs on the event loop's thread.
   init-only values is instead *prepared* on a thread of the process while it keeps
   executing, swapped in at the first boundary after, and acked once built (like the thread
   worker's). A CPU change re-pins the worker process.
-* Faults: a failed execute answers its caller, then the process is killed and a fresh one
-  started after the restart policy's backoff; requests that were behind the failed one in the
-  process are sent again to the new process (their results were never delivered). A process
-  that dies (a crash in a backend) counts as a failed execute of its oldest request. A
-  deadline kills the process (``kill``); the Instance moves what was queued to a replacement.
+* Faults: an execute that raises in the process answers its caller and the process goes on
+  (``RestartPolicy.restart_on_error`` kills it and starts a fresh one instead). A process
+  that dies (a crash in a backend) or sends a corrupt stream counts as a failed execute of
+  its oldest request and is replaced after the restart policy's backoff; requests that were
+  behind it in the process are sent again to the new process (their results were never
+  delivered). A deadline kills the process (``kill``); the Instance moves what was queued to a replacement.
 * Starting a process blocks (spawn, import, load), so it runs on a short-lived thread that
   posts the result back to the loop.
 
@@ -429,16 +430,16 @@ class ProcessWorker(WorkerBase):
         self.started = 0.0
 
     # -- faults ---------------------------------------------------------------------------
-    def _failed(self, fut: Any, exc: OrchestraError) -> bool:
-        """A failed execute. Returns False when the process is being replaced (restart) or the
-        instance failed."""
-        verdict, reason, answer = self._judge_failure(fut, exc)
+    def _failed(self, fut: Any, exc: OrchestraError, *, fatal: bool = False) -> bool:
+        """A failed execute (``fatal``: the process died in it). Returns False when the
+        process is being replaced (restart) or the instance failed."""
+        verdict, reason, answer = self._judge_failure(fut, exc, fatal=fatal)
         self.resolve([answer])
         if verdict == "failed":
             self._fail(reason, exc)
         elif verdict == "restart":
             self._begin_restart(exc)
-        return verdict == "rejected"
+        return verdict in ("rejected", "kept")
 
     def _died(self, m: WorkerProcess) -> None:
         """The reply pipe closed: the process exited without being asked to."""
@@ -453,7 +454,7 @@ class ProcessWorker(WorkerBase):
                 self._free.append(e[1])
                 if e[0][0] is self.current:
                     self.current = None
-                self._failed(e[0][0], exc)
+                self._failed(e[0][0], exc, fatal=True)
                 return
         self.last_error = exc
         self.consecutive += 1

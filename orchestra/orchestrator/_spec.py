@@ -15,24 +15,35 @@ __all__ = ["InstanceSpec", "RestartPolicy"]
 
 @dataclass(frozen=True, slots=True)
 class RestartPolicy:
-    """How an instance recovers from an execute that raised.
+    """How an instance recovers from a fault.
 
-    After a failed execute the instance's Method is closed and a fresh one is loaded from
-    the same Program, after ``backoff_s * backoff_factor ** (k - 1)`` seconds for the k-th
-    consecutive restart. A successful execute resets the count. The failure that would be
+    An execute that raises (a backend or kernel rejecting one input, say) is a *failed
+    execute*: its caller gets :class:`~orchestra.orchestrator.ExecuteError` and the instance
+    goes on with the same Method (and, with ``placement="process"``, the same worker
+    process). Unless ``restart_on_error`` is set, that is all.
+
+    A *restart* happens when the worker is unhealthy: its worker process crashed or sent a
+    corrupt stream (``placement="process"``), or ``restart_on_error`` is set and an execute
+    raised. The Method is closed (the process killed) and a fresh one is loaded from the
+    same Program, after ``backoff_s * backoff_factor ** (k - 1)`` seconds for the k-th
+    consecutive restart. A successful execute resets the count. The fault that would be
     restart number ``max_restarts + 1`` marks the instance failed instead: it leaves
     routing, releases its resources, and its executes raise
     :class:`~orchestra.orchestrator.InstanceFailedError` naming the last error.
     Failures caused by the caller's inputs (``InvalidArgumentError``) never restart.
+    (An execute past the instance's ``deadline_s`` is handled by a quarantine instead.)
     """
 
     max_restarts: int = 3
     backoff_s: float = 0.05
     backoff_factor: float = 2.0
+    restart_on_error: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.max_restarts, bool) or not isinstance(self.max_restarts, int) or self.max_restarts < 0:
             raise InvalidArgumentError(f"RestartPolicy.max_restarts must be an int >= 0, got {self.max_restarts!r}")
+        if not isinstance(self.restart_on_error, bool):
+            raise InvalidArgumentError(f"RestartPolicy.restart_on_error must be a bool, got {self.restart_on_error!r}")
         for key in ("backoff_s", "backoff_factor"):
             v = getattr(self, key)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < math.inf:

@@ -70,7 +70,12 @@ class InstanceStatistics:
 
 @dataclass(frozen=True, slots=True)
 class PoolStatistics:
-    """One pool: sums over its instances, and each instance."""
+    """One pool: each instance, and running totals.
+
+    ``executes``, ``failures``, ``restarts`` and ``replacements`` count everything the pool's
+    instances did since it was loaded, including instances removed since (they never go
+    down); ``in_flight`` is the sum over its current instances.
+    """
 
     name: str
     method: str
@@ -92,7 +97,11 @@ class PoolStatistics:
 
 @dataclass(frozen=True, slots=True)
 class OrchestratorStatistics:
-    """The orchestrator: its pools and its policy engine."""
+    """The orchestrator: its pools and its policy engine.
+
+    ``executes``, ``failures``, ``restarts`` and ``replacements`` are running totals over
+    every pool it ever had (unloaded pools and removed instances included).
+    """
 
     pools: tuple[PoolStatistics, ...]
     engine_runs: int
@@ -101,6 +110,10 @@ class OrchestratorStatistics:
     proposals_rejected: int
     policy_errors: int
     signals: Mapping[str, Any]
+    executes: int = 0
+    failures: int = 0
+    restarts: int = 0
+    replacements: int = 0
 
     def __getitem__(self, name: str) -> PoolStatistics:
         for p in self.pools:

@@ -138,14 +138,18 @@ class WorkerBase:
         except RuntimeError:  # the loop is closed: nobody is waiting any more
             pass
 
-    def _judge_failure(self, fut: Any, exc: BaseException) -> tuple[str, str, tuple]:
-        """Counts a failed execute against the restart policy. Returns the verdict
-        (``"rejected"``: inputs or options refused, no restart; ``"failed"``: past
-        ``max_restarts``; ``"restart"``), the reason, and the caller's answer."""
+    def _judge_failure(self, fut: Any, exc: BaseException, *, fatal: bool = False) -> tuple[str, str, tuple]:
+        """Counts a failed execute against the restart policy. ``fatal``: the worker is
+        unhealthy (its process crashed), not just this execute. Returns the verdict
+        (``"rejected"``: inputs or options refused, no restart; ``"kept"``: the execute
+        raised, the worker goes on; ``"failed"``: past ``max_restarts``; ``"restart"``), the
+        reason, and the caller's answer."""
         self.failures += 1
         self.last_error = exc
-        if isinstance(exc, InvalidArgumentError):
+        if isinstance(exc, InvalidArgumentError) and not fatal:
             verdict, reason, what = "rejected", "", "not restarted: the inputs or options were rejected"
+        elif not fatal and not self.restart.restart_on_error:
+            verdict, reason, what = "kept", "", "not restarted: a failed execute (RestartPolicy.restart_on_error is off)"
         else:
             self.consecutive += 1
             limit = self.restart.max_restarts
@@ -386,7 +390,7 @@ class Worker(WorkerBase):
             self._fail(reason, exc)
             return False
         self._flush()
-        return verdict == "rejected" or self._restart(exc)
+        return verdict in ("rejected", "kept") or self._restart(exc)
 
     def _restart(self, exc: BaseException) -> bool:
         while True:

@@ -426,7 +426,8 @@ def _check_index(i: int, n: int, path: str, what: str) -> None:
 
 
 def _tensor_nbytes(t: S.Tensor, path: str, limits: Limits) -> int | None:
-    """Validates a tensor's metadata and returns its byte size (None for unbound/unknown)."""
+    """Validates a tensor's metadata and returns its byte size at its sizes (for a
+    DYNAMIC_UNBOUND tensor: at its initial sizes, checked like any other)."""
     if t.scalar_type not in _VALID_SCALAR_TYPES:
         _fail(path + ".scalar_type", f"unknown scalar type {t.scalar_type}")
     if t.storage_offset != 0:
@@ -435,8 +436,6 @@ def _tensor_nbytes(t: S.Tensor, path: str, limits: Limits) -> int | None:
         _fail(path + ".shape_dynamism", f"unknown shape dynamism {t.shape_dynamism}")
     if t.dim_order and sorted(t.dim_order) != list(range(len(t.sizes))):
         _fail(path + ".dim_order", f"{list(t.dim_order)} is not a permutation of the {len(t.sizes)} dimensions")
-    if t.shape_dynamism == S.TensorShapeDynamism.DYNAMIC_UNBOUND:
-        return None
     numel = 1
     for s in t.sizes:
         if s < 0:

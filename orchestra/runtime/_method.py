@@ -9,6 +9,7 @@ exactly as the memory plan says), constants are read-only views into the program
 from __future__ import annotations
 
 import inspect
+import math
 import operator
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -48,8 +49,12 @@ from .kernels import get_kernel, nearest_kernel_names
 
 __all__ = ["Method", "MethodMeta", "MethodStatistics", "TensorInfo", "ValueInfo"]
 
-# Instructions one execute may run before it is considered stuck in a JumpFalse loop.
-DEFAULT_INSTRUCTION_CAP = 10_000_000
+# The instruction budget of one execute of a method whose plan has a backward JumpFalse (a
+# loop): its number of steps times this (a plan without one runs each step at most once).
+LOOP_ITERATIONS = 10_000
+# Seconds one execute may run, checked between instructions (None: no limit). Set per Method
+# with ``Method.time_limit_s``.
+DEFAULT_TIME_LIMIT_S: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +173,7 @@ def _strided_view(flat: np.ndarray, sizes: Sequence[int], dim_order: Sequence[in
 class _Slot:
     """Where a planned tensor lives (shared by every Method of a program; the arena is not)."""
 
-    __slots__ = ("memory_id", "offset", "dtype", "bound", "dim_order", "dynamic")
+    __slots__ = ("memory_id", "offset", "dtype", "bound", "dim_order", "dynamic", "capacity")
 
     def __init__(self, memory_id: int, offset: int, dtype: np.dtype, bound: tuple[int, ...],
                  dim_order: tuple[int, ...], dynamic: bool) -> None:
@@ -178,6 +183,7 @@ class _Slot:
         self.bound = bound
         self.dim_order = dim_order
         self.dynamic = dynamic
+        self.capacity = int(np.prod(bound, dtype=object))  # elements planned
 
     def view(self, arenas: list[np.ndarray], shape: tuple[int, ...]) -> np.ndarray:
         n = 1
@@ -368,6 +374,10 @@ class CompiledPlan:
         # rewrite checks that running them there, as written, would give the same results).
         self.step_spans = tuple(spans)
         self.rewrites: tuple[Rewrite, ...] = tuple(rewrites)
+        # A backward JumpFalse makes a loop: such a plan gets an instruction budget per execute.
+        self.loops = any(isinstance(a, JumpFalseCall) and a.destination_instruction <= pc
+                         for pc, a in enumerate(instructions))
+        self.instruction_budget = max(len(self.steps), 1) * LOOP_ITERATIONS if self.loops else len(self.steps)
 
     def describe_step(self, k: int) -> str:
         """``instruction 3 (aten::mm.out)`` or, for a fused step,
@@ -554,11 +564,18 @@ class Method:
     Create with ``Program.load_method(name)``. A Method owns its planned arenas and its
     delegate handles; one thread uses it at a time (a second concurrent ``execute`` raises);
     different Methods run in parallel. Use as a context manager or call :meth:`close`.
+
+    Bounds on one execute (attributes, settable per Method): ``instruction_cap``, the
+    instructions it may run (a plan without a backward JumpFalse runs each step at most
+    once; one with a loop gets ``LOOP_ITERATIONS`` (10,000) x its steps), and
+    ``time_limit_s``, seconds checked between instructions (default None: no limit). Past
+    either, execute raises an OrchestraError naming the method and the bound.
     """
 
     __slots__ = ("_cp", "_program", "_name", "_where", "_meta", "_executions", "_failures", "_total",
                  "_last", "_busy", "_closed", "_handles", "_arenas", "_vals", "_slots", "_lists",
-                 "_backends", "_target", "_active", "_ctx", "_reinits", "instruction_cap", "__weakref__")
+                 "_backends", "_target", "_active", "_ctx", "_reinits", "instruction_cap", "time_limit_s",
+                 "__weakref__")
 
     def __init__(self, compiled: CompiledPlan, backend_options: Mapping[str, Mapping[str, Any]] | None = None, *,
                  shared_arenas: Mapping[int, np.ndarray] | None = None, busy: list[bool] | None = None) -> None:
@@ -579,7 +596,8 @@ class Method:
         self._busy = busy if busy is not None else [False]
         self._closed = False
         self._handles: list[tuple[Any, Any]] = []  # (backend, handle) per delegate
-        self.instruction_cap = DEFAULT_INSTRUCTION_CAP
+        self.instruction_cap = compiled.instruction_budget
+        self.time_limit_s = DEFAULT_TIME_LIMIT_S
         shared = shared_arenas or {}
         self._arenas = [np.zeros(0, np.uint8)] + [
             shared[m] if m in shared else np.zeros(s, np.uint8) for m, s in enumerate(compiled.arena_sizes, 1)]
@@ -827,6 +845,10 @@ class Method:
                     ):
                         kind = "bound" if info.is_dynamic else "shape"
                         raise InvalidArgumentError(f"{self._where}: input {k}: shape {list(shape)} does not fit the program's {kind} {list(info.shape)}")
+                    if slot is not None and x.size > slot.capacity:  # DYNAMIC_UNBOUND in planned memory
+                        raise InvalidArgumentError(
+                            f"{self._where}: input {k}: shape {list(shape)} ({x.size} elements) does not fit the planned "
+                            f"memory of this unbound input ({slot.capacity} elements, planned for {list(info.shape)})")
                 if slot is None:
                     vals[idx] = x
                 else:
@@ -875,13 +897,27 @@ class Method:
             pc = 0
             count = 0
             cap = self.instruction_cap
+            limit = self.time_limit_s
             try:
-                while pc < n:
-                    nxt = steps[pc](vals, self)
-                    pc = pc + 1 if nxt is None else nxt
-                    count += 1
-                    if count > cap:
-                        raise OrchestraError(f"{self._where}: more than {cap} instructions in one execute (a JumpFalse loop that never ends?)", Error.InvalidState)
+                if not self._cp.loops and limit is None and cap >= n:  # each step runs at most once
+                    while pc < n:
+                        nxt = steps[pc](vals, self)
+                        pc = pc + 1 if nxt is None else nxt
+                else:
+                    t_end = math.inf if limit is None else t0 + limit
+                    while pc < n:
+                        nxt = steps[pc](vals, self)
+                        pc = pc + 1 if nxt is None else nxt
+                        count += 1
+                        if count > cap:
+                            raise OrchestraError(
+                                f"{self._where}: more than {cap} instructions in one execute (its instruction budget: "
+                                f"Method.instruction_cap, by default {n} steps x {LOOP_ITERATIONS} for a plan that "
+                                f"loops); a JumpFalse loop that never ends?", Error.InvalidState)
+                        if not count & 255 and time.perf_counter() > t_end:
+                            raise OrchestraError(
+                                f"{self._where}: execute ran past its time limit of {limit:g} s (Method.time_limit_s) "
+                                f"after {count} instructions", Error.InvalidState)
             except OrchestraError:
                 raise
             except Exception as exc:

@@ -8,7 +8,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ._registry import kernel
-from ._util import F32_64, bad, finish, int_list, unsupported
+from ._util import F32_64, bad, check_fits, check_scratch, finish, int_list, unsupported
 
 __all__: list[str] = []
 
@@ -146,6 +146,10 @@ def conv2d(
         raise bad(_OP, f"bias has shape {tuple(bias.shape)}, expected ({o},)")
     dt = x.dtype if x.dtype == w.dtype else np.result_type(x.dtype, w.dtype)
     shape = (n, o, ho, wo)
+    # Sizes come from the program's padding/stride/dilation: check before allocating.
+    check_fits(_OP, shape, out)
+    check_scratch(_OP, (n, c, h + 2 * ph, wd + 2 * pw), dt.itemsize, "padded input")
+    check_scratch(_OP, (n, c, kh, kw, ho, max(wo, wd + 2 * pw)), dt.itemsize, "im2col buffer")
     if (
         type(out) is np.ndarray
         and out.shape == shape

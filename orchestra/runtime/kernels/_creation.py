@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ._registry import kernel
-from ._util import ALL, REALS, bad, dest
+from ._util import ALL, REALS, bad, check_fits, dest
 
 __all__: list[str] = []
 
@@ -22,6 +22,7 @@ def _filled(op: str, size: Sequence[int], value: Any, out: np.ndarray) -> np.nda
     if o is not None:
         o.fill(value)
         return o
+    check_fits(op, shape, out)
     return np.full(shape, value, dtype=out.dtype)
 
 
@@ -79,6 +80,8 @@ def _empty(op: str, size: Sequence[int], out: np.ndarray) -> np.ndarray:
     if any(s < 0 for s in shape):
         raise bad(op, f"negative size {list(shape)}")
     o = dest(out, shape)
+    if o is None:
+        check_fits(op, shape, out)
     return o if o is not None else np.zeros(shape, out.dtype)
 
 
@@ -98,12 +101,19 @@ def _arange(op: str, start: Any, end: Any, step: Any, out: np.ndarray) -> np.nda
     if (step > 0 and end < start) or (step < 0 and end > start):
         raise bad(op, f"upper bound {end} and lower bound {start} inconsistent with step {step}")
     dt = out.dtype
-    if all(isinstance(v, (int, np.integer)) for v in (start, end, step)):
+    ints = all(isinstance(v, (int, np.integer)) for v in (start, end, step))
+    if ints:
         n = max(0, -((int(start) - int(end)) // int(step)))  # ceil((end - start) / step)
-        res = int(start) + np.arange(n, dtype=np.int64) * int(step)
     else:
         # torch computes the size and values in double, then casts.
-        n = max(0, math.ceil((float(end) - float(start)) / float(step)))
+        span = (float(end) - float(start)) / float(step)
+        if not math.isfinite(span):
+            raise bad(op, f"the size of arange({start}, {end}, {step}) is not finite")
+        n = max(0, math.ceil(span))
+    check_fits(op, (n,), out)
+    if ints:
+        res = int(start) + np.arange(n, dtype=np.int64) * int(step)
+    else:
         res = float(start) + np.arange(n, dtype=np.float64) * float(step)
     o = dest(out, (n,))
     if o is not None:

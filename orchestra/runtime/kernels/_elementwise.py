@@ -16,9 +16,12 @@ from ._util import (
     INTS,
     REAL_MATH,
     bad,
+    check_fits,
+    check_scratch,
     dest,
     finish,
     float_dtype,
+    numel,
     result_dtype,
     shape_of,
     unsupported,
@@ -107,11 +110,17 @@ def _work(out: Any, shape: tuple[int, ...], dt: np.dtype, *inputs: Any) -> np.nd
             if isinstance(x, np.ndarray) and np.may_share_memory(o, x):
                 o = None
                 break
-    return np.empty(shape, dt) if o is None else o
+    if o is None:
+        check_fits("elementwise", shape, out)
+        return np.empty(shape, dt)
+    return o
 
 
 def _bshape(*vals: Any) -> tuple[int, ...]:
-    return np.broadcast_shapes(*(shape_of(v) for v in vals))
+    shape = np.broadcast_shapes(*(shape_of(v) for v in vals))
+    if len(vals) > 1 and shape and numel(shape) > 1 << 20:  # [N, 1] op [1, N]: N*N, before allocating
+        check_scratch("elementwise", shape, 4, "broadcast result")
+    return shape
 
 
 def _check_int_divisor(op: str, dt: np.dtype, other: Any) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from ._registry import kernel
-from ._util import REAL_MATH, bad, dest, finish
+from ._util import REAL_MATH, bad, check_fits, dest, finish
 
 __all__: list[str] = []
 
@@ -16,10 +16,15 @@ def _matmul(op: str, a: np.ndarray, b: np.ndarray, out: Any) -> np.ndarray:
     if a.shape[-1] != b.shape[-2]:
         raise bad(op, f"shapes {tuple(a.shape)} and {tuple(b.shape)} cannot be multiplied")
     dt = np.result_type(a.dtype, b.dtype)
-    shape = a.shape[:-1] + b.shape[-1:]
+    try:
+        shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + a.shape[-2:-1] + b.shape[-1:]
+    except ValueError as exc:
+        raise bad(op, f"shapes {tuple(a.shape)} and {tuple(b.shape)} cannot be multiplied") from exc
     o = dest(out, shape, dt)
     if o is not None and (np.may_share_memory(o, a) or np.may_share_memory(o, b)):
         o = None
+    if o is None:
+        check_fits(op, shape, out)
     return np.matmul(a, b, out=o)
 
 

@@ -8,7 +8,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ._registry import kernel
-from ._util import ALL, FLOAT_MATH, REAL_MATH, bad, dest, finish, int_list
+from ._util import ALL, FLOAT_MATH, REAL_MATH, bad, check_fits, check_scratch, dest, finish, int_list
 
 __all__: list[str] = []
 
@@ -60,6 +60,7 @@ def _padded(x: np.ndarray, ph: int, pw: int, hp: int, wp: int, fill: Any) -> np.
     n, c, h, w = x.shape
     if ph == 0 and pw == 0 and hp <= h and wp <= w:
         return x
+    check_scratch("pool", (n, c, max(hp, ph + h), max(wp, pw + w)), x.itemsize, "padded input")
     xp = np.full((n, c, max(hp, ph + h), max(wp, pw + w)), fill, x.dtype)
     xp[:, :, ph : ph + h, pw : pw + w] = x
     return xp
@@ -77,6 +78,7 @@ def _buffer(
     """A 4-d buffer to compute in (a view of ``out`` when it fits) and whether it is ``out``."""
     o = dest(out, shape, dt)
     if o is None or not o.flags.c_contiguous or np.may_share_memory(o, x):
+        check_fits("pool", shape, out if o is None else x)
         return np.empty(shape4, dt), False
     return o.reshape(shape4), True
 
@@ -106,6 +108,7 @@ def _tap_views(
     # Padded extent the windows reach (ceil_mode windows may run past the right padding).
     hp = max(ph + h, (ho - 1) * sh + (kh - 1) * dh + 1)
     wp = max(pw + w, (wo - 1) * sw + (kw - 1) * dw + 1)
+    check_scratch("pool", (n, c, hp, wp), x.itemsize, "padded input")
     if (sh == 1 and sw == 1) or x.size < _PHASE_MIN_SIZE:
         # One padded copy (none without padding); taps are strided views of it.
         if ph == 0 and pw == 0 and hp == h and wp == w:
@@ -444,6 +447,8 @@ def _adaptive_avg(op: str, self: np.ndarray, output_size: Any, out: Any) -> np.n
         raise bad(op, f"output_size must be positive, got {[oh, ow]}")
     if x.dtype.kind != "f":
         raise bad(op, f"expected a floating tensor, got {x.dtype}")
+    check_fits(op, self.shape[:-2] + (oh, ow), out)
+    check_scratch(op, (n, c, oh, w + 1), 8, "row sums")
     if h % oh == 0 and w % ow == 0:
         res = x.reshape(n, c, oh, h // oh, ow, w // ow).mean(axis=(3, 5))
     else:
@@ -511,6 +516,7 @@ def _nearest(op: str, self: np.ndarray, oh: int, ow: int, sh: Any, sw: Any, out:
         raise bad(op, f"expected an input with at least 3 dims, got {tuple(self.shape)}")
     if oh <= 0 or ow <= 0:
         raise bad(op, f"output size must be positive, got {[oh, ow]}")
+    check_fits(op, self.shape[:-2] + (oh, ow), out)
     h, w = self.shape[-2:]
     hidx = _nearest_index(h, oh, sh)
     widx = _nearest_index(w, ow, sw)
@@ -587,6 +593,8 @@ def _bilinear(
         raise bad(op, f"output size must be positive, got {[oh, ow]}")
     dt = self.dtype
     h, w = self.shape[-2:]
+    check_fits(op, self.shape[:-2] + (oh, ow), out)
+    check_scratch(op, self.shape[:-2] + (oh, max(w, ow)), dt.itemsize, "row interpolation")
     h0, h1, lh0, lh1 = _linear_weights(h, oh, align_corners, sh, dt)
     w0, w1, lw0, lw1 = _linear_weights(w, ow, align_corners, sw, dt)
     top = self[..., h0, :]

@@ -16,7 +16,7 @@ import numpy as np
 
 from ._registry import kernel
 from ._shape import resolve_shape
-from ._util import ALL, bad, wrap_dim
+from ._util import ALL, bad, check_fits, wrap_dim
 
 __all__: list[str] = []
 
@@ -227,6 +227,7 @@ def et_copy_index(copy_to: np.ndarray, copy_from: np.ndarray, index: int) -> np.
     if same_rows and copy_to.shape[0] > index:
         copy_to[index] = copy_from
         return copy_to
+    check_fits(op, (index + 1,) + copy_from.shape, copy_to)
     res = np.empty((index + 1,) + copy_from.shape, copy_to.dtype)
     if same_rows:
         n = min(copy_to.shape[0], index)

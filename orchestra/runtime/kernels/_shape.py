@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ._registry import kernel
-from ._util import ALL, bad, dest, finish, result_dtype, wrap_dim
+from ._util import ALL, bad, check_fits, dest, finish, numel, result_dtype, wrap_dim
 
 __all__: list[str] = []
 
@@ -276,6 +276,7 @@ def cat_out(tensors: list[np.ndarray], dim: int, out: np.ndarray) -> np.ndarray:
         o = None
     if o is not None:
         return np.concatenate(ts, axis=d, out=o, casting="unsafe")
+    check_fits(op, shape, out)
     res = np.concatenate(ts, axis=d, dtype=result_dtype(*ts), casting="unsafe")
     return finish(res, out)
 
@@ -292,6 +293,7 @@ def stack_out(tensors: list[np.ndarray], dim: int, out: np.ndarray) -> np.ndarra
     o = dest(out, shape)
     if o is not None and not any(np.may_share_memory(o, t) for t in tensors):
         return np.stack(tensors, axis=d, out=o, casting="unsafe")
+    check_fits(op, shape, out)
     return finish(np.stack(tensors, axis=d, dtype=result_dtype(*tensors), casting="unsafe"), out)
 
 
@@ -382,6 +384,23 @@ def index_tensor_out(self: np.ndarray, indices: list[np.ndarray | None], out: np
             key.append(i)
         else:
             raise bad(op, f"indices must be integer or boolean tensors, got {i.dtype}")
+    # The result's size before numpy builds it: the broadcast indices times the dims not indexed.
+    shapes: list[tuple[int, ...]] = []
+    pos, rest = 0, 1
+    for k in key:
+        if isinstance(k, np.ndarray):
+            shapes.append((int(np.count_nonzero(k)),) if k.dtype == np.bool_ else k.shape)
+            pos += k.ndim if k.dtype == np.bool_ else 1
+        else:
+            rest *= self.shape[pos] if pos < self.ndim else 1
+            pos += 1
+    if shapes:
+        try:
+            lead = np.broadcast_shapes(*shapes)
+        except ValueError as exc:
+            raise bad(op, f"indices of shapes {[tuple(k.shape) for k in key if isinstance(k, np.ndarray)]} "
+                          f"do not broadcast") from exc
+        check_fits(op, (numel(lead), rest * numel(self.shape[pos:])), out)
     try:
         res = self[tuple(key)]
     except IndexError as exc:
@@ -396,6 +415,7 @@ def index_select_out(self: np.ndarray, dim: int, index: np.ndarray, out: np.ndar
         return finish(self, out)
     d = wrap_dim(dim, self.ndim, op)
     idx = _check_index(op, index.reshape(-1), self.shape[d])
+    check_fits(op, self.shape[:d] + idx.shape + self.shape[d + 1:], out)
     return finish(np.take(self, idx, axis=d), out)
 
 
@@ -448,6 +468,8 @@ def embedding_out(
     if indices.size and (indices.min() < 0 or indices.max() >= n):
         raise bad(op, f"index out of range for an embedding table of {n} rows")
     o = dest(out, indices.shape + weight.shape[1:], weight.dtype)
+    if o is None:
+        check_fits(op, indices.shape + weight.shape[1:], out)
     # Indices are checked, so mode="clip" (no clipping happens) avoids numpy's buffered copy.
     return finish(np.take(weight, indices, axis=0, out=o, mode="clip"), out)
 
@@ -481,6 +503,7 @@ def constant_pad_nd_out(self: np.ndarray, pad: list[int], value: Any, out: np.nd
     tshape = tuple(shape)
     w = dest(out, tshape, self.dtype)
     if w is None or np.may_share_memory(w, self):
+        check_fits(op, tshape, out if w is None else self)
         w = np.empty(tshape, self.dtype)
     w.fill(value)
     w[tuple(dst)] = self[tuple(src)]
@@ -492,6 +515,8 @@ def repeat_out(self: np.ndarray, repeats: list[int], out: np.ndarray) -> np.ndar
     reps = [int(r) for r in repeats]
     if len(reps) < self.ndim or any(r < 0 for r in reps):
         raise bad("aten::repeat.out", f"repeats {reps} must be >= 0 and cover {self.ndim} dims")
+    shape = (1,) * (len(reps) - self.ndim) + self.shape
+    check_fits("aten::repeat.out", tuple(s * r for s, r in zip(shape, reps)), out)
     return finish(np.tile(self, reps), out)
 
 

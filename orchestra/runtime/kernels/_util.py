@@ -141,6 +141,67 @@ def shape_of(v: Any) -> tuple[int, ...]:
     return v.shape if isinstance(v, np.ndarray) else ()
 
 
+# Bounds on what a kernel may allocate, checked before it allocates (a hostile program can
+# ask for any size in a size, repeats, pad, output_size or end argument):
+# * a result must fit its ``out`` tensor: at most the elements from ``out``'s first element
+#   to the end of the planned arena it views (an ``out`` with no planned storage: at most
+#   UNPLANNED_RESULT_BYTES);
+# * a temporary (a padded copy of an input, say) at most SCRATCH_BYTES.
+# Change them by assigning these module attributes before loading programs.
+UNPLANNED_RESULT_BYTES = 1 << 30
+SCRATCH_BYTES = 1 << 30
+
+
+def numel(shape: Sequence[int]) -> int:
+    """Elements of ``shape`` (exact: Python ints never overflow)."""
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n
+
+
+def room(out: Any) -> int:
+    """How many elements of ``out``'s dtype a result written for ``out`` may have: up to
+    the end of the planned arena that ``out`` is a view of."""
+    if not isinstance(out, np.ndarray):
+        return UNPLANNED_RESULT_BYTES // 8
+    item = max(out.itemsize, 1)
+    root = out
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    if root is out or root.ndim != 1 or root.dtype != np.uint8:  # not a view of a planned arena
+        return max(out.size, UNPLANNED_RESULT_BYTES // item)
+    end = root.__array_interface__["data"][0] + root.nbytes
+    start = out.__array_interface__["data"][0]
+    return max(end - start, 0) // item
+
+
+def check_fits(op: str, shape: Sequence[int], out: Any) -> None:
+    """Raises (before anything is allocated) when a result of ``shape`` can't fit ``out``."""
+    if isinstance(out, np.ndarray) and out.shape == tuple(shape):
+        return
+    if any(int(s) < 0 for s in shape):
+        raise bad(op, f"negative size in result shape {[int(s) for s in shape]}")
+    n = numel(shape)
+    cap = room(out)
+    if n > cap:
+        raise OrchestraError(
+            f"{op}: a result of shape {[int(s) for s in shape]} ({n} elements) does not fit its output "
+            f"(room for {cap} elements); nothing was allocated", Error.InvalidState)
+
+
+def check_scratch(op: str, shape: Sequence[int], itemsize: int, what: str = "temporary") -> None:
+    """Raises (before anything is allocated) when a temporary of ``shape`` would pass SCRATCH_BYTES."""
+    if any(int(s) < 0 for s in shape):
+        raise bad(op, f"negative size in {what} shape {[int(s) for s in shape]}")
+    nbytes = numel(shape) * itemsize
+    if nbytes > SCRATCH_BYTES:
+        raise OrchestraError(
+            f"{op}: a {what} of shape {[int(s) for s in shape]} ({nbytes} bytes) exceeds the kernel scratch limit "
+            f"of {SCRATCH_BYTES} bytes (orchestra.runtime.kernels._util.SCRATCH_BYTES); nothing was allocated",
+            Error.MemoryAllocationFailed)
+
+
 def dest(out: Any, shape: tuple[int, ...], dtype: np.dtype | None = None) -> np.ndarray | None:
     """``out`` when a result of ``shape`` (and ``dtype``, if given) can be written straight into it."""
     if (
@@ -175,6 +236,7 @@ def finish(res: Any, out: Any) -> Any:
         out[...] = res  # an unsafe-casting copy, like np.copyto(casting="unsafe"), but cheaper
         return out
     if res.dtype != out.dtype:
+        check_fits("result", res.shape, out)  # res may be a broadcast view: astype allocates it all
         res = res.astype(out.dtype)
     return res
 
