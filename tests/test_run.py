@@ -520,14 +520,15 @@ path = PTE
 
 [[camera]]
 name = "a"
-source = { kind = "synthetic", fps = 100, shape = [3], dtype = "float32", count = 20 }
+source = { kind = "synthetic", fps = 100, shape = [3], dtype = "float32", count = 30 }
 drop = "block"
 """
 
 
 def test_an_instance_that_fails_permanently_exits_1(tmp_path: pathlib.Path) -> None:
-    """A backend plugin (a real installed entry point) whose every execute raises: the
-    instance restarts max_restarts times, then fails for good; the run says so, exits 1."""
+    """A backend plugin (a real installed entry point) whose every execute raises: after
+    RestartPolicy.unhealthy_after (5) failed executes in a row the instance restarts; after
+    max_restarts (3) restarts it fails for good; the run says so, exits 1."""
     try:  # tests/ may or may not be a package
         from .test_interpreter import delegated
     except ImportError:
@@ -548,10 +549,12 @@ def test_an_instance_that_fails_permanently_exits_1(tmp_path: pathlib.Path) -> N
                        text=True, encoding="utf-8", env=env, cwd=ROOT, timeout=90)
     assert r.returncode == 1, r.stdout + r.stderr
     table = _check_accounting(r.stdout, ("a",))
-    assert table["a"]["produced"] == 20 and table["a"]["processed"] == 0 and table["a"]["failed"] == 20, table
-    inst = next(line.split() for line in r.stdout.splitlines() if line.strip().startswith("a ") and "failed" in line
-                and "broken" in line)
-    assert inst[2:6] == ["failed", "0", "4", "3"], inst  # state, executes, failures, restarts (max_restarts 3)
+    assert table["a"]["produced"] == 30 and table["a"]["processed"] == 0 and table["a"]["failed"] == 30, table
+    inst = next((line.split() for line in r.stdout.splitlines() if line.strip().startswith("a ") and "failed" in line
+                 and "broken" in line), None)
+    assert inst is not None, r.stdout
+    # state, executes, failures (5 per Method: 4 Methods), restarts (max_restarts 3)
+    assert inst[2:6] == ["failed", "0", "20", "3"], inst
     assert "result: FAILED" in r.stdout
     assert re.search(r"^  instance a failed permanently: .*accelerator lost", r.stdout, re.M), r.stdout
 

@@ -20,11 +20,13 @@ class RestartPolicy:
     An execute that raises (a backend or kernel rejecting one input, say) is a *failed
     execute*: its caller gets :class:`~orchestra.orchestrator.ExecuteError` and the instance
     goes on with the same Method (and, with ``placement="process"``, the same worker
-    process). Unless ``restart_on_error`` is set, that is all.
+    process). Unless ``restart_on_error`` is set, or ``unhealthy_after`` executes in a row
+    have failed with no success between them, that is all.
 
     A *restart* happens when the worker is unhealthy: its worker process crashed or sent a
-    corrupt stream (``placement="process"``), or ``restart_on_error`` is set and an execute
-    raised. The Method is closed (the process killed) and a fresh one is loaded from the
+    corrupt stream (``placement="process"``), ``unhealthy_after`` executes in a row failed
+    (a backend whose device went away fails every execute; 0 turns this off), or
+    ``restart_on_error`` is set and an execute raised. The Method is closed (the process killed) and a fresh one is loaded from the
     same Program, after ``backoff_s * backoff_factor ** (k - 1)`` seconds for the k-th
     consecutive restart. A successful execute resets the count. The fault that would be
     restart number ``max_restarts + 1`` marks the instance failed instead: it leaves
@@ -38,10 +40,13 @@ class RestartPolicy:
     backoff_s: float = 0.05
     backoff_factor: float = 2.0
     restart_on_error: bool = False
+    unhealthy_after: int = 5
 
     def __post_init__(self) -> None:
         if isinstance(self.max_restarts, bool) or not isinstance(self.max_restarts, int) or self.max_restarts < 0:
             raise InvalidArgumentError(f"RestartPolicy.max_restarts must be an int >= 0, got {self.max_restarts!r}")
+        if isinstance(self.unhealthy_after, bool) or not isinstance(self.unhealthy_after, int) or self.unhealthy_after < 0:
+            raise InvalidArgumentError(f"RestartPolicy.unhealthy_after must be an int >= 0, got {self.unhealthy_after!r}")
         if not isinstance(self.restart_on_error, bool):
             raise InvalidArgumentError(f"RestartPolicy.restart_on_error must be a bool, got {self.restart_on_error!r}")
         for key in ("backoff_s", "backoff_factor"):

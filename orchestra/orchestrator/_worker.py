@@ -120,6 +120,8 @@ class WorkerBase:
         self.failures = 0
         self.restarts = 0
         self.consecutive = 0
+        self.failed_in_row = 0  # failed executes since the last success (rejected inputs aside)
+        self._executions_at_failure = 0
         self.started = 0.0  # perf_counter() when the running execute started; 0.0 when idle
         self.current: Any = None  # the future of the running execute
         self.period = period  # pacing: seconds between execute starts (0: none)
@@ -147,16 +149,23 @@ class WorkerBase:
         self.failures += 1
         self.last_error = exc
         if isinstance(exc, InvalidArgumentError) and not fatal:
-            verdict, reason, what = "rejected", "", "not restarted: the inputs or options were rejected"
-        elif not fatal and not self.restart.restart_on_error:
+            return "rejected", "", (fut, False, wrap_error(self.instance, exc, "not restarted: the inputs or options were rejected"))
+        if self.executions != self._executions_at_failure:  # an execute succeeded since the last failure
+            self._executions_at_failure = self.executions
+            self.failed_in_row = 0
+        self.failed_in_row += 1
+        limit_in_row = self.restart.unhealthy_after
+        if not fatal and not self.restart.restart_on_error and not 0 < limit_in_row <= self.failed_in_row:
             verdict, reason, what = "kept", "", "not restarted: a failed execute (RestartPolicy.restart_on_error is off)"
         else:
+            self.failed_in_row = 0
             self.consecutive += 1
             limit = self.restart.max_restarts
             if self.consecutive > limit:
                 verdict = "failed"
-                reason = (f"{self.consecutive} consecutive failed executes (max_restarts={limit}); "
-                          f"last: {type(exc).__name__}: {exc}")
+                what_failed = (f"{self.consecutive} consecutive failed executes" if fatal or self.restart.restart_on_error
+                               else f"{limit_in_row} failed executes in a row, {self.consecutive} times")
+                reason = f"{what_failed} (max_restarts={limit}); last: {type(exc).__name__}: {exc}"
                 what = f"instance failed: {reason}"
             else:
                 verdict, reason, what = "restart", "", f"restarting, {self.consecutive} of {limit}"
