@@ -45,7 +45,8 @@ X4 = np.arange(4, dtype=np.float32)
 # {"raise": True}: every execute raises; {"raise_negative": True}: an execute whose first
 # input element is negative raises; {"hang_once": path}: the first execute of any process
 # sleeps 30 s, marked by the file; {"exit_once": path}: the first execute ends the
-# process (os._exit), marked by the file; {"log": path}: append each execute's start time.
+# process (os._exit), marked by the file; {"log": path}: append each execute's start time;
+# {"slow_big": s}: an execute whose input holds a value >= 100 sleeps s seconds first.
 PLAN: dict[str, dict[str, Any]] = {}
 
 
@@ -69,6 +70,8 @@ class Adder(BackendInterface):
         if plan.get("log"):
             with open(plan["log"], "a") as f:
                 f.write(f"{time.perf_counter()}\n")
+        if plan.get("slow_big") and args[0].max() >= 100:
+            time.sleep(plan["slow_big"])
         if plan.get("hang_once") and not os.path.exists(plan["hang_once"]):
             pathlib.Path(plan["hang_once"]).touch()
             time.sleep(30)
@@ -352,12 +355,14 @@ async def test_remove_drains_requests_in_flight_and_ends_the_process() -> None:
 @pytest.mark.anyio
 async def test_a_cancelled_request_is_dropped_and_a_paced_instance_keeps_its_interval(tmp_path: pathlib.Path) -> None:
     log = tmp_path / "starts"
-    async with orch({"w": {"log": str(log)}}) as o:
+    async with orch({"w": {"log": str(log), "slow_big": 0.5}}) as o:
         p = await o.load(two_backend_program(), instances=[
             InstanceSpec("w", placement="process", backend_options=opts("w", 1.0, 10.0))])
         inst = p["w"]
         cancelled = None
-        with anyio.move_on_after(0):  # cancelled before its result could come back
+        # cancelled before its result could come back (the worker sleeps 0.5 s on this input:
+        # a fast reply could otherwise complete the await before the cancellation lands)
+        with anyio.move_on_after(0):
             cancelled = await inst.execute([X4 * 100])
         assert cancelled is None
         # its result reaches nobody: the next call gets its own, and nothing stays in flight
