@@ -120,7 +120,7 @@ from ..program import (
     numpy_dtype,
 )
 from .kernels import get_kernel
-from .kernels._elementwise import hardsigmoid_out, hardswish_out, silu_out
+from .kernels._elementwise import clip_ufunc, hardsigmoid_out, hardswish_out, silu_out
 from .kernels._pool import max_pool2d_values_out
 
 if TYPE_CHECKING:
@@ -1132,7 +1132,7 @@ def _ew_fn(name: str, spec: tuple[Any, ...], dt: np.dtype) -> Callable[[np.ndarr
     if name in ("aten::relu.out", "aten::clamp.out", "aten::hardtanh.out"):
         a = np.array(0 if name == "aten::relu.out" else (-np.inf if lo is None else lo), dt)
         b = np.array(np.inf if hi is None else hi, dt)
-        return lambda src, buf, vals: np.clip(src, a, b, out=buf)
+        return lambda src, buf, vals: clip_ufunc(src, a, b, out=buf)
     if name == "aten::sigmoid.out":
         one = np.array(1, dt)
 
