@@ -1269,6 +1269,9 @@ def optimize_steps(
                 continue
         mp = mt.maxpool_values(pc)
         ew = None if mp is not None or st.opaque else mt.ew_chain(pc, claimed)
+        if ew is not None:  # one chain of the plan only (instructions are numbered across chains)
+            same = [op for op in ew.ops if where[op[0]][0] == where[pc][0]]
+            ew = _EwChain(ew.x, tuple(same), ew.dtype) if len(same) >= 2 else None
         while ew is not None and not _ew_static_ok(mt, ew):
             # The longest prefix that passes (a hardswish's final division reads a scalar
             # the exporter may place on the input's memory once the multiply has read it).
