@@ -645,6 +645,19 @@ def test_conv2d(case: tuple[Any, ...]) -> None:
     check("aten::convolution.out", x, w, b, stride, padding, dilation, False, [0, 0], groups, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("stride, padding, dilation", [(1, 1, 1), (2, 2, 1), (1, 2, 2), (3, 0, 1)])
+def test_depthwise_conv_in_channel_blocks(monkeypatch: pytest.MonkeyPatch, stride: int, padding: int, dilation: int) -> None:
+    """A block budget of a few channels: the blocked im2col + GEMM covers every channel once."""
+    from orchestra.runtime.kernels import _conv
+
+    monkeypatch.setattr(_conv, "_DW_BLOCK_BYTES", 3 * 9 * 30 * 30 * 4)
+    x, w, b = rnd((2, 20, 30, 30)), rnd((20, 1, 3, 3), seed=1), rnd((20,), seed=2)
+    check("aten::convolution.out", x, w, b, [stride] * 2, [padding] * 2, [dilation] * 2, False, [0, 0], 20,
+          rtol=1e-4, atol=1e-4)
+    check("aten::convolution.out", x, w, None, [stride] * 2, [padding] * 2, [dilation] * 2, False, [0, 0], 20,
+          rtol=1e-4, atol=1e-4)
+
+
 def test_conv2d_noncontiguous_and_float64() -> None:
     x = strided(rnd((2, 4, 9, 9)))
     w = fortran(rnd((6, 4, 3, 3), seed=1))

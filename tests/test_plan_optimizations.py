@@ -924,3 +924,20 @@ def test_a_chain_stops_before_an_instruction_that_overwrites_its_input() -> None
         got, want = run_both(p_, [xin])
         np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_allclose(got[0], np.abs(xin) * np.clip(np.abs(xin) + 3, 0, 6) / 6, rtol=1e-6)
+
+
+def test_an_elementwise_chain_stays_within_one_chain_of_the_plan() -> None:
+    b = ProgramBuilder()
+    f = b.method("forward")
+    x = f.input(np.float32, (1, 3, 8, 8))
+    f.output(f.call("aten::sigmoid.out", f.call("aten::relu.out", x)))
+    d = b.build()
+    assert ew_spans(load_program(d)) == [(0, 1)]
+    plan = d.execution_plan[0]
+    (chain,) = plan.chains
+    split = (dataclasses.replace(chain, instructions=chain.instructions[:1]),
+             dataclasses.replace(chain, instructions=chain.instructions[1:]))
+    prog = load_program(dataclasses.replace(d, execution_plan=(dataclasses.replace(plan, chains=split),)))
+    assert kinds(prog) == []
+    got, want = run_both(prog, [randn(1, 3, 8, 8)])
+    np.testing.assert_array_equal(got[0], want[0])

@@ -120,7 +120,7 @@ from ..program import (
     numpy_dtype,
 )
 from .kernels import get_kernel
-from .kernels._elementwise import hardsigmoid_out, hardswish_out, silu_out
+from .kernels._elementwise import clip_ufunc, hardsigmoid_out, hardswish_out, silu_out
 from .kernels._pool import max_pool2d_values_out
 
 if TYPE_CHECKING:
@@ -1132,7 +1132,7 @@ def _ew_fn(name: str, spec: tuple[Any, ...], dt: np.dtype) -> Callable[[np.ndarr
     if name in ("aten::relu.out", "aten::clamp.out", "aten::hardtanh.out"):
         a = np.array(0 if name == "aten::relu.out" else (-np.inf if lo is None else lo), dt)
         b = np.array(np.inf if hi is None else hi, dt)
-        return lambda src, buf, vals: np.clip(src, a, b, out=buf)
+        return lambda src, buf, vals: clip_ufunc(src, a, b, out=buf)
     if name == "aten::sigmoid.out":
         one = np.array(1, dt)
 
@@ -1269,6 +1269,9 @@ def optimize_steps(
                 continue
         mp = mt.maxpool_values(pc)
         ew = None if mp is not None or st.opaque else mt.ew_chain(pc, claimed)
+        if ew is not None:  # one chain of the plan only (instructions are numbered across chains)
+            same = [op for op in ew.ops if where[op[0]][0] == where[pc][0]]
+            ew = _EwChain(ew.x, tuple(same), ew.dtype) if len(same) >= 2 else None
         while ew is not None and not _ew_static_ok(mt, ew):
             # The longest prefix that passes (a hardswish's final division reads a scalar
             # the exporter may place on the input's memory once the multiply has read it).
