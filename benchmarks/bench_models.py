@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import multiprocessing as mp
 import os
 import pathlib
@@ -147,18 +148,20 @@ def section_models(args: argparse.Namespace) -> None:
     head += f"{'o/port':>8}{'o/xnn':>8}" + (f"{'ox/xnn':>8}" if with_xnn else "") + f"{'maxrel':>9}"
     print(head)
     geo: dict[int, list[float]] = {}
-    for name in args.models:
-        portable = real_models.export(name, "portable", args.cache_dir)
-        xnn = real_models.export(name, "xnnpack", args.cache_dir)
-        inputs, expected = real_models.load_io(name, "portable", args.cache_dir)
-        method = load_program(portable).load_method("forward")
-        maxrel = _maxrel(list(method.execute(inputs)), expected)
-        oxm = load_program(xnn).load_method("forward") if with_xnn else None
-        tin = [torch.from_numpy(a) for a in inputs]
-        et_port = _et_method(portable)
-        et_xnn = _et_method(xnn)
-        for n in args.threads:
-            _et_threads(n)
+    # One thread count at a time, ExecuTorch's pool reset while none of its Methods is alive:
+    # resetting it under live XNNPACK Methods aborted the process (pthread_mutex_lock assertion).
+    for n in args.threads:
+        _et_threads(n)
+        for name in args.models:
+            portable = real_models.export(name, "portable", args.cache_dir)
+            xnn = real_models.export(name, "xnnpack", args.cache_dir)
+            inputs, expected = real_models.load_io(name, "portable", args.cache_dir)
+            method = load_program(portable).load_method("forward")
+            maxrel = _maxrel(list(method.execute(inputs)), expected)
+            oxm = load_program(xnn).load_method("forward") if with_xnn else None
+            tin = [torch.from_numpy(a) for a in inputs]
+            et_port = _et_method(portable)
+            et_xnn = _et_method(xnn)
             fns: dict[str, Callable[[], object]] = {
                 "orch": lambda: method.execute(inputs),
                 "port": lambda: et_port.execute(tin),
@@ -176,9 +179,11 @@ def section_models(args: argparse.Namespace) -> None:
                 row += f"{med['oxnn'] / med['xnn']:8.2f}"
             print(row + f"{maxrel:9.1e}", flush=True)
             geo.setdefault(n, []).append(med["orch"] / med["xnn"])
-        method.close()
-        if oxm is not None:
-            oxm.close()
+            method.close()
+            if oxm is not None:
+                oxm.close()
+            del fns, et_port, et_xnn
+            gc.collect()
     for n, rs in geo.items():
         print(f"   {n} thread(s): geometric mean orchestra / ExecuTorch+XNNPACK = {float(np.exp(np.mean(np.log(rs)))):.2f}x")
     _et_threads(CPUS)
