@@ -75,6 +75,18 @@ def _frozen(options: Mapping[str, Mapping[str, Any]]) -> Options:
     return MappingProxyType({b: MappingProxyType(dict(v)) for b, v in options.items()})
 
 
+
+def _queued(w: Any) -> list[Any]:
+    """Takes every request still in worker ``w``'s inbox (control markers dropped)."""
+    items = []
+    while True:
+        try:
+            item = w.inbox.get_nowait()
+        except queue.Empty:
+            return items
+        if item is not STOP and item is not WAKE:
+            items.append(item)
+
 class Instance:
     """One instance of a pool's method: a worker thread owning one Method.
 
@@ -240,14 +252,7 @@ class Instance:
         self._fail_exc = exc
         err = InstanceFailedError(f"instance {self.name!r} failed: {reason}", instance=self.name)
         err.__cause__ = exc
-        leftovers = []
-        while True:  # posted before the loop learned of the failure
-            try:
-                item = w.inbox.get_nowait()
-            except queue.Empty:
-                break
-            if item is not STOP and item is not WAKE:
-                leftovers.append((item[0], False, err))
+        leftovers = [(item[0], False, err) for item in _queued(w)]  # posted before the loop learned of the failure
         if leftovers:
             self._resolve(leftovers)
         self._orch.resources.release(self.reservation)
@@ -286,14 +291,7 @@ class Instance:
         self._base[1] += w.failures + 1
         self._base[2] += w.restarts
         self.replacements += 1
-        moved = []
-        while True:
-            try:
-                item = w.inbox.get_nowait()
-            except queue.Empty:
-                break
-            if item is not STOP and item is not WAKE:
-                moved.append(item)
+        moved = _queued(w)
         while w.mailbox:  # the replacement loads the desired options directly
             ch = w.mailbox.popleft()
             if ch.ack is not None:
@@ -356,13 +354,7 @@ class Instance:
         fut = w.current
         if fut is not None:
             batch.append((fut, False, err))
-        while True:
-            try:
-                item = w.inbox.get_nowait()
-            except queue.Empty:
-                break
-            if item is not STOP and item is not WAKE:
-                batch.append((item[0], False, err))
+        batch.extend((item[0], False, err) for item in _queued(w))
         while w.mailbox:
             ch = w.mailbox.popleft()
             if ch.ack is not None:
