@@ -436,6 +436,25 @@ def _check_size(c: Compiler, *values: int) -> None:
         raise c.fail(f"a kernel, padding, stride or dilation of {max(values)} is out of range")
 
 
+def _conv_channels(c: Compiler, w: Any, depthwise: bool, ch: int, groups: int, gic: int, goc: int,
+                   kh: int, kw: int) -> int:
+    """Checks a convolution's channel fields and filter dims (OHWI, or 1HWO for depthwise)
+    against an input of ``ch`` channels; returns the output channels."""
+    if depthwise:
+        if gic != 1 or groups != ch or goc < 1:
+            raise c.fail(f"depthwise convolution needs groups ({groups}) = input channels ({ch}) and "
+                         f"group_input_channels ({gic}) = 1")
+        cout, want, layout = ch * goc, (1, kh, kw, ch * goc), "1HWO"
+    else:
+        if groups < 1 or ch != groups * gic:
+            raise c.fail(f"input has {ch} channels, groups {groups} x group_input_channels {gic} = {groups * gic}")
+        cout = groups * goc
+        want, layout = (cout, kh, kw, gic), "OHWI"
+    if w.shape != want:
+        raise c.fail(f"filter (value id {w.value.id}) has dims {list(w.shape)}, expected {layout} {list(want)}")
+    return cout
+
+
 def _build_conv2d(c: Compiler, node: XNode) -> list[Step]:
     f = node.fields
     pt, pr, pb, pl, kh, kw, sh, sw, dh, dw, groups, gic, goc = _conv_fields(node)
@@ -444,13 +463,9 @@ def _build_conv2d(c: Compiler, node: XNode) -> list[Step]:
     w = _f32_in(c, f["filter_id"], "filter_id")
     out = _f32_out(c, f["output_id"])
     n, h, wd, ch = _conv_geometry(c, node, x)
-    if groups < 1 or ch != groups * gic:
-        raise c.fail(f"input has {ch} channels, groups {groups} x group_input_channels {gic} = {groups * gic}")
-    cout = groups * goc
-    if w.shape != (cout, kh, kw, gic):
-        raise c.fail(f"filter (value id {w.value.id}) has dims {list(w.shape)}, expected OHWI {[cout, kh, kw, gic]}")
+    cout = _conv_channels(c, w, False, ch, groups, gic, goc, kh, kw)
     if w.const is None:
-        raise c.fail("a non-constant filter is not supported", )
+        raise c.fail("a non-constant filter is not supported")
     oh = _out_size(c, h, pt + pb, kh, sh, dh, "height")
     ow = _out_size(c, wd, pl + pr, kw, sw, dw, "width")
     c.check_shape(out, (n, oh, ow, cout))
@@ -519,12 +534,7 @@ def _build_depthwise(c: Compiler, node: XNode) -> list[Step]:
     w = _f32_in(c, f["filter_id"], "filter_id")
     out = _f32_out(c, f["output_id"])
     n, h, wd, ch = _conv_geometry(c, node, x)
-    if gic != 1 or groups != ch or goc < 1:
-        raise c.fail(f"depthwise convolution needs groups ({groups}) = input channels ({ch}) and "
-                     f"group_input_channels ({gic}) = 1")
-    cout = ch * goc
-    if w.shape != (1, kh, kw, cout):
-        raise c.fail(f"filter (value id {w.value.id}) has dims {list(w.shape)}, expected 1HWO {[1, kh, kw, cout]}")
+    cout = _conv_channels(c, w, True, ch, groups, gic, goc, kh, kw)
     if w.const is None:
         raise c.fail("a non-constant filter is not supported")
     oh = _out_size(c, h, pt + pb, kh, sh, dh, "height")

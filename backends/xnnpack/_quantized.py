@@ -460,21 +460,8 @@ def _build_conv2d(c: Compiler, node: XNode) -> list[Step]:
     xp = _qs8(c, x, "input1_id")
     n, h, wd, ch = _nodes._conv_geometry(c, node, x)
     depthwise = node.type == "XNNDepthwiseConv2d"
-    if depthwise:
-        if gic != 1 or groups != ch or goc < 1:
-            raise c.fail(f"depthwise convolution needs groups ({groups}) = input channels ({ch}) and "
-                         f"group_input_channels ({gic}) = 1")
-        cout = ch * goc
-        if w.shape != (1, kh, kw, cout):
-            raise c.fail(f"filter (value id {w.value.id}) has dims {list(w.shape)}, expected 1HWO {[1, kh, kw, cout]}")
-        wp = _weights(c, w, "filter_id", 3)
-    else:
-        if groups < 1 or ch != groups * gic:
-            raise c.fail(f"input has {ch} channels, groups {groups} x group_input_channels {gic} = {groups * gic}")
-        cout = groups * goc
-        if w.shape != (cout, kh, kw, gic):
-            raise c.fail(f"filter (value id {w.value.id}) has dims {list(w.shape)}, expected OHWI {[cout, kh, kw, gic]}")
-        wp = _weights(c, w, "filter_id", 0)
+    cout = _nodes._conv_channels(c, w, depthwise, ch, groups, gic, goc, kh, kw)
+    wp = _weights(c, w, "filter_id", 3 if depthwise else 0)
     oh = _nodes._out_size(c, h, pt + pb, kh, sh, dh, "height")
     ow = _nodes._out_size(c, wd, pl + pr, kw, sw, dw, "width")
     c.check_shape(out, (n, oh, ow, cout))
