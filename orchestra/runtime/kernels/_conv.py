@@ -64,6 +64,20 @@ def _phase_planes(x: np.ndarray, stride: tuple[int, int], padding: tuple[int, in
     return p, wq
 
 
+def _phase_taps(x: np.ndarray, kh: int, kw: int, stride: tuple[int, int], padding: tuple[int, int],
+                dilation: tuple[int, int], res: np.ndarray) -> tuple[list[tuple[int, int, int, int]], np.ndarray, int]:
+    """Per kernel tap, its stride phase ``(a, b)`` and row/column shift ``(dy, dx)`` in that
+    phase's plane; and the phase planes (:func:`_phase_planes`) tall and wide enough for
+    every tap of a ``res``-shaped output."""
+    sh, sw = stride
+    dh, dw = dilation
+    offs = [((i * dh) % sh, (j * dw) % sw, (i * dh // sh), (j * dw // sw))
+            for i in range(kh) for j in range(kw)]
+    p, wq = _phase_planes(x, stride, padding, res.dtype, res.shape[2] + max(t[2] for t in offs),
+                          max(t[3] for t in offs))
+    return offs, p, wq
+
+
 def _conv_phases(x: np.ndarray, w: np.ndarray, b3: np.ndarray | None, stride: tuple[int, int],
                  padding: tuple[int, int], dilation: tuple[int, int], groups: int,
                  res: np.ndarray) -> np.ndarray:
@@ -74,14 +88,8 @@ def _conv_phases(x: np.ndarray, w: np.ndarray, b3: np.ndarray | None, stride: tu
     instead of ``ho`` short strided rows. Then one batched GEMM over the groups."""
     n, c, _, _ = x.shape
     o, cg, kh, kw = w.shape
-    sh, sw = stride
-    dh, dw = dilation
     ho, wo = res.shape[2], res.shape[3]
-    offs = [((i * dh) % sh, (j * dw) % sw, (i * dh // sh), (j * dw // sw))
-            for i in range(kh) for j in range(kw)]
-    max_dy = max(t[2] for t in offs)
-    max_dx = max(t[3] for t in offs)
-    p, wq = _phase_planes(x, stride, padding, res.dtype, ho + max_dy, max_dx)
+    offs, p, wq = _phase_taps(x, kh, kw, stride, padding, dilation, res)
     span = ho * wq
     kk = kh * kw
     cols = np.empty((n, c, kk, span), res.dtype)
@@ -117,11 +125,7 @@ def _depthwise_blocked(x: np.ndarray, w: np.ndarray, b3: np.ndarray | None, stri
     sh, sw = stride
     dh, dw = dilation
     ho, wo = res.shape[2], res.shape[3]
-    offs = [((i * dh) % sh, (j * dw) % sw, (i * dh // sh), (j * dw // sw))
-            for i in range(kh) for j in range(kw)]
-    max_dy = max(t[2] for t in offs)
-    max_dx = max(t[3] for t in offs)
-    p, wq = _phase_planes(x, stride, padding, res.dtype, ho + max_dy, max_dx)
+    offs, p, wq = _phase_taps(x, kh, kw, stride, padding, dilation, res)
     span = ho * wq
     kk = kh * kw
     win = None
