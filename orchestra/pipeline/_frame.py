@@ -21,17 +21,22 @@ class Frame:
         data: the pixels (or any array); the pipeline never copies or writes it.
         t_capture: when it was captured, in seconds of the source's clock (``time.monotonic``
             unless the source says otherwise); latencies are measured from here.
+        pts: the source's own presentation timestamp in seconds (a video stream's pts), carried
+            unchanged to the sink; None when the source has none (synthetic frames, files of
+            arrays).
     """
 
     camera: str
     index: int
     data: np.ndarray
     t_capture: float
+    pts: float | None = None
 
     def __repr__(self) -> str:
         d = self.data
         return (f"Frame(camera={self.camera!r}, index={self.index}, data=<{d.dtype} {tuple(d.shape)}>, "
-                f"t_capture={self.t_capture:.6f})")
+                f"t_capture={self.t_capture:.6f}"
+                + (f", pts={self.pts:.6f})" if self.pts is not None else ")"))
 
 
 @dataclass(frozen=True, slots=True)
