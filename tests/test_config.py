@@ -431,7 +431,7 @@ def test_cli_syntax_error_points_at_the_line(folder: pathlib.Path, capsys: pytes
 
 
 def test_cli_ok_line(folder: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = write(folder, VALID + '\n[[policy]]\nuse = "battery"\n')
+    path = write(folder, VALID + '\n[[policy]]\nuse = "battery"\n[[signal]]\nuse = "battery"\n')
     assert _cli.main(["validate", str(path)]) == 0
     out, err = capsys.readouterr()
     assert (out, err) == (f"{path}: ok (4 cameras, 1 policy)\n", "")

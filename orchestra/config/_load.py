@@ -15,6 +15,7 @@ from ._base import DEFAULT_LIMITS, _MISSING, ConfigLimits, _one_line, _plural, _
 from .bindings import BindChecks
 from .cameras import CameraChecks, CameraConfig
 from .devices import DeviceChecks, DeviceConfig
+from .effects import EffectChecks
 from .options import OptionChecks
 from .policies import PolicyChecks, PolicyConfig, SignalConfig
 from .programs import ProgramChecks, ProgramConfig
@@ -55,7 +56,7 @@ _TOP_KEYS = ("program", "device", "camera", "policy", "signal", "run")
 
 
 class _Checker(ProgramChecks, DeviceChecks, SourceChecks, BindChecks, OptionChecks, CameraChecks, PolicyChecks,
-               RunChecks):
+               RunChecks, EffectChecks):
     """Every table's checks, composed; :meth:`run` checks the whole document in order."""
 
     def run(self) -> None:
@@ -68,6 +69,7 @@ class _Checker(ProgramChecks, DeviceChecks, SourceChecks, BindChecks, OptionChec
         self.check_policies(doc.get("policy", []))
         self.check_signals(doc.get("signal", []))
         self.check_run(doc.get("run", {}))
+        self.warn_no_ops()  # warnings, once everything is known
 
 
 _TOML_AT = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")
