@@ -437,7 +437,7 @@ def test_cli_ok_line(folder: pathlib.Path, capsys: pytest.CaptureFixture[str]) -
     assert (out, err) == (f"{path}: ok (4 cameras, 1 policy)\n", "")
 
 
-@pytest.mark.parametrize("name, summary", [("cameras.toml", "4 cameras, 2 policies"),
+@pytest.mark.parametrize("name, summary", [("cameras.toml", "4 cameras, 1 policy"),
                                            ("onnx_camera.toml", "1 camera, 1 policy"),
                                            ("cpu_cameras.toml", "2 cameras, 0 policies")])
 def test_the_examples_validate(name: str, summary: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -452,7 +452,7 @@ def test_the_examples_validate(name: str, summary: str, capsys: pytest.CaptureFi
 def test_the_main_example_in_a_subprocess() -> None:
     r = subprocess.run([sys.executable, "-m", "orchestra", "validate", "examples/cameras.toml"], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
-    assert (r.returncode, r.stdout, r.stderr) == (0, "examples/cameras.toml: ok (4 cameras, 2 policies)\n", "")
+    assert (r.returncode, r.stdout, r.stderr) == (0, "examples/cameras.toml: ok (4 cameras, 1 policy)\n", "")
 
 
 def test_the_main_example_loads(tmp_path: pathlib.Path) -> None:
@@ -473,9 +473,9 @@ def test_the_main_example_loads(tmp_path: pathlib.Path) -> None:
     assert front.source.kind == "synthetic"
     assert dict(front.source.params) == {"fps": 30.0, "shape": (1, 3, 16, 16), "dtype": "float32", "seed": 1}
     assert front.deadline_s == pytest.approx(0.2) and front.drop == "drop_oldest" and front.queue == 8
-    assert [p.use for p in cfg.policies] == ["battery", "core_availability"]
+    assert [p.use for p in cfg.policies] == ["battery"]
     assert cfg.policies[0].params["priority"] == 80
-    assert [s.use for s in cfg.signals] == ["scripted", "cpu"]
+    assert [s.use for s in cfg.signals] == ["scripted"]
     assert (cfg.run.duration_s, cfg.run.engine_period_s) == (5.0, 0.5)
     # the scripted battery falls below the battery policy's low threshold mid-run
     timeline = cfg.signals[0].params["timeline"]
