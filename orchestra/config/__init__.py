@@ -90,7 +90,16 @@ needs a configured device); two cameras can't hold one exclusive core; the camer
 fit its memory (each instance reserves the NpuSim subgraphs' working set); a backend option
 set by a binding (``device``, ``core``, ``label``) can't be given another value; policy and
 signal-source parameters are checked by building them (``load_policy`` / ``load_source``,
-which construct the object and start nothing).
+which construct the object and start nothing), and every parameter problem is reported at
+once (a rejected value is left out, or stood in for when required, and the entry built again).
+
+Warnings (``Config.warnings``; valid, but probably not meant) name settings that can never do
+anything: a queue holding many seconds of frames; a policy that reads signals no
+``[[signal]]`` source provides; a policy whose options (``*_options``, ``backend``) target a
+backend no camera's method delegates to, or an option the backend doesn't have;
+``thread_options`` for a backend no camera bound to that CPU device uses; a
+``latency_target`` whose ladder holds no valid value (or one value), or that the run ends
+before the engine's first periodic run.
 """
 
 from __future__ import annotations

@@ -55,11 +55,17 @@ class EffectChecks(Checker):
         for cam in self.cameras:
             used.update(self.programs[cam.program].backends)
         self.warn_thread_options()
-        fed = self.signals_fed()
+        try:
+            fed = self.signals_fed()
+        except Exception:  # noqa: BLE001 - a module:attr source's attributes: no warning rather than a failure
+            fed = None
         for path, use, params, obj in self.built_policies:
-            self.warn_unfed(path, use, obj, fed)
-            self.warn_backends(path, use, params, obj, used)
-            self.warn_latency_target(path, use, params, obj, used)
+            try:
+                self.warn_unfed(path, use, obj, fed)
+                self.warn_backends(path, use, params, obj, used)
+                self.warn_latency_target(path, use, params, obj, used)
+            except Exception:  # noqa: BLE001 - a module:attr policy's attributes are its own code: best effort
+                continue
 
     # -- signals ------------------------------------------------------------------------------
     def signals_fed(self) -> tuple[set[str], list[str]] | None:
