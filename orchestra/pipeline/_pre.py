@@ -135,23 +135,23 @@ class Preprocess:
             dt = np.dtype(dtype)
         except TypeError:
             return f"input dtype {dtype!r} is not a dtype"
+        given = f"{dt} {list(want)}"
         if dt != np.dtype(self.dtype):
-            return f"pre-process makes {self.dtype}, the input is {dt}"
+            return f"makes {self.dtype}, the input is {given}"
         if len(want) == 4:
             if want[0] != 1:
-                return (f"the input's batch dimension is {want[0]}; a pre-process makes one image "
-                        f"(batch 1), shape {list(want)}")
+                return f"makes one image (batch 1), the input's batch dimension is {want[0]}: {given}"
             want = want[1:]
         if len(want) != 3:
-            return f"pre-process makes a 3-D image ({self.layout} without batch), the input has shape {list(shape)}"
+            return f"makes a 3-D image ({self.layout}, plus a batch dimension of 1), the input is {given}"
         if self.resize is None and input_hw is None:
             channels = want[0] if self.layout == "nchw" else want[2]
             if channels != 3:
-                return f"pre-process makes 3 channels ({self.layout}), the input has shape {list(shape)}"
+                return f"makes 3 channels ({self.layout}), the input is {given}"
             return None
         got = self.output_shape(input_hw)
         if got != want:
-            return f"pre-process makes {list(got)} ({self.layout}), the input needs {list(want)}"
+            return f"makes {list(got)} ({self.layout}, plus a batch dimension of 1), the input is {given}"
         return None
 
     def check_against(self, shape: Sequence[int], dtype: Any, input_hw: tuple[int, int] | None = None) -> None:
