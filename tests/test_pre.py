@@ -110,6 +110,7 @@ def test_shapes_and_checks_against_a_method_input() -> None:
         "makes [3, 224, 224] (nchw, plus a batch dimension of 1), the input is float32 [1, 3, 256, 256]"
     assert "uint8" in pre.mismatch((1, 3, 224, 224), "uint8")
     assert "batch dimension is 8" in pre.mismatch((8, 3, 224, 224), "float32")
+    assert pre.mismatch((8, 3, 224, 224), "float32", batch=None) is None
     with pytest.raises(InvalidArgumentError, match=r"^pre-process: makes .*\[1, 224, 224, 3\]"):
         pre.check_against((1, 224, 224, 3), "float32")
     unsized = Preprocess(resize=None, dtype="uint8", layout="nhwc")

@@ -123,10 +123,12 @@ class Preprocess:
             raise _bad("resize", "not set: the output size is the input's, so give input_hw to output_shape()")
         return (3, h, w) if self.layout == "nchw" else (h, w, 3)
 
-    def mismatch(self, shape: Sequence[int], dtype: Any, input_hw: tuple[int, int] | None = None) -> str | None:
+    def mismatch(self, shape: Sequence[int], dtype: Any, input_hw: tuple[int, int] | None = None, *,
+                 batch: int | None = 1) -> str | None:
         """Why this pre-process's output can't feed an input of ``shape`` and ``dtype`` (a
-        method's input: with a leading batch dimension of 1, or none), or None when it can.
-        Without ``resize`` and ``input_hw``, only the channel dimension and dtype are checked."""
+        method's input: with a leading batch dimension of ``batch``, or none; ``batch=None``:
+        any batch size, for frames stacked by a batcher), or None when it can. Without
+        ``resize`` and ``input_hw``, only the channel dimension and dtype are checked."""
         try:
             want = tuple(int(s) for s in shape)
         except (TypeError, ValueError):
@@ -139,8 +141,8 @@ class Preprocess:
         if dt != np.dtype(self.dtype):
             return f"makes {self.dtype}, the input is {given}"
         if len(want) == 4:
-            if want[0] != 1:
-                return f"makes one image (batch 1), the input's batch dimension is {want[0]}: {given}"
+            if batch is not None and want[0] != batch:
+                return f"makes one image (batch {batch}), the input's batch dimension is {want[0]}: {given}"
             want = want[1:]
         if len(want) != 3:
             return f"makes a 3-D image ({self.layout}, plus a batch dimension of 1), the input is {given}"
@@ -154,9 +156,10 @@ class Preprocess:
             return f"makes {list(got)} ({self.layout}, plus a batch dimension of 1), the input is {given}"
         return None
 
-    def check_against(self, shape: Sequence[int], dtype: Any, input_hw: tuple[int, int] | None = None) -> None:
+    def check_against(self, shape: Sequence[int], dtype: Any, input_hw: tuple[int, int] | None = None, *,
+                      batch: int | None = 1) -> None:
         """Raises InvalidArgumentError with :meth:`mismatch`'s reason, if there is one."""
-        problem = self.mismatch(shape, dtype, input_hw)
+        problem = self.mismatch(shape, dtype, input_hw, batch=batch)
         if problem is not None:
             raise InvalidArgumentError(f"pre-process: {problem}")
 

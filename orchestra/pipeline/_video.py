@@ -269,7 +269,9 @@ class VideoSource:
             if not p.is_file():
                 raise InvalidArgumentError(f"{where}: {path!r} is not a regular file", Error.AccessFailed)
         self.kind = kind
-        self._path = path
+        # a file is opened through FFmpeg's file protocol, so that a name like "concat:..."
+        # or "pipe:0" is never read as another protocol
+        self._path = "file:" + os.path.abspath(path) if kind == "file" else path
         if live is not None and not isinstance(live, bool):
             raise InvalidArgumentError(f"{where}: live must be a bool or None, got {live!r}")
         self.live = live if live is not None else kind != "file"
