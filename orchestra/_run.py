@@ -151,6 +151,12 @@ class RunResult:
 # Per camera: the executor that counts executes per option set
 
 
+def _with_batch_dim(frame: Any) -> list[Any]:
+    """A pipeline pre-process: the frame's data with a leading batch dimension of 1 (a video
+    source makes frames without it)."""
+    return [frame.data[None]]
+
+
 class _Counted:
     """An instance as a pipeline executor that counts its executes per option snapshot."""
 
@@ -400,7 +406,8 @@ class _Runner:
                     ex = self.executors[cam.name] = _Counted(pool[cam.name])
                     self.qualify[cam.name] = len(pool.backends) > 1
                     group.add(Pipeline(cam.name, cam.build_source(), ex, queue=cam.queue, drop=cam.drop,
-                                       deadline_s=cam.deadline_s, inflight=cam.inflight))
+                                       deadline_s=cam.deadline_s, inflight=cam.inflight,
+                                       pre=_with_batch_dim if cam.add_batch else None))
                 self.group = group
                 self.tracker.poll(orch.explain(), record=False)
                 for s in sources:  # scripted signals: time 0 is when the cameras start
