@@ -143,6 +143,12 @@ def test_bad_fields_are_named(fields: dict[str, Any], name: str) -> None:
         Preprocess(**fields)
 
 
+def test_a_thin_image_is_not_scaled_past_the_cap() -> None:
+    pre = Preprocess(resize=(224, 224), mode="center_crop")
+    with pytest.raises(InvalidArgumentError, match=f"2x4000 .* more than {MAX_IMAGE_SIDE} per side"):
+        pre(np.zeros((2, 4000, 3), np.uint8))
+
+
 def test_bad_images_are_refused() -> None:
     pre = Preprocess(resize=(8, 8))
     for bad in (np.zeros((4, 4, 3), np.float32), np.zeros((4, 4), np.uint8), np.zeros((4, 4, 4), np.uint8), [1, 2]):

@@ -165,7 +165,11 @@ class Preprocess:
 
     def scaled_size(self, height: int, width: int) -> tuple[int, int]:
         """The ``(h, w)`` an ``height x width`` image is scaled to before padding (letterbox)
-        or cropping (center_crop); the output size for stretch; the input size without resize."""
+        or cropping (center_crop); the output size for stretch; the input size without resize.
+
+        Raises:
+            InvalidArgumentError: center_crop would scale the image past ``MAX_IMAGE_SIDE``.
+        """
         if self.resize is None:
             return height, width
         th, tw = self.resize
@@ -175,7 +179,12 @@ class Preprocess:
             s = min(th / height, tw / width)
             return min(th, max(1, round(height * s))), min(tw, max(1, round(width * s)))
         s = max(th / height, tw / width)
-        return max(th, round(height * s)), max(tw, round(width * s))
+        sh, sw = max(th, round(height * s)), max(tw, round(width * s))
+        if sh > MAX_IMAGE_SIDE or sw > MAX_IMAGE_SIDE:  # a very thin picture: bound what is allocated
+            raise InvalidArgumentError(
+                f"pre-process: center_crop of a {height}x{width} image to {th}x{tw} would scale it to {sh}x{sw}, "
+                f"more than {MAX_IMAGE_SIDE} per side")
+        return sh, sw
 
     # --- the work -------------------------------------------------------------------------
 

@@ -445,6 +445,8 @@ class VideoSource:
             if w > MAX_FRAME_SIDE or h > MAX_FRAME_SIDE:
                 raise SourceError(f"{self._where}: the stream announces {w}x{h} frames, over the limit of "
                                   f"{MAX_FRAME_SIDE} per side")
+            # FFmpeg's own allocation limit for the decoder's pictures, below ours per side
+            ctx.options = {**ctx.options, "max_pixels": str(MAX_FRAME_SIDE * MAX_FRAME_SIDE)}
             ctx.thread_count = self.decoder_threads
             if self.decoder_threads != 1:
                 ctx.thread_type = "AUTO"
