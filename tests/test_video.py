@@ -5,7 +5,6 @@ and the errors a user or an untrusted stream can cause."""
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
