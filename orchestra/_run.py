@@ -139,6 +139,7 @@ class RunResult:
     metrics_url: str | None = None
     metrics_scrapes: int = 0
     metrics_renders: int = 0  # scrapes share a rendering made at most once per MetricsServer interval
+    sources: dict[str, Any] = field(default_factory=dict)  # camera -> its source's statistics() (video sources)
 
     @property
     def exit_code(self) -> int:
@@ -474,6 +475,9 @@ class _Runner:
         elif self.opts.duration_s is None or r.elapsed_s < self.opts.duration_s - 0.05:
             r.ended_by = "sources ended"
         for cam in self.config.cameras:
+            source_stats = getattr(self.group[cam.name].source, "statistics", None)
+            if callable(source_stats):
+                r.sources[cam.name] = source_stats()
             acc = self.group[cam.name].accounting()
             try:
                 acc.check()
@@ -599,6 +603,15 @@ def render_summary(r: RunResult) -> str:
     lines += _table(rows, right={2, 3, 5, 6, 7, 8})
     lines += ["", "accounting: produced = processed + dropped + failed for every camera" if
               all(v == "ok" for v in r.accounting.values()) else "accounting: FRAMES LOST (see below)"]
+    if r.sources:
+        lines += ["", "video sources (frames are not produced while disconnected: nothing is dropped for a gap)"]
+        srows = [["camera", "uri", "state", "frames", "connects", "reconnects", "disconnects", "gap s", "last error"]]
+        for cam, st in r.sources.items():
+            srows.append([printable(cam), _short(printable(str(getattr(st, "uri", "?"))), 60), str(getattr(st, "state", "?")),
+                          str(getattr(st, "frames", "?")), str(getattr(st, "connects", "?")),
+                          str(getattr(st, "reconnects", "?")), str(getattr(st, "disconnects", "?")),
+                          f"{getattr(st, 'gap_s', 0.0):.1f}", _short(printable(getattr(st, "last_error", None) or "-"), 80)])
+        lines += _table(srows, right={3, 4, 5, 6, 7}, indent="  ")
     lines += ["", "executions per option set"]
     lines += _table([[printable(cam), ", ".join(f"{label}: {k}" for label, k in sets) or "none"]
                      for cam, sets in r.executions.items()], indent="  ")

@@ -138,7 +138,7 @@ def test_invalid(folder: pathlib.Path, text: str, expected: list[str]) -> None:
 
 
 def test_run_decodes_preprocesses_and_executes_every_frame(folder: pathlib.Path) -> None:
-    from orchestra._run import RunOptions, run
+    from orchestra._run import RunOptions, render_summary, run
 
     path = folder / "config.toml"
     path.write_text(PROGRAM + camera('{ kind = "video", uri = "clips/door.mp4", realtime = false }',
@@ -149,3 +149,10 @@ def test_run_decodes_preprocesses_and_executes_every_frame(folder: pathlib.Path)
     (cam,) = result.cameras
     assert (cam.produced, cam.processed, cam.failed) == (30, 30, 0)
     assert result.accounting == {"door": "ok"}
+    stats = result.sources["door"]
+    assert (stats.frames, stats.connects, stats.reconnects, stats.state) == (30, 1, 0, "done")
+    summary = render_summary(result)
+    assert "video sources" in summary
+    section = summary.split("video sources", 1)[1].splitlines()
+    assert section[1].split()[:4] == ["camera", "uri", "state", "frames"]
+    assert section[2].split()[0] == "door" and section[2].split()[2:8] == ["done", "30", "1", "0", "0", "0.0"]
