@@ -139,6 +139,7 @@ class RunResult:
     metrics_url: str | None = None
     metrics_scrapes: int = 0
     metrics_renders: int = 0  # scrapes share a rendering made at most once per MetricsServer interval
+    sources: dict[str, Any] = field(default_factory=dict)  # camera -> its source's statistics() (video sources)
 
     @property
     def exit_code(self) -> int:
@@ -149,6 +150,12 @@ class RunResult:
 
 # ---------------------------------------------------------------------------------------
 # Per camera: the executor that counts executes per option set
+
+
+def _with_batch_dim(frame: Any) -> list[Any]:
+    """A pipeline pre-process: the frame's data with a leading batch dimension of 1 (a video
+    source makes frames without it)."""
+    return [frame.data[None]]
 
 
 class _Counted:
@@ -400,7 +407,8 @@ class _Runner:
                     ex = self.executors[cam.name] = _Counted(pool[cam.name])
                     self.qualify[cam.name] = len(pool.backends) > 1
                     group.add(Pipeline(cam.name, cam.build_source(), ex, queue=cam.queue, drop=cam.drop,
-                                       deadline_s=cam.deadline_s, inflight=cam.inflight))
+                                       deadline_s=cam.deadline_s, inflight=cam.inflight,
+                                       pre=_with_batch_dim if cam.add_batch else None))
                 self.group = group
                 self.tracker.poll(orch.explain(), record=False)
                 for s in sources:  # scripted signals: time 0 is when the cameras start
@@ -467,6 +475,9 @@ class _Runner:
         elif self.opts.duration_s is None or r.elapsed_s < self.opts.duration_s - 0.05:
             r.ended_by = "sources ended"
         for cam in self.config.cameras:
+            source_stats = getattr(self.group[cam.name].source, "statistics", None)
+            if callable(source_stats):
+                r.sources[cam.name] = source_stats()
             acc = self.group[cam.name].accounting()
             try:
                 acc.check()
@@ -592,6 +603,15 @@ def render_summary(r: RunResult) -> str:
     lines += _table(rows, right={2, 3, 5, 6, 7, 8})
     lines += ["", "accounting: produced = processed + dropped + failed for every camera" if
               all(v == "ok" for v in r.accounting.values()) else "accounting: FRAMES LOST (see below)"]
+    if r.sources:
+        lines += ["", "video sources (frames are not produced while disconnected: nothing is dropped for a gap)"]
+        srows = [["camera", "uri", "state", "frames", "connects", "reconnects", "disconnects", "gap s", "last error"]]
+        for cam, st in r.sources.items():
+            srows.append([printable(cam), _short(printable(str(getattr(st, "uri", "?"))), 60), str(getattr(st, "state", "?")),
+                          str(getattr(st, "frames", "?")), str(getattr(st, "connects", "?")),
+                          str(getattr(st, "reconnects", "?")), str(getattr(st, "disconnects", "?")),
+                          f"{getattr(st, 'gap_s', 0.0):.1f}", _short(printable(getattr(st, "last_error", None) or "-"), 80)])
+        lines += _table(srows, right={3, 4, 5, 6, 7}, indent="  ")
     lines += ["", "executions per option set"]
     lines += _table([[printable(cam), ", ".join(f"{label}: {k}" for label, k in sets) or "none"]
                      for cam, sets in r.executions.items()], indent="  ")

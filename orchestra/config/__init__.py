@@ -50,8 +50,21 @@ Schema (every table rejects keys it doesn't know, naming the known ones)::
         # synthetic: fps (required), shape and dtype (default: the method's input 0), seed,
         #   count (frames, default endless)
         # kind = "file": path (.npy stack, or .raw/.bin with shape and dtype), fps, loop
+        # kind = "video" (PyAV, the video extra): uri (a file path relative to this file, an
+        #   rtsp:// rtsps:// http(s):// rtmp:// udp:// tcp:// srt:// rtp:// stream, or /dev/videoN),
+        #   loop, realtime (files: paced by their pts; default true), fps (files: pace at this
+        #   rate instead), reconnect = { initial_s = 0.5, max_s = 10, factor = 2, max_attempts = 5 }
+        #   (live sources; default: retry forever), options = { rtsp_transport = "tcp", ... }
+        #   (FFmpeg's), format, live, timeout_s, decoder_threads, count
         # any other kind: a registered orchestra.pipeline source or "module:attr"; the
         #   table's other keys are its parameters
+    pre = { resize = [224, 224], mode = "letterbox", mean = [0.485, 0.456, 0.406], std = [0.229, 0.224, 0.225] }
+        # video sources only, run on the decoder's thread: resize = [h, w], mode = "letterbox" |
+        #   "stretch" | "center_crop", color = "rgb" | "bgr", mean, std (output channel order,
+        #   on pixel * scale), scale (default 1/255), pad (letterbox fill, 0..255), layout =
+        #   "nchw" | "nhwc", dtype = "float32" | "uint8"; checked against the method's input 0
+        #   (its leading batch dimension of 1 is added to each frame). Without pre a video
+        #   source makes RGB uint8 [H, W, 3] frames.
     bind = { "npu0.core" = 0 }      # or { camera_link = "npu0" } (the core npu0's link for
                                     #   this camera's name is wired to), { "npu0.camera" = "rear" },
                                     #   { cpu = 1 } or { cpu = [0, 1] }; cpu combines with the others
@@ -113,6 +126,7 @@ from .policies import PolicyConfig, SignalConfig
 from .programs import ProgramConfig
 from .run import RunConfig
 from .sources import SourceConfig
+from .video import PreConfig
 
 __all__ = [
     "CameraConfig",
@@ -121,6 +135,7 @@ __all__ = [
     "ConfigLimits",
     "DeviceConfig",
     "PolicyConfig",
+    "PreConfig",
     "ProgramConfig",
     "RunConfig",
     "SignalConfig",

@@ -21,6 +21,7 @@ from .policies import PolicyChecks, PolicyConfig, SignalConfig
 from .programs import ProgramChecks, ProgramConfig
 from .run import RunChecks, RunConfig
 from .sources import SourceChecks
+from .video import VideoChecks
 
 
 @dataclass(frozen=True)
@@ -55,8 +56,8 @@ class Config:
 _TOP_KEYS = ("program", "device", "camera", "policy", "signal", "run")
 
 
-class _Checker(ProgramChecks, DeviceChecks, SourceChecks, BindChecks, OptionChecks, CameraChecks, PolicyChecks,
-               RunChecks, EffectChecks):
+class _Checker(ProgramChecks, DeviceChecks, SourceChecks, VideoChecks, BindChecks, OptionChecks, CameraChecks,
+               PolicyChecks, RunChecks, EffectChecks):
     """Every table's checks, composed; :meth:`run` checks the whole document in order."""
 
     def run(self) -> None:

@@ -11,10 +11,11 @@ from typing import Any
 from ._base import _BAD, _MISSING, NPU_BACKEND, Checker, _any_bad, _freeze, _hint, _join, _kind_of, _names, _show, _thaw
 from .programs import _ProgramInfo
 from .sources import SourceConfig
+from .video import PreConfig
 
 DROP_POLICIES = ("drop_oldest", "drop_newest", "block")
-_CAMERA_KEYS = ("name", "program", "source", "bind", "backend_options", "queue", "drop", "deadline_ms", "inflight",
-                "placement")
+_CAMERA_KEYS = ("name", "program", "source", "pre", "bind", "backend_options", "queue", "drop", "deadline_ms",
+                "inflight", "placement")
 
 
 @dataclass(frozen=True)
@@ -37,13 +38,17 @@ class CameraConfig:
     inflight: int = 1
     core: tuple[str, int] | None = None
     placement: str = "thread"
+    pre: PreConfig | None = None
+    add_batch: bool = False  # frames come without input 0's leading batch dimension of 1: add it
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "bind", _freeze(self.bind))
         object.__setattr__(self, "backend_options", _freeze(self.backend_options))
 
     def build_source(self) -> Any:
-        """The camera's source object, named after the camera."""
+        """The camera's source object, named after the camera (with the camera's ``pre``)."""
+        if self.pre is not None:
+            return self.source.build(self.name, pre=self.pre.build())
         return self.source.build(self.name)
 
     def instance_spec(self) -> Any:
@@ -133,6 +138,13 @@ class CameraChecks(Checker):
         else:
             ok = False  # no usable program: reported under [program]
         source = self.check_source(path, t, prog, name or "camera")
+        pre = self.check_pre(path, t, prog, source)
+        add_batch = False
+        if source is not _BAD and source.kind == "video" and pre is not _BAD:
+            if pre is None:
+                self.check_video_without_pre(path, prog)
+            inp = prog.inputs[0] if prog is not None and prog.inputs and len(prog.inputs) == 1 else None
+            add_batch = inp is not None and len(inp.sizes) == 4
         queue = self.at_most(self.get(t, "queue", path, "positive_int", 8), path, "queue", "max_queue")
         drop = self.choice(t, "drop", path, DROP_POLICIES, "drop_oldest")
         deadline_ms = self.get(t, "deadline_ms", path, "positive_number", None)
@@ -151,12 +163,12 @@ class CameraChecks(Checker):
             self.err(_join(path, "placement"), f'"process" can\'t reach {where}: simulated devices live in the '
                                                f'orchestra process; use placement = "thread" for this camera')
             placement = _BAD
-        if _any_bad(source, queue, drop, deadline_ms, inflight, placement, bind, options) or not ok or prog is None:
+        if _any_bad(source, pre, queue, drop, deadline_ms, inflight, placement, bind, options) or not ok or prog is None:
             return
         self.cameras.append(CameraConfig(
             name=name, program=prog.name, source=source, bind=bind, backend_options=options, queue=queue, drop=drop,
             deadline_s=None if deadline_ms is None else deadline_ms / 1000.0, inflight=inflight, core=core,
-            placement=placement))
+            placement=placement, pre=pre, add_batch=add_batch))
 
     def check_camera_options(self, path: str, t: dict[str, Any], prog: _ProgramInfo | None, bind: Any,
                              core: tuple[str, int] | None, camera: str | None) -> Any:

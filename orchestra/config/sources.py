@@ -32,11 +32,11 @@ class SourceConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "params", _freeze(self.params))
 
-    def build(self, name: str) -> Any:
-        """The source object (``orchestra.pipeline.load_source(kind, name=name, **params)``)."""
+    def build(self, name: str, **extra: Any) -> Any:
+        """The source object (``orchestra.pipeline.load_source(kind, name=name, **params, **extra)``)."""
         from orchestra.pipeline import load_source
 
-        return load_source(self.kind, name=name, **_thaw(self.params))
+        return load_source(self.kind, name=name, **_thaw(self.params), **extra)
 
 
 class SourceChecks(Checker):
@@ -61,6 +61,8 @@ class SourceChecks(Checker):
             return self.check_synthetic(sp, s, prog, inp)
         if kind == "file":
             return self.check_file_source(sp, s, prog, inp, camera)
+        if kind == "video":
+            return self.check_video_source(sp, s)  # type: ignore[attr-defined]  # VideoChecks (video.py)
         return self.check_other_source(sp, s, kind)
 
     def check_dtype(self, s: Mapping[str, Any], sp: str) -> Any:

@@ -5,7 +5,8 @@ A :class:`Pipeline` runs one camera: its :class:`Source` yields :class:`Frame`\\
 bounded :class:`FrameStream` (``drop_oldest``, ``drop_newest`` or ``block``), workers take
 them through an optional pre-process, an :class:`Executor` (an orchestrator instance or
 pool, or anything with ``async execute(inputs) -> list``), an optional post-process and a
-:class:`Sink`. :class:`Pipelines` runs many at once in one task group. See README.md.
+:class:`Sink`. :class:`VideoSource` decodes files, RTSP/HTTP streams and V4L2 devices (PyAV, the
+``video`` extra) on a thread of its own, with :class:`Preprocess` applied there. :class:`Pipelines` runs many at once in one task group. See README.md.
 """
 
 from ._frame import Frame, Result
@@ -21,10 +22,14 @@ from ._sources import (
     register_source,
     source_names,
 )
+from ._pre import MAX_IMAGE_SIDE, Preprocess
 from ._stream import DropPolicy, DropReason, FrameStream
+from ._video import MAX_FRAME_SIDE, ReconnectPolicy, VideoSource, VideoSourceStatistics
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "MAX_FRAME_SIDE",
+    "MAX_IMAGE_SIDE",
     "Accounting",
     "AccountingError",
     "CallbackSink",
@@ -39,12 +44,16 @@ __all__ = [
     "PipelineStatistics",
     "Pipelines",
     "PipelinesStatistics",
+    "Preprocess",
     "RateMeter",
+    "ReconnectPolicy",
     "Result",
     "Sink",
     "Source",
     "SourceError",
     "SyntheticCamera",
+    "VideoSource",
+    "VideoSourceStatistics",
     "keyed",
     "load_source",
     "register_source",
