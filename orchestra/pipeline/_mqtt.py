@@ -59,8 +59,8 @@ class MqttSink(ThreadedSink):
                  retain: bool = False, client_id: str | None = None, username: str | None = None,
                  password: str | None = None, keepalive: int = 60, reconnect_min_s: float = 0.5,
                  reconnect_max_s: float = 30.0, connect_timeout_s: float = 5.0, max_elements: int = 1024,
-                 timeout_s: float = 5.0, backlog: int = 1024) -> None:
-        super().__init__(timeout_s=timeout_s, backlog=backlog)
+                 timeout_s: float = 5.0, backlog: int = 1024, close_timeout_s: float = 10.0) -> None:
+        super().__init__(timeout_s=timeout_s, backlog=backlog, close_timeout_s=close_timeout_s)
         try:
             import paho.mqtt.client as mqtt
         except ImportError as exc:

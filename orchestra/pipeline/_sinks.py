@@ -197,12 +197,14 @@ class ThreadedSink:
     writer thread) and may override :meth:`open` / :meth:`close_io`.
 
     ``aclose()`` (or ``close()`` from a thread) writes what is queued, closes the files or
-    connection and ends the thread; a closed sink fails every later frame.
+    connection and ends the thread (waiting at most ``close_timeout_s``); a closed sink
+    fails every later frame.
     """
 
-    def __init__(self, *, timeout_s: float = 5.0, backlog: int = 1024) -> None:
+    def __init__(self, *, timeout_s: float = 5.0, backlog: int = 1024, close_timeout_s: float = 10.0) -> None:
         where = type(self).__name__
         self.timeout_s = _positive(timeout_s, "timeout_s", where)
+        self.close_timeout_s = _positive(close_timeout_s, "close_timeout_s", where)
         self.backlog = _count(backlog, "backlog", where)
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._pending = 0
@@ -322,7 +324,7 @@ class ThreadedSink:
         """:meth:`close` on a thread, so the event loop goes on meanwhile."""
         import anyio.to_thread
 
-        await anyio.to_thread.run_sync(self.close, max(self.timeout_s, 10.0), abandon_on_cancel=True)
+        await anyio.to_thread.run_sync(self.close, self.close_timeout_s, abandon_on_cancel=True)
 
 
 def _expire(fut: asyncio.Future[None], sink: ThreadedSink) -> None:
@@ -353,7 +355,7 @@ class JsonlSink(ThreadedSink):
         path: the file; its folder must exist. Truncated when opened unless ``append``.
         append: add to an existing file instead.
         max_elements: arrays larger than this are written as ``{"shape", "dtype"}``.
-        timeout_s, backlog: see :class:`ThreadedSink`.
+        timeout_s, backlog, close_timeout_s: see :class:`ThreadedSink`.
 
     Several cameras may share one JsonlSink (lines never interleave). Each batch of lines is
     flushed to the OS before its frames count as processed.
@@ -363,8 +365,8 @@ class JsonlSink(ThreadedSink):
     """
 
     def __init__(self, path: str | os.PathLike[str], *, append: bool = False, max_elements: int = 1024,
-                 timeout_s: float = 5.0, backlog: int = 1024) -> None:
-        super().__init__(timeout_s=timeout_s, backlog=backlog)
+                 timeout_s: float = 5.0, backlog: int = 1024, close_timeout_s: float = 10.0) -> None:
+        super().__init__(timeout_s=timeout_s, backlog=backlog, close_timeout_s=close_timeout_s)
         self.path = Path(path)
         self.max_elements = _count(max_elements, "max_elements", f"JsonlSink({str(self.path)!r})")
         try:
@@ -468,8 +470,8 @@ class NpySink(ThreadedSink):
     """
 
     def __init__(self, directory: str | os.PathLike[str], *, what: str = "outputs", timeout_s: float = 5.0,
-                 backlog: int = 1024) -> None:
-        super().__init__(timeout_s=timeout_s, backlog=backlog)
+                 backlog: int = 1024, close_timeout_s: float = 10.0) -> None:
+        super().__init__(timeout_s=timeout_s, backlog=backlog, close_timeout_s=close_timeout_s)
         self.directory = Path(directory)
         if what not in ("outputs", "value"):
             raise InvalidArgumentError(f"NpySink({str(self.directory)!r}): what must be 'outputs' or 'value', got {what!r}")
