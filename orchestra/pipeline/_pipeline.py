@@ -472,8 +472,11 @@ class Pipeline:
         new = kind != self._last_logged
         if new or n & (n - 1) == 0:
             self._last_logged = kind
+            # a SinkError says all there is (and rendering a traceback can hold the loop for
+            # a quarter second with a rich console): no traceback for it
+            trace = new and not isinstance(exc, SinkError)
             _log.warning("frame failed", stage=stage, index=frame.index, error=error, failures=n,
-                         exc_info=exc if new else None)
+                         exc_info=exc if trace else None)
 
     # --- observing ----------------------------------------------------------------------
 
