@@ -17,8 +17,10 @@ from .cameras import CameraChecks, CameraConfig
 from .devices import DeviceChecks, DeviceConfig
 from .options import OptionChecks
 from .policies import PolicyChecks, PolicyConfig, SignalConfig
+from .post import PostChecks
 from .programs import ProgramChecks, ProgramConfig
 from .run import RunChecks, RunConfig
+from .sinks import SinkChecks
 from .sources import SourceChecks
 
 
@@ -54,8 +56,8 @@ class Config:
 _TOP_KEYS = ("program", "device", "camera", "policy", "signal", "run")
 
 
-class _Checker(ProgramChecks, DeviceChecks, SourceChecks, BindChecks, OptionChecks, CameraChecks, PolicyChecks,
-               RunChecks):
+class _Checker(ProgramChecks, DeviceChecks, SourceChecks, BindChecks, OptionChecks, PostChecks, SinkChecks,
+               CameraChecks, PolicyChecks, RunChecks):
     """Every table's checks, composed; :meth:`run` checks the whole document in order."""
 
     def run(self) -> None:

@@ -38,7 +38,9 @@ class MqttSink(ThreadedSink):
         client_id, username, password, keepalive: the MQTT session.
         reconnect_min_s, reconnect_max_s: after a lost connection paho's network thread
             reconnects with a backoff doubling from min to max.
-        connect_timeout_s: how long the first frames wait for the first connection.
+        connect_timeout_s: how long the first frames wait for the first connection attempt
+            (at most ``timeout_s``; once: later frames fail at once while there is no
+            connection).
         max_elements, timeout_s, backlog: see :class:`JsonlSink` / :class:`ThreadedSink`.
 
     Nothing here blocks the event loop: connecting, reconnecting and sending happen on
@@ -81,7 +83,8 @@ class MqttSink(ThreadedSink):
         lo = _positive(reconnect_min_s, "reconnect_min_s", "MqttSink")
         hi = _positive(reconnect_max_s, "reconnect_max_s", "MqttSink")
         self._topics: dict[str, str] = {}
-        self._ever = threading.Event()
+        self._tried = threading.Event()  # the first connection attempt ended (either way)
+        self._first_wait_done = False
         self.connects = 0
         self.disconnects = 0
         self._mqtt = mqtt
@@ -93,6 +96,7 @@ class MqttSink(ThreadedSink):
         client.max_queued_messages_set(backlog)
         client.on_connect = self._on_connect
         client.on_disconnect = self._on_disconnect
+        client.on_connect_fail = self._on_connect_fail
         self._client = client
         try:
             client.connect_async(host, port, keepalive)
@@ -102,12 +106,18 @@ class MqttSink(ThreadedSink):
 
     def _on_connect(self, client: Any, userdata: Any, flags: Any, reason: Any, properties: Any) -> None:
         if getattr(reason, "is_failure", False):
+            self._tried.set()
             _log.warning("mqtt connection refused", broker=f"{self.host}:{self.port}", reason=str(reason))
             return
         self.connects += 1
-        self._ever.set()
+        self._tried.set()
         if self.connects > 1:
             _log.info("mqtt reconnected", broker=f"{self.host}:{self.port}", connects=self.connects)
+
+    def _on_connect_fail(self, client: Any, userdata: Any) -> None:
+        if not self._tried.is_set():
+            _log.warning("mqtt broker unreachable; retrying", broker=f"{self.host}:{self.port}")
+        self._tried.set()
 
     def _on_disconnect(self, client: Any, userdata: Any, flags: Any, reason: Any, properties: Any) -> None:
         self.disconnects += 1
@@ -130,8 +140,9 @@ class MqttSink(ThreadedSink):
         return topic
 
     def write_batch(self, items: list[tuple[Result, float]]) -> list[BaseException | None]:
-        if not self._ever.is_set():
-            self._ever.wait(self.connect_timeout_s)
+        if not self._first_wait_done:  # once: the first frames give the first connection a chance
+            self._tried.wait(min(self.connect_timeout_s, self.timeout_s))
+            self._first_wait_done = True
         mqtt = self._mqtt
         outcomes: list[BaseException | None] = []
         for result, wall in items:
