@@ -125,9 +125,11 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 def test_jsonable_values() -> None:
     big = np.zeros((2, 1000), np.float32)
     v = jsonable({"a": np.arange(3), 1: np.float32(0.5), "big": big, "t": (np.int8(3), None, np.nan),
-                  "bad": np.array([1.0, np.inf, -np.inf, np.nan]), "b": b"xyz", "o": object})
+                  "bad": np.array([1.0, np.inf, -np.inf, np.nan]), "b": b"xyz", "o": object,
+                  "s": np.array([b"ab"]), "u": np.array(["x", "y"]), "ok": np.array([True]), "c": np.array([1 + 2j])})
     assert v == {"a": [0, 1, 2], "1": 0.5, "big": {"shape": [2, 1000], "dtype": "float32"}, "t": [3, None, None],
-                 "bad": [1.0, None, None, None], "b": {"bytes": 3}, "o": repr(object)}
+                 "bad": [1.0, None, None, None], "b": {"bytes": 3}, "o": repr(object),
+                 "s": {"shape": [1], "dtype": "|S2"}, "u": ["x", "y"], "ok": [True], "c": [[1.0, 2.0]]}
     json.dumps(v, allow_nan=False)
     assert jsonable(big, max_elements=2000) == big.tolist()
 
@@ -551,3 +553,39 @@ def test_mqtt_sink_argument_errors() -> None:
 def test_public_names() -> None:
     for name in ("JsonlSink", "NpySink", "MqttSink", "TopK", "SinkError", "load_sink", "load_post"):
         assert name in pl.__all__ and getattr(pl, name) is not None
+
+
+@needs_broker
+def test_mqtt_sink_from_a_config_run(broker: Broker, tmp_path: Path) -> None:
+    """``orchestra run`` (in process) with ``sink = { kind = "mqtt" }``: every processed frame
+    of both cameras arrives on its topic; the summary names the broker."""
+    import io
+    import shutil as sh
+
+    from orchestra._run import RunOptions, render_summary, run
+    from orchestra.config import load_config
+
+    (tmp_path / "models").mkdir()
+    sh.copy(Path(__file__).resolve().parent.parent / "examples" / "models" / "convnet.pte", tmp_path / "models")
+    cams = "".join(f'''
+[[camera]]
+name = "{name}"
+source = {{ kind = "synthetic", fps = 200, shape = [1, 3, 16, 16], seed = {i}, count = 15 }}
+drop = "block"
+post = {{ kind = "topk", k = 1 }}
+sink = {{ kind = "mqtt", host = "127.0.0.1", port = {broker.port}, topic = "orchestra-test/run/{{camera}}" }}
+''' for i, name in enumerate(("left", "right")))
+    cfg = tmp_path / "mqtt.toml"
+    cfg.write_text('[program]\npath = "models/convnet.pte"\n' + cams + "\n[run]\nduration_s = 30\n")
+    sub = Subscriber(broker.port, "orchestra-test/run/#")
+    try:
+        result = run(load_config(cfg), RunOptions(use_uvloop=False, status_interval_s=60), out=io.StringIO())
+        messages = sub.wait_for(30)
+    finally:
+        sub.close()
+    assert result.exit_code == 0, result.problems
+    assert len(messages) == 30
+    for name in ("left", "right"):
+        assert [m["index"] for t, m in messages if t == f"orchestra-test/run/{name}"] == list(range(15))
+    summary = render_summary(result).splitlines()
+    assert f"  mqtt://127.0.0.1:{broker.port} topic orchestra-test/run/{{camera}}: left, right" in summary

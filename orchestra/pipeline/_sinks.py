@@ -118,7 +118,7 @@ def jsonable(value: Any, *, max_elements: int = 1024) -> Any:
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, np.ndarray):
-        if value.size > max_elements or value.dtype.kind not in "biufcUS?":
+        if value.size > max_elements or value.dtype.kind not in "biufcU":
             return {"shape": list(value.shape), "dtype": str(value.dtype)}
         if value.dtype.kind in "fc" and not np.isfinite(value).all():
             return _finite(value.tolist())
