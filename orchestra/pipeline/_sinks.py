@@ -111,7 +111,16 @@ def jsonable(value: Any, *, max_elements: int = 1024) -> Any:
     objects with string keys, tuples/lists/sets lists, bytes a summary ``{"bytes": n}``.
     Non-finite floats become null. Anything else becomes its ``repr``.
     """
-    if value is None or isinstance(value, (bool, str)):
+    t = type(value)  # exact-type fast paths first: a record is mostly these
+    if t is str or t is bool or t is int or value is None:
+        return value
+    if t is float:
+        return value if math.isfinite(value) else None
+    if t is dict:
+        return {k if type(k) is str else str(k): jsonable(v, max_elements=max_elements) for k, v in value.items()}
+    if t is list or t is tuple:
+        return [jsonable(v, max_elements=max_elements) for v in value]
+    if isinstance(value, (bool, str)):
         return value
     if isinstance(value, int):
         return int(value)
