@@ -253,6 +253,7 @@ async def test_sink_failures_are_counted_per_camera_and_the_accounting_holds() -
     assert stats.sink_failures == 10
 
 
+@pytest.mark.parametrize("anyio_backend", [("asyncio", {"use_uvloop": True})], ids=["uvloop"])  # seconds long
 @pytest.mark.anyio
 async def test_a_hanging_sink_never_stalls_the_other_cameras() -> None:
     async def hang(result: Result) -> None:
@@ -287,6 +288,7 @@ class StuckWriter(ThreadedSink):
         return [None] * len(items)
 
 
+@pytest.mark.parametrize("anyio_backend", [("asyncio", {"use_uvloop": True})], ids=["uvloop"])  # seconds long
 @pytest.mark.anyio
 async def test_a_stuck_writer_thread_fails_its_frames_and_its_close_times_out() -> None:
     release = threading.Event()
