@@ -140,6 +140,8 @@ class RunResult:
     metrics_scrapes: int = 0
     metrics_renders: int = 0  # scrapes share a rendering made at most once per MetricsServer interval
     sources: dict[str, Any] = field(default_factory=dict)  # camera -> its source's statistics() (video sources)
+    outputs: dict[str, list[str]] = field(default_factory=dict)  # where results went -> cameras
+    sink_failures: dict[str, int] = field(default_factory=dict)  # camera -> frames its sink failed
 
     @property
     def exit_code(self) -> int:
@@ -402,13 +404,22 @@ class _Runner:
                     pools[prog.name] = await orch.load(program, method=prog.method, name=prog.name,
                                                        instances=[c.instance_spec() for c in cams])
                 group = Pipelines()
+                sinks: dict[str, Any] = {}  # equal sink tables share one sink
                 for cam in cfg.cameras:
                     pool = pools[cam.program]
                     ex = self.executors[cam.name] = _Counted(pool[cam.name])
                     self.qualify[cam.name] = len(pool.backends) > 1
+                    sink = None
+                    if cam.sink is not None:
+                        sink = sinks.get(cam.sink.key())
+                        if sink is None:  # opens its file or connection: off the loop
+                            sink = sinks[cam.sink.key()] = await anyio.to_thread.run_sync(cam.sink.build)
+                        self.result.outputs.setdefault(cam.sink.where(), []).append(cam.name)
                     group.add(Pipeline(cam.name, cam.build_source(), ex, queue=cam.queue, drop=cam.drop,
                                        deadline_s=cam.deadline_s, inflight=cam.inflight,
-                                       pre=_with_batch_dim if cam.add_batch else None))
+                                       pre=_with_batch_dim if cam.add_batch else None,
+                                       post=None if cam.post is None else cam.post.build(), sink=sink,
+                                       sink_timeout_s=None if cam.sink is None else cam.sink.pipeline_timeout_s))
                 self.group = group
                 self.tracker.poll(orch.explain(), record=False)
                 for s in sources:  # scripted signals: time 0 is when the cameras start
@@ -485,6 +496,8 @@ class _Runner:
             except OrchestraError as exc:
                 r.accounting[cam.name] = "LOST"
                 r.problems.append(f"{cam.name}: accounting: {exc}")
+            if cam.sink is not None:
+                r.sink_failures[cam.name] = self.group[cam.name].statistics().sink_failures
             if acc.failed:
                 r.problems.append(f"{cam.name}: {acc.failed} frame{'s' if acc.failed != 1 else ''} failed"
                                   + (f" (last: {self.group[cam.name].statistics().last_error})"))
@@ -632,6 +645,12 @@ def render_summary(r: RunResult) -> str:
                      f"{e.proposals_rejected} rejected, {e.policy_errors} policy errors")
     if r.signals:
         lines += ["", "signals at the end: " + " ".join(f"{k}={fmt_value(v)}" for k, v in sorted(r.signals.items()))]
+    if r.outputs:
+        lines += ["", "results"]
+        for where, cams in r.outputs.items():
+            failed = sum(r.sink_failures.get(c, 0) for c in cams)
+            lines.append(f"  {printable(where)}: {', '.join(printable(c) for c in cams)}"
+                         + (f" ({failed} frame{'s' if failed != 1 else ''} failed at the sink)" if failed else ""))
     if r.metrics_url:
         lines.append(f"metrics: {r.metrics_url} ({r.metrics_scrapes} scrape{'s' if r.metrics_scrapes != 1 else ''}, "
                      f"{r.metrics_renders} render{'s' if r.metrics_renders != 1 else ''})")

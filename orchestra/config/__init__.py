@@ -11,7 +11,8 @@ against the config file's folder) or raises :class:`~orchestra.errors.ConfigErro
 untrusted input: nothing in it makes these functions raise anything but ``ConfigError``, and
 sizes and rates are bounded by :class:`ConfigLimits`. ``orchestra validate FILE`` prints them.
 A ``"module:attr"`` in the file imports that module (its code runs): only a class
-implementing the protocol (Policy, SignalSource, frame source) is then called.
+implementing the protocol (Policy, SignalSource, frame source, post-process, sink) is then
+called.
 
 Schema (every table rejects keys it doesn't know, naming the known ones)::
 
@@ -78,6 +79,21 @@ Schema (every table rejects keys it doesn't know, naming the known ones)::
     placement = "thread"            # thread | process: "process" runs the instance in a worker
                                     #   process (scales numpy-interpreted programs across cores;
                                     #   not with npu_sim devices, which live in this process)
+    post = { kind = "topk", k = 5, labels = "labels.txt" }
+        # optional: outputs -> value. topk: k (default 5), labels (a file, one label per line,
+        #   relative to this file), softmax (default false), output (default 0);
+        #   or kind = "module:attr" (a class whose instances are called (frame, outputs));
+        #   the table's other keys are its parameters
+    sink = { kind = "jsonl", path = "results.jsonl" }
+        # optional: where results go (default: counted, then discarded).
+        # jsonl: path (relative to this file; its folder must exist), append, max_elements
+        # npy: dir (a folder of per-camera .npy stacks), what = "outputs" | "value"
+        # mqtt: host, port (1883), topic ("orchestra/{camera}"), qos, retain, client_id,
+        #   username, password, keepalive, max_elements
+        # "module:attr": a sink class (with send); the table's other keys are its parameters
+        # all: timeout_ms (default 5000): a frame not written by then fails (stage sink).
+        # Cameras with equal sink tables share one sink (one file, one connection); two
+        #   different tables can't write one jsonl file or npy folder.
 
     [[policy]]
     use = "battery"                 # a registered policy name or "module:attr"
@@ -123,8 +139,10 @@ from ._load import Config, _check, _check_for_cli, load_config, validate_config
 from .cameras import DROP_POLICIES, CameraConfig
 from .devices import DEVICE_KINDS, DeviceConfig
 from .policies import PolicyConfig, SignalConfig
+from .post import PostConfig
 from .programs import ProgramConfig
 from .run import RunConfig
+from .sinks import SinkConfig
 from .sources import SourceConfig
 from .video import PreConfig
 
@@ -135,10 +153,12 @@ __all__ = [
     "ConfigLimits",
     "DeviceConfig",
     "PolicyConfig",
+    "PostConfig",
     "PreConfig",
     "ProgramConfig",
     "RunConfig",
     "SignalConfig",
+    "SinkConfig",
     "SourceConfig",
     "load_config",
     "validate_config",

@@ -18,8 +18,10 @@ from .devices import DeviceChecks, DeviceConfig
 from .effects import EffectChecks
 from .options import OptionChecks
 from .policies import PolicyChecks, PolicyConfig, SignalConfig
+from .post import PostChecks
 from .programs import ProgramChecks, ProgramConfig
 from .run import RunChecks, RunConfig
+from .sinks import SinkChecks
 from .sources import SourceChecks
 from .video import VideoChecks
 
@@ -56,8 +58,8 @@ class Config:
 _TOP_KEYS = ("program", "device", "camera", "policy", "signal", "run")
 
 
-class _Checker(ProgramChecks, DeviceChecks, SourceChecks, VideoChecks, BindChecks, OptionChecks, CameraChecks,
-               PolicyChecks, RunChecks, EffectChecks):
+class _Checker(ProgramChecks, DeviceChecks, SourceChecks, VideoChecks, BindChecks, OptionChecks, PostChecks,
+               SinkChecks, CameraChecks, PolicyChecks, RunChecks, EffectChecks):
     """Every table's checks, composed; :meth:`run` checks the whole document in order."""
 
     def run(self) -> None:

@@ -9,13 +9,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._base import _BAD, _MISSING, NPU_BACKEND, Checker, _any_bad, _freeze, _hint, _join, _kind_of, _names, _show, _thaw
+from .post import PostConfig
 from .programs import _ProgramInfo
+from .sinks import SinkConfig
 from .sources import SourceConfig
 from .video import PreConfig
 
 DROP_POLICIES = ("drop_oldest", "drop_newest", "block")
 _CAMERA_KEYS = ("name", "program", "source", "pre", "bind", "backend_options", "queue", "drop", "deadline_ms",
-                "inflight", "placement")
+                "inflight", "placement", "post", "sink")
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,8 @@ class CameraConfig:
     placement: str = "thread"
     pre: PreConfig | None = None
     add_batch: bool = False  # frames come without input 0's leading batch dimension of 1: add it
+    post: PostConfig | None = None
+    sink: SinkConfig | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "bind", _freeze(self.bind))
@@ -156,6 +160,8 @@ class CameraChecks(Checker):
                                      f"{source.params['fps']:g} fps (more than {self.limits.queue_warn_s:g} s: "
                                      f"stale frames and memory); a smaller queue keeps results fresh")
         placement = self.choice(t, "placement", path, ("thread", "process"), "thread")
+        post = self.check_post(path, t)
+        sink = self.check_sink(path, t, name)
         bind, core = self.check_bind(path, t, prog, name)
         options = self.check_camera_options(path, t, prog, bind, core, name)
         if placement == "process" and prog is not None and (core is not None or "NpuSimBackend" in prog.backends):
@@ -163,12 +169,13 @@ class CameraChecks(Checker):
             self.err(_join(path, "placement"), f'"process" can\'t reach {where}: simulated devices live in the '
                                                f'orchestra process; use placement = "thread" for this camera')
             placement = _BAD
-        if _any_bad(source, pre, queue, drop, deadline_ms, inflight, placement, bind, options) or not ok or prog is None:
+        if _any_bad(source, pre, queue, drop, deadline_ms, inflight, placement, bind, options, post, sink) or not ok \
+                or prog is None:
             return
         self.cameras.append(CameraConfig(
             name=name, program=prog.name, source=source, bind=bind, backend_options=options, queue=queue, drop=drop,
             deadline_s=None if deadline_ms is None else deadline_ms / 1000.0, inflight=inflight, core=core,
-            placement=placement, pre=pre, add_batch=add_batch))
+            placement=placement, pre=pre, add_batch=add_batch, post=post, sink=sink))
 
     def check_camera_options(self, path: str, t: dict[str, Any], prog: _ProgramInfo | None, bind: Any,
                              core: tuple[str, int] | None, camera: str | None) -> Any:

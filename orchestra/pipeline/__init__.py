@@ -5,14 +5,29 @@ A :class:`Pipeline` runs one camera: its :class:`Source` yields :class:`Frame`\\
 bounded :class:`FrameStream` (``drop_oldest``, ``drop_newest`` or ``block``), workers take
 them through an optional pre-process, an :class:`Executor` (an orchestrator instance or
 pool, or anything with ``async execute(inputs) -> list``), an optional post-process and a
-:class:`Sink`. :class:`VideoSource` decodes files, RTSP/HTTP streams and V4L2 devices (PyAV, the
-``video`` extra) on a thread of its own, with :class:`Preprocess` applied there. :class:`Pipelines` runs many at once in one task group. See README.md.
+:class:`Sink` (:class:`JsonlSink`, :class:`NpySink`, :class:`MqttSink`, or your own; post-process
+with :class:`TopK`). :class:`VideoSource` decodes files, RTSP/HTTP streams and V4L2 devices
+(PyAV, the ``video`` extra) on a thread of its own, with :class:`Preprocess` applied there.
+:class:`Pipelines` runs many at once in one task group. See README.md.
 """
 
 from ._frame import Frame, Result
 from ._metrics import Accounting, AccountingError, PipelineStatistics, PipelinesStatistics, RateMeter
 from ._pipeline import Executor, Pipeline, Pipelines, SourceError, keyed
-from ._sinks import CallbackSink, CollectSink, Sink
+from ._mqtt import MqttSink
+from ._post import TopK, load_labels, load_post
+from ._sinks import (
+    CallbackSink,
+    CollectSink,
+    JsonlSink,
+    NpySink,
+    Sink,
+    SinkError,
+    ThreadedSink,
+    jsonable,
+    load_sink,
+    result_record,
+)
 from ._sources import (
     ENTRY_POINT_GROUP,
     FramesFile,
@@ -37,6 +52,9 @@ __all__ = [
     "DropPolicy",
     "DropReason",
     "Executor",
+    "JsonlSink",
+    "MqttSink",
+    "NpySink",
     "Frame",
     "FrameStream",
     "FramesFile",
@@ -49,13 +67,21 @@ __all__ = [
     "ReconnectPolicy",
     "Result",
     "Sink",
+    "SinkError",
     "Source",
     "SourceError",
     "SyntheticCamera",
+    "ThreadedSink",
+    "TopK",
     "VideoSource",
     "VideoSourceStatistics",
+    "jsonable",
     "keyed",
+    "load_labels",
+    "load_post",
+    "load_sink",
     "load_source",
+    "result_record",
     "register_source",
     "source_names",
 ]
