@@ -1,0 +1,121 @@
+"""orchestra's TOML configuration: programs, devices, cameras, policies, signal sources.
+
+:func:`load_config` reads a file into a :class:`Config` (frozen dataclasses; paths resolved
+against the config file's folder) or raises :class:`~orchestra.errors.ConfigError` whose
+``errors`` hold *every* problem found, one line each, starting with its path in the file::
+
+    camera[2].bind: core 7 does not exist on device npu0 (cores 0-3)
+    policy[0].params.lwo: policy 'battery' has no parameter 'lwo' (parameters: low, high, ...)
+
+:func:`validate_config` returns those lines (``[]`` when the file is valid). A config is
+untrusted input: nothing in it makes these functions raise anything but ``ConfigError``, and
+sizes and rates are bounded by :class:`ConfigLimits`. ``orchestra validate FILE`` prints them.
+A ``"module:attr"`` in the file imports that module (its code runs): only a class
+implementing the protocol (Policy, SignalSource, frame source) is then called.
+
+Schema (every table rejects keys it doesn't know, naming the known ones)::
+
+    [program]                       # or [[program]] entries, each with a unique name
+    name = "convnet"                # optional for a single program (default: the file's stem)
+    path = "models/convnet.pte"     # relative to the config file's folder; loaded and checked
+    method = "forward"              # default "forward"
+
+    [device.npu0]                   # device names: letters, digits, '_' and '-'
+    kind = "npu_sim"                # a simulated NPU (orchestra.backends.npu_sim.NpuDevice)
+    cores = 4                       # default 4
+    core_memory = "4MiB"            # bytes per core: an int or "512KiB", "4MiB", "1GB", ...;
+                                    #   or a list, one per core (default 4MiB)
+    links = { front = 0, rear = 1 } # camera -> core wiring; each link names a camera
+                                    #   (default: front -> 0, rear -> 1, the cores it has)
+    time_scale = 1.0                # 0: modelled time only; s > 0: jobs take s x modelled time
+    clock_mhz = { low = 200, balanced = 500, performance = 1000 }   # optional
+    power_w = { low = 0.3, balanced = 0.9, performance = 2.5 }      # optional, same modes
+    macs_per_cycle = 256            # optional
+    job_overhead_cycles = 2000      # optional
+    exclusive = true                # a core serves one camera (default); false: shared,
+    capacity = 2                    #   by at most `capacity` cameras (default: any number)
+
+    [device.cpu]
+    kind = "cpu"                    # host CPUs (at most one such device)
+    cpus = [0, 1]                   # default: the CPUs this process may use
+    exclusive = true
+    capacity = 2
+    thread_options = { NumpyCpuBackend = "num_threads" }   # backend -> int option set to
+                                                            #   the number of bound CPUs
+
+    [[camera]]
+    name = "front"                  # unique
+    program = "convnet"             # needed only when there are several programs
+    source = { kind = "synthetic", fps = 30, shape = [1, 3, 16, 16], dtype = "float32", seed = 1 }
+        # synthetic: fps (required), shape and dtype (default: the method's input 0), seed,
+        #   count (frames, default endless)
+        # kind = "file": path (.npy stack, or .raw/.bin with shape and dtype), fps, loop
+        # any other kind: a registered orchestra.pipeline source or "module:attr"; the
+        #   table's other keys are its parameters
+    bind = { "npu0.core" = 0 }      # or { camera_link = "npu0" } (the core npu0's link for
+                                    #   this camera's name is wired to), { "npu0.camera" = "rear" },
+                                    #   { cpu = 1 } or { cpu = [0, 1] }; cpu combines with the others
+    backend_options = { NpuSimBackend = { power_mode = "balanced", priority = 1 } }
+                                    # checked against each backend's declared options; only
+                                    #   backends the method delegates to
+    queue = 8                       # frames waiting for the executor (default 8)
+    drop = "drop_oldest"            # drop_oldest | drop_newest | block
+    deadline_ms = 200               # frames older than this are dropped (optional)
+    inflight = 1                    # frames between stream and sink at once (default 1)
+    placement = "thread"            # thread | process: "process" runs the instance in a worker
+                                    #   process (scales numpy-interpreted programs across cores;
+                                    #   not with npu_sim devices, which live in this process)
+
+    [[policy]]
+    use = "battery"                 # a registered policy name or "module:attr"
+    priority = 80                   # optional (the policy's default otherwise)
+    params = { low = 20, high = 30, low_options = { NpuSimBackend = { power_mode = "low" } } }
+        # the policy's constructor parameters; *_options tables are checked like
+        #   backend_options
+
+    [[signal]]
+    use = "scripted"                # battery | cpu | thermal | pressure | scripted | "module:attr"
+    params = { timeline = [[0, { "battery.percent" = 100 }], [2.5, { "battery.percent" = 15 }]] }
+
+    [run]
+    duration_s = 5                  # optional: run until interrupted
+    engine_period_s = 0.5           # the policy engine runs at least this often (default 1.0)
+    poll_interval_s = 0.25          # how often signals are polled (default: engine_period_s)
+
+Besides types and ranges, the checks that need the whole file: the program loads
+(``orchestra.program.load``) and has the method; each delegated backend is registered and
+available; a camera's source shape/dtype matches the method's input 0; binding a core of an
+``npu_sim`` device needs a method that delegates to ``NpuSimBackend`` (and such a method
+needs a configured device); two cameras can't hold one exclusive core; the cameras on a core
+fit its memory (each instance reserves the NpuSim subgraphs' working set); a backend option
+set by a binding (``device``, ``core``, ``label``) can't be given another value; policy and
+signal-source parameters are checked by building them (``load_policy`` / ``load_source``,
+which construct the object and start nothing).
+"""
+
+from __future__ import annotations
+
+from ..errors import ConfigError
+from ._base import DEFAULT_LIMITS, NPU_BACKEND, ConfigLimits
+from ._load import Config, _check, _check_for_cli, load_config, validate_config
+from .cameras import DROP_POLICIES, CameraConfig
+from .devices import DEVICE_KINDS, DeviceConfig
+from .policies import PolicyConfig, SignalConfig
+from .programs import ProgramConfig
+from .run import RunConfig
+from .sources import SourceConfig
+
+__all__ = [
+    "CameraConfig",
+    "Config",
+    "ConfigError",
+    "ConfigLimits",
+    "DeviceConfig",
+    "PolicyConfig",
+    "ProgramConfig",
+    "RunConfig",
+    "SignalConfig",
+    "SourceConfig",
+    "load_config",
+    "validate_config",
+]
