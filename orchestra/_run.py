@@ -139,6 +139,7 @@ class RunResult:
     metrics_url: str | None = None
     metrics_scrapes: int = 0
     metrics_renders: int = 0  # scrapes share a rendering made at most once per MetricsServer interval
+    batches: list[Any] = field(default_factory=list)  # orchestra.pipeline.BatchStatistics per [[batch]]
 
     @property
     def exit_code(self) -> int:
@@ -171,6 +172,43 @@ class _Counted:
 
     def describe(self) -> Mapping[str, Any]:
         return self.instance.describe()
+
+
+class _LeastBusy:
+    """A [[batch]]'s executor: each batch runs on the member camera's instance with the
+    fewest executes in flight, ties taken in turn (every batched camera keeps its own
+    instance, binding and options; a batch runs on one of them)."""
+
+    __slots__ = ("executors", "turn")
+
+    def __init__(self, executors: Sequence[_Counted]) -> None:
+        self.executors = tuple(executors)
+        self.turn = 0
+
+    async def execute(self, inputs: list[Any]) -> list[Any]:
+        exs = self.executors
+        n = len(exs)
+        start = self.turn
+        ex = min((exs[(start + k) % n] for k in range(n)), key=lambda e: e.instance.in_flight)
+        self.turn = (start + 1) % n
+        return await ex.execute(inputs)
+
+
+class _BatchedCamera:
+    """A batched camera's pipeline executor: its frames go through the batcher; it describes
+    the camera's own instance (unit, options) like an unbatched camera."""
+
+    __slots__ = ("counted", "member")
+
+    def __init__(self, member: Any, counted: _Counted) -> None:
+        self.member = member
+        self.counted = counted
+
+    async def execute(self, inputs: list[Any]) -> Any:
+        return await self.member.execute(inputs)
+
+    def describe(self) -> Mapping[str, Any]:
+        return self.counted.describe()
 
 
 class _Tracker:
@@ -232,6 +270,7 @@ class _Runner:
         self.result = RunResult(config)
         self.tracker = _Tracker()
         self.executors: dict[str, _Counted] = {}
+        self.batchers: list[Any] = []
         self.qualify: dict[str, bool] = {}
         self.orch: Any = None
         self.group: Any = None
@@ -397,8 +436,16 @@ class _Runner:
                 group = Pipelines()
                 for cam in cfg.cameras:
                     pool = pools[cam.program]
-                    ex = self.executors[cam.name] = _Counted(pool[cam.name])
+                    self.executors[cam.name] = _Counted(pool[cam.name])
                     self.qualify[cam.name] = len(pool.backends) > 1
+                members: dict[str, Any] = {}
+                for b in cfg.batches:  # one Batcher per [[batch]], over its cameras' instances
+                    batcher = b.build(_LeastBusy([self.executors[c] for c in b.cameras]))
+                    self.batchers.append(batcher)
+                    for c in b.cameras:
+                        members[c] = _BatchedCamera(batcher.member(c), self.executors[c])
+                for cam in cfg.cameras:
+                    ex = members.get(cam.name, self.executors[cam.name])
                     group.add(Pipeline(cam.name, cam.build_source(), ex, queue=cam.queue, drop=cam.drop,
                                        deadline_s=cam.deadline_s, inflight=cam.inflight))
                 self.group = group
@@ -461,6 +508,7 @@ class _Runner:
         r.decisions = list(self.tracker.decisions)
         r.signals = dict(self.orch.signals)
         r.engine = self.orch.statistics()
+        r.batches = [b.statistics() for b in self.batchers]
         if r.interrupted_by is not None:
             r.ended_by = "interrupted" if r.interrupted_by == signal.SIGINT else "terminated"
             r.drained = self.stop_requested < 2
@@ -592,6 +640,13 @@ def render_summary(r: RunResult) -> str:
     lines += _table(rows, right={2, 3, 5, 6, 7, 8})
     lines += ["", "accounting: produced = processed + dropped + failed for every camera" if
               all(v == "ok" for v in r.accounting.values()) else "accounting: FRAMES LOST (see below)"]
+    if r.batches:
+        lines += ["", "batches (frames per execute: size x batches)"]
+        brows = [["batch", "cameras", "batches", "frames", "mean size", "mean wait ms", "failed", "sizes"]]
+        for b in r.batches:
+            brows.append([printable(b.name), str(b.members), str(b.batches), str(b.frames), f"{b.mean_size:.2f}",
+                          fmt_ms(b.mean_wait_s), str(b.failed_batches), b.format_sizes()])
+        lines += _table(brows, right={1, 2, 3, 4, 5, 6}, indent="  ")
     lines += ["", "executions per option set"]
     lines += _table([[printable(cam), ", ".join(f"{label}: {k}" for label, k in sets) or "none"]
                      for cam, sets in r.executions.items()], indent="  ")
