@@ -560,3 +560,101 @@ async def test_batcher_errors_are_orchestra_errors() -> None:
     assert issubclass(BatchError, OrchestraError) and issubclass(FrameDropped, OrchestraError)
     with pytest.raises(InvalidArgumentError):
         FrameDropped("")
+
+
+# --- option changes apply between batches (a real orchestrator instance) -----------------
+
+ADD = "BatchTestAdd"
+ADD_LOG: list[tuple[float, tuple[int, ...]]] = []  # per execute: (the add in force, the markers of its rows)
+
+
+class _AddBackend:
+    """out = x + ``add`` (a hot option); logs each execute's add and rows."""
+
+    option_specs: tuple[Any, ...] = ()
+
+    def is_available(self) -> bool:
+        return True
+
+    def init(self, context: Any, processed: Any, compile_specs: Any) -> Any:
+        return {}
+
+    def execute(self, context: Any, handle: Any, args: Any) -> None:
+        add = context.runtime_specs["add"]
+        ADD_LOG.append((add, tuple(int(m) for m in args[0][:, 0])))
+        np.add(args[0], add, out=args[1])
+
+    def destroy(self, handle: Any) -> None:
+        pass
+
+
+def _add_program(rows: int) -> Any:
+    from orchestra.aot import BackendDetails, PreprocessResult, ProgramBuilder, aot_backends, register_aot_backend
+    from orchestra.runtime import Backend, BackendInterface, OptionSpec, load_program, register_backend, registered_backends
+
+    if ADD not in registered_backends():
+        cls = type("AddBackend", (_AddBackend, BackendInterface), {"option_specs": (OptionSpec("add", float, 0.0, hot=True),)})
+        register_backend(Backend(ADD, cls()))
+    if ADD not in aot_backends():
+        blob = type("AddBlob", (BackendDetails,), {"preprocess": staticmethod(lambda program, specs: PreprocessResult(b"\0"))})
+        register_aot_backend(ADD, blob)
+    sub = ProgramBuilder()
+    f = sub.method("forward")
+    f.output(f.call("aten::add.Scalar_out", f.input(np.float32, (rows, 3)), 0.0))
+    b = ProgramBuilder()
+    g = b.method("forward")
+    (y,) = g.delegate(ADD, sub, [g.input(np.float32, (rows, 3))])
+    g.output(y)
+    return load_program(b.to_bytes())
+
+
+@pytest.mark.anyio
+async def test_an_option_change_applies_between_batches_never_inside_one() -> None:
+    """Four cameras batched (static batch 4) on one real instance whose delegate adds a hot
+    option to its input; the option changes mid-run, as a policy would change it: every
+    batch ran with one value, every frame got its batch's value, and once the new value
+    reached a batch every later batch has it."""
+    from orchestra.orchestrator import InstanceSpec, Orchestrator
+
+    class Rows:
+        def __init__(self, name: str, marker: int) -> None:
+            self.name, self.marker = name, marker
+
+        async def frames(self) -> AsyncIterator[Frame]:
+            for i in range(40):
+                await anyio.sleep(0.002)
+                yield Frame(self.name, i, np.array([[self.marker, i, 0.5]], np.float32), anyio.current_time())
+
+    ADD_LOG.clear()
+    program = _add_program(4)
+    async with Orchestrator(period=None) as orch:
+        pool = await orch.load(program, instances=[InstanceSpec("i0", backend_options={ADD: {"add": 0.0}})])
+        batcher = Batcher(pool["i0"], max_size=4, max_wait_s=0.01, static_batch=4)
+        sinks = {f"c{k}": CollectSink() for k in range(4)}
+        group = Pipelines(Pipeline(c, Rows(c, k + 1), batcher.member(c), sink=sinks[c], drop="block")
+                          for k, c in enumerate(sinks))
+
+        async def change() -> None:  # after a few batches, as a policy would
+            while len(ADD_LOG) < 5:
+                await anyio.sleep(0.001)
+            await pool["i0"].apply_options({ADD: {"add": 100.0}})
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(change)
+            await group.run()
+        check(group)
+    assert group.accounting().processed == 160
+    adds = [a for a, _ in ADD_LOG]
+    assert set(adds) == {0.0, 100.0}
+    first_new = adds.index(100.0)
+    assert all(a == 100.0 for a in adds[first_new:])  # applied at a batch boundary, for good
+    batch_add = {}
+    for add, markers in ADD_LOG:
+        for m in markers:
+            if m:
+                batch_add.setdefault(m, []).append(add)
+    for k, (c, sink) in enumerate(sinks.items()):
+        assert [r.frame.index for r in sink.results] == list(range(40))
+        got = [float(r.outputs[0][0, 2] - 0.5) for r in sink.results]
+        assert got == batch_add[k + 1]  # each frame got the value its batch ran with
+        assert all(r.outputs[0][0, 0] == k + 1 + got[i] for i, r in enumerate(sink.results))
