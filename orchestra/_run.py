@@ -210,6 +210,13 @@ class _BatchedCamera:
     def describe(self) -> Mapping[str, Any]:
         return self.counted.describe()
 
+    def record_frame_latency(self, seconds: float) -> None:
+        """Passes the camera's frame latency on to its own instance's adapter when that
+        takes them (latency-driven policies)."""
+        record = getattr(self.counted, "record_frame_latency", None)
+        if callable(record):
+            record(seconds)
+
 
 class _Tracker:
     """Policy decisions, from successive ``orch.explain()`` results."""
