@@ -142,6 +142,7 @@ class RunResult:
     sources: dict[str, Any] = field(default_factory=dict)  # camera -> its source's statistics() (video sources)
     outputs: dict[str, list[str]] = field(default_factory=dict)  # where results went -> cameras
     sink_failures: dict[str, int] = field(default_factory=dict)  # camera -> frames its sink failed
+    batches: list[Any] = field(default_factory=list)  # orchestra.pipeline.BatchStatistics per [[batch]]
 
     @property
     def exit_code(self) -> int:
@@ -180,6 +181,50 @@ class _Counted:
 
     def describe(self) -> Mapping[str, Any]:
         return self.instance.describe()
+
+
+class _LeastBusy:
+    """A [[batch]]'s executor: each batch runs on the member camera's instance with the
+    fewest executes in flight, ties taken in turn (every batched camera keeps its own
+    instance, binding and options; a batch runs on one of them)."""
+
+    __slots__ = ("executors", "turn")
+
+    def __init__(self, executors: Sequence[_Counted]) -> None:
+        self.executors = tuple(executors)
+        self.turn = 0
+
+    async def execute(self, inputs: list[Any]) -> list[Any]:
+        exs = self.executors
+        n = len(exs)
+        start = self.turn
+        ex = min((exs[(start + k) % n] for k in range(n)), key=lambda e: e.instance.in_flight)
+        self.turn = (start + 1) % n
+        return await ex.execute(inputs)
+
+
+class _BatchedCamera:
+    """A batched camera's pipeline executor: its frames go through the batcher; it describes
+    the camera's own instance (unit, options) like an unbatched camera."""
+
+    __slots__ = ("counted", "member")
+
+    def __init__(self, member: Any, counted: _Counted) -> None:
+        self.member = member
+        self.counted = counted
+
+    async def execute(self, inputs: list[Any]) -> Any:
+        return await self.member.execute(inputs)
+
+    def describe(self) -> Mapping[str, Any]:
+        return self.counted.describe()
+
+    def record_frame_latency(self, seconds: float) -> None:
+        """Passes the camera's frame latency on to its own instance's adapter when that
+        takes them (latency-driven policies)."""
+        record = getattr(self.counted, "record_frame_latency", None)
+        if callable(record):
+            record(seconds)
 
 
 class _Tracker:
@@ -241,6 +286,7 @@ class _Runner:
         self.result = RunResult(config)
         self.tracker = _Tracker()
         self.executors: dict[str, _Counted] = {}
+        self.batchers: list[Any] = []
         self.qualify: dict[str, bool] = {}
         self.orch: Any = None
         self.group: Any = None
@@ -407,8 +453,16 @@ class _Runner:
                 sinks: dict[str, Any] = {}  # equal sink tables share one sink
                 for cam in cfg.cameras:
                     pool = pools[cam.program]
-                    ex = self.executors[cam.name] = _Counted(pool[cam.name])
+                    self.executors[cam.name] = _Counted(pool[cam.name])
                     self.qualify[cam.name] = len(pool.backends) > 1
+                members: dict[str, Any] = {}
+                for b in cfg.batches:  # one Batcher per [[batch]], over its cameras' instances
+                    batcher = b.build(_LeastBusy([self.executors[c] for c in b.cameras]))
+                    self.batchers.append(batcher)
+                    for c in b.cameras:
+                        members[c] = _BatchedCamera(batcher.member(c), self.executors[c])
+                for cam in cfg.cameras:
+                    ex = members.get(cam.name, self.executors[cam.name])
                     sink = None
                     if cam.sink is not None:
                         sink = sinks.get(cam.sink.key())
@@ -480,6 +534,7 @@ class _Runner:
         r.decisions = list(self.tracker.decisions)
         r.signals = dict(self.orch.signals)
         r.engine = self.orch.statistics()
+        r.batches = [b.statistics() for b in self.batchers]
         if r.interrupted_by is not None:
             r.ended_by = "interrupted" if r.interrupted_by == signal.SIGINT else "terminated"
             r.drained = self.stop_requested < 2
@@ -625,6 +680,13 @@ def render_summary(r: RunResult) -> str:
                           str(getattr(st, "reconnects", "?")), str(getattr(st, "disconnects", "?")),
                           f"{getattr(st, 'gap_s', 0.0):.1f}", _short(printable(getattr(st, "last_error", None) or "-"), 80)])
         lines += _table(srows, right={3, 4, 5, 6, 7}, indent="  ")
+    if r.batches:
+        lines += ["", "batches (frames per execute: size x batches)"]
+        brows = [["batch", "cameras", "batches", "frames", "mean size", "mean wait ms", "failed", "sizes"]]
+        for b in r.batches:
+            brows.append([printable(b.name), str(b.members), str(b.batches), str(b.frames), f"{b.mean_size:.2f}",
+                          fmt_ms(b.mean_wait_s), str(b.failed_batches), b.format_sizes()])
+        lines += _table(brows, right={1, 2, 3, 4, 5, 6}, indent="  ")
     lines += ["", "executions per option set"]
     lines += _table([[printable(cam), ", ".join(f"{label}: {k}" for label, k in sets) or "none"]
                      for cam, sets in r.executions.items()], indent="  ")

@@ -95,6 +95,16 @@ Schema (every table rejects keys it doesn't know, naming the known ones)::
         # Cameras with equal sink tables share one sink (one file, one connection); two
         #   different tables can't write one jsonl file or npy folder.
 
+    [[batch]]                       # cross-camera batching (orchestra.pipeline.Batcher)
+    name = "row1"                   # optional (default batch0, batch1, ...), unique
+    cameras = ["front", "rear"]     # cameras of one program, each in at most one batch; their
+                                    #   frames carry one row of the batch dimension (synthetic
+                                    #   default shape: input 0 with batch 1)
+    max_size = 2                    # frames per execute, one per camera (default: len(cameras));
+                                    #   at most the batch bound of a dynamic-batch input 0
+    max_wait_ms = 10                # a batch goes at the latest this long after its oldest frame
+    static_batch = 4                # only for a program with a fixed batch: pad to that many rows
+
     [[policy]]
     use = "battery"                 # a registered policy name or "module:attr"
     priority = 80                   # optional (the policy's default otherwise)
@@ -135,6 +145,7 @@ from __future__ import annotations
 
 from ..errors import ConfigError
 from ._base import DEFAULT_LIMITS, NPU_BACKEND, ConfigLimits
+from .batching import BatchConfig
 from ._load import Config, _check, _check_for_cli, load_config, validate_config
 from .cameras import DROP_POLICIES, CameraConfig
 from .devices import DEVICE_KINDS, DeviceConfig
@@ -147,6 +158,7 @@ from .sources import SourceConfig
 from .video import PreConfig
 
 __all__ = [
+    "BatchConfig",
     "CameraConfig",
     "Config",
     "ConfigError",

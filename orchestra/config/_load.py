@@ -12,6 +12,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ._base import DEFAULT_LIMITS, _MISSING, ConfigLimits, _one_line, _plural, _Problem
+from .batching import BatchChecks, BatchConfig
 from .bindings import BindChecks
 from .cameras import CameraChecks, CameraConfig
 from .devices import DeviceChecks, DeviceConfig
@@ -38,6 +39,7 @@ class Config:
     signals: tuple[SignalConfig, ...]
     run: RunConfig
     warnings: tuple[str, ...] = ()  # "path: message" lines: valid, but probably not meant
+    batches: tuple[BatchConfig, ...] = ()  # [[batch]]: cameras whose frames share executes
 
     def program(self, name: str | None = None) -> ProgramConfig:
         """The program called ``name`` (None: the only one)."""
@@ -55,11 +57,11 @@ class Config:
         raise ConfigError(f"{self.path}: no device named {name!r} (devices: {', '.join(d.name for d in self.devices) or 'none'})")
 
 
-_TOP_KEYS = ("program", "device", "camera", "policy", "signal", "run")
+_TOP_KEYS = ("program", "device", "camera", "policy", "signal", "run", "batch")
 
 
 class _Checker(ProgramChecks, DeviceChecks, SourceChecks, VideoChecks, BindChecks, OptionChecks, PostChecks,
-               SinkChecks, CameraChecks, PolicyChecks, RunChecks, EffectChecks):
+               SinkChecks, CameraChecks, PolicyChecks, RunChecks, EffectChecks, BatchChecks):
     """Every table's checks, composed; :meth:`run` checks the whole document in order."""
 
     def run(self) -> None:
@@ -67,8 +69,10 @@ class _Checker(ProgramChecks, DeviceChecks, SourceChecks, VideoChecks, BindCheck
         self.known(doc, "", _TOP_KEYS)
         self.check_programs(doc.get("program", _MISSING))
         self.check_devices(doc.get("device", {}))
+        self.scan_batch_members(doc.get("batch", []))
         self.check_cameras(doc.get("camera", _MISSING))
         self.check_links()
+        self.check_batches(doc.get("batch", []))
         self.check_policies(doc.get("policy", []))
         self.check_signals(doc.get("signal", []))
         self.check_run(doc.get("run", {}))
@@ -144,6 +148,7 @@ def _check(path: str | os.PathLike[str], limits: ConfigLimits = DEFAULT_LIMITS) 
         signals=tuple(checker.signals),
         run=checker.run_config,
         warnings=tuple(checker.warnings),
+        batches=tuple(checker.batches),
     )
     return config, []
 

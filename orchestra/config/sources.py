@@ -57,6 +57,9 @@ class SourceChecks(Checker):
         if prog is not None and prog.inputs is not None and len(prog.inputs) != 1:
             self.err(sp, f"a camera feeds one frame per execute, but {prog.where} takes {len(prog.inputs)} inputs")
             inp = None
+        frame_input = getattr(self, "frame_input", None)  # batching.BatchChecks: one row per frame
+        if callable(frame_input):
+            inp = frame_input(camera, inp)
         if kind == "synthetic":
             return self.check_synthetic(sp, s, prog, inp)
         if kind == "file":

@@ -8,12 +8,14 @@ pool, or anything with ``async execute(inputs) -> list``), an optional post-proc
 :class:`Sink` (:class:`JsonlSink`, :class:`NpySink`, :class:`MqttSink`, or your own; post-process
 with :class:`TopK`). :class:`VideoSource` decodes files, RTSP/HTTP streams and V4L2 devices
 (PyAV, the ``video`` extra) on a thread of its own, with :class:`Preprocess` applied there.
-:class:`Pipelines` runs many at once in one task group. See README.md.
+:class:`Pipelines` runs many at once in one task group. A :class:`Batcher` stacks the frames of
+several cameras into one execute (one member executor per camera). See README.md.
 """
 
+from ._batch import BatchError, Batcher, BatchMember, BatchShare, BatchStatistics
 from ._frame import Frame, Result
 from ._metrics import Accounting, AccountingError, PipelineStatistics, PipelinesStatistics, RateMeter
-from ._pipeline import Executor, Pipeline, Pipelines, SourceError, keyed
+from ._pipeline import Executor, FrameDropped, Pipeline, Pipelines, SourceError, keyed
 from ._mqtt import MqttSink
 from ._post import TopK, load_labels, load_post
 from ._sinks import (
@@ -47,6 +49,11 @@ __all__ = [
     "MAX_IMAGE_SIDE",
     "Accounting",
     "AccountingError",
+    "BatchError",
+    "BatchMember",
+    "BatchShare",
+    "BatchStatistics",
+    "Batcher",
     "CallbackSink",
     "CollectSink",
     "DropPolicy",
@@ -56,6 +63,7 @@ __all__ = [
     "MqttSink",
     "NpySink",
     "Frame",
+    "FrameDropped",
     "FrameStream",
     "FramesFile",
     "Pipeline",

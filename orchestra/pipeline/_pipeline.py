@@ -30,7 +30,7 @@ from ._metrics import FAILURE_STAGES, Accounting, PipelineStatistics, PipelinesS
 from ._sinks import CallbackSink, SinkError, _is_async
 from ._stream import DropPolicy, DropReason, FrameStream, _drop_policy
 
-__all__ = ["Executor", "Pipeline", "Pipelines", "SourceError", "keyed"]
+__all__ = ["Executor", "FrameDropped", "Pipeline", "Pipelines", "SourceError", "keyed"]
 
 _log = get_logger(__name__)
 
@@ -66,6 +66,22 @@ class SourceError(OrchestraError):
     """A pipeline's source raised: the pipeline stopped (its accepted frames drained)."""
 
     default_code = Error.AccessFailed
+
+
+class FrameDropped(OrchestraError):
+    """Raised by an executor (or a pre/post-process or sink) to drop the frame it was given:
+    the pipeline counts it as dropped with ``reason`` (a key of the ``dropped`` counters),
+    not as failed. A cross-camera :class:`~orchestra.pipeline.Batcher` raises it with
+    ``"shutdown"`` for frames still waiting for a batch when it is closed.
+    """
+
+    default_code = Error.InvalidState
+
+    def __init__(self, reason: str, message: str | None = None) -> None:
+        if not isinstance(reason, str) or not reason:
+            raise InvalidArgumentError(f"FrameDropped: reason must be a non-empty string, got {reason!r}")
+        super().__init__(message or f"frame dropped: {reason}")
+        self.reason = reason
 
 
 class _Keyed:
@@ -425,6 +441,9 @@ class Pipeline:
                 if self._group_latency is not None:
                     self._group_latency.record(lat)
                 out_rate.record(t_done)
+            except FrameDropped as exc:
+                self._active -= 1
+                dropped[exc.reason] = dropped.get(exc.reason, 0) + 1
             except Exception as exc:
                 self._active -= 1
                 self._failed += 1
