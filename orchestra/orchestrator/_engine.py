@@ -481,7 +481,7 @@ class Engine:
                     inst.origins[(b, opt)] = _stamp(o, now, wall)
             if changes:
                 n += sum(len(v) for v in changes.values())
-                fut = inst.apply_options(changes)
+                fut = inst._send(changes)
                 if any(not inst.pool.option_specs[b][k].hot for b, vals in changes.items() for k in vals):
                     acks.append((inst, fut))
                 else:

@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ..errors import InvalidArgumentError, NotFoundError, OrchestraError
-from ..runtime import OptionSpec, Program, get_backend_class
+from ..runtime import Method, OptionSpec, Program, get_backend_class
 from ..telemetry import LatencyWindow, bound, get_logger
 from ._errors import DeadlineError, InstanceClosedError, InstanceFailedError, ResourceError
-from ._methods import Routed
+from ._methods import MethodSet, Routed
 from ._resources import Reservation
 from ._spec import InstanceSpec
 from ._stats import InstanceStatistics, PoolStatistics
@@ -35,7 +35,7 @@ from ._worker import STOP, WAKE, OptionChange, Worker
 if TYPE_CHECKING:  # pragma: no cover
     from ._orchestrator import Orchestrator
 
-__all__ = ["Instance", "Origin", "Pool"]
+__all__ = ["Execution", "Instance", "Origin", "Pool"]
 
 _log = get_logger(__name__)
 
@@ -61,6 +61,22 @@ class Origin:
     signals: Mapping[str, Any] = field(default_factory=dict)
     at: float = 0.0
     wall: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Execution:
+    """One execute, with what it ran with (``execute(..., detail=True)`` returns it).
+
+    ``outputs``: the method's outputs; ``options``: backend -> option -> value in force for
+    *this* execute (read on the worker right after it, so a change racing with it can't
+    mislabel it); ``instance``: the instance that ran it; ``latency_s``: the time of the
+    execute on the worker (not the queueing before it).
+    """
+
+    outputs: list[Any]
+    options: Mapping[str, Mapping[str, Any]]
+    instance: str
+    latency_s: float
 
 
 def _settle(fut: asyncio.Future, exc: BaseException | None = None, value: Any = None) -> None:
@@ -116,7 +132,7 @@ class Instance:
         self._blocked = True  # paused, or not running: execute takes the slow path
         self._wake = anyio.Event()
         self._rate = spec.target_rate_hz
-        self._base = [0, 0, 0]  # executes, failures, restarts of workers that are gone
+        self._base = [0, 0, 0, 0]  # executes, failures, restarts, rejected of workers that are gone
         self.replacements = 0
         self._fail_reason: str | None = None
         self._fail_exc: BaseException | None = None
@@ -124,11 +140,14 @@ class Instance:
         self._worker: Worker | None = None
         self._ready: dict[Worker, asyncio.Future] = {}
         self._exit: dict[Worker, asyncio.Future] = {}
+        self._acks: set[asyncio.Future] = set()  # option changes sent, not yet in force
 
     # -- the hot path -------------------------------------------------------------------
     async def execute(self, inputs: Sequence[Any], backend_options: Mapping[str, Mapping[str, Any]] | None = None,
-                      *, method: str | None = None) -> list[Any]:
-        """Runs the method once on this instance's worker; returns its outputs.
+                      *, method: str | None = None, detail: bool = False) -> Any:
+        """Runs the method once on this instance's worker; returns its outputs (a list), or
+        with ``detail=True`` an :class:`Execution`: the outputs plus the options this execute
+        ran with, the instance and the execute's latency.
 
         ``method`` picks another of the pool's ``methods`` (they share this instance's state);
         default: the pool's method. ``backend_options`` overrides hot options for this call only. On a paused instance
@@ -136,6 +155,8 @@ class Instance:
         Cancelling the call abandons its result (a request already queued still runs).
 
         Raises:
+            ExecuteRejectedError: the inputs (count, dtype, shape) or ``backend_options`` were
+                refused (also an InvalidArgumentError; counted as ``rejected``, not a failure).
             ExecuteError: the Method raised (``__cause__`` is its exception; the instance
                 restarts per its RestartPolicy).
             DeadlineError: the execute ran past the instance's ``deadline_s``.
@@ -148,8 +169,11 @@ class Instance:
             await self._wait_runnable()
         fut = self._loop.create_future()
         self._in_flight += 1
-        self._worker.inbox.put((fut, inputs, backend_options))  # type: ignore[union-attr]
-        return await fut
+        self._worker.inbox.put((fut, inputs, backend_options, detail))  # type: ignore[union-attr]
+        if not detail:
+            return await fut
+        out, options, dt = await fut
+        return Execution(out, options, self.name, dt)
 
     def _resolve(self, batch: list) -> None:
         """Runs on the loop: results from the worker."""
@@ -243,6 +267,15 @@ class Instance:
         fut = self._exit.pop(w, None)
         if fut is not None:
             _settle(fut)
+        if w is self._worker:
+            self._settle_acks()
+
+    def _settle_acks(self) -> None:
+        """Option changes nobody will put in force (the worker is gone): done, so that no
+        ``set_options`` waits forever; a new worker loads the desired options."""
+        acks, self._acks = self._acks, set()
+        for fut in acks:
+            _settle(fut)
 
     def _mark_failed(self, reason: str, exc: BaseException, w: Worker) -> None:
         if self._state in ("failed", "closed"):
@@ -256,6 +289,7 @@ class Instance:
         if leftovers:
             self._resolve(leftovers)
         self._orch.resources.release(self.reservation)
+        self._settle_acks()
         with bound(instance=self.name, pool=self.pool.name):
             _log.error("instance marked failed and removed from routing", reason=reason)
         self._update()
@@ -290,6 +324,7 @@ class Instance:
         self._base[0] += w.executions
         self._base[1] += w.failures + 1
         self._base[2] += w.restarts
+        self._base[3] += w.rejected
         self.replacements += 1
         moved = _queued(w)
         while w.mailbox:  # the replacement loads the desired options directly
@@ -334,6 +369,7 @@ class Instance:
                 if w is not None:
                     self._abandon(w)
         self._state = "closed"
+        self._settle_acks()
         self._update()
 
     def _abandon(self, w: Worker) -> None:
@@ -344,6 +380,7 @@ class Instance:
             self._base[0] += w.executions
             self._base[1] += w.failures
             self._base[2] += w.restarts
+            self._base[3] += w.rejected
         w.abandoned = True
         w.resolve = self._resolve_late
         w.kill()
@@ -411,18 +448,21 @@ class Instance:
     def target_rate_hz(self) -> float | None:
         return self._rate
 
-    def options_in_force(self) -> dict[str, dict[str, Any]]:
+    def options(self) -> Mapping[str, Mapping[str, Any]]:
+        """The options in force: backend -> option -> value, as the next execute runs with
+        them (after ``await set_options(...)`` returns, they include its change). Empty
+        while the instance has no Method loaded."""
         w = self._worker
         m = w.method if w is not None else None
         if m is None:
-            return {}
-        out = {}
-        for b in self.pool.backends:
-            try:
-                out[b] = m.backend_options(b)
-            except OrchestraError:  # pragma: no cover - closed under us
-                pass
-        return out
+            return MappingProxyType({})
+        if isinstance(m, (Method, MethodSet)):
+            return m.options()
+        return _frozen({b: m.backend_options(b) for b in self.pool.backends})  # a worker process's last reply
+
+    def options_in_force(self) -> dict[str, dict[str, Any]]:
+        """The options in force as plain dicts (see :meth:`options`)."""
+        return {b: dict(v) for b, v in self.options().items()}
 
     def value(self, backend: str, option: str) -> Any:
         """The desired (in force or pending) value of one option."""
@@ -438,10 +478,82 @@ class Instance:
             return Origin(self._sources.get((backend, option), "spec"), vals[option])
         return Origin("default", self.pool.option_specs[backend][option].default)
 
+    def _checked(self, changes: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+        """``changes`` validated the way a Method validates them (unknown backend or option,
+        wrong type or choice: InvalidArgumentError), and refused where the resource binding
+        owns the option (ResourceError: change the binding with ``Pool.move``)."""
+        where = f"instance {self.name!r}"
+        if not isinstance(changes, Mapping):
+            raise InvalidArgumentError(f"{where}: options must be a mapping backend -> {{option: value}}, "
+                                       f"got {type(changes).__name__}")
+        pool = self.pool
+        out: dict[str, dict[str, Any]] = {}
+        for b, vals in changes.items():
+            specs = pool.option_specs.get(b)
+            if specs is None:
+                raise InvalidArgumentError(f"{where}: backend {b!r} is not used by method(s) "
+                                           f"{', '.join(map(repr, pool.methods))} (it delegates to: "
+                                           f"{', '.join(pool.backends) or 'no backend'})")
+            if not isinstance(vals, Mapping):
+                raise InvalidArgumentError(f"{where}: options of backend {b!r} must be a mapping option -> value, "
+                                           f"got {type(vals).__name__}")
+            bound_opts = self.reservation.options.get(b, {})
+            for k, v in vals.items():
+                s = specs.get(k)
+                if s is None:
+                    raise InvalidArgumentError(f"{where}: backend {b!r} has no option {k!r} "
+                                               f"(options: {', '.join(specs) or 'none'})")
+                if k in bound_opts and not s.hot:
+                    raise ResourceError(f"{where}: {b} option {k!r} is set by its binding {dict(self.reservation.bind)} "
+                                        f"({k}={bound_opts[k]!r}); change the binding with "
+                                        f"Pool.move({self.name!r}, bind) instead")
+                out.setdefault(b, {})[k] = s.check(v, b)
+        return out
+
+    async def set_options(self, options: Mapping[str, Mapping[str, Any]]) -> None:
+        """Changes this instance's options: ``{backend: {option: value}}``, every value in
+        one snapshot. Returns once the change is in force: at the instance's next execute
+        boundary (after the execute running now), or at once when it is idle; from then
+        :meth:`options` shows it and every execute runs with it. ``explain()`` reports these
+        values with source ``"api"`` (a policy that proposes the same option later wins
+        again; one that stops proposing it returns it to this value).
+
+        Raises:
+            InvalidArgumentError: unknown backend or option, wrong type, value outside choices.
+            ResourceError: the option is set by the instance's resource binding (an NPU core,
+                its device): change the binding with ``Pool.move``.
+            OrchestraError: the backend failed to re-initialise with the new values (the
+                instance keeps the old ones).
+        """
+        checked = self._checked(options)
+        if not checked:
+            return
+        base = {b: dict(v) for b, v in self.baseline.items()}
+        now, wall = time.monotonic(), time.time()
+        for b, vals in checked.items():
+            base.setdefault(b, {}).update(vals)
+            for k, v in vals.items():
+                self._sources[(b, k)] = "api"
+                self.origins[(b, k)] = Origin("api", v, at=now, wall=wall)
+        self.baseline = _frozen(base)
+        await self._send(checked)
+
     def apply_options(self, changes: Mapping[str, Mapping[str, Any]], *, cpus: tuple[int, ...] | None = None) -> asyncio.Future:
-        """Makes ``changes`` (backend -> option -> value) this instance's desired options and
-        sends them to the worker as one change. Returns a future set once they are
-        published (in force from the next execute), with an exception if they failed."""
+        """Validates ``changes`` like :meth:`set_options`, makes them this instance's desired
+        options and sends them to the worker as one change. Returns a future set once they
+        are in force, with an exception if they failed."""
+        checked = self._checked(changes)
+        now, wall = time.monotonic(), time.time()
+        for b, vals in checked.items():
+            for k, v in vals.items():
+                self.origins[(b, k)] = Origin("api", v, at=now, wall=wall)
+        return self._send(checked, cpus=cpus)
+
+    def _send(self, changes: Mapping[str, Mapping[str, Any]], *, cpus: tuple[int, ...] | None = None) -> asyncio.Future:
+        """Makes ``changes`` (backend -> option -> value, already validated) this instance's
+        desired options and sends them to the worker as one change. Returns a future set
+        once they are in force, with an exception if they failed. (The engine and
+        ``Pool.move`` use it; they keep ``origins`` themselves.)"""
         merged = {b: dict(v) for b, v in self.desired.items()}
         init_only = set()
         for b, vals in changes.items():
@@ -455,6 +567,9 @@ class Instance:
         if w is None or self._state in ("failed", "closed") or w.state in ("failed", "stopped"):
             _settle(done)
             return done
+        acks = self._acks
+        acks.add(done)
+        done.add_done_callback(acks.discard)
         ch = OptionChange(_frozen(changes), frozenset(init_only), cpus, lambda exc: _settle(done, exc))
         w.mailbox.append(ch)
         w.inbox.put(WAKE)
@@ -462,11 +577,15 @@ class Instance:
 
     def counters(self) -> tuple[int, int, int]:
         """(executes, failures, restarts) over every worker this instance had."""
+        return self._counts()[:3]
+
+    def _counts(self) -> tuple[int, int, int, int]:
+        """(executes, failures, restarts, rejected) over every worker this instance had."""
         w = self._worker
-        ex, fa, re = self._base
+        ex, fa, re, rj = self._base
         if w is not None and not w.abandoned:
-            ex, fa, re = ex + w.executions, fa + w.failures, re + w.restarts
-        return ex, fa, re
+            ex, fa, re, rj = ex + w.executions, fa + w.failures, re + w.restarts, rj + w.rejected
+        return ex, fa, re, rj
 
     def describe(self) -> dict[str, Any]:
         """Cheap: who this is, what it is bound to, the options in force (what a pipeline's
@@ -476,7 +595,7 @@ class Instance:
 
     def statistics(self) -> InstanceStatistics:
         w = self._worker
-        ex, fa, re = self.counters()
+        ex, fa, re, rj = self._counts()
         in_force = self.options_in_force()
         pending = {}
         for b, vals in self.desired.items():
@@ -487,7 +606,7 @@ class Instance:
         return InstanceStatistics(
             name=self.name, pool=self.pool.name, state=self.state, binding=self.reservation.bind,
             cpus=self.reservation.cpus, executes=ex, failures=fa, restarts=re, replacements=self.replacements,
-            in_flight=self._in_flight, latency=self.latency.summary(), options=_frozen(in_force),
+            rejected=rj, in_flight=self._in_flight, latency=self.latency.summary(), options=_frozen(in_force),
             pending=_frozen(pending), paused=self._paused, target_rate_hz=self._rate, last_error=err,
             threads=None if w is None or w.state == "loading" else thread_budget(
                 self.spec.placement, w.blas, w.blas_source, in_force, self._thread_options()))
@@ -540,7 +659,7 @@ class Pool:
         self._sticky: collections.OrderedDict[Hashable, Instance] = collections.OrderedDict()
         self._rr = 0
         self._routed = 0
-        self._gone = [0, 0, 0, 0]  # executes, failures, restarts, replacements of removed instances
+        self._gone = [0, 0, 0, 0, 0]  # executes, failures, restarts, rejected, replacements of removed instances
         self._avail = anyio.Event()
         self._template: InstanceSpec | None = None
         self._closed = False
@@ -615,10 +734,13 @@ class Pool:
 
     async def execute(self, inputs: Sequence[Any], *, key: Hashable | None = None,
                       backend_options: Mapping[str, Mapping[str, Any]] | None = None,
-                      method: str | None = None) -> list[Any]:
+                      method: str | None = None, detail: bool = False) -> Any:
         """Runs the method once on a routed instance (see the class docstring). ``method``
         picks another of the pool's ``methods`` (default: the pool's method); route the
-        calls that share state (a sequence's prefill and decodes) with one ``key``."""
+        calls that share state (a sequence's prefill and decodes) with one ``key``.
+        Returns the outputs, or with ``detail=True`` an :class:`Execution` (the outputs, the
+        options that execute ran with, the instance that ran it, its latency). Raises what
+        :meth:`Instance.execute` raises."""
         if method is not None and method != self.method:
             inputs = self._for_method(method, inputs)
         self._routed += 1
@@ -633,7 +755,7 @@ class Pool:
             sticky.move_to_end(key)
             while len(sticky) > self.max_sticky_keys:
                 sticky.popitem(last=False)  # the least recently routed key
-        return await inst.execute(inputs, backend_options)
+        return await inst.execute(inputs, backend_options, detail=detail)
 
     def routed_to(self, key: Hashable) -> str | None:
         """The instance ``key`` sticks to, if any."""
@@ -750,7 +872,7 @@ class Pool:
 
     def _forget(self, inst: Instance) -> None:
         if self._instances.get(inst.name) is inst:  # its counts stay in the pool's running totals
-            for k, v in enumerate((*inst.counters(), inst.replacements)):
+            for k, v in enumerate((*inst._counts(), inst.replacements)):
                 self._gone[k] += v
         self._instances.pop(inst.name, None)
         self._orch._instances.pop(inst.name, None)
@@ -850,7 +972,7 @@ class Pool:
             _log.info("instance moving", binding=dict(new.bind), previous=dict(old.bind), changes=changes,
                       policy=origin.policy if origin else None, reason=origin.reason if origin else "")
         if changes or cpus is not None:
-            done = inst.apply_options(changes, cpus=cpus)
+            done = inst._send(changes, cpus=cpus)
             with anyio.move_on_after(self._orch.apply_timeout) as scope:
                 try:
                     await done
@@ -885,11 +1007,12 @@ class Pool:
 
     def statistics(self) -> PoolStatistics:
         inst = tuple(i.statistics() for i in self._instances.values())
-        ex, fa, re, rp = self._gone
+        ex, fa, re, rj, rp = self._gone
         return PoolStatistics(
             name=self.name, method=self.method, instances=inst,
             executes=ex + sum(s.executes for s in inst), failures=fa + sum(s.failures for s in inst),
             restarts=re + sum(s.restarts for s in inst), replacements=rp + sum(s.replacements for s in inst),
+            rejected=rj + sum(s.rejected for s in inst),
             in_flight=sum(s.in_flight for s in inst), routed=self._routed, keys=len(self._sticky))
 
     def __repr__(self) -> str:

@@ -85,7 +85,7 @@ class Orchestrator:
         self._threads = ThreadLimits(blas_threads, sharing=lambda: len(self._names), available=self._cpu_count)
         self._engine = Engine(self, tuple(policies), tuple(signals), period, poll_interval)
         self._pools: dict[str, Pool] = {}
-        self._gone = (0, 0, 0, 0)  # executes, failures, restarts, replacements of unloaded pools
+        self._gone = (0, 0, 0, 0, 0)  # executes, failures, restarts, replacements, rejected of unloaded pools
         self._instances: dict[str, Instance] = {}
         self._names: dict[str, str] = {}  # instance name -> pool name (claimed while loading too)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -277,18 +277,18 @@ class Orchestrator:
         totals = self._gone
         for ps in pools:
             totals = _add(totals, ps)
-        ex, fa, re, rp = totals
+        ex, fa, re, rp, rj = totals
         return OrchestratorStatistics(
             pools=pools, engine_runs=e.runs,
             changes_applied=e.changes, actions_applied=e.actions, proposals_rejected=e.rejected,
             policy_errors=e.errors, signals=MappingProxyType(dict(e.signals)),
-            executes=ex, failures=fa, restarts=re, replacements=rp)
+            executes=ex, failures=fa, restarts=re, replacements=rp, rejected=rj)
 
     def __repr__(self) -> str:
         state = "open" if self._open else "closed" if self._closed else "not started"
         return f"<Orchestrator {state} pools={list(self._pools)}>"
 
 
-def _add(totals: tuple[int, int, int, int], ps: PoolStatistics) -> tuple[int, int, int, int]:
-    ex, fa, re, rp = totals
-    return ex + ps.executes, fa + ps.failures, re + ps.restarts, rp + ps.replacements
+def _add(totals: tuple[int, int, int, int, int], ps: PoolStatistics) -> tuple[int, int, int, int, int]:
+    ex, fa, re, rp, rj = totals
+    return ex + ps.executes, fa + ps.failures, re + ps.restarts, rp + ps.replacements, rj + ps.rejected

@@ -14,6 +14,7 @@ import operator
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -664,10 +665,20 @@ class Method:
         return [di for di, d in enumerate(self._cp.plan.delegates) if d.id in changed]
 
     def _next_state(self, backend_id: str, values: Mapping[str, Any]) -> tuple[_OptionState, _OptionState]:
-        self._check_backend(backend_id)
+        return self._next_states({backend_id: values})
+
+    def _next_states(self, changes: Mapping[str, Mapping[str, Any]]) -> tuple[_OptionState, _OptionState]:
+        if not isinstance(changes, Mapping):
+            raise InvalidArgumentError(f"{self._where}: options must be a mapping backend -> {{option: value}}, "
+                                       f"got {type(changes).__name__}")
         base = self._target
         specs = dict(base.specs)
-        specs[backend_id] = specs[backend_id].replace(values)
+        for backend_id, values in changes.items():
+            self._check_backend(backend_id)
+            if not isinstance(values, Mapping):
+                raise InvalidArgumentError(f"{self._where}: options of backend {backend_id!r} must be a mapping "
+                                           f"option -> value, got {type(values).__name__}")
+            specs[backend_id] = specs[backend_id].replace(values)
         return base, _OptionState(specs)
 
     def _publish(self, base: _OptionState, new: _OptionState) -> None:
@@ -684,6 +695,48 @@ class Method:
             if keep:
                 new.cell.append(keep)
         self._target = new  # the one reference assignment an execute boundary picks up
+
+    def set_options(self, options: Mapping[str, Mapping[str, Any]]) -> None:
+        """Changes this instance's options: ``{backend: {option: value}}``, every backend's
+        values as one snapshot. Returns at once; the new values are in force from the start
+        of the next execute (or :meth:`commit_options`), never inside one; :meth:`options`
+        shows them from then. Changing an init-only option re-initialises that backend's
+        delegates at that boundary (the new handles are built, swapped in, then the old ones
+        destroyed). Everything is checked before anything changes.
+
+        Raises:
+            InvalidArgumentError: unknown backend or key, wrong type, value outside choices.
+        """
+        base, new = self._next_states(options)
+        self._publish(base, new)
+
+    def options(self) -> Mapping[str, Mapping[str, Any]]:
+        """The options in force: backend -> option -> value (a read-only snapshot, as of the
+        last execute boundary or :meth:`commit_options`)."""
+        return MappingProxyType(self._active.specs)
+
+    def commit_options(self) -> None:
+        """Puts the options set since the last execute in force now instead of at the next
+        execute. Call it on the thread that executes, between executes (an orchestrator's
+        worker does, when idle). An init-only change re-initialises its delegates here; if
+        that fails the Method keeps the options it had and this raises the backend's error."""
+        if self._closed:
+            raise OrchestraError(f"{self._where}: commit_options on a closed Method", Error.InvalidState)
+        busy = self._busy
+        if busy[0]:
+            raise OrchestraError(f"{self._where}: commit_options while an execute is running", Error.InvalidState)
+        target = self._target
+        if target is self._active:
+            return
+        busy[0] = True
+        try:
+            self._switch(target)
+        except BaseException:
+            if self._target is target:
+                self._target = self._active  # the change failed: keep what is in force
+            raise
+        finally:
+            busy[0] = False
 
     def set_backend_options(self, backend_id: str, values: Mapping[str, Any]) -> None:
         """Changes this instance's options for ``backend_id``. Returns at once; the new
