@@ -391,6 +391,9 @@ class ProcessWorker(WorkerBase):
                 return
             e = sent.popleft()
             if isinstance(e, OptionChange):
+                if results:  # the executes before the change answer first
+                    self.resolve(results)
+                    results = []
                 if r[0] == "ok" and len(r) > 1:
                     m.forced = r[1]  # the options in force now
                 self._answered(e, None if r[0] == "ok" else r[1])

@@ -359,6 +359,8 @@ class Worker(WorkerBase):
         if prep is not None:
             if prep.is_alive():
                 return
+        self._flush()  # results of the executes before the change reach their callers first
+        if prep is not None:
             self._prep = None
             ch, self._prepared = self._prepared, None
             if ch is not None:
