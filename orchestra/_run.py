@@ -194,6 +194,10 @@ class _Counted:
         counts[hit[1]] = counts.get(hit[1], 0) + 1
         return ex
 
+    def record_frame_latency(self, seconds: float) -> None:
+        """The pipeline's frame latency (queueing included), for the instance's policies."""
+        self.instance.record_frame_latency(seconds)
+
     def describe(self) -> Mapping[str, Any]:
         return self.instance.describe()
 

@@ -308,11 +308,15 @@ class Engine:
             options[b] = MappingProxyType({k: inst.value(b, k) for k in bs})
             specs[b] = MappingProxyType({k: (s.type.__name__, s.hot, s.choices) for k, s in bs.items()})
         lat = inst.latency.summary()
-        ex, fa, _ = inst.counters()
+        frames = inst.frame_latency.summary() if inst.serves_pipeline else None
+        ex, fa, _, _ = inst._counts()
         return InstanceView(name=inst.name, bind=inst.reservation.bind, backends=pool.backends,
                             options=MappingProxyType(options), option_specs=MappingProxyType(specs),
                             executions=ex, failures=fa, latency_p50=lat.p50,
-                            latency_p95=lat.p95, paused=inst.paused, pool=pool.name)
+                            latency_p95=lat.p95, paused=inst.paused, pool=pool.name,
+                            frame_latency_p50=frames.p50 if frames else 0.0,
+                            frame_latency_p95=frames.p95 if frames else 0.0,
+                            serves_pipeline=frames is not None)
 
     def _check_options(self, p: Policy, prop: Proposal) -> tuple[dict[tuple[str, str, str], tuple[Any, str]], int]:
         out: dict[tuple[str, str, str], tuple[Any, str]] = {}

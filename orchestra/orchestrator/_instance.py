@@ -126,6 +126,8 @@ class Instance:
             k: Origin(src, baseline[k[0]][k[1]], at=now, wall=wall) for k, src in sources.items()}
         self.action_origins: dict[str, Origin] = {}
         self.latency = LatencyWindow()
+        self.frame_latency = LatencyWindow()  # frames of the pipeline it serves, queueing included
+        self.serves_pipeline = False
         self._in_flight = 0
         self._state = "starting"
         self._paused = False
@@ -174,6 +176,13 @@ class Instance:
             return await fut
         out, options, dt = await fut
         return Execution(out, options, self.name, dt)
+
+    def record_frame_latency(self, seconds: float) -> None:
+        """A pipeline this instance serves processed a frame in ``seconds`` (capture to
+        result, queueing included). The pipeline calls it; policies read the window
+        (``InstanceView.frame_latency_p95``; ``latency_target`` acts on it by default)."""
+        self.serves_pipeline = True
+        self.frame_latency.record(seconds)
 
     def _resolve(self, batch: list) -> None:
         """Runs on the loop: results from the worker."""
