@@ -42,7 +42,7 @@ class PowerModeCounter:
 
     async def execute(self, inputs: list) -> list:
         out = await self.instance.execute(inputs)
-        self.by_mode[self.instance.options_in_force()["NpuSimBackend"]["power_mode"]] += 1
+        self.by_mode[self.instance.options()["NpuSimBackend"]["power_mode"]] += 1
         return out
 
     def describe(self):  # noqa: ANN201 - what the pipeline's statistics show

@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import itertools
 import time
-import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -91,14 +90,7 @@ def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict]:
 
 def adder_program() -> Any:
     """forward(x[4]) = Adder(x)."""
-    sub = ProgramBuilder()
-    s = sub.method("forward")
-    s.output(s.call("aten::add.Scalar_out", s.input(np.float32, (4,)), 0.0))
-    b = ProgramBuilder()
-    f = b.method("forward")
-    (y,) = f.delegate(ADD, sub, [f.input(np.float32, (4,))])
-    f.output(y)
-    return load_program(b.to_bytes())
+    return load_program(_bytes_of_adder())
 
 
 def npu_program() -> Any:
@@ -268,3 +260,61 @@ async def test_each_execution_reports_the_options_it_ran_with(placement: str) ->
             done[0].options[ADD]["add"] = 99.0  # type: ignore[index]  # a read-only snapshot
         plain = await p.execute([X4])  # without detail: the outputs, as before
         assert isinstance(plain, list) and len(plain) == 1
+
+
+# -- item 4: one vocabulary; the old names still work, with a DeprecationWarning -------------
+@pytest.mark.anyio
+async def test_one_vocabulary_and_the_old_names_as_deprecated_aliases(tmp_path: Any) -> None:
+    prog = adder_program()
+    m = prog.load_method("forward")
+    with pytest.deprecated_call(match=r"use set_options\(\{backend: values\}\)"):
+        m.set_backend_options(ADD, {"add": 1.0})
+    m.execute([X4])
+    with pytest.deprecated_call(match=r"use options\(\)\[backend\]"):
+        assert m.backend_options(ADD)["add"] == 1.0
+    assert m.options()[ADD]["add"] == 1.0
+    m.close()
+    pi = prog.load_methods(["forward"])
+    pi.set_options({ADD: {"add": 3.0}})
+    with pytest.deprecated_call():
+        pi.set_backend_options(ADD, {"add": 4.0})
+    np.testing.assert_array_equal(pi.execute("forward", [X4])[0], X4 + 4)
+    assert pi.options()[ADD]["add"] == 4.0
+    pi.close()
+    path = tmp_path / "camera_net.pte"
+    path.write_bytes(_bytes_of_adder())
+    async with Orchestrator(period=None) as orch:
+        # the default pool name follows the TOML rule: the file's stem, else the method name
+        from_file = await orch.load(str(path), instances=[InstanceSpec("f")])
+        again = await orch.load(str(path), instances=[InstanceSpec("g")])
+        from_bytes = await orch.load(prog, instances=[InstanceSpec("i"), InstanceSpec("j")])
+        assert (from_file.name, again.name, from_bytes.name) == ("camera_net", "camera_net2", "forward")
+        # orch.pools and pool.instances: the same shape (name -> object)
+        assert dict(orch.pools) == {"camera_net": from_file, "camera_net2": again, "forward": from_bytes}
+        assert dict(from_bytes.instances) == {"i": from_bytes["i"], "j": from_bytes["j"]}
+        await from_bytes.set_options({ADD: {"add": 2.0}})  # every instance, in force when it returns
+        assert {n: o[ADD]["add"] for n, o in from_bytes.options().items()} == {"i": 2.0, "j": 2.0}
+        inst = from_bytes["i"]
+        with pytest.deprecated_call(match=r"use await set_options\(changes\)"):
+            await inst.apply_options({ADD: {"add": 5.0}})
+        with pytest.deprecated_call(match=r"use options\(\)"):
+            assert inst.options_in_force()[ADD]["add"] == 5.0
+        await inst.execute([X4])
+        with pytest.deprecated_call(match=r"use statistics\(\)"):
+            assert inst.counters() == (1, 0, 0)
+        assert (inst.statistics().executes, inst.statistics().failures) == (1, 0)
+        with pytest.deprecated_call(match=r"use await pool.aclose\(\)"):
+            await again.close()
+        await from_file.aclose()
+        assert len(again) == 0 and len(from_file) == 0
+
+
+def _bytes_of_adder() -> bytes:
+    sub = ProgramBuilder()
+    s = sub.method("forward")
+    s.output(s.call("aten::add.Scalar_out", s.input(np.float32, (4,)), 0.0))
+    b = ProgramBuilder()
+    f = b.method("forward")
+    (y,) = f.delegate(ADD, sub, [f.input(np.float32, (4,))])
+    f.output(y)
+    return b.to_bytes()

@@ -302,7 +302,7 @@ async def test_rfc_four_cameras_each_instance_on_its_cameras_core_all_in_paralle
     runs = 12
     async with Orchestrator(resources=npu_pool(npu), period=None) as orch:
         p = await orch.load(prog, method="forward", instances=cams())
-        assert p.instances == tuple(CAMERAS)
+        assert tuple(p.instances) == tuple(CAMERAS) and p.instances["front"] is p["front"]
         got: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {c: [] for c in CAMERAS}
 
         async def camera(c: str, seed: int) -> None:
@@ -703,7 +703,7 @@ async def test_add_remove_drains_and_scale_binds_free_units(npu: NpuDevice) -> N
     async with Orchestrator(resources=npu_pool(npu), period=None) as orch:
         p = await orch.load(prog, instances=cams(["front"]))
         await p.add(InstanceSpec("rear", bind={f"{npu.name}.core": 1}, backend_options={PROBE: {"label": "rear"}}))
-        assert p.instances == ("front", "rear")
+        assert tuple(p.instances) == ("front", "rear")
         # remove drains: requests already queued complete
         slow = {PROBE: {"sleep_s": 0.02}}
         results = []
@@ -741,7 +741,7 @@ async def test_add_remove_drains_and_scale_binds_free_units(npu: NpuDevice) -> N
         assert ei.value.code is Error.OutOfResources and len(p) == 4
         # scale down removes the most recently added
         removed = await p.scale(2)
-        assert removed == ("forward-3", "forward-2") and p.instances == ("front", "forward-1")
+        assert removed == ("forward-3", "forward-2") and tuple(p.instances) == ("front", "forward-1")
         freed = cores["forward-3"]
         await p.add(InstanceSpec("again", bind={f"{npu.name}.core": freed}, backend_options={PROBE: {"label": "again"}}))
         # running totals: rear's 5, then one each on front and forward-1..3 (two of them removed since)
@@ -778,7 +778,7 @@ async def test_scale_to_and_move_actions_from_a_policy(npu: NpuDevice) -> None:
             run = await orch.refresh()
         assert any(e["event"] == "policy action failed" and f"{npu.name}.core 0 is held by instance 'rear'" in e["error"]
                    for e in logs)
-        assert len(p) == 3 and p.instances[-1] == "forward-1" and p["forward-1"].binding == {f"{npu.name}.core": 1}
+        assert len(p) == 3 and list(p.instances)[-1] == "forward-1" and p["forward-1"].binding == {f"{npu.name}.core": 1}
         assert p["front"].binding == {f"{npu.name}.core": 3}  # the failed move changed nothing
 
 

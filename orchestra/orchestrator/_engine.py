@@ -27,7 +27,7 @@ Each run:
    proposes any more goes back to its baseline);
 6. diffs against what is in force or pending and sends each instance its changes as ONE
    change: the worker publishes them back to back at one execute boundary
-   (``set_backend_options`` per backend, or ``prepare_backend_options`` on a helper thread
+   (``set_options``, or ``prepare_backend_options`` on a helper thread
    for an init-only change of one backend), so every execute sees one consistent
    snapshot. Hot changes are in force for every execute that starts after the run;
    init-only ones once prepared (a run waits up to ``apply_timeout`` for that).
@@ -496,7 +496,7 @@ class Engine:
     def explain(self) -> Explanation:
         out = []
         for inst in self._orch._instances.values():
-            in_force = inst.options_in_force()
+            in_force = inst.options()
             for b in inst.pool.backends:
                 for opt in inst.pool.option_specs[b]:
                     value = inst.value(b, opt)

@@ -13,6 +13,7 @@ import dataclasses
 import math
 import queue
 import time
+import warnings
 from collections.abc import Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -21,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ..errors import InvalidArgumentError, NotFoundError, OrchestraError
-from ..runtime import Method, OptionSpec, Program, get_backend_class
+from ..runtime import OptionSpec, Program, get_backend_class
 from ..telemetry import LatencyWindow, bound, get_logger
 from ._errors import DeadlineError, InstanceClosedError, InstanceFailedError, ResourceError
-from ._methods import MethodSet, Routed
+from ._methods import Routed
 from ._resources import Reservation
 from ._spec import InstanceSpec
 from ._stats import InstanceStatistics, PoolStatistics
@@ -465,12 +466,11 @@ class Instance:
         m = w.method if w is not None else None
         if m is None:
             return MappingProxyType({})
-        if isinstance(m, (Method, MethodSet)):
-            return m.options()
-        return _frozen({b: m.backend_options(b) for b in self.pool.backends})  # a worker process's last reply
+        return m.options()  # a Method, a MethodSet, or a worker process (as of its last reply)
 
     def options_in_force(self) -> dict[str, dict[str, Any]]:
-        """The options in force as plain dicts (see :meth:`options`)."""
+        """Deprecated: :meth:`options`."""
+        warnings.warn("Instance.options_in_force() is deprecated; use options()", DeprecationWarning, stacklevel=2)
         return {b: dict(v) for b, v in self.options().items()}
 
     def value(self, backend: str, option: str) -> Any:
@@ -516,7 +516,10 @@ class Instance:
                     raise ResourceError(f"{where}: {b} option {k!r} is set by its binding {dict(self.reservation.bind)} "
                                         f"({k}={bound_opts[k]!r}); change the binding with "
                                         f"Pool.move({self.name!r}, bind) instead")
-                out.setdefault(b, {})[k] = s.check(v, b)
+                try:
+                    out.setdefault(b, {})[k] = s.check(v, b)
+                except InvalidArgumentError as exc:
+                    raise InvalidArgumentError(f"{where}: {exc.message}", exc.code) from None
         return out
 
     async def set_options(self, options: Mapping[str, Mapping[str, Any]]) -> None:
@@ -548,9 +551,10 @@ class Instance:
         await self._send(checked)
 
     def apply_options(self, changes: Mapping[str, Mapping[str, Any]], *, cpus: tuple[int, ...] | None = None) -> asyncio.Future:
-        """Validates ``changes`` like :meth:`set_options`, makes them this instance's desired
-        options and sends them to the worker as one change. Returns a future set once they
-        are in force, with an exception if they failed."""
+        """Deprecated: ``await set_options(changes)``. Validates ``changes`` like it, sends
+        them, and returns a future set once they are in force."""
+        warnings.warn("Instance.apply_options(changes) is deprecated; use await set_options(changes)",
+                      DeprecationWarning, stacklevel=2)
         checked = self._checked(changes)
         now, wall = time.monotonic(), time.time()
         for b, vals in checked.items():
@@ -585,7 +589,8 @@ class Instance:
         return done
 
     def counters(self) -> tuple[int, int, int]:
-        """(executes, failures, restarts) over every worker this instance had."""
+        """Deprecated: ``statistics()`` (its ``executes``, ``failures``, ``restarts``)."""
+        warnings.warn("Instance.counters() is deprecated; use statistics()", DeprecationWarning, stacklevel=2)
         return self._counts()[:3]
 
     def _counts(self) -> tuple[int, int, int, int]:
@@ -600,12 +605,12 @@ class Instance:
         """Cheap: who this is, what it is bound to, the options in force (what a pipeline's
         statistics show for its executor)."""
         return {"instance": self.name, "pool": self.pool.name, "unit": dict(self.reservation.bind),
-                "options": self.options_in_force(), "state": self.state}
+                "options": {b: dict(v) for b, v in self.options().items()}, "state": self.state}
 
     def statistics(self) -> InstanceStatistics:
         w = self._worker
         ex, fa, re, rj = self._counts()
-        in_force = self.options_in_force()
+        in_force = self.options()
         pending = {}
         for b, vals in self.desired.items():
             diff = {k: v for k, v in vals.items() if b in in_force and in_force[b].get(k) != v}
@@ -692,9 +697,30 @@ class Pool:
         return len(self._instances)
 
     @property
-    def instances(self) -> tuple[str, ...]:
-        """Instance names, in the order they were added."""
-        return tuple(self._instances)
+    def instances(self) -> Mapping[str, Instance]:
+        """Name -> :class:`Instance`, in the order they were added (read-only; the same shape
+        as ``Orchestrator.pools``)."""
+        return MappingProxyType(self._instances)
+
+    def options(self) -> Mapping[str, Mapping[str, Mapping[str, Any]]]:
+        """Instance name -> its options in force (backend -> option -> value; see
+        :meth:`Instance.options`)."""
+        return MappingProxyType({n: i.options() for n, i in self._instances.items()})
+
+    async def set_options(self, options: Mapping[str, Mapping[str, Any]]) -> None:
+        """``await instance.set_options(options)`` for every instance of the pool that is not
+        failed or closed, concurrently; returns once the change is in force on all of them.
+        Everything is checked on every instance before anything changes.
+
+        Raises:
+            InvalidArgumentError / ResourceError: as :meth:`Instance.set_options`.
+        """
+        live = [i for i in self._instances.values() if i._state not in ("failed", "closed")]
+        for inst in live:
+            inst._checked(options)
+        async with anyio.create_task_group() as tg:
+            for inst in live:
+                tg.start_soon(inst.set_options, options)
 
     # -- routing --------------------------------------------------------------------------
     def _routing_changed(self) -> None:
@@ -1000,6 +1026,11 @@ class Pool:
         return True
 
     async def close(self) -> None:
+        """Deprecated: :meth:`aclose` (async objects close with ``aclose``)."""
+        warnings.warn("Pool.close() is deprecated; use await pool.aclose()", DeprecationWarning, stacklevel=2)
+        await self.aclose()
+
+    async def aclose(self) -> None:
         """Drains and removes every instance."""
         self._closed = True
         async with anyio.create_task_group() as tg:

@@ -91,16 +91,9 @@ class MethodSet:
         for m in self._methods.values():
             m.commit_options()
 
-    def set_backend_options(self, backend_id: str, values: Mapping[str, Any]) -> None:
-        for m in self._users(backend_id):
-            m.set_options({backend_id: values})
-
     def prepare_backend_options(self, backend_id: str, values: Mapping[str, Any]) -> None:
         for m in self._users(backend_id):
             m.prepare_backend_options(backend_id, values)
-
-    def backend_options(self, backend_id: str) -> dict[str, Any]:
-        return dict(self._users(backend_id)[0].options()[backend_id])
 
     def statistics(self) -> Any:
         return self.instance.statistics()

@@ -125,7 +125,7 @@ class Orchestrator:
         self._closed = True
         with anyio.CancelScope(shield=True):
             for pool in list(self._pools.values()):
-                await pool.close()
+                await pool.aclose()
         self._pools.clear()
         self._threads.restore()
         _log.info("orchestrator closed")
@@ -166,7 +166,10 @@ class Orchestrator:
         """Loads ``method`` of ``program`` as a pool of ``instances``: holds each binding,
         starts each worker thread, loads each Method on it. All or nothing.
 
-        ``name`` names the pool (default: the method name, made unique). Returns the Pool.
+        ``name`` names the pool. Default, the rule of the TOML config's ``[program] name``:
+        the stem of the program's file (``models/convnet.pte`` -> ``convnet``), or the method
+        name for a program made from bytes; made unique with a number (``convnet2``).
+        Returns the Pool.
 
         ``methods`` (e.g. ``("prefill", "decode")``) makes every instance a program
         instance: those methods (and ``method``, the default of ``execute``) loaded together,
@@ -190,10 +193,12 @@ class Orchestrator:
             for m in methods:
                 program.method_meta(m)
         if name is None:
-            name, k = method, 1
+            src = program.source
+            base = method if src.startswith("<") else (os.path.splitext(os.path.basename(src))[0] or method)
+            name, k = base, 1
             while name in self._pools:
                 k += 1
-                name = f"{method}{k}"
+                name = f"{base}{k}"
         elif not isinstance(name, str) or not name:
             raise InvalidArgumentError(f"pool name must be a non-empty string, got {name!r}")
         elif name in self._pools:
@@ -228,7 +233,7 @@ class Orchestrator:
     async def unload(self, name: str) -> None:
         """Drains and removes a pool."""
         pool = self.pool(name)
-        await pool.close()
+        await pool.aclose()
         if self._pools.pop(name, None) is pool:
             self._gone = _add(self._gone, pool.statistics())
 

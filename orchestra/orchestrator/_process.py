@@ -40,6 +40,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from multiprocessing import shared_memory
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -625,9 +626,9 @@ class WorkerProcess:
         return [v if shape is None else np.array(views.get(k, shape), copy=True)
                 for k, (shape, v) in enumerate(zip(shapes, scalars))]
 
-    def backend_options(self, backend_id: str) -> dict[str, Any]:
-        """Options in force in the child (as of its last reply)."""
-        return dict(self.forced.get(backend_id, {}))
+    def options(self) -> Mapping[str, Mapping[str, Any]]:
+        """Options in force in the child (as of its last reply), read-only."""
+        return MappingProxyType({b: MappingProxyType(dict(v)) for b, v in self.forced.items()})
 
     # -- end ------------------------------------------------------------------------------------
     def kill(self) -> None:

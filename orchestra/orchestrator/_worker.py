@@ -18,7 +18,7 @@ single backend is *prepared* on a short-lived helper thread
 (``Method.prepare_backend_options``) while this thread keeps executing with the old
 values; later changes wait until it is published, and the swap at the next boundary costs
 nothing. Init-only changes spanning several backends are set here
-(``set_backend_options``) and rebuilt at the boundary, to stay atomic.
+(``set_options``) and rebuilt at the boundary, to stay atomic.
 
 CPU placement: ``os.sched_setaffinity(0, cpus)`` called on the worker thread pins that
 thread only (Linux applies affinity per thread; pid 0 is the calling thread). Threads the
@@ -89,7 +89,7 @@ class WorkerBase:
     request, STOP or WAKE; ``get_nowait`` takes back one not run), ``mailbox`` (option
     changes), the counters, ``state`` (loading, running, restarting, failed, stopped),
     ``started``/``current`` for the deadline watchdog, ``abandoned``/``redirect``/``resolve``
-    for a quarantine, ``method`` (``backend_options()`` in force), ``label``, ``start()`` and
+    for a quarantine, ``method`` (``options()`` in force), ``label``, ``start()`` and
     ``kill()``.
     """
 

@@ -12,6 +12,7 @@ import inspect
 import math
 import operator
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -575,7 +576,7 @@ class Method:
 
     __slots__ = ("_cp", "_program", "_name", "_where", "_meta", "_executions", "_failures", "_total",
                  "_last", "_busy", "_closed", "_handles", "_arenas", "_vals", "_slots", "_lists",
-                 "_backends", "_target", "_active", "_ctx", "_reinits", "instruction_cap", "time_limit_s",
+                 "_backends", "_target", "_active", "_ctx", "_reinits", "_view", "instruction_cap", "time_limit_s",
                  "__weakref__")
 
     def __init__(self, compiled: CompiledPlan, backend_options: Mapping[str, Mapping[str, Any]] | None = None, *,
@@ -614,6 +615,7 @@ class Method:
         self._vals = vals
         self._refresh_lists(tuple(compiled.lists))
         self._reinits = 0
+        self._view: tuple[_OptionState, Mapping[str, Mapping[str, Any]]] | None = None
         # One backend object per backend id this method delegates to.
         backends: dict[str, Any] = {}
         for di, d in enumerate(compiled.plan.delegates):
@@ -713,7 +715,11 @@ class Method:
     def options(self) -> Mapping[str, Mapping[str, Any]]:
         """The options in force: backend -> option -> value (a read-only snapshot, as of the
         last execute boundary or :meth:`commit_options`)."""
-        return MappingProxyType(self._active.specs)
+        v = self._view
+        state = self._active
+        if v is None or v[0] is not state:  # made once per snapshot: every caller gets the same object
+            v = self._view = (state, MappingProxyType({b: MappingProxyType(dict(s)) for b, s in state.specs.items()}))
+        return v[1]
 
     def commit_options(self) -> None:
         """Puts the options set since the last execute in force now instead of at the next
@@ -739,19 +745,13 @@ class Method:
             busy[0] = False
 
     def set_backend_options(self, backend_id: str, values: Mapping[str, Any]) -> None:
-        """Changes this instance's options for ``backend_id``. Returns at once; the new
-        values take effect at the start of the next execute, never inside one. Changing an
-        init-only option re-initialises that backend's delegates at that boundary (the new
-        handles are built, swapped in, then the old ones destroyed).
-
-        Raises:
-            InvalidArgumentError: unknown backend or key, wrong type, value outside choices.
-        """
-        base, new = self._next_state(backend_id, values)
-        self._publish(base, new)
+        """Deprecated: ``set_options({backend_id: values})``."""
+        warnings.warn("Method.set_backend_options(backend, values) is deprecated; use "
+                      "set_options({backend: values})", DeprecationWarning, stacklevel=2)
+        self.set_options({backend_id: values})
 
     def prepare_backend_options(self, backend_id: str, values: Mapping[str, Any]) -> None:
-        """Like :meth:`set_backend_options`, but builds the re-initialised delegate handles
+        """Like ``set_options({backend_id: values})``, but builds the re-initialised delegate handles
         now, on the calling thread (any thread, while the Method keeps executing), so the
         swap at the next execute boundary costs nothing."""
         base, new = self._next_state(backend_id, values)
@@ -761,7 +761,9 @@ class Method:
         self._publish(base, new)
 
     def backend_options(self, backend_id: str) -> dict[str, Any]:
-        """The option values in force for ``backend_id`` (as of the last execute boundary)."""
+        """Deprecated: ``dict(options()[backend_id])``."""
+        warnings.warn("Method.backend_options(backend) is deprecated; use options()[backend]",
+                      DeprecationWarning, stacklevel=2)
         return dict(self._active.specs[self._check_backend(backend_id)])
 
     def _switch(self, new: _OptionState) -> None:
