@@ -341,6 +341,7 @@ class Instance:
             ch = w.mailbox.popleft()
             if ch.ack is not None:
                 ch.ack(None)
+        self._settle_acks()  # a change the stuck worker was preparing: the replacement loads it
         exited = self._exit.pop(w, None)
         if exited is not None:
             _settle(exited)  # nobody waits for the abandoned thread
@@ -406,6 +407,7 @@ class Instance:
             ch = w.mailbox.popleft()
             if ch.ack is not None:
                 ch.ack(None)
+        self._settle_acks()
         if batch:
             self._resolve(batch)
 
