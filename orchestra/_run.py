@@ -4,15 +4,17 @@ instance per camera, the policy engine retuning them, a live view, a summary at 
 :func:`run` takes a loaded :class:`~orchestra.config.Config`; the CLI validates the file,
 calls :func:`configure_logging` and maps the result to an exit status:
 
-- 0: every frame was processed or dropped by policy, and the accounting identity held;
+- 0: every frame was processed or dropped by policy, and the accounting identity held
+  (frames whose inputs an instance refused — a caller's mistake, ``ExecuteRejectedError`` —
+  are listed as notes in the summary, not failures);
 - 1: a frame failed, an instance failed permanently, a source raised, or frames were lost;
 - 130: interrupted (SIGINT; 143 for SIGTERM) — sources stopped, queues drained, summary
   printed. A second Ctrl-C drops what is still queued; a third abandons the drain.
 
 Executions are counted per set of options in force: each camera's executor wraps its
-instance and, after every execute, files it under the options the instance's Method had in
-force then (``Instance.options_in_force()``), so a policy's change mid-run shows up as two
-counts. Policy decisions come from diffing ``orch.explain()`` a few times a second (the
+instance and files every execute under the options it ran with
+(``Instance.execute(..., detail=True)`` returns them), so a policy's change mid-run shows up
+as two counts. Policy decisions come from diffing ``orch.explain()`` a few times a second (the
 time of each is the engine's own timestamp, not the poll's).
 """
 
@@ -133,6 +135,7 @@ class RunResult:
     signals: Mapping[str, Any] = field(default_factory=dict)
     engine: Any = None  # OrchestratorStatistics
     problems: list[str] = field(default_factory=list)  # what makes the exit status 1
+    notes: list[str] = field(default_factory=list)  # worth saying, not a failure (rejected inputs)
     accounting: dict[str, str] = field(default_factory=dict)  # camera -> "ok" or the error
     interrupted_by: int | None = None  # the signal number
     drained: bool = True  # False: a second signal dropped the queued frames
@@ -162,22 +165,48 @@ def _with_batch_dim(frame: Any) -> list[Any]:
 
 
 class _Counted:
-    """An instance as a pipeline executor that counts its executes per option snapshot."""
+    """An instance as a pipeline executor that counts its executes per option snapshot (the
+    options each execute ran with, from ``execute(..., detail=True)``) and the requests the
+    instance rejected (the caller's mistake: not a failure of the run; the frame is dropped
+    with reason ``"rejected"`` where the pipeline has ``FrameDropped``). ``execute`` returns
+    the :class:`~orchestra.orchestrator.Execution` (outputs + options): the pipeline hands
+    its options on with the result."""
 
-    __slots__ = ("counts", "instance")
+    __slots__ = ("counts", "instance", "rejected", "last_rejected", "_labels", "_dropped")
 
     def __init__(self, instance: Any) -> None:
+        from . import pipeline
+
         self.instance = instance
         self.counts: dict[_Snapshot, int] = {}
+        self.rejected = 0
+        self.last_rejected = ""
+        self._labels: dict[int, tuple[Any, _Snapshot]] = {}  # id(options) -> (options, snapshot)
+        self._dropped: Any = getattr(pipeline, "FrameDropped", None)
 
-    async def execute(self, inputs: list[Any]) -> list[Any]:
-        out = await self.instance.execute(inputs)
-        # the options this execute ran with: the worker swaps snapshots only at execute
-        # boundaries, and the camera's next frame is not submitted yet (inflight 1)
-        snap = tuple((b, k, v) for b, vals in self.instance.options_in_force().items() for k, v in vals.items())
+    async def execute(self, inputs: list[Any]) -> Any:
+        try:
+            ex = await self.instance.execute(inputs, detail=True)
+        except InvalidArgumentError as exc:  # ExecuteRejectedError: the inputs were refused
+            self.rejected += 1
+            self.last_rejected = exc.message
+            if self._dropped is None:
+                raise
+            raise self._dropped("rejected", f"inputs rejected: {exc.message}") from exc
+        opts = ex.options
+        hit = self._labels.get(id(opts))  # the worker hands out one snapshot object per option set
+        if hit is None or hit[0] is not opts:
+            snap = tuple((b, k, v) for b, vals in opts.items() for k, v in vals.items())
+            if len(self._labels) > 64:
+                self._labels.clear()
+            self._labels[id(opts)] = hit = (opts, snap)
         counts = self.counts
-        counts[snap] = counts.get(snap, 0) + 1
-        return out
+        counts[hit[1]] = counts.get(hit[1], 0) + 1
+        return ex
+
+    def record_frame_latency(self, seconds: float) -> None:
+        """The pipeline's frame latency (queueing included), for the instance's policies."""
+        self.instance.record_frame_latency(seconds)
 
     def describe(self) -> Mapping[str, Any]:
         return self.instance.describe()
@@ -553,9 +582,15 @@ class _Runner:
                 r.problems.append(f"{cam.name}: accounting: {exc}")
             if cam.sink is not None:
                 r.sink_failures[cam.name] = self.group[cam.name].statistics().sink_failures
-            if acc.failed:
-                r.problems.append(f"{cam.name}: {acc.failed} frame{'s' if acc.failed != 1 else ''} failed"
-                                  + (f" (last: {self.group[cam.name].statistics().last_error})"))
+            ex = self.executors[cam.name]
+            rejected = ex.rejected
+            failed = acc.failed - (min(acc.failed, rejected) if ex._dropped is None else 0)
+            last = self.group[cam.name].statistics().last_error
+            if rejected:
+                r.notes.append(f"{cam.name}: {rejected} frame{'s' if rejected != 1 else ''} rejected by the instance, "
+                               f"not a failure (last: {ex.last_rejected})")
+            if failed:
+                r.problems.append(f"{cam.name}: {failed} frame{'s' if failed != 1 else ''} failed (last: {last})")
         for s in r.instances:
             if s.state == "failed":
                 r.problems.append(f"instance {s.name} failed permanently: {s.last_error}")
@@ -726,5 +761,6 @@ def render_summary(r: RunResult) -> str:
     else:
         lines.append("result: ok")
     lines += [f"  {p}" for p in r.problems]
+    lines += [f"  note: {n}" for n in r.notes]
     return "\n".join(lines) + "\n"
 

@@ -378,6 +378,7 @@ class Pipeline:
         dropped = self._dropped
         latency = self._latency
         out_rate = self._out_rate
+        record_frame = getattr(self.executor, "record_frame_latency", None)  # e.g. an orchestrator Instance
         while True:
             try:
                 frame = await stream.get()
@@ -438,6 +439,8 @@ class Pipeline:
                 self._processed += 1
                 lat = t_done - frame.t_capture
                 latency.record(lat)
+                if record_frame is not None:
+                    record_frame(lat)
                 if self._group_latency is not None:
                     self._group_latency.record(lat)
                 out_rate.record(t_done)
