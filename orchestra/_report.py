@@ -39,9 +39,9 @@ class Sample:
     t: float
     input_fps: float
     output_fps: float
-    p50: float
-    p95: float
-    p99: float
+    p50: float | None  # None before the camera's first processed frame
+    p95: float | None
+    p99: float | None
     queue_depth: int
     energy_joules: float | None
     power_w: float | None  # energy per second since the previous sample
@@ -77,11 +77,15 @@ class Timeline:
             power = None
             if e is not None:
                 prev = self._last_energy.get(r.name)
-                if prev is not None and t > prev[0]:
+                if prev is None:
+                    self._last_energy[r.name] = (t, e)
+                elif t - prev[0] >= 0.4:  # over shorter spans the rate is mostly noise
                     power = max(e - prev[1], 0.0) / (t - prev[0])
-                self._last_energy[r.name] = (t, e)
+                    self._last_energy[r.name] = (t, e)
+            seen = r.processed > 0  # no latency before the first frame
             self.samples.setdefault(r.name, []).append(
-                Sample(t, r.input_fps, r.output_fps, r.p50, r.p95, r.p99, r.queue_depth, e, power))
+                Sample(t, r.input_fps, r.output_fps, r.p50 if seen else None, r.p95 if seen else None,
+                       r.p99 if seen else None, r.queue_depth, e, power))
         nums = {k: float(v) for k, v in signals.items()
                 if isinstance(v, (int, float)) and math.isfinite(float(v))}
         self.signals.append((t, nums))

@@ -258,6 +258,7 @@ class _Runner:
         self.frame_hist: dict[str, Histogram] = {}
         self.npus: list[Any] = []
         self.timeline: Any = None
+        self._last_seen: tuple[dict[str, Any], int] = ({}, 0)
         self.dashboard: Dashboard | None = None
         self.error: BaseException | None = None
         self.stop_requested = 0
@@ -437,19 +438,27 @@ class _Runner:
         """Metrics snapshots and timeline samples, each at its own pace."""
         pub = self.opts.publish_s if self.collector is not None else None
         rec = self.opts.record_s if self.timeline is not None else None
-        next_pub = next_rec = time.monotonic()
+        next_pub = next_rec = last_rec = time.monotonic()
         while True:
             now = time.monotonic()
             if pub is not None and now >= next_pub:
                 self.publish()
                 next_pub = now + pub
-            if rec is not None and now >= next_rec:
-                self.sample()
-                next_rec = now + rec
+            if rec is not None and (now >= next_rec or (now >= last_rec + 0.2 and self._moved())):
+                self.sample()  # on time, or early when a signal or a decision moved (a step at its time)
+                next_rec, last_rec = now + rec, now
             waits = [t for t, on in ((next_pub, pub), (next_rec, rec)) if on is not None]
             if not waits:
                 return
-            await anyio.sleep(max(min(waits) - time.monotonic(), 0.01))
+            await anyio.sleep(min(max(min(waits) - time.monotonic(), 0.01), 0.1))
+
+    def _moved(self) -> bool:
+        orch = self.orch
+        now = (dict(orch.signals) if orch is not None else {}, len(self.tracker.decisions))
+        if now != self._last_seen:
+            self._last_seen = now
+            return True
+        return False
 
     async def _ui(self) -> None:
         if self.dashboard is not None:
