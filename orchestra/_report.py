@@ -160,7 +160,8 @@ def _chart(title: str, unit: str, series: Sequence[tuple[str, Sequence[tuple[flo
     def y(v: float) -> float:
         return _T + ph * (1 - (v - lo) / (hi - lo))
 
-    out = [f'<svg class="chart" data-chart="{_e(key)}" xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{_H}" '
+    out = [f'<svg class="chart" data-chart="{_e(key)}" data-t-end="{t_end:.3f}" data-plot="{_L} {_T} {pw} {ph}" '
+           f'data-range="{lo:.6g} {hi:.6g}" xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{_H}" '
            f'viewBox="0 0 {_W} {_H}" role="img" aria-label="{_e(title)}">',
            f'<rect x="{_L}" y="{_T}" width="{pw}" height="{ph}" fill="#fbfbfd" stroke="#ccc"/>']
     for v in _ticks(lo, hi):
