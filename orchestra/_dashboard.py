@@ -11,6 +11,7 @@ plain data in, text out; ``_run`` gathers the data on the event loop.
 from __future__ import annotations
 
 import collections
+import math
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -165,24 +166,31 @@ class _Column:
 def fit_columns(widths: Sequence[int], keep: Sequence[int], width: int, *, gap: int = 2,
                 min_fold: Mapping[int, int] | None = None) -> list[int]:
     """The indexes of the columns to show so that ``widths`` (plus ``gap`` between columns)
-    fit in ``width``: the least important (lowest ``keep``) are dropped first; columns in
-    ``min_fold`` (index -> narrowest it may fold to) count at that width when the natural
-    widths don't fit. The most important column is always kept."""
+    fit in ``width``. The least important (lowest ``keep``) are dropped first, but only
+    those less important than the columns that may fold (``min_fold``: index -> the
+    narrowest it may fold to): when that is not enough, those fold before anything more
+    important goes. The most important column is always kept."""
     fold = dict(min_fold or {})
-    shown = list(range(len(widths)))
+    order = sorted(range(len(widths)), key=lambda c: keep[c])
+    fold_keep = min((keep[i] for i in fold), default=math.inf)
 
     def need(cols: list[int], folded: bool) -> int:
         return sum(min(widths[i], fold[i]) if folded and i in fold else widths[i] for i in cols) + gap * (len(cols) - 1)
 
-    for folded in (False, True):
-        cols = list(shown)
-        for i in sorted(shown, key=lambda c: keep[c]):
-            if need(cols, folded) <= width or len(cols) == 1:
-                break
-            cols.remove(i)
-        if need(cols, folded) <= width or folded:
+    cols = list(range(len(widths)))
+    for i in order:
+        if need(cols, False) <= width:
             return cols
-    return shown  # pragma: no cover
+        if keep[i] >= fold_keep or len(cols) == 1:
+            break
+        cols.remove(i)
+    for i in order:
+        if i not in cols:
+            continue
+        if need(cols, True) <= width or len(cols) == 1:
+            return cols
+        cols.remove(i)
+    return cols
 
 
 def _camera_columns(rows: Sequence[CameraRow]) -> list[_Column]:

@@ -14,6 +14,11 @@ instance and, after every execute, files it under the options the instance's Met
 force then (``Instance.options_in_force()``), so a policy's change mid-run shows up as two
 counts. Policy decisions come from diffing ``orch.explain()`` a few times a second (the
 time of each is the engine's own timestamp, not the poll's).
+
+Everything the views show is gathered on the event loop: the dashboard's frames, the
+metrics snapshots (published for the metrics server's own thread to render), the report's
+timeline samples, and energy from the npu_sim devices' statistics. :func:`summary_dict` is
+the summary as JSON (``--summary-json``).
 """
 
 from __future__ import annotations
@@ -117,7 +122,10 @@ class RunOptions:
     """How to run: ``duration_s`` None runs until interrupted; ``dashboard`` draws the live
     view on ``out`` (only sensible on a terminal), else a status line every
     ``status_interval_s``; ``logs`` is the buffer log lines go to while the dashboard is
-    up (the dashboard shows the latest; the CLI writes them all to stderr after it)."""
+    up (the dashboard prints each once, above its live area). ``metrics_port``: serve
+    ``/metrics``, ``/healthz``, ``/readyz`` and ``/status`` (a snapshot published every
+    ``publish_s``); ``record_s``: sample a timeline for the HTML report this often
+    (``RunResult.timeline``)."""
 
     duration_s: float | None = None
     dashboard: bool = False

@@ -174,3 +174,46 @@ def test_dashboard_in_a_pty_keeps_power_mode_visible(cols: int, rows: int) -> No
     assert everything.count("cameras running") == 1
     assert everything.count("orchestrator started") == 1
     assert "executions per option set" in everything and everything.rstrip().endswith("result: ok")
+
+
+def _rows() -> list[object]:
+    from orchestra._dashboard import CameraRow
+
+    return [CameraRow(name=n, state="running", drop="drop_oldest", input_fps=30.0, output_fps=29.9, p50=0.0012,
+                      p95=0.0051, p99=0.0093, produced=100, processed=98, failed=0, dropped={"evicted": 2},
+                      queue_depth=1, queue_capacity=8, unit=f"npu0.core {i}", options="power_mode=balanced priority=1",
+                      energy_joules=0.00042) for i, n in enumerate(NAMES)]
+
+
+@pytest.mark.parametrize("width", [60, 80, 100, 160])
+def test_frame_fits_the_width_and_keeps_the_options(width: int) -> None:
+    import io
+
+    from orchestra._dashboard import Dashboard, Screen
+
+    screen = Screen(title="orchestra run cameras.toml", elapsed=1.0, duration=5.0, state="running",
+                    cameras=_rows(), decisions=[], signals={"battery.percent": 100})
+    text = Dashboard(io.StringIO()).render_text(screen, width, 24)
+    lines = text.splitlines()
+    assert all(len(line) <= width for line in lines), text
+    assert len(lines) <= 24
+    rows = [line for line in lines if line.split(" ", 1)[0] in NAMES]
+    assert len(rows) == 4, text
+    assert text.count("power_mode=") >= 4 or text.replace("\n", "").count("power_mode") >= 4, text
+    header = next(line for line in lines if line.startswith("camera"))
+    if width >= 160:
+        assert all(h in header for h in ("state", "in fps", "p50 ms", "p99 ms", "unit", "energy"))
+    if width <= 80:
+        assert "unit" not in header and "p99 ms" not in header  # dropped first
+        assert "out fps" in header and "options" in header
+
+
+def test_fit_columns_drops_the_least_important_first() -> None:
+    from orchestra._dashboard import fit_columns
+
+    widths, keep = [6, 10, 10, 30], [100, 10, 50, 90]
+    assert fit_columns(widths, keep, 80) == [0, 1, 2, 3]
+    assert fit_columns(widths, keep, 50) == [0, 2, 3]
+    assert fit_columns(widths, keep, 40) == [0, 3]
+    assert fit_columns(widths, keep, 30, min_fold={3: 16}) == [0, 3]  # the options fold instead of going
+    assert fit_columns(widths, keep, 3) == [0]
