@@ -662,3 +662,11 @@ def test_the_live_view_escapes_control_characters_in_names() -> None:
                                        accounting={evil: "ok"}))
     assert "\x1b" not in summary and "\x00" not in summary
     assert summary.count("cam\\x1b[2J\\x00\\nx") == 2  # the camera table and the executions
+
+
+@pytest.mark.parametrize("flag", ["--summary-json", "--report"])
+def test_an_unwritable_output_path_exits_2_before_running(flag: str, tmp_path: pathlib.Path) -> None:
+    r = _orchestra("run", str(CAMERAS), flag, str(tmp_path / "no" / "such" / "dir" / "out"), "--no-dashboard")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.startswith(f"orchestra: {flag} ") and "no such directory" in r.stderr
+    assert "cameras running" not in r.stderr  # refused before the cameras started
