@@ -144,8 +144,10 @@ def test_readyz_flips_to_503_when_the_run_stops(tmp_path: pathlib.Path) -> None:
     cfg.write_text(SLOW.replace("MODEL", json.dumps(str(MODEL))), encoding="utf-8")
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
+    summary = tmp_path / "summary.json"
     proc = subprocess.Popen([sys.executable, "-m", "orchestra", "run", str(cfg), "--duration", "60", "--no-dashboard",
-                             "--metrics-port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             "--metrics-port", str(port), "--summary-json", str(summary)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             encoding="utf-8", env=_env(), cwd=ROOT)
     seen: list[tuple[int, str]] = []
     health: list[int] = []
@@ -184,6 +186,10 @@ def test_readyz_flips_to_503_when_the_run_stops(tmp_path: pathlib.Path) -> None:
     assert all(code == 503 and body.startswith("not ready: ") for code, body in before), seen  # loading, if caught
     assert seen[-1] == (503, "not ready: stopping"), seen
     assert health and set(health) == {200}
+    # the JSON summary is written after an interrupted run too
+    doc = json.loads(summary.read_text(encoding="utf-8"))
+    assert (doc["result"], doc["interrupted_by"], doc["drained"], doc["exit_code"]) == ("interrupted", "SIGINT", True, 130)
+    assert doc["cameras"][0]["accounting"] == "ok" and doc["cameras"][0]["dropped"]["shutdown"] == 0
 
 
 def test_a_server_without_a_snapshot_is_alive_but_not_ready() -> None:

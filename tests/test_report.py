@@ -192,3 +192,21 @@ def test_report_of_the_main_job_in_headless_chromium(tmp_path: pathlib.Path) -> 
         assert sum(doc["executions"][c["name"]].values()) == c["processed"]
     assert len(doc["decisions"]) == 4
     assert all(re.search(r"T\d\d:\d\d:\d\d\.\d{3}[+-]\d\d:\d\d$", d["time"]) for d in doc["decisions"])
+
+
+def test_timeline_memory_stays_bounded_on_long_runs() -> None:
+    from orchestra._dashboard import CameraRow
+    from orchestra._report import Timeline
+
+    tl = Timeline(["a"], max_points=8)
+    for i in range(1000):  # 1000 ticks of a long run
+        row = CameraRow(name="a", state="running", drop="block", input_fps=1.0, output_fps=1.0, p50=0.001, p95=0.002,
+                        p99=0.003, produced=i, processed=i, failed=0, dropped={}, queue_depth=0, queue_capacity=1,
+                        unit="", options="", energy_joules=0.5 * i)
+        tl.add(float(i), [row], [], {"battery.percent": 100 - i / 10})
+    ts = [s.t for s in tl.samples["a"]]
+    assert len(ts) == tl.points <= 8 and tl.stride >= 128
+    assert ts[0] == 0.0 and ts[-1] >= 1000 - 2 * tl.stride  # still spans the whole run
+    gaps = {b - a for a, b in zip(ts, ts[1:])}
+    assert gaps == {float(tl.stride)}, gaps  # evenly spread
+    assert all(s.power_w == 0.5 for s in tl.samples["a"][1:])  # J/s between samples
