@@ -478,7 +478,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _run_config(args: argparse.Namespace, early: list[int]) -> int:
     from ._dashboard import LogBuffer
-    from ._run import RunOptions, configure_logging, render_summary, run
+    from ._run import RunOptions, configure_logging, render_summary, run, summary_dict
     from .config import _check_for_cli
 
     config, lines = _check_for_cli(args.file)
@@ -486,6 +486,11 @@ def _run_config(args: argparse.Namespace, early: list[int]) -> int:
         _write(sys.stderr, "".join(line + "\n" for line in lines))
         return _EXIT_USER_ERROR
     _write(sys.stderr, "".join(f"{args.file}: warning: {w}\n" for w in config.warnings))
+    for flag, path in (("--summary-json", args.summary_json), ("--report", args.report)):
+        problem = _unwritable(path) if path else None
+        if problem:
+            _write(sys.stderr, f"orchestra: {flag} {path}: {problem}\n")
+            return _EXIT_USER_ERROR
     dashboard = not args.no_dashboard and sys.stdout.isatty()
     logs = None
     log_file = None
@@ -504,9 +509,10 @@ def _run_config(args: argparse.Namespace, early: list[int]) -> int:
     duration = args.duration if args.duration is not None else config.run.duration_s
     try:
         result = run(config, RunOptions(duration_s=duration, dashboard=dashboard, metrics_port=args.metrics_port,
-                                        metrics_host=args.metrics_host, logs=logs), early_signals=early)
+                                        metrics_host=args.metrics_host, logs=logs,
+                                        record_s=1.0 if args.report else None), early_signals=early)
     finally:
-        if logs is not None:  # what the dashboard kept off the screen
+        if logs is not None:  # what the dashboard did not print (it prints each line once, as it comes)
             kept, lost = logs.drain()
             if lost:
                 _write(sys.stderr, f"({lost} earlier log lines not kept)\n")
@@ -515,7 +521,38 @@ def _run_config(args: argparse.Namespace, early: list[int]) -> int:
         if log_file is not None:
             log_file.close()
     _write(sys.stdout, render_summary(result))
+    if args.summary_json:
+        _write_file(args.summary_json, json.dumps(summary_dict(result), indent=2, allow_nan=False) + "\n")
+    if args.report:
+        from ._report import write_report
+
+        write_report(result, args.report)
+        _write(sys.stderr, f"report: {args.report}\n")
     return result.exit_code
+
+
+def _unwritable(path: str) -> str | None:
+    """Why ``path`` can't be written (checked before a run, not to lose its end), or None."""
+    d = os.path.dirname(os.path.abspath(path)) or "."
+    if os.path.isdir(path):
+        return "is a directory"
+    if not os.path.isdir(d):
+        return f"no such directory: {d}"
+    if not os.access(d, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        return "permission denied"
+    return None
+
+
+def _write_file(path: str, text: str) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        from .errors import InvalidArgumentError
+
+        raise InvalidArgumentError(f"{path}: can't write: {exc.strerror or exc}") from None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -561,6 +598,11 @@ def _parser() -> argparse.ArgumentParser:
                      help="the address the metrics server listens on (default 127.0.0.1)")
     run.add_argument("--no-dashboard", action="store_true",
                      help="no live dashboard: a status line every few seconds instead")
+    run.add_argument("--summary-json", metavar="PATH",
+                     help="also write the summary as JSON to PATH (schema orchestra.run.summary/1, see README)")
+    run.add_argument("--report", metavar="PATH.html",
+                     help="write a self-contained HTML report to PATH: per camera over time (frame rate, latency, "
+                     "queue, energy), the policy decisions and the signals behind them")
     run.set_defaults(func=_cmd_run)
     return p
 

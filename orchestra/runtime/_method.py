@@ -622,7 +622,9 @@ class Method:
             if d.id not in backends:
                 b = backends[d.id] = get_backend_class(d.id)
                 if not b.is_available():
-                    raise BackendError(f"{self._where}: delegate {di}: backend {d.id!r} is not available on this machine", Error.DelegateInvalidCompatibility)
+                    hint = getattr(b, "install_hint", "")
+                    raise BackendError(f"{self._where}: delegate {di}: backend {d.id!r} is not available on this machine"
+                                       + (f" ({hint})" if hint else ""), Error.DelegateInvalidCompatibility)
         self._backends = backends
         specs = {bid: RuntimeSpecs(bid, tuple(b.option_specs)) for bid, b in backends.items()}
         for bid, values in (backend_options or {}).items():
