@@ -139,6 +139,7 @@ class RunResult:
     metrics_url: str | None = None
     metrics_scrapes: int = 0
     metrics_renders: int = 0  # scrapes share a rendering made at most once per MetricsServer interval
+    latency: Any = None  # LatencySummary of every camera's frames together (capture to sink), None before the run
 
     @property
     def exit_code(self) -> int:
@@ -461,6 +462,7 @@ class _Runner:
         r.decisions = list(self.tracker.decisions)
         r.signals = dict(self.orch.signals)
         r.engine = self.orch.statistics()
+        r.latency = self.group.statistics().latency
         if r.interrupted_by is not None:
             r.ended_by = "interrupted" if r.interrupted_by == signal.SIGINT else "terminated"
             r.drained = self.stop_requested < 2
