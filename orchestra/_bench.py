@@ -337,13 +337,16 @@ def _with_batch(config: Config, cameras: Sequence[str], batch: Mapping[str, Any]
 # One step through orchestra's run loop
 
 
-def _orchestra_trial(config: Config, options: BenchOptions, n: int) -> tuple[Trial, int | None]:
-    """N copies through ``run``; the trial and the signal that interrupted it (or None)."""
+def _orchestra_trial(config: Config, options: BenchOptions, n: int, pending: list[int]) -> tuple[Trial, int | None]:
+    """N copies through ``run``; the trial and the signal that interrupted it (or None).
+    ``pending``: signals received before (run acts on them at once)."""
     from ._run import RunOptions, deferred_signals, run
 
     cfg = copies_config(config, n, options)
     quiet = io.StringIO()  # run's periodic status lines: the bench prints its own
     with deferred_signals() as early:  # run() takes the signals over; between runs they wait here
+        early.extend(pending)
+        pending.clear()
         result = run(cfg, RunOptions(duration_s=options.duration_s, dashboard=False, status_interval_s=3600.0),
                      out=quiet, err=quiet, early_signals=early)
     produced = sum(c.produced for c in result.cameras)
@@ -398,7 +401,7 @@ def bench(config: Config, options: BenchOptions, *, out: TextIO | None = None,
                 return Trial(n, options.fps, 0.0, 0, 0, 0, 0, None, None, interrupted=True)
             t0 = time.monotonic()
             try:
-                t, sig = _orchestra_trial(config, options, n)
+                t, sig = _orchestra_trial(config, options, n, early)
             except OrchestraError as exc:
                 if n == 1:
                     raise
@@ -431,7 +434,7 @@ def render_step(step: Step) -> str:
     """One line per step: N, held or not, the counts, p50/p99 and the reason."""
     t = step.trial
     if t.interrupted:
-        return f"N={t.streams:<4d} interrupted" + (f" after {t.elapsed_s:.1f} s" if t.elapsed_s else "")
+        return f"N={t.streams:<4d} interrupted" + (f" after {t.elapsed_s:.1f} s" if t.elapsed_s >= 0.05 else "")
     share = f"{100.0 * t.processed / t.produced:5.1f} %" if t.produced else "    - "
     line = (f"N={t.streams:<4d} {'held' if step.held else 'NOT held':<9s}"
             f"produced {t.produced:6d}  processed {t.processed:6d} ({share})  dropped {t.dropped:5d}  "

@@ -24,7 +24,7 @@ import struct
 import sys
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 from .errors import OrchestraError
 from .program import (
@@ -545,6 +545,14 @@ def _percent(text: str) -> float:
     return v
 
 
+def _one_line_errors(parser: argparse.ArgumentParser) -> None:
+    """Usage errors of ``parser`` as one line on stderr (``PROG: error: ...``), status 2."""
+    def error(message: str) -> NoReturn:
+        parser.exit(_EXIT_USER_ERROR, f"{parser.prog}: error: {message} (see --help)\n")
+
+    parser.error = error  # type: ignore[method-assign]
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     import logging
 
@@ -643,7 +651,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="the share of frames that must be produced on time and processed (default 99)")
     ben.add_argument("--placement", choices=("thread", "process"),
                      help="run every copy in this placement (default: the camera's own)")
-    ben.set_defaults(func=_cmd_bench)
+    ben.set_defaults(func=_cmd_bench, usage_parser=ben)
+    _one_line_errors(ben)
     return p
 
 
@@ -651,7 +660,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``orchestra`` command with ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
     parser = _parser()
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:
+            sub = getattr(args, "usage_parser", parser)  # bench: its one-line errors
+            sub.error(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as exc:  # --help, --version, usage errors: argparse's status
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else _EXIT_USER_ERROR)
     try:
