@@ -106,7 +106,9 @@ class RunOptions:
     """How to run: ``duration_s`` None runs until interrupted; ``dashboard`` draws the live
     view on ``out`` (only sensible on a terminal), else a status line every
     ``status_interval_s``; ``logs`` is the buffer log lines go to while the dashboard is
-    up (the dashboard shows the latest; the CLI writes them all to stderr after it)."""
+    up (the dashboard shows the latest; the CLI writes them all to stderr after it).
+    ``latency_window``: how many of the latest frames (all cameras) ``RunResult.latency``
+    is computed over."""
 
     duration_s: float | None = None
     dashboard: bool = False
@@ -116,6 +118,7 @@ class RunOptions:
     refresh_s: float = 0.25
     status_interval_s: float = 2.0
     logs: LogBuffer | None = None
+    latency_window: int = 8192
 
 
 @dataclass
@@ -395,7 +398,7 @@ class _Runner:
                     program = await anyio.to_thread.run_sync(load_program, prog.path)
                     pools[prog.name] = await orch.load(program, method=prog.method, name=prog.name,
                                                        instances=[c.instance_spec() for c in cams])
-                group = Pipelines()
+                group = Pipelines(latency_window=self.opts.latency_window)
                 for cam in cfg.cameras:
                     pool = pools[cam.program]
                     ex = self.executors[cam.name] = _Counted(pool[cam.name])

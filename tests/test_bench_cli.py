@@ -102,6 +102,32 @@ def test_npu_core_bindings_spread_over_the_cores_up_to_their_number() -> None:
     assert "the binding allows 4 copies: device npu0 has 4 cores" in r.stdout
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs two CPUs to bind")
+def test_exclusive_cpu_bindings_spread_over_the_cpus_in_a_real_run(tmp_path: pathlib.Path) -> None:
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    path = tmp_path / "cpus.toml"
+    path.write_text(f"""
+[program]
+path = {json.dumps(str(FIXTURES / "convnet.pte"))}
+
+[device.cpu]
+kind = "cpu"
+cpus = {cpus}
+
+[[camera]]
+name = "cam"
+source = {{ kind = "synthetic", fps = 30, shape = [1, 3, 16, 16] }}
+bind = {{ cpu = {cpus[1]} }}
+""", encoding="utf-8")
+    r = _bench(str(path), "--duration", "1", "--max-streams", "8")
+    assert r.returncode == 0, r.stdout + r.stderr
+    steps = _steps(r.stdout)
+    # the second copy takes the other CPU (the orchestrator refuses two on one exclusive CPU)
+    assert [(s["n"], s["held"]) for s in steps] == [(1, True), (2, True)], r.stdout
+    assert "the binding allows 2 copies: device cpu has 2 cpus, 2 slots of cpu" in r.stdout
+
+
 def test_process_placement() -> None:
     r = _bench(str(BENCH), "--duration", "1", "--max-streams", "2", "--placement", "process")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -109,6 +135,7 @@ def test_process_placement() -> None:
     steps = _steps(r.stdout)
     assert [s["n"] for s in steps] == [1, 2], r.stdout
     assert all(s["processed"] > 0 and s["failed"] == 0 for s in steps), r.stdout
+    assert "thread-placed instances" not in r.stderr  # the orchestrator's warning for N > 1 in threads
 
 
 @pytest.mark.parametrize(("args", "message"), [
