@@ -30,7 +30,7 @@ held and the ratios to the ExecuTorch baseline. On a shared machine the counts m
 load: run it twice before believing a difference of one or two cameras. About 3-5 minutes
 with the defaults on a 2-vCPU VM.
 
-    python benchmarks/bench_capacity.py [--duration 3] [--fps 30] [--p99-ms 100]
+    python benchmarks/bench_capacity.py [--duration 5] [--fps 30] [--p99-ms 100]
         [--max-streams 48] [--runners orchestra-thread,orchestra-process,executorch,onnxruntime]
         [--pte portable,xnnpack] [--cache-dir DIR]
 """
@@ -209,7 +209,7 @@ def _orchestra(pte: pathlib.Path, placement: str, args: argparse.Namespace, on_s
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--duration", type=float, default=3.0, help="seconds per step (default 3)")
+    p.add_argument("--duration", type=float, default=5.0, help="seconds per step (default 5)")
     p.add_argument("--fps", type=float, default=30.0)
     p.add_argument("--p99-ms", type=float, default=100.0)
     p.add_argument("--max-streams", type=int, default=48)

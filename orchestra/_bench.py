@@ -49,6 +49,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from ._run import RunOptions, deferred_signals, run
 from .config import CameraConfig, Config, SourceConfig
 from .errors import Error, InvalidArgumentError, OrchestraError
 
@@ -340,8 +341,6 @@ def _with_batch(config: Config, cameras: Sequence[str], batch: Mapping[str, Any]
 def _orchestra_trial(config: Config, options: BenchOptions, n: int, pending: list[int]) -> tuple[Trial, int | None]:
     """N copies through ``run``; the trial and the signal that interrupted it (or None).
     ``pending``: signals received before (run acts on them at once)."""
-    from ._run import RunOptions, deferred_signals, run
-
     cfg = copies_config(config, n, options)
     quiet = io.StringIO()  # run's periodic status lines: the bench prints its own
     with deferred_signals() as early:  # run() takes the signals over; between runs they wait here
@@ -380,8 +379,6 @@ def bench(config: Config, options: BenchOptions, *, out: TextIO | None = None,
         OrchestraError: the camera can't be copied (no such camera, a source the bench can't
             pace), or one copy can't be set up (the step with N = 1).
     """
-    from ._run import deferred_signals
-
     cam = camera_of(config, options.camera)
     _source(cam.source, cam.name, options.fps, 0)  # refuse an unpaceable source before running anything
     _, cap, cap_reason = binding_plan(config, cam, 1)
