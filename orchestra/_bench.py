@@ -386,11 +386,12 @@ def bench(config: Config, options: BenchOptions, *, out: TextIO | None = None,
         cap_reason = f"the binding allows {cap} cop{'y' if cap == 1 else 'ies'}: {cap_reason}"
     signum: list[int] = []
     steps: list[Step] = []
+    live = out is not None and bool(getattr(out, "isatty", lambda: False)())  # "running" until the step ends
 
     def step_done(step: Step) -> None:
         steps.append(step)
         if out is not None:
-            out.write(render_step(step) + "\n")
+            out.write(("\r\x1b[K" if live else "") + render_step(step) + "\n")
             out.flush()
         if on_step is not None:
             on_step(step)
@@ -401,11 +402,16 @@ def bench(config: Config, options: BenchOptions, *, out: TextIO | None = None,
             early.clear()
             if signum:
                 return Trial(n, options.fps, 0.0, 0, 0, 0, 0, None, None, interrupted=True)
+            if live:
+                out.write(f"N={n:<4d} running ({options.duration_s:g} s) ...")  # type: ignore[union-attr]
+                out.flush()  # type: ignore[union-attr]
             t0 = time.monotonic()
             try:
                 t, sig = _orchestra_trial(config, options, n, early)
             except OrchestraError as exc:
                 if n == 1:
+                    if live:
+                        out.write("\n")  # type: ignore[union-attr]
                     raise
                 return Trial(n, options.fps, time.monotonic() - t0, 0, 0, 0, 0, None, None,
                              problem=f"can't set up {n} copies: {exc}")
