@@ -127,7 +127,8 @@ class RunOptions:
     up (the dashboard prints each once, above its live area). ``metrics_port``: serve
     ``/metrics``, ``/healthz``, ``/readyz`` and ``/status`` (a snapshot published every
     ``publish_s``); ``record_s``: sample a timeline for the HTML report this often
-    (``RunResult.timeline``)."""
+    (``RunResult.timeline``). ``latency_window``: how many of the latest
+    frames (all cameras) ``RunResult.latency`` is computed over."""
 
     duration_s: float | None = None
     dashboard: bool = False
@@ -139,6 +140,7 @@ class RunOptions:
     logs: LogBuffer | None = None
     record_s: float | None = None  # sample a timeline (for --report) this often; None: don't
     publish_s: float = 0.5  # how often the metrics snapshot is refreshed
+    latency_window: int = 8192
 
 
 @dataclass
@@ -169,6 +171,7 @@ class RunResult:
     metrics_snapshots: int = 0  # snapshots the run published for the metrics server
     energy: list[EnergyUse] = field(default_factory=list)  # npu_sim model, per camera and power mode
     timeline: Any = None  # orchestra._report.Timeline when RunOptions.record_s was set
+    latency: Any = None  # LatencySummary of every camera's frames together (capture to sink), None before the run
 
     @property
     def exit_code(self) -> int:
@@ -624,7 +627,7 @@ class _Runner:
                     program = await anyio.to_thread.run_sync(load_program, prog.path)
                     pools[prog.name] = await orch.load(program, method=prog.method, name=prog.name,
                                                        instances=[c.instance_spec() for c in cams])
-                group = Pipelines()
+                group = Pipelines(latency_window=self.opts.latency_window)
                 sinks: dict[str, Any] = {}  # equal sink tables share one sink
                 for cam in cfg.cameras:
                     pool = pools[cam.program]
@@ -711,6 +714,7 @@ class _Runner:
         r.timeline = self.timeline
         if self.timeline is not None:
             self.timeline.decisions = list(r.decisions)
+        r.latency = self.group.statistics().latency
         if r.interrupted_by is not None:
             r.ended_by = "interrupted" if r.interrupted_by == signal.SIGINT else "terminated"
             r.drained = self.stop_requested < 2
