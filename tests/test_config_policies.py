@@ -30,7 +30,7 @@ PLAIN_FRONT = f'\n[[camera]]\nname = "front"\n{SYN}\n'
 BATTERY_FEED = ('\n[[signal]]\nuse = "scripted"\n'
                 'params = { timeline = [[0, { "battery.percent" = 100 }], [1, { "battery.percent" = 10 }]] }\n')
 BATTERY_PARAMS = "parameters: low, high, low_options, normal_options, name, priority"
-LATENCY_PARAMS = "parameters: target_p95_s, backend, option, ladder, band, min_interval_s, name, priority"
+LATENCY_PARAMS = "parameters: target_p95_s, backend, option, ladder, band, min_interval_s, measure, name, priority"
 
 
 @pytest.fixture
