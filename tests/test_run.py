@@ -399,7 +399,8 @@ def test_frames_the_instance_rejects_are_noted_not_failures(tmp_path: pathlib.Pa
     assert table["a"]["produced"] == 30 and table["a"]["processed"] == 20 and table["a"]["accounting"] == "ok"
     # counted apart from failures: dropped as "rejected" where the pipeline can drop a frame, else failed
     assert table["a"]["dropped"] == {"rejected": 10} or table["a"]["failed"] == 10, table["a"]
-    assert "(sources ended)" in r.stdout.splitlines()[0]
+    # the summary's first line (status lines may come before it on a slow machine)
+    assert any(line.startswith("orchestra run") and "(sources ended)" in line for line in r.stdout.splitlines())
     assert "result: ok" in r.stdout and "result: FAILED" not in r.stdout
     assert "note: a: 10 frames rejected by the instance, not a failure (last: " in r.stdout
     assert "does not fit" in r.stdout or "expected" in r.stdout

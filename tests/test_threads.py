@@ -118,7 +118,7 @@ async def test_moving_a_worker_process_to_more_cpus_raises_its_blas_limit(tmp_pa
         got = await _run(orch, [InstanceSpec("m", bind={"cpu": CPUS[0]}, placement="process")])
         pid = got["m"][1]
         assert _seen(tmp_path, pid) == 1
-        p = orch.pool("forward")
+        p = orch.pool("convnet")  # the default pool name: the program file's stem
         assert await p.move("m", {"cpu": tuple(CPUS[:2])})
         await p["m"].execute(_inputs())
         assert p["m"].statistics().threads.blas == 2  # type: ignore[union-attr]
@@ -244,7 +244,7 @@ async def test_an_unbound_worker_process_started_alone_shares_once_another_joins
         got = await _run(orch, [InstanceSpec("first", placement="process")])
         pid = got["first"][1]
         assert _seen(tmp_path, pid) == len(CPUS)
-        p = orch.pool("forward")
+        p = orch.pool("convnet")  # the default pool name: the program file's stem
         await p.add(InstanceSpec("second", placement="process"))
         await p["first"].execute(_inputs())
         assert p["first"].statistics().threads.blas == 1  # type: ignore[union-attr]

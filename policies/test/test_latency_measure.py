@@ -24,7 +24,7 @@ from orchestra.policies import InstanceView, LatencyTargetPolicy, Signals
 from orchestra.runtime import Backend, BackendInterface, OptionSpec, load_program, register_backend, registered_backends
 
 SLOW = "PolicyTestSlow"
-EXEC_S = 0.01  # each execute sleeps this long
+EXEC_S = 0.005  # each execute sleeps this long
 TARGET_S = 0.03
 
 
@@ -80,8 +80,8 @@ async def test_latency_target_acts_on_frame_latency_when_the_instance_serves_a_p
         pool = await orch.load(slow_program(), instances=[
             InstanceSpec("cam", backend_options={SLOW: {"sleep_s": EXEC_S}})])
         inst = pool["cam"]
-        # 400 fps into an instance that does ~100: the queue of 8 stays full (drop oldest)
-        pipe = Pipeline("cam", SyntheticCamera("cam", fps=400, shape=16, count=160), inst, queue=8,
+        # 400 fps into an instance that does ~200: the queue of 16 stays full (drop oldest)
+        pipe = Pipeline("cam", SyntheticCamera("cam", fps=400, shape=16, count=240), inst, queue=16,
                         drop="drop_oldest")
         stats = await pipe.run()
         assert stats.accounting.processed >= 20 and stats.accounting.failed == 0
