@@ -364,3 +364,10 @@ def test_bench_options_are_checked() -> None:
         BenchOptions(max_streams=0)
     with pytest.raises(OrchestraError, match='placement must be "thread" or "process"'):
         BenchOptions(placement="gpu")
+
+
+def test_batching_is_refused_until_config_has_batch_groups(tmp_path: pathlib.Path) -> None:
+    # the hook the [[batch]] work fills in: until then a clear refusal, not a silent unbatched run
+    cfg = _cpu_config(tmp_path, "0")
+    with pytest.raises(OrchestraError, match=r"bench: batching \(\[\[batch\]\]\) is not available"):
+        copies_config(cfg, 2, BenchOptions(batch={"max_size": 4, "max_wait_ms": 5}))
