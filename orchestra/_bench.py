@@ -293,7 +293,11 @@ def binding_plan(config: Config, camera: CameraConfig, n: int) -> tuple[list[dic
     return plans, cap, ("; ".join(why) or None)
 
 
-def _source(src: SourceConfig, camera: str, fps: float, index: int) -> SourceConfig:
+def _where(config: Config, cam: CameraConfig) -> str:
+    return f"{config.path}: camera {cam.name!r}"
+
+
+def _source(src: SourceConfig, where: str, fps: float, index: int) -> SourceConfig:
     params = dict(src.params)
     if src.kind == "synthetic":
         params.pop("count", None)
@@ -301,7 +305,7 @@ def _source(src: SourceConfig, camera: str, fps: float, index: int) -> SourceCon
     elif src.kind == "file":
         params["loop"] = True
     elif "fps" not in params:
-        raise InvalidArgumentError(f"camera {camera!r}: bench paces sources at the target fps; source kind "
+        raise InvalidArgumentError(f"{where}: bench paces sources at the target fps; source kind "
                                    f"{src.kind!r} has no fps parameter (use a synthetic or file source, or give it fps)")
     params["fps"] = float(fps)
     return SourceConfig(src.kind, params)
@@ -320,7 +324,7 @@ def copies_config(config: Config, n: int, options: BenchOptions) -> Config:
             if k.endswith(".core"):
                 core = (k.rsplit(".", 1)[0], v)
         cams.append(dataclasses.replace(
-            cam, name=f"{cam.name}-{i + 1}", source=_source(cam.source, cam.name, options.fps, i), bind=b,
+            cam, name=f"{cam.name}-{i + 1}", source=_source(cam.source, _where(config, cam), options.fps, i), bind=b,
             core=core, placement=options.placement or cam.placement))
     out = dataclasses.replace(config, cameras=tuple(cams))
     if options.batch is not None:
@@ -380,7 +384,7 @@ def bench(config: Config, options: BenchOptions, *, out: TextIO | None = None,
             pace), or one copy can't be set up (the step with N = 1).
     """
     cam = camera_of(config, options.camera)
-    _source(cam.source, cam.name, options.fps, 0)  # refuse an unpaceable source before running anything
+    _source(cam.source, _where(config, cam), options.fps, 0)  # refuse an unpaceable source before running anything
     _, cap, cap_reason = binding_plan(config, cam, 1)
     if cap is not None and cap_reason:
         cap_reason = f"the binding allows {cap} cop{'y' if cap == 1 else 'ies'}: {cap_reason}"

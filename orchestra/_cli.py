@@ -50,6 +50,8 @@ __all__ = ["inspect_file", "main", "render_text"]
 _EXIT_USER_ERROR = 2
 _EXTENDED_HEADER_MAGIC = b"eh00"
 _HEADER_READ = 40  # root offset + identifier + the longest extended header (32 bytes)
+_MAX_BENCH_STREAMS = 4096  # instances one bench step may start
+_MAX_BENCH_FPS = 10_000.0  # as ConfigLimits.max_fps
 
 _DYNAMISM_KEY = {
     TensorShapeDynamism.STATIC: "static",
@@ -560,7 +562,7 @@ def _write_file(path: str, text: str) -> None:
         raise InvalidArgumentError(f"{path}: can't write: {exc.strerror or exc}") from None
 
 
-def _positive(kind: type, what: str) -> Any:
+def _positive(kind: type, what: str, most: float = float("inf")) -> Any:
     def parse(text: str) -> Any:
         try:
             v = kind(text)
@@ -568,6 +570,8 @@ def _positive(kind: type, what: str) -> Any:
             raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
         if not 0 < v < float("inf"):
             raise argparse.ArgumentTypeError(f"must be {what} > 0, got {text!r}")
+        if v > most:
+            raise argparse.ArgumentTypeError(f"must be at most {most:g}, got {text!r}")
         return v
     return parse
 
@@ -593,7 +597,7 @@ def _one_line_errors(parser: argparse.ArgumentParser) -> None:
 def _cmd_bench(args: argparse.Namespace) -> int:
     import logging
 
-    from ._bench import BenchOptions, bench, binding_plan, camera_of, render_result
+    from ._bench import BenchOptions, bench, binding_plan, camera_of, copies_config, render_result
     from ._run import configure_logging, deferred_signals
     from .config import _check_for_cli
 
@@ -610,6 +614,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     options = BenchOptions(fps=args.fps, p99_ms=args.p99_ms, duration_s=args.duration, max_streams=args.max_streams,
                            min_rate=args.min_processed / 100.0, camera=args.camera, placement=args.placement)
     cam = camera_of(config, options.camera)
+    copies_config(config, 1, options)  # a camera the bench can't copy is refused before anything prints
     _, cap, why = binding_plan(config, cam, 1)
     placement = options.placement or cam.placement
     _write(sys.stdout, f"orchestra bench {os.path.basename(args.file)}: copies of camera {cam.name!r} "
@@ -681,14 +686,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     ben.add_argument("file", metavar="FILE.toml", help="the config whose camera is copied")
     ben.add_argument("--camera", metavar="NAME", help="the camera to copy (default: the first)")
-    ben.add_argument("--fps", type=_positive(float, "a frame rate"), default=30.0, metavar="F",
+    ben.add_argument("--fps", type=_positive(float, "a frame rate", _MAX_BENCH_FPS), default=30.0, metavar="F",
                      help="frames per second of every copy (default 30)")
     ben.add_argument("--p99-ms", type=_positive(float, "a number of milliseconds"), default=100.0, metavar="MS",
                      help="the p99 latency (capture to result) to hold (default 100)")
     ben.add_argument("--duration", type=_duration, default=10.0, metavar="S",
                      help="seconds each N runs (default 10)")
-    ben.add_argument("--max-streams", type=_positive(int, "a whole number"), default=64, metavar="N",
-                     help="the most copies to try (default 64)")
+    ben.add_argument("--max-streams", type=_positive(int, "a whole number", _MAX_BENCH_STREAMS), default=64, metavar="N",
+                     help=f"the most copies to try (default 64, at most {_MAX_BENCH_STREAMS})")
     ben.add_argument("--min-processed", type=_percent, default=99.0, metavar="PCT",
                      help="the share of frames that must be produced on time and processed (default 99)")
     ben.add_argument("--placement", choices=("thread", "process"),

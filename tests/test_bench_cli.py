@@ -144,6 +144,8 @@ def test_process_placement() -> None:
     (("--p99-ms", "-5"), "argument --p99-ms: must be a number of milliseconds > 0"),
     (("--max-streams", "0"), "argument --max-streams: must be a whole number > 0"),
     (("--max-streams", "2.5"), "argument --max-streams: not a whole number: '2.5'"),
+    (("--max-streams", "100000"), "argument --max-streams: must be at most 4096, got '100000'"),
+    (("--fps", "1e6"), "argument --fps: must be at most 10000, got '1e6'"),
     (("--duration", "soon"), "argument --duration: not a number of seconds: 'soon'"),
     (("--min-processed", "101"), "argument --min-processed: must be a percentage in (0, 100]"),
     (("--placement", "gpu"), "argument --placement: invalid choice: 'gpu'"),
@@ -167,6 +169,46 @@ def test_bad_camera_and_missing_file_are_one_line_errors() -> None:
     r = _bench("no/such/file.toml")
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.splitlines() == ["no/such/file.toml: no such file"]
+
+
+ODD_CAMERA = """
+import time
+
+import numpy as np
+
+from orchestra.pipeline import Frame
+
+
+class Camera:
+    \"\"\"A source with no fps: it runs at its own rate, so the bench can't pace it.\"\"\"
+
+    def __init__(self, name, count=3):
+        self.name, self.count = name, count
+
+    async def frames(self):
+        for i in range(self.count):
+            yield Frame(self.name, i, np.zeros((1, 3, 16, 16), np.float32), time.monotonic())
+"""
+
+
+def test_a_source_without_fps_is_refused_before_anything_runs(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "oddcam_for_bench.py").write_text(ODD_CAMERA, encoding="utf-8")
+    path = tmp_path / "odd.toml"
+    path.write_text(f"""
+[program]
+path = {json.dumps(str(FIXTURES / "convnet.pte"))}
+
+[[camera]]
+name = "odd"
+source = {{ kind = "oddcam_for_bench:Camera", count = 3 }}
+""", encoding="utf-8")
+    env = dict(_env(), PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "-m", "orchestra", "bench", str(path)], capture_output=True, text=True,
+                       encoding="utf-8", env=env, cwd=ROOT, timeout=60)
+    assert r.returncode == 2 and r.stdout == "", r.stdout + r.stderr
+    assert r.stderr.splitlines() == [
+        f"orchestra: {path}: camera 'odd': bench paces sources at the target fps; source kind "
+        "'oddcam_for_bench:Camera' has no fps parameter (use a synthetic or file source, or give it fps)"]
 
 
 @posix
@@ -310,7 +352,7 @@ def test_a_source_the_bench_cannot_pace_is_refused(tmp_path: pathlib.Path) -> No
     from orchestra.config import SourceConfig
 
     odd = replace(cfg, cameras=(replace(cam, source=SourceConfig("mypkg.cams:Thing", {"port": 1})),))
-    with pytest.raises(OrchestraError, match="camera 'cam': bench paces sources at the target fps; source kind "
+    with pytest.raises(OrchestraError, match=f"{re.escape(str(cfg.path))}: camera 'cam': bench paces sources at the target fps; source kind "
                                              "'mypkg.cams:Thing' has no fps parameter"):
         copies_config(odd, 2, BenchOptions())
 
@@ -322,3 +364,10 @@ def test_bench_options_are_checked() -> None:
         BenchOptions(max_streams=0)
     with pytest.raises(OrchestraError, match='placement must be "thread" or "process"'):
         BenchOptions(placement="gpu")
+
+
+def test_batching_is_refused_until_config_has_batch_groups(tmp_path: pathlib.Path) -> None:
+    # the hook the [[batch]] work fills in: until then a clear refusal, not a silent unbatched run
+    cfg = _cpu_config(tmp_path, "0")
+    with pytest.raises(OrchestraError, match=r"bench: batching \(\[\[batch\]\]\) is not available"):
+        copies_config(cfg, 2, BenchOptions(batch={"max_size": 4, "max_wait_ms": 5}))
