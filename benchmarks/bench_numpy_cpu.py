@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     handle = method._handles[0][1]  # the delegate's handle (introspection for this report)
     stats = handle.statistics()
     print(f"NumpyCpuBackend, conv net {SHAPE[1:]} -> {len(LAYERS)} conv3x3 ({', '.join(str(c) for c, _, _ in LAYERS)} ch), "
-          f"{args.rounds} interleaved rounds, max_tiles={method.backend_options(BACKEND)['max_tiles']}")
+          f"{args.rounds} interleaved rounds, max_tiles={method.options()[BACKEND]['max_tiles']}")
     tiled = ", ".join(f"{name.split('::')[1].split('.')[0]} x{t}" for name, t in stats.tiled_ops)
     print(f"  tiled ops (tiles): {tiled}")
     print(f"  numpy BLAS: {blas_threads()} (left as it is: each large product may already use them)")

@@ -4,7 +4,7 @@
 A trivial program (one delegate adding a constant to 4 floats) executed
   1. with a backend that declares no options,
   2. with a backend that declares options but none are set,
-  3. with hot options changed (set_backend_options) before every execute,
+  3. with hot options changed (set_options) before every execute,
   4. with a per-call override on every execute,
   5. with an init-only option changed before every execute (re-init each time).
 Rounds of each are interleaved so machine noise hits them alike. Goal: 1 and 2 within
@@ -92,9 +92,9 @@ def main(argv: list[str] | None = None) -> int:
             ex([x])
 
     def run_hot(n: int) -> None:
-        ex, st = hot.execute, hot.set_backend_options
+        ex, st = hot.execute, hot.set_options
         for i in range(n):
-            st("BenchWithOptions", {"threads": 1 + (i & 3), "power_mode": modes[i % 3]})
+            st({"BenchWithOptions": {"threads": 1 + (i & 3), "power_mode": modes[i % 3]}})
             ex([x])
 
     def run_per_call(n: int) -> None:
@@ -103,9 +103,9 @@ def main(argv: list[str] | None = None) -> int:
             ex([x], backend_options=override)
 
     def run_reinit(n: int) -> None:
-        ex, st = reinit.execute, reinit.set_backend_options
+        ex, st = reinit.execute, reinit.set_options
         for i in range(n):
-            st("BenchWithOptions", {"core": i & 1})
+            st({"BenchWithOptions": {"core": i & 1}})
             ex([x])
 
     cases = [("no options declared", run_plain), ("options declared, unset", run_declared),

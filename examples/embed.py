@@ -33,17 +33,19 @@ CAMERAS = ("front", "rear")
 
 
 class PowerModeCounter:
-    """A pipeline executor around an instance that counts executes per NPU power mode (the
-    mode the instance's Method had in force for that execute)."""
+    """A pipeline executor around an instance that counts executes per NPU power mode: the
+    mode *that* execute ran with (``execute(..., detail=True)`` returns an ``Execution``
+    with the outputs and the options in force for it, so a policy's change racing with
+    the execute can't mislabel it)."""
 
     def __init__(self, instance) -> None:  # noqa: ANN001 - an orchestrator Instance
         self.instance = instance
         self.by_mode: Counter[str] = Counter()
 
     async def execute(self, inputs: list) -> list:
-        out = await self.instance.execute(inputs)
-        self.by_mode[self.instance.options_in_force()["NpuSimBackend"]["power_mode"]] += 1
-        return out
+        ex = await self.instance.execute(inputs, detail=True)
+        self.by_mode[ex.options["NpuSimBackend"]["power_mode"]] += 1
+        return ex.outputs
 
     def describe(self):  # noqa: ANN201 - what the pipeline's statistics show
         return self.instance.describe()

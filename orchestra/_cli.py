@@ -8,6 +8,11 @@ memory and constants. Errors a user can cause (a missing or invalid file) print 
 ``orchestra validate FILE.toml`` checks a config file (see :mod:`orchestra.config`): it
 prints ``FILE: ok (N cameras, M policies)`` and exits 0, or prints every problem on stderr,
 one line each prefixed ``FILE: `` (``FILE:LINE: `` for TOML syntax errors), and exits 2.
+
+``orchestra bench FILE.toml [--fps 30] [--p99-ms 100] [--duration S] [--max-streams N]`` runs
+N copies of the config's first camera (``--camera NAME``: that one), raising N until the
+target rate or p99 no longer holds, and prints the largest N held (see :mod:`orchestra._bench`);
+exits 0, 130 when interrupted (with what was found so far), 2 for a bad file or argument.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import struct
 import sys
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 from .errors import OrchestraError
 from .program import (
@@ -478,7 +483,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _run_config(args: argparse.Namespace, early: list[int]) -> int:
     from ._dashboard import LogBuffer
-    from ._run import RunOptions, configure_logging, render_summary, run
+    from ._run import RunOptions, configure_logging, render_summary, run, summary_dict
     from .config import _check_for_cli
 
     config, lines = _check_for_cli(args.file)
@@ -486,6 +491,11 @@ def _run_config(args: argparse.Namespace, early: list[int]) -> int:
         _write(sys.stderr, "".join(line + "\n" for line in lines))
         return _EXIT_USER_ERROR
     _write(sys.stderr, "".join(f"{args.file}: warning: {w}\n" for w in config.warnings))
+    for flag, path in (("--summary-json", args.summary_json), ("--report", args.report)):
+        problem = _unwritable(path) if path else None
+        if problem:
+            _write(sys.stderr, f"orchestra: {flag} {path}: {problem}\n")
+            return _EXIT_USER_ERROR
     dashboard = not args.no_dashboard and sys.stdout.isatty()
     logs = None
     log_file = None
@@ -504,9 +514,10 @@ def _run_config(args: argparse.Namespace, early: list[int]) -> int:
     duration = args.duration if args.duration is not None else config.run.duration_s
     try:
         result = run(config, RunOptions(duration_s=duration, dashboard=dashboard, metrics_port=args.metrics_port,
-                                        metrics_host=args.metrics_host, logs=logs), early_signals=early)
+                                        metrics_host=args.metrics_host, logs=logs,
+                                        record_s=1.0 if args.report else None), early_signals=early)
     finally:
-        if logs is not None:  # what the dashboard kept off the screen
+        if logs is not None:  # what the dashboard did not print (it prints each line once, as it comes)
             kept, lost = logs.drain()
             if lost:
                 _write(sys.stderr, f"({lost} earlier log lines not kept)\n")
@@ -515,6 +526,99 @@ def _run_config(args: argparse.Namespace, early: list[int]) -> int:
         if log_file is not None:
             log_file.close()
     _write(sys.stdout, render_summary(result))
+    if args.summary_json:
+        _write_file(args.summary_json, json.dumps(summary_dict(result), indent=2, allow_nan=False) + "\n")
+    if args.report:
+        from ._report import write_report
+
+        write_report(result, args.report)
+        _write(sys.stderr, f"report: {args.report}\n")
+    return result.exit_code
+
+
+def _unwritable(path: str) -> str | None:
+    """Why ``path`` can't be written (checked before a run, not to lose its end), or None."""
+    d = os.path.dirname(os.path.abspath(path)) or "."
+    if os.path.isdir(path):
+        return "is a directory"
+    if not os.path.isdir(d):
+        return f"no such directory: {d}"
+    if not os.access(d, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        return "permission denied"
+    return None
+
+
+def _write_file(path: str, text: str) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        from .errors import InvalidArgumentError
+
+        raise InvalidArgumentError(f"{path}: can't write: {exc.strerror or exc}") from None
+
+
+def _positive(kind: type, what: str) -> Any:
+    def parse(text: str) -> Any:
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
+        if not 0 < v < float("inf"):
+            raise argparse.ArgumentTypeError(f"must be {what} > 0, got {text!r}")
+        return v
+    return parse
+
+
+def _percent(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a percentage: {text!r}") from None
+    if not 0 < v <= 100:
+        raise argparse.ArgumentTypeError(f"must be a percentage in (0, 100], got {text!r}")
+    return v
+
+
+def _one_line_errors(parser: argparse.ArgumentParser) -> None:
+    """Usage errors of ``parser`` as one line on stderr (``PROG: error: ...``), status 2."""
+    def error(message: str) -> NoReturn:
+        parser.exit(_EXIT_USER_ERROR, f"{parser.prog}: error: {message} (see --help)\n")
+
+    parser.error = error  # type: ignore[method-assign]
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    import logging
+
+    from ._bench import BenchOptions, bench, binding_plan, camera_of, render_result
+    from ._run import configure_logging, deferred_signals
+    from .config import _check_for_cli
+
+    with deferred_signals() as early:  # Ctrl-C while the config loads: nothing run, exit 130
+        config, lines = _check_for_cli(args.file)
+    if early:
+        return 128 + early[0]
+    if config is None:
+        _write(sys.stderr, "".join(line + "\n" for line in lines))
+        return _EXIT_USER_ERROR
+    _write(sys.stderr, "".join(f"{args.file}: warning: {w}\n" for w in config.warnings))
+    configure_logging("console", sys.stderr, level=logging.WARNING)
+    # the [[batch]] work adds --batch here: BenchOptions(batch=...) (see orchestra._bench)
+    options = BenchOptions(fps=args.fps, p99_ms=args.p99_ms, duration_s=args.duration, max_streams=args.max_streams,
+                           min_rate=args.min_processed / 100.0, camera=args.camera, placement=args.placement)
+    cam = camera_of(config, options.camera)
+    _, cap, why = binding_plan(config, cam, 1)
+    placement = options.placement or cam.placement
+    _write(sys.stdout, f"orchestra bench {os.path.basename(args.file)}: copies of camera {cam.name!r} "
+                       f"({placement} placement) at {options.fps:g} fps, held when p99 <= {options.p99_ms:g} ms and "
+                       f">= {args.min_processed:g} % of frames processed; {options.duration_s:g} s per step, "
+                       f"up to {min(options.max_streams, cap) if cap is not None else options.max_streams} streams"
+                       + (f" ({why})" if cap is not None and cap < options.max_streams else "") + "\n")
+    result = bench(config, options, out=sys.stdout)
+    _write(sys.stdout, render_result(result, "streams"))
     return result.exit_code
 
 
@@ -561,7 +665,36 @@ def _parser() -> argparse.ArgumentParser:
                      help="the address the metrics server listens on (default 127.0.0.1)")
     run.add_argument("--no-dashboard", action="store_true",
                      help="no live dashboard: a status line every few seconds instead")
+    run.add_argument("--summary-json", metavar="PATH",
+                     help="also write the summary as JSON to PATH (schema orchestra.run.summary/1, see README)")
+    run.add_argument("--report", metavar="PATH.html",
+                     help="write a self-contained HTML report to PATH: per camera over time (frame rate, latency, "
+                     "queue, energy), the policy decisions and the signals behind them")
     run.set_defaults(func=_cmd_run)
+    ben = sub.add_parser(
+        "bench",
+        help="find how many copies of a camera this machine sustains",
+        description="Run N copies of one camera of a config (its program, options, binding and placement; "
+        "sources paced at --fps), doubling N and then bisecting, until the target no longer holds: every "
+        "frame processed (within --min-processed) and the p99 latency within --p99-ms. Prints a line per N "
+        "and the largest N held. Ctrl-C ends it with what was found so far (exit 130).",
+    )
+    ben.add_argument("file", metavar="FILE.toml", help="the config whose camera is copied")
+    ben.add_argument("--camera", metavar="NAME", help="the camera to copy (default: the first)")
+    ben.add_argument("--fps", type=_positive(float, "a frame rate"), default=30.0, metavar="F",
+                     help="frames per second of every copy (default 30)")
+    ben.add_argument("--p99-ms", type=_positive(float, "a number of milliseconds"), default=100.0, metavar="MS",
+                     help="the p99 latency (capture to result) to hold (default 100)")
+    ben.add_argument("--duration", type=_duration, default=10.0, metavar="S",
+                     help="seconds each N runs (default 10)")
+    ben.add_argument("--max-streams", type=_positive(int, "a whole number"), default=64, metavar="N",
+                     help="the most copies to try (default 64)")
+    ben.add_argument("--min-processed", type=_percent, default=99.0, metavar="PCT",
+                     help="the share of frames that must be produced on time and processed (default 99)")
+    ben.add_argument("--placement", choices=("thread", "process"),
+                     help="run every copy in this placement (default: the camera's own)")
+    ben.set_defaults(func=_cmd_bench, usage_parser=ben)
+    _one_line_errors(ben)
     return p
 
 
@@ -569,7 +702,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``orchestra`` command with ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
     parser = _parser()
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:
+            sub = getattr(args, "usage_parser", parser)  # bench: its one-line errors
+            sub.error(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as exc:  # --help, --version, usage errors: argparse's status
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else _EXIT_USER_ERROR)
     try:

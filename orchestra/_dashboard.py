@@ -1,33 +1,25 @@
-"""``orchestra run``'s terminal output: a live ANSI dashboard (stdout is a terminal), a
-compact status line (it is not), and a buffer that keeps log lines off the dashboard.
+"""``orchestra run``'s terminal output: a live dashboard drawn with ``rich`` (stdout is a
+terminal), a compact status line (it is not), and a buffer that carries log lines to the
+dashboard, which prints each once above the live area (nothing is re-printed at exit).
 
-No dependency: the dashboard redraws its block of lines in place with ANSI cursor control
-(cursor up, clear line, clear below), each line cut to the terminal's width so nothing wraps
-and the block keeps its height. Everything here is plain data in, text out; ``_run`` gathers
-the data on the event loop.
+Tables fit the terminal: when a table is wider than the screen its least important columns
+are dropped first (the camera, its options — ``power_mode`` is the point — and its output
+rate go last), and the options column folds rather than disappears. Everything here is
+plain data in, text out; ``_run`` gathers the data on the event loop.
 """
 
 from __future__ import annotations
 
 import collections
-import os
+import math
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-__all__ = ["CameraRow", "Dashboard", "Decision", "LogBuffer", "Screen", "StatusLine", "camera_table",
-           "decision_table", "fmt_drops", "fmt_ms", "fmt_options", "fmt_unit", "fmt_value", "printable"]
-
-_CSI = "\x1b["
-HIDE_CURSOR = _CSI + "?25l"
-SHOW_CURSOR = _CSI + "?25h"
-CLEAR_EOL = _CSI + "K"
-CLEAR_BELOW = _CSI + "J"
-BOLD = _CSI + "1m"
-DIM = _CSI + "2m"
-RESET = _CSI + "0m"
+__all__ = ["CameraRow", "Dashboard", "Decision", "LogBuffer", "Screen", "StatusLine", "decision_table", "fit_columns",
+           "fmt_drops", "fmt_joules", "fmt_ms", "fmt_options", "fmt_unit", "fmt_value", "printable"]
 
 
 # ---------------------------------------------------------------------------------------
@@ -55,6 +47,7 @@ class CameraRow:
     unit: str
     options: str
     instance_state: str = ""
+    energy_joules: float | None = None  # modelled device energy so far (npu_sim), None: not modelled
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +100,16 @@ def fmt_value(v: Any) -> str:
     return str(v)
 
 
+def fmt_joules(j: float) -> str:
+    """Energy with a readable unit: ``1.23 J``, ``45.6 mJ``, ``7.89 uJ``."""
+    a = abs(j)
+    if a == 0 or a >= 1:
+        return f"{j:.3g} J" if a < 1000 else f"{j:.0f} J"
+    if a >= 1e-3:
+        return f"{j * 1e3:.3g} mJ"
+    return f"{j * 1e6:.3g} uJ"
+
+
 def fmt_ms(seconds: float) -> str:
     return f"{seconds * 1000:.1f}"
 
@@ -138,10 +141,6 @@ def fmt_options(options: Iterable[tuple[str, str, Any]], *, qualify: bool = Fals
     return " ".join(f"{b + '.' if qualify else ''}{k}={fmt_value(v)}" for b, k, v in options)
 
 
-def _cut(line: str, width: int) -> str:
-    return line if len(line) <= width else line[: max(width - 1, 0)] + "~"
-
-
 def _table(rows: Sequence[Sequence[str]], right: Iterable[int] = ()) -> list[str]:
     if not rows:
         return []
@@ -151,23 +150,121 @@ def _table(rows: Sequence[Sequence[str]], right: Iterable[int] = ()) -> list[str
             for r in rows]
 
 
-def camera_table(rows: Sequence[CameraRow], *, total: bool = True) -> list[str]:
-    head = ["camera", "state", "in fps", "out fps", "p50 ms", "p95 ms", "p99 ms", "queue", "drops", "failed",
-            "unit", "options"]
-    body = [head]
+@dataclass(frozen=True, slots=True)
+class _Column:
+    header: str
+    cells: list[str]
+    keep: int  # importance: the lowest is dropped first
+    right: bool = False
+    fold: bool = False  # may fold onto several lines instead of being dropped
+
+    @property
+    def width(self) -> int:
+        return max([len(self.header), *(len(c) for c in self.cells)])
+
+
+def fit_columns(widths: Sequence[int], keep: Sequence[int], width: int, *, gap: int = 2,
+                min_fold: Mapping[int, int] | None = None) -> list[int]:
+    """The indexes of the columns to show so that ``widths`` (plus ``gap`` between columns)
+    fit in ``width``. The least important (lowest ``keep``) are dropped first, but only
+    those less important than the columns that may fold (``min_fold``: index -> the
+    narrowest it may fold to): when that is not enough, those fold before anything more
+    important goes. The most important column is always kept."""
+    fold = dict(min_fold or {})
+    order = sorted(range(len(widths)), key=lambda c: keep[c])
+    fold_keep = min((keep[i] for i in fold), default=math.inf)
+
+    def need(cols: list[int], folded: bool) -> int:
+        return sum(min(widths[i], fold[i]) if folded and i in fold else widths[i] for i in cols) + gap * (len(cols) - 1)
+
+    cols = list(range(len(widths)))
+    for i in order:
+        if need(cols, False) <= width:
+            return cols
+        if keep[i] >= fold_keep or len(cols) == 1:
+            break
+        cols.remove(i)
+    for i in order:
+        if i not in cols:
+            continue
+        if need(cols, True) <= width or len(cols) == 1:
+            return cols
+        cols.remove(i)
+    return cols
+
+
+def _camera_columns(rows: Sequence[CameraRow]) -> list[_Column]:
+    total = len(rows) > 1
+    energy = any(r.energy_joules is not None for r in rows)
+
+    def col(header: str, cells: list[str], keep: int, tot: str = "", **kw: Any) -> _Column:
+        return _Column(header, cells + ([tot] if total else []), keep, **kw)
+
+    dropped: dict[str, int] = collections.Counter()
     for r in rows:
-        state = r.state if not r.instance_state or r.instance_state in ("running",) else f"{r.state}/{r.instance_state}"
-        body.append([printable(r.name), state, f"{r.input_fps:.1f}", f"{r.output_fps:.1f}", fmt_ms(r.p50), fmt_ms(r.p95),
-                     fmt_ms(r.p99), f"{r.queue_depth}/{r.queue_capacity}", fmt_drops(r.dropped), str(r.failed),
-                     r.unit, r.options])
-    if total and len(rows) > 1:
-        dropped: dict[str, int] = collections.Counter()
-        for r in rows:
-            dropped.update(r.dropped)
-        body.append(["total", "", f"{sum(r.input_fps for r in rows):.1f}", f"{sum(r.output_fps for r in rows):.1f}",
-                     "", "", "", str(sum(r.queue_depth for r in rows)), fmt_drops(dropped),
-                     str(sum(r.failed for r in rows)), "", ""])
-    return _table(body, right={2, 3, 4, 5, 6, 7, 9})
+        dropped.update(r.dropped)
+    states = [r.state if not r.instance_state or r.instance_state == "running" else f"{r.state}/{r.instance_state}"
+              for r in rows]
+    cols = [
+        col("camera", [printable(r.name) for r in rows], 100, "total"),
+        col("state", states, 20),
+        col("in fps", [f"{r.input_fps:.1f}" for r in rows], 30, f"{sum(r.input_fps for r in rows):.1f}", right=True),
+        col("out fps", [f"{r.output_fps:.1f}" for r in rows], 80, f"{sum(r.output_fps for r in rows):.1f}", right=True),
+        col("p50 ms", [fmt_ms(r.p50) for r in rows], 25, right=True),
+        col("p95 ms", [fmt_ms(r.p95) for r in rows], 70, right=True),
+        col("p99 ms", [fmt_ms(r.p99) for r in rows], 15, right=True),
+        col("queue", [f"{r.queue_depth}/{r.queue_capacity}" for r in rows], 40, str(sum(r.queue_depth for r in rows)),
+            right=True),
+        col("drops", [fmt_drops(r.dropped) for r in rows], 50, fmt_drops(dropped)),
+        col("failed", [str(r.failed) for r in rows], 35, str(sum(r.failed for r in rows)), right=True),
+    ]
+    if energy:
+        tot = sum(r.energy_joules or 0.0 for r in rows)
+        cols.append(col("energy", ["-" if r.energy_joules is None else fmt_joules(r.energy_joules) for r in rows], 60,
+                        fmt_joules(tot), right=True))
+    cols += [
+        col("unit", [r.unit for r in rows], 10),
+        col("options", [r.options for r in rows], 90, fold=True),
+    ]
+    return cols
+
+
+def _rich_table(cols: Sequence[_Column], width: int, *, bold_last: bool = False) -> Any:
+    from rich import box
+    from rich.table import Table
+
+    keep = fit_columns([c.width for c in cols], [c.keep for c in cols], width,
+                       min_fold={i: 16 for i, c in enumerate(cols) if c.fold})
+    shown = [cols[i] for i in keep]
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1), collapse_padding=True,
+                  expand=False, header_style="bold")
+    for c in shown:
+        table.add_column(c.header, justify="right" if c.right else "left", no_wrap=not c.fold,
+                         overflow="fold" if c.fold else "ellipsis", min_width=min(c.width, 16) if c.fold else None)
+    n = len(shown[0].cells) if shown else 0
+    for r in range(n):
+        table.add_row(*(c.cells[r] for c in shown), style="dim" if bold_last and r == n - 1 and n > 2 else None)
+    return table
+
+
+def _decision_columns(decisions: Sequence[Decision]) -> list[_Column]:
+    cells = [d.cells() for d in decisions]
+    keeps = [(80, True), (10, False), (90, False), (70, False), (95, False), (60, False), (50, False)]
+    heads = ["at", "time", "instance", "option", "change", "by", "reason"]
+    return [_Column(h, [c[i] for c in cells], k, right=r, fold=(h == "reason"))
+            for i, (h, (k, r)) in enumerate(zip(heads, keeps))]
+
+
+def _energy_line(energy: Sequence[Any]) -> str:
+    """``balanced 1.23 J (2.01 mJ/job) | low 400 mJ (1.67 mJ/job)`` over every camera."""
+    modes: dict[str, list[float]] = {}
+    for e in energy:
+        m = modes.setdefault(e.power_mode, [0, 0.0])
+        m[0] += e.jobs
+        m[1] += e.energy_joules
+    parts = [f"{mode if mode != '*' else 'shared cores'} {fmt_joules(j)}" + (f" ({fmt_joules(j / n)}/job)" if n else "")
+             for mode, (n, j) in modes.items()]
+    return " | ".join(parts)
 
 
 # ---------------------------------------------------------------------------------------
@@ -175,14 +272,25 @@ def camera_table(rows: Sequence[CameraRow], *, total: bool = True) -> list[str]:
 
 
 class LogBuffer:
-    """A file-like sink for log lines (any thread): the dashboard shows the latest, and
-    they are written out after it is gone. Keeps the last ``maxlen`` lines."""
+    """A file-like sink for log lines (any thread). The dashboard :meth:`take` s the new
+    ones at each refresh and prints them once above its live area; :meth:`drain` gives
+    what nobody took. Keeps the last ``maxlen`` lines not taken yet."""
 
     def __init__(self, maxlen: int = 2000) -> None:
         self._lines: collections.deque[str] = collections.deque(maxlen=maxlen)
         self._partial = ""
         self._lock = threading.Lock()
         self.total = 0
+
+    def take(self) -> tuple[list[str], int]:
+        """The complete lines written since the last take (or drain), and how many of
+        them were not kept (more than ``maxlen`` arrived); empties the buffer."""
+        with self._lock:
+            lines = list(self._lines)
+            lost = self.total - len(lines)
+            self._lines.clear()
+            self.total = 0
+        return lines, max(lost, 0)
 
     def write(self, text: str) -> int:
         with self._lock:
@@ -233,85 +341,134 @@ class Screen:
     decisions: Sequence[Decision]
     signals: Mapping[str, Any] = field(default_factory=dict)
     info: str = ""  # engine runs, metrics URL, ...
+    energy: Sequence[Any] = ()  # EnergyUse: per camera and power mode
 
 
 class Dashboard:
-    """Redraws a :class:`Screen` in place on a terminal (``refresh`` about 4 times a second).
+    """Redraws a :class:`Screen` in place on a terminal with ``rich`` (``refresh`` about 4
+    times a second); new log lines are printed once, above it, as they come.
 
-    Use as a context manager: the cursor is hidden while it runs and shown again after.
+    Use as a context manager. ``console``: a ``rich.console.Console`` to draw on (default:
+    one on ``out``, sized from the terminal, or ``COLUMNS``/``LINES``).
     """
 
-    def __init__(self, out: TextIO, logs: LogBuffer | None = None, *, decisions: int = 8, log_lines: int = 6) -> None:
+    def __init__(self, out: TextIO, logs: LogBuffer | None = None, *, decisions: int = 8, console: Any = None) -> None:
+        from rich.console import Console
+
         self._out = out
         self._logs = logs
-        self._height = 0  # lines drawn last time (the cursor sits below them)
         self._decisions = decisions
-        self._log_lines = log_lines
+        self.console = console if console is not None else Console(file=out, highlight=False, soft_wrap=False)
+        self._live: Any = None
         self.frames = 0
 
     def __enter__(self) -> Dashboard:
-        self._write(HIDE_CURSOR)
+        from rich.live import Live
+
+        self._live = Live(console=self.console, auto_refresh=False, transient=False, vertical_overflow="crop",
+                          redirect_stdout=False, redirect_stderr=False)
+        try:
+            self._live.start()
+        except (OSError, ValueError):
+            self._live = None
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._write(RESET + SHOW_CURSOR)
+        if self._live is not None:
+            self._print_logs()
+            try:
+                self._live.stop()
+            except (OSError, ValueError):  # the terminal went away
+                pass
+            self._live = None
 
-    def _size(self) -> tuple[int, int]:
-        try:
-            cols, rows = os.get_terminal_size(self._out.fileno())
-        except (OSError, ValueError, AttributeError):
-            cols, rows = 0, 0
-        return (cols or 120), (rows or 50)
+    def _print_logs(self) -> None:
+        if self._logs is None or self._live is None:
+            return
+        lines, lost = self._logs.take()
+        if not lines and not lost:
+            return
+        from rich.text import Text
 
-    def _write(self, text: str) -> None:
+        text = Text(no_wrap=False)
+        if lost:
+            text.append(f"({lost} log lines not kept)\n", style="dim")
+        text.append("\n".join(printable(line) for line in lines))
         try:
-            self._out.write(text)
-            self._out.flush()
-        except (OSError, ValueError):  # the terminal went away
+            self._live.console.print(text, markup=False, highlight=False, crop=False)
+        except (OSError, ValueError):
             pass
 
-    def lines(self, screen: Screen, width: int, height: int) -> list[str]:
-        """The frame's lines (no ANSI codes), at most ``height``."""
+    def renderable(self, screen: Screen, width: int, height: int) -> Any:
+        """The frame: a header, the camera table, energy, signals and the latest decisions,
+        at most ``height`` lines (decisions give way first)."""
+        from rich.console import Group
+        from rich.text import Text
+
         span = f"{screen.elapsed:5.1f}s" + (f" / {screen.duration:g}s" if screen.duration else " (Ctrl-C to stop)")
-        head = f"{screen.title}  {span}  {screen.state}"
+        head = Text(no_wrap=True, overflow="ellipsis")
+        head.append(screen.title, style="bold")
+        head.append(f"  {span}  ")
+        head.append(screen.state, style="bold green" if screen.state == "running" else "bold yellow")
         if screen.info:
-            head += f"  {screen.info}"
-        out = [head, ""]
-        out += camera_table(screen.cameras)
+            head.append(f"  {screen.info}", style="dim")
+        parts: list[Any] = [head]
+        cams = _rich_table(_camera_columns(screen.cameras), width, bold_last=True)
+        parts.append(cams)
+        used = 1 + len(self.console.render_lines(cams, self.console.options.update(width=width), pad=False))
+        extra = []
+        if screen.energy:
+            extra.append(Text.assemble(("energy ", "bold"), _energy_line(screen.energy), no_wrap=True,
+                                       overflow="ellipsis"))
         if screen.signals:
             sig = " ".join(f"{k}={fmt_value(v)}" for k, v in sorted(screen.signals.items()))
-            out += ["", f"signals  {sig}"]
-        fixed = len(out) + 3 + (2 if self._logs is not None else 0)
-        room = max(height - 1 - fixed, 0)
-        n_dec = min(self._decisions, room if self._logs is None else max(room - min(self._log_lines, room // 2), 0))
+            extra.append(Text.assemble(("signals ", "bold"), sig, no_wrap=True, overflow="ellipsis"))
+        parts += extra
+        used += len(extra)
+        room = height - 1 - used - 2  # the decisions' title and header
         decisions = list(screen.decisions)
-        out += ["", f"policy decisions ({len(decisions)})"]
-        shown = decisions[-n_dec:] if n_dec else []
-        out += decision_table(shown) or (["  (none yet)"] if not decisions else [])
-        if self._logs is not None:
-            n_log = min(self._log_lines, max(height - 1 - len(out) - 2, 0))
-            out += ["", "log"]
-            out += ["  " + line for line in self._logs.tail(n_log)]
-        return [_cut(line, width - 1) for line in out[: max(height - 1, 1)]]
-
-    def render(self, screen: Screen) -> str:
-        """The ANSI text that replaces the previous frame with this one."""
-        width, height = self._size()
-        lines = self.lines(screen, width, height)
-        up = f"{_CSI}{self._height}A\r" if self._height else "\r"
-        body = []
-        for i, line in enumerate(lines):
-            if i == 0:
-                line = BOLD + line + RESET
-            elif line.startswith(("camera ", "policy decisions", "log")) and i < len(lines):
-                line = BOLD + line + RESET
-            body.append(line + CLEAR_EOL)
-        self._height = len(lines)
-        return up + "\n".join(body) + "\n" + CLEAR_BELOW
+        title = Text(f"policy decisions ({len(decisions)})", style="bold")
+        if room >= 1 or not decisions:
+            parts.append(title)
+            n = min(self._decisions, max(room - 1, 0))
+            shown = decisions[-n:] if n else []
+            if shown:
+                parts.append(_rich_table(_decision_columns(shown), width))
+            elif not decisions:
+                parts.append(Text("  (none yet)", style="dim"))
+        return Group(*parts)
 
     def refresh(self, screen: Screen) -> None:
-        self._write(self.render(screen))
+        if self._live is None:
+            return
+        self._print_logs()
+        width, height = self.console.size
+        try:
+            self._live.update(self.renderable(screen, width, height), refresh=True)
+        except (OSError, ValueError):
+            return
         self.frames += 1
+
+    def render_text(self, screen: Screen, width: int = 80, height: int = 24) -> str:
+        """The frame as plain text (no live display): for tests and logs."""
+        from rich.console import Console
+
+        console = Console(width=width, height=height, file=_Null(), record=True, color_system=None,
+                          highlight=False, force_terminal=False)
+        saved, self.console = self.console, console
+        try:
+            console.print(self.renderable(screen, width, height), crop=True)
+        finally:
+            self.console = saved
+        return console.export_text()
+
+
+class _Null:
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass
 
 
 class StatusLine:

@@ -1,256 +1,359 @@
-"""``orchestra run --metrics-port N``: Prometheus text exposition over a tiny asyncio HTTP
-server (no dependency).
+"""``orchestra run --metrics-port N``: Prometheus metrics through ``prometheus_client``, plus
+health, readiness and status endpoints, served from a thread of their own.
 
-``GET /metrics`` answers ``text/plain; version=0.0.4`` built by a callable given to
-:class:`MetricsServer`; any other path is a 404, any other method a 405. One request per
-connection (``Connection: close``). The callable runs on the event loop, so it is called at
-most once per ``min_interval_s`` (default 1 s): scrapes in between get the same text, and
-however many clients scrape however often, rendering costs the run's frames nothing more.
+The run publishes a :class:`MetricsSnapshot` (plain frozen data, histograms included) from
+its event loop about twice a second, by one attribute assignment. The HTTP server runs in
+its own thread; a scrape renders that snapshot with ``prometheus_client``'s exposition
+(``generate_latest`` over a :class:`~prometheus_client.CollectorRegistry` of the run's own,
+never the process-global one). So however often and however many clients scrape, the
+event loop does no more work and takes no lock: scrapes never cost frames.
+
+Endpoints (``GET`` or ``HEAD``; anything else 405, unknown paths 404):
+
+- ``/metrics``: the exposition (counters, gauges, and histograms with ``_bucket``,
+  ``_count`` and ``_sum``);
+- ``/healthz``: ``200 ok`` while the process serves requests;
+- ``/readyz``: ``200 ready`` once every instance is loaded and running and the cameras run;
+  ``503`` with the reason otherwise (loading, an instance not running, draining, done);
+- ``/status``: JSON with what the summary shows (cameras, executions per option set,
+  energy, decisions, signals), as of the last snapshot.
 """
 
 from __future__ import annotations
 
-import asyncio
+import http.server
+import json
 import math
-import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import socket
+import threading
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import InvalidArgumentError
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import Collector
 
-__all__ = ["CONTENT_TYPE", "DEFAULT_MIN_INTERVAL_S", "MetricsServer", "Registry"]
+from .telemetry import HistogramSnapshot
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-DEFAULT_MIN_INTERVAL_S = 1.0
-_MAX_REQUEST = 16 * 1024
+__all__ = ["CONTENT_TYPE", "EnergyUse", "MetricsServer", "MetricsSnapshot", "RunCollector", "new_registry"]
 
-
-def _escape(value: Any) -> str:
-    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _number(v: float) -> str:
-    if isinstance(v, bool):
-        return "1" if v else "0"
-    if isinstance(v, int):
-        return str(v)
-    if math.isnan(v):
-        return "NaN"
-    if math.isinf(v):
-        return "+Inf" if v > 0 else "-Inf"
-    return repr(float(v))
+CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
-@dataclass
-class _Family:
-    name: str
-    kind: str
-    help: str
-    samples: list[tuple[Mapping[str, Any], float]] = field(default_factory=list)
+@dataclass(frozen=True, slots=True)
+class EnergyUse:
+    """Modelled device time and energy one camera spent in one power mode (npu_sim)."""
+
+    camera: str
+    power_mode: str  # "*" when the core was shared and only the camera's total is known
+    jobs: int
+    device_seconds: float
+    energy_joules: float
 
 
-class Registry:
-    """Collects metric families for one scrape; :meth:`text` renders them."""
+@dataclass(frozen=True)
+class MetricsSnapshot:
+    """Everything one scrape shows, copied on the event loop (no live objects).
 
-    def __init__(self) -> None:
-        self._families: dict[str, _Family] = {}
-
-    def add(self, name: str, kind: str, help: str, value: float, /, **labels: Any) -> None:
-        fam = self._families.get(name)
-        if fam is None:
-            fam = self._families[name] = _Family(name, kind, help)
-        fam.samples.append((labels, value))
-
-    def declare(self, name: str, kind: str, help: str, /) -> None:
-        """A family with no samples yet still gets its HELP and TYPE lines."""
-        if name not in self._families:
-            self._families[name] = _Family(name, kind, help)
-
-    def text(self) -> str:
-        out = []
-        for fam in self._families.values():
-            out.append(f"# HELP {fam.name} {_escape(fam.help)}")
-            out.append(f"# TYPE {fam.name} {fam.kind}")
-            for labels, value in fam.samples:
-                lab = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
-                out.append(f"{fam.name}{{{lab}}} {_number(value)}" if lab else f"{fam.name} {_number(value)}")
-        return "\n".join(out) + "\n"
-
-
-def render(*, cameras: Sequence[Any], instances: Sequence[Any], executions_by_options: Mapping[str, Mapping[str, int]],
-           options: Mapping[str, Iterable[tuple[str, str, Any]]], decisions: int, engine: Any | None,
-           signals: Mapping[str, Any], uptime_s: float) -> str:
-    """The exposition text for one scrape.
-
-    ``cameras``: :class:`~orchestra._dashboard.CameraRow` objects; ``instances``:
+    ``cameras``: :class:`~orchestra._dashboard.CameraRow`; ``instances``:
     :class:`~orchestra.orchestrator.InstanceStatistics`; ``executions_by_options``:
     instance -> option set label -> executes; ``options``: instance -> (backend, option,
-    value) in force; ``engine``: :class:`~orchestra.orchestrator.OrchestratorStatistics`.
+    value) in force; ``engine``: :class:`~orchestra.orchestrator.OrchestratorStatistics`;
+    ``status``: the JSON document ``/status`` answers.
     """
-    r = Registry()
-    r.add("orchestra_run_uptime_seconds", "gauge", "Seconds since the pipelines started.", uptime_s)
-    for c in cameras:
-        cam = c.name
-        r.add("orchestra_frames_produced_total", "counter", "Frames taken from the camera's source.", c.produced, camera=cam)
-        r.add("orchestra_frames_processed_total", "counter", "Frames that reached the sink.", c.processed, camera=cam)
-        r.declare("orchestra_frames_dropped_total", "counter", "Frames dropped, by reason.")
-        for reason, n in c.dropped.items():
-            r.add("orchestra_frames_dropped_total", "counter", "", n, camera=cam, reason=reason)
-        r.add("orchestra_frames_failed_total", "counter", "Frames whose pre-process, execute, post-process or sink raised.",
-              c.failed, camera=cam)
-        for q, v in (("0.5", c.p50), ("0.95", c.p95), ("0.99", c.p99)):
-            r.add("orchestra_frame_latency_seconds", "gauge",
-                  "Capture-to-sink latency quantiles over the camera's recent frames.", v, camera=cam, quantile=q)
-        r.add("orchestra_queue_depth", "gauge", "Frames waiting in the camera's queue.", c.queue_depth, camera=cam)
-        r.add("orchestra_queue_capacity", "gauge", "The camera's queue capacity.", c.queue_capacity, camera=cam)
-        r.add("orchestra_input_fps", "gauge", "Frames per second from the source (last few seconds).", c.input_fps, camera=cam)
-        r.add("orchestra_output_fps", "gauge", "Frames per second to the sink (last few seconds).", c.output_fps, camera=cam)
-    for s in instances:
-        lab = {"instance": s.name, "pool": s.pool}
-        r.add("orchestra_instance_executions_total", "counter", "Executes that returned, per instance.", s.executes, **lab)
-        r.add("orchestra_instance_failures_total", "counter", "Executes that raised, per instance.", s.failures, **lab)
-        r.add("orchestra_instance_restarts_total", "counter", "Fresh Methods loaded after a failure.", s.restarts, **lab)
-        r.add("orchestra_instance_replacements_total", "counter", "Quarantines after a deadline.", s.replacements, **lab)
-        r.add("orchestra_instance_in_flight", "gauge", "Executes queued or running on the instance.", s.in_flight, **lab)
-        r.add("orchestra_instance_up", "gauge", "1 while the instance can execute (running or paused).",
-              1 if s.state in ("running", "paused", "restarting", "replacing") else 0, **lab, state=s.state)
-        lat = s.latency
-        for q, v in (("0.5", lat.p50), ("0.95", lat.p95), ("0.99", lat.p99)):
-            r.add("orchestra_instance_execute_latency_seconds", "gauge",
-                  "Method.execute time on the worker, quantiles over recent executes.", v, **lab, quantile=q)
-    r.declare("orchestra_instance_executions_by_options_total", "counter",
-              "Executes per instance and per set of options in force.")
-    for inst, counts in executions_by_options.items():
-        for label, n in counts.items():
-            r.add("orchestra_instance_executions_by_options_total", "counter", "", n, instance=inst, options=label)
-    r.declare("orchestra_backend_option_info", "gauge", "Backend options in force (the value is a label).")
-    for inst, opts in options.items():
-        for b, k, v in opts:
-            val = ("true" if v else "false") if isinstance(v, bool) else v
-            r.add("orchestra_backend_option_info", "gauge", "", 1, instance=inst, backend=b, option=k, value=val)
-            if isinstance(v, (int, float)):
-                r.add("orchestra_backend_option_value", "gauge", "Numeric backend options in force.", float(v),
-                      instance=inst, backend=b, option=k)
-    r.add("orchestra_policy_decisions_total", "counter", "Option changes and actions made by the policy engine (seen).",
-          decisions)
-    if engine is not None:
-        r.add("orchestra_engine_runs_total", "counter", "Policy engine runs.", engine.engine_runs)
-        r.add("orchestra_engine_changes_total", "counter", "Option values changed by the engine.", engine.changes_applied)
-        r.add("orchestra_engine_actions_total", "counter", "Actions applied by the engine.", engine.actions_applied)
-        r.add("orchestra_engine_rejected_total", "counter", "Proposal entries rejected.", engine.proposals_rejected)
-        r.add("orchestra_engine_policy_errors_total", "counter", "Policy runs that raised.", engine.policy_errors)
-    for k, v in sorted(signals.items()):
-        if isinstance(v, (int, float)):
-            r.add("orchestra_signal", "gauge", "Numeric signal values of the engine's last poll.", float(v), signal=k)
-    return r.text()
+
+    uptime_s: float
+    ready: bool
+    not_ready_reason: str
+    cameras: Sequence[Any] = ()
+    frame_latency: Mapping[str, HistogramSnapshot] = field(default_factory=dict)
+    execute_latency: Mapping[str, HistogramSnapshot] = field(default_factory=dict)
+    instances: Sequence[Any] = ()
+    executions_by_options: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    options: Mapping[str, Sequence[tuple[str, str, Any]]] = field(default_factory=dict)
+    energy: Sequence[EnergyUse] = ()
+    decisions: int = 0
+    engine: Any = None
+    signals: Mapping[str, Any] = field(default_factory=dict)
+    status: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _hist(name: str, doc: str, label: str, hists: Mapping[str, HistogramSnapshot]) -> HistogramMetricFamily:
+    fam = HistogramMetricFamily(name, doc, labels=[label])
+    for key, h in hists.items():
+        fam.add_metric([key], h.cumulative(), h.sum)
+    return fam
+
+
+def _value_label(v: Any) -> str:
+    return ("true" if v else "false") if isinstance(v, bool) else str(v)
+
+
+class RunCollector(Collector):
+    """A ``prometheus_client`` collector over the last published :class:`MetricsSnapshot`.
+
+    :meth:`publish` (any thread; the run calls it on its loop) swaps the snapshot in;
+    :meth:`collect` (the HTTP thread) reads whichever one is current.
+    """
+
+    def __init__(self) -> None:
+        self.snapshot: MetricsSnapshot | None = None
+        self.published = 0
+
+    def publish(self, snapshot: MetricsSnapshot) -> None:
+        self.snapshot = snapshot
+        self.published += 1
+
+    def collect(self) -> Iterator[Metric]:  # noqa: C901 - one family after the other
+        s = self.snapshot
+        if s is None:
+            return
+        up = GaugeMetricFamily("orchestra_run_uptime_seconds", "Seconds since the pipelines started.")
+        up.add_metric([], s.uptime_s)
+        yield up
+        ready = GaugeMetricFamily("orchestra_ready", "1 while every instance is loaded and running (see /readyz).")
+        ready.add_metric([], 1.0 if s.ready else 0.0)
+        yield ready
+        cam = ["camera"]
+        fams = {
+            "produced": CounterMetricFamily("orchestra_frames_produced", "Frames taken from the camera's source.", labels=cam),
+            "processed": CounterMetricFamily("orchestra_frames_processed", "Frames that reached the sink.", labels=cam),
+            "failed": CounterMetricFamily("orchestra_frames_failed",
+                                          "Frames whose pre-process, execute, post-process or sink raised.", labels=cam),
+        }
+        dropped = CounterMetricFamily("orchestra_frames_dropped", "Frames dropped, by reason.", labels=["camera", "reason"])
+        depth = GaugeMetricFamily("orchestra_queue_depth", "Frames waiting in the camera's queue.", labels=cam)
+        cap = GaugeMetricFamily("orchestra_queue_capacity", "The camera's queue capacity.", labels=cam)
+        fps_in = GaugeMetricFamily("orchestra_input_fps", "Frames per second from the source (last few seconds).", labels=cam)
+        fps_out = GaugeMetricFamily("orchestra_output_fps", "Frames per second to the sink (last few seconds).", labels=cam)
+        for c in s.cameras:
+            fams["produced"].add_metric([c.name], c.produced)
+            fams["processed"].add_metric([c.name], c.processed)
+            fams["failed"].add_metric([c.name], c.failed)
+            for reason, n in c.dropped.items():
+                dropped.add_metric([c.name, reason], n)
+            depth.add_metric([c.name], c.queue_depth)
+            cap.add_metric([c.name], c.queue_capacity)
+            fps_in.add_metric([c.name], c.input_fps)
+            fps_out.add_metric([c.name], c.output_fps)
+        yield from fams.values()
+        yield from (dropped, depth, cap, fps_in, fps_out)
+        yield _hist("orchestra_frame_latency_seconds", "Capture-to-sink latency of processed frames.", "camera",
+                    s.frame_latency)
+        yield _hist("orchestra_execute_latency_seconds",
+                    "Execute round trip as the camera's pipeline saw it (submit to result), per instance.", "instance",
+                    s.execute_latency)
+
+        lab = ["instance", "pool"]
+        inst = {
+            "executions": CounterMetricFamily("orchestra_instance_executions", "Executes that returned, per instance.",
+                                              labels=lab),
+            "failures": CounterMetricFamily("orchestra_instance_failures", "Executes that raised, per instance.", labels=lab),
+            "restarts": CounterMetricFamily("orchestra_instance_restarts", "Fresh Methods loaded after a failure.",
+                                            labels=lab),
+            "replacements": CounterMetricFamily("orchestra_instance_replacements", "Quarantines after a deadline.",
+                                                labels=lab),
+        }
+        inflight = GaugeMetricFamily("orchestra_instance_in_flight", "Executes queued or running on the instance.",
+                                     labels=lab)
+        up_i = GaugeMetricFamily("orchestra_instance_up", "1 while the instance can execute (running or paused).",
+                                 labels=[*lab, "state"])
+        for i in s.instances:
+            key = [i.name, i.pool]
+            inst["executions"].add_metric(key, i.executes)
+            inst["failures"].add_metric(key, i.failures)
+            inst["restarts"].add_metric(key, i.restarts)
+            inst["replacements"].add_metric(key, i.replacements)
+            inflight.add_metric(key, i.in_flight)
+            up_i.add_metric([*key, i.state], 1.0 if i.state in ("running", "paused", "restarting", "replacing") else 0.0)
+        yield from inst.values()
+        yield from (inflight, up_i)
+
+        by_opts = CounterMetricFamily("orchestra_instance_executions_by_options",
+                                      "Executes per instance and per set of options in force.", labels=["instance", "options"])
+        for name, counts in s.executions_by_options.items():
+            for label, n in counts.items():
+                by_opts.add_metric([name, label], n)
+        yield by_opts
+        info = GaugeMetricFamily("orchestra_backend_option_info", "Backend options in force (the value is a label).",
+                                 labels=["instance", "backend", "option", "value"])
+        num = GaugeMetricFamily("orchestra_backend_option_value", "Numeric backend options in force.",
+                                labels=["instance", "backend", "option"])
+        for name, opts in s.options.items():
+            for b, k, v in opts:
+                info.add_metric([name, b, k, _value_label(v)], 1.0)
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    num.add_metric([name, b, k], float(v))
+        yield info
+        yield num
+
+        energy = CounterMetricFamily("orchestra_energy_joules", "Modelled device energy (npu_sim), per camera and "
+                                     "power mode (\"*\": a shared core, camera total only).", labels=["camera", "power_mode"])
+        dev = CounterMetricFamily("orchestra_device_seconds", "Modelled device time (npu_sim), per camera and power mode.",
+                                  labels=["camera", "power_mode"])
+        jobs = CounterMetricFamily("orchestra_device_jobs", "Device jobs (npu_sim), per camera and power mode.",
+                                   labels=["camera", "power_mode"])
+        for e in s.energy:
+            energy.add_metric([e.camera, e.power_mode], e.energy_joules)
+            dev.add_metric([e.camera, e.power_mode], e.device_seconds)
+            jobs.add_metric([e.camera, e.power_mode], e.jobs)
+        yield from (energy, dev, jobs)
+
+        dec = CounterMetricFamily("orchestra_policy_decisions", "Option changes and actions made by the policy engine.")
+        dec.add_metric([], s.decisions)
+        yield dec
+        if s.engine is not None:
+            e = s.engine
+            for name, doc, v in (("orchestra_engine_runs", "Policy engine runs.", e.engine_runs),
+                                 ("orchestra_engine_changes", "Option values changed by the engine.", e.changes_applied),
+                                 ("orchestra_engine_actions", "Actions applied by the engine.", e.actions_applied),
+                                 ("orchestra_engine_rejected", "Proposal entries rejected.", e.proposals_rejected),
+                                 ("orchestra_engine_policy_errors", "Policy runs that raised.", e.policy_errors)):
+                c = CounterMetricFamily(name, doc)
+                c.add_metric([], v)
+                yield c
+        sig = GaugeMetricFamily("orchestra_signal", "Numeric signal values of the engine's last poll.", labels=["signal"])
+        for k, v in sorted(s.signals.items()):
+            if isinstance(v, (int, float)) and math.isfinite(float(v)):
+                sig.add_metric([k], float(v))
+        yield sig
+
+
+def new_registry() -> tuple[CollectorRegistry, RunCollector]:
+    """A registry of the run's own (not ``prometheus_client.REGISTRY``) holding a fresh
+    :class:`RunCollector`."""
+    registry = CollectorRegistry(auto_describe=False)
+    collector = RunCollector()
+    registry.register(collector)
+    return registry, collector
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        pass  # no access log on stderr (the dashboard owns the terminal)
+
+    def _reply(self, status: int, body: bytes, content_type: str = "text/plain; charset=utf-8",
+               extra: Mapping[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Connection", "close")
+        for k, v in (extra or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+        self.close_connection = True
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        owner = self.server.owner
+        path = self.path.split("?", 1)[0]
+        try:
+            if path == "/metrics":
+                body = generate_latest(owner.registry)
+                owner.scrapes += 1
+                self._reply(200, body, CONTENT_TYPE)
+            elif path == "/healthz":
+                self._reply(200, b"ok\n")
+            elif path == "/readyz":
+                snap = owner.collector.snapshot
+                if snap is not None and snap.ready:
+                    self._reply(200, b"ready\n")
+                else:
+                    why = "loading" if snap is None else snap.not_ready_reason
+                    self._reply(503, f"not ready: {why}\n".encode())
+            elif path == "/status":
+                snap = owner.collector.snapshot
+                doc = {"ready": False, "state": "loading"} if snap is None else dict(snap.status)
+                self._reply(200, (json.dumps(doc, default=str, indent=1) + "\n").encode(), "application/json")
+            else:
+                self._reply(404, b"not found: try /metrics, /healthz, /readyz or /status\n")
+        except (ConnectionError, TimeoutError):
+            pass
+        except Exception as exc:  # noqa: BLE001 - a scrape must not take the run down
+            try:
+                self._reply(500, f"{type(exc).__name__}: {exc}\n".encode())
+            except OSError:
+                pass
+
+    do_HEAD = do_GET
+
+    def _not_allowed(self) -> None:
+        self._reply(405, b"method not allowed\n", extra={"Allow": "GET, HEAD"})
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _not_allowed
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    owner: MetricsServer
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
 
 
 class MetricsServer:
-    """Serves ``render()`` at ``/metrics`` on ``host:port`` (port 0: any free port; see
-    :attr:`port` once started). ``render`` is called at most once per ``min_interval_s``
-    seconds (the first scrape after that renders; the others get the cached text):
-    :attr:`scrapes` counts answered scrapes, :attr:`renders` the calls.
+    """Serves a :class:`RunCollector`'s snapshots on ``host:port`` (port 0: any free port;
+    see :attr:`port` once started) from a daemon thread of its own.
 
     ::
 
-        async with MetricsServer(lambda: text, "127.0.0.1", 9100) as server:
-            print(server.url)
+        registry, collector = new_registry()
+        server = MetricsServer(registry, collector, "127.0.0.1", 9100)
+        server.start()          # raises OSError when it can't listen
+        collector.publish(snapshot)
+        ...
+        server.close()
+
+    :attr:`scrapes` counts answered ``/metrics`` requests.
     """
 
-    def __init__(self, render: Callable[[], str], host: str = "127.0.0.1", port: int = 0, *,
-                 min_interval_s: float = DEFAULT_MIN_INTERVAL_S) -> None:
-        if isinstance(min_interval_s, bool) or not isinstance(min_interval_s, (int, float)) \
-                or not 0 <= min_interval_s < math.inf:
-            raise InvalidArgumentError(f"MetricsServer: min_interval_s must be a number of seconds >= 0, got {min_interval_s!r}")
-        self._render = render
+    def __init__(self, registry: CollectorRegistry, collector: RunCollector, host: str = "127.0.0.1",
+                 port: int = 0) -> None:
+        self.registry = registry
+        self.collector = collector
         self.host = host
         self.port = port
-        self.min_interval_s = float(min_interval_s)
-        self._server: asyncio.AbstractServer | None = None
-        self._cached: str | None = None
-        self._cached_at = 0.0
         self.scrapes = 0
-        self.renders = 0
-
-    def _body(self) -> str:
-        now = time.monotonic()
-        if self._cached is None or now - self._cached_at >= self.min_interval_s:
-            text = self._render()
-            self._cached, self._cached_at = text, now
-            self.renders += 1
-        return self._cached
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}/metrics"
 
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._handle, self.host, self.port)
-        sock = self._server.sockets[0]
-        self.port = sock.getsockname()[1]
+    def start(self) -> None:
+        """Listens and starts serving (raises ``OSError`` when the address is taken)."""
+        cls = _Server6 if ":" in self.host else _Server
+        server = cls((self.host, self.port), _Handler)
+        server.owner = self
+        self.port = server.server_address[1]
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
+                                        name="orchestra-metrics", daemon=True)
+        self._thread.start()
 
-    async def aclose(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            try:
-                await asyncio.wait_for(self._server.wait_closed(), 1.0)
-            except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - closing anyway
-                pass
-            self._server = None
+    def close(self) -> None:
+        """Stops serving (waits for the serving thread, not for open requests)."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if self._thread is not None:
+            self._thread.join(5)
+            self._thread = None
 
-    async def __aenter__(self) -> MetricsServer:
-        await self.start()
+    def __enter__(self) -> MetricsServer:
+        self.start()
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            try:
-                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5.0)
-            except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError, ConnectionError):
-                return
-            if len(head) > _MAX_REQUEST:
-                await self._reply(writer, 431, "Request Header Fields Too Large", "too large\n")
-                return
-            line = head.split(b"\r\n", 1)[0].decode("latin-1")
-            parts = line.split()
-            if len(parts) != 3 or not parts[2].startswith("HTTP/"):
-                await self._reply(writer, 400, "Bad Request", "bad request\n")
-                return
-            method, target = parts[0], parts[1]
-            path = target.split("?", 1)[0]
-            if path != "/metrics":
-                await self._reply(writer, 404, "Not Found", "not found: try /metrics\n")
-                return
-            if method not in ("GET", "HEAD"):
-                await self._reply(writer, 405, "Method Not Allowed", "method not allowed\n", extra="Allow: GET, HEAD\r\n")
-                return
-            try:
-                body = self._body()
-            except Exception as exc:  # noqa: BLE001 - a scrape must not take the run down
-                await self._reply(writer, 500, "Internal Server Error", f"{type(exc).__name__}: {exc}\n")
-                return
-            self.scrapes += 1
-            await self._reply(writer, 200, "OK", body, content_type=CONTENT_TYPE, head_only=method == "HEAD")
-        finally:
-            try:
-                writer.close()
-                await asyncio.wait_for(writer.wait_closed(), 1.0)
-            except (asyncio.TimeoutError, Exception):  # noqa: BLE001
-                pass
-
-    @staticmethod
-    async def _reply(writer: asyncio.StreamWriter, status: int, reason: str, body: str, *,
-                     content_type: str = "text/plain; charset=utf-8", head_only: bool = False, extra: str = "") -> None:
-        data = body.encode("utf-8")
-        head = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {len(data)}\r\n"
-                f"Connection: close\r\n{extra}\r\n").encode("latin-1")
-        try:
-            writer.write(head if head_only else head + data)
-            await writer.drain()
-        except ConnectionError:
-            pass

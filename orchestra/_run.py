@@ -4,16 +4,23 @@ instance per camera, the policy engine retuning them, a live view, a summary at 
 :func:`run` takes a loaded :class:`~orchestra.config.Config`; the CLI validates the file,
 calls :func:`configure_logging` and maps the result to an exit status:
 
-- 0: every frame was processed or dropped by policy, and the accounting identity held;
+- 0: every frame was processed or dropped by policy, and the accounting identity held
+  (frames whose inputs an instance refused — a caller's mistake, ``ExecuteRejectedError`` —
+  are listed as notes in the summary, not failures);
 - 1: a frame failed, an instance failed permanently, a source raised, or frames were lost;
 - 130: interrupted (SIGINT; 143 for SIGTERM) — sources stopped, queues drained, summary
   printed. A second Ctrl-C drops what is still queued; a third abandons the drain.
 
 Executions are counted per set of options in force: each camera's executor wraps its
-instance and, after every execute, files it under the options the instance's Method had in
-force then (``Instance.options_in_force()``), so a policy's change mid-run shows up as two
-counts. Policy decisions come from diffing ``orch.explain()`` a few times a second (the
+instance and files every execute under the options it ran with
+(``Instance.execute(..., detail=True)`` returns them), so a policy's change mid-run shows up
+as two counts. Policy decisions come from diffing ``orch.explain()`` a few times a second (the
 time of each is the engine's own timestamp, not the poll's).
+
+Everything the views show is gathered on the event loop: the dashboard's frames, the
+metrics snapshots (published for the metrics server's own thread to render), the report's
+timeline samples, and energy from the npu_sim devices' statistics. :func:`summary_dict` is
+the summary as JSON (``--summary-json``).
 """
 
 from __future__ import annotations
@@ -42,19 +49,20 @@ from ._dashboard import (
     StatusLine,
     decision_table,
     fmt_drops,
+    fmt_joules,
     fmt_ms,
     fmt_options,
     fmt_unit,
     fmt_value,
     printable,
 )
-from ._metrics_http import MetricsServer
-from ._metrics_http import render as render_metrics
+from ._metrics_http import EnergyUse, MetricsServer, MetricsSnapshot, RunCollector, new_registry
 from .config import Config
 from .errors import InvalidArgumentError, OrchestraError
-from .telemetry import get_logger
+from .telemetry import Histogram, get_logger
 
-__all__ = ["RunOptions", "RunResult", "configure_logging", "deferred_signals", "render_summary", "run"]
+__all__ = ["SUMMARY_SCHEMA", "RunOptions", "RunResult", "configure_logging", "deferred_signals", "render_summary", "run",
+           "summary_dict"]
 
 _log = get_logger("orchestra.run")
 
@@ -72,15 +80,18 @@ _Snapshot = tuple[tuple[str, str, Any], ...]  # (backend, option, value) in forc
 def configure_logging(fmt: str = "console", stream: Any = None, *, level: int = logging.INFO,
                       colors: bool | None = None, timefmt: str = "iso") -> None:
     """structlog writes one line per event to ``stream`` (default stderr): ``console``
-    (human-readable key=value) or ``json`` (one JSON object per line, ISO timestamps).
+    (human-readable key=value) or ``json`` (one JSON object per line). ISO timestamps
+    are timezone-aware: local time with its UTC offset (``2026-11-23T19:40:01.123456+00:00``).
     ``timefmt``: the console timestamp (``"iso"`` or a strftime format)."""
     import json
 
     stream = sys.stderr if stream is None else stream
+    stamp = _aware_timestamp if fmt == "json" or timefmt == "iso" else \
+        structlog.processors.TimeStamper(fmt=timefmt, utc=False)
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
-        structlog.processors.TimeStamper(fmt="iso" if fmt == "json" else timefmt, utc=False),
+        stamp,
     ]
     if fmt == "json":
         processors = shared + [structlog.processors.dict_tracebacks,
@@ -97,6 +108,13 @@ def configure_logging(fmt: str = "console", stream: Any = None, *, level: int = 
     )
 
 
+def _aware_timestamp(logger: Any, name: str, event: dict[str, Any]) -> dict[str, Any]:
+    import datetime
+
+    event["timestamp"] = datetime.datetime.now().astimezone().isoformat(timespec="microseconds")
+    return event
+
+
 # ---------------------------------------------------------------------------------------
 # Options and result
 
@@ -106,7 +124,11 @@ class RunOptions:
     """How to run: ``duration_s`` None runs until interrupted; ``dashboard`` draws the live
     view on ``out`` (only sensible on a terminal), else a status line every
     ``status_interval_s``; ``logs`` is the buffer log lines go to while the dashboard is
-    up (the dashboard shows the latest; the CLI writes them all to stderr after it)."""
+    up (the dashboard prints each once, above its live area). ``metrics_port``: serve
+    ``/metrics``, ``/healthz``, ``/readyz`` and ``/status`` (a snapshot published every
+    ``publish_s``); ``record_s``: sample a timeline for the HTML report this often
+    (``RunResult.timeline``). ``latency_window``: how many of the latest
+    frames (all cameras) ``RunResult.latency`` is computed over."""
 
     duration_s: float | None = None
     dashboard: bool = False
@@ -116,6 +138,9 @@ class RunOptions:
     refresh_s: float = 0.25
     status_interval_s: float = 2.0
     logs: LogBuffer | None = None
+    record_s: float | None = None  # sample a timeline (for --report) this often; None: don't
+    publish_s: float = 0.5  # how often the metrics snapshot is refreshed
+    latency_window: int = 8192
 
 
 @dataclass
@@ -133,12 +158,20 @@ class RunResult:
     signals: Mapping[str, Any] = field(default_factory=dict)
     engine: Any = None  # OrchestratorStatistics
     problems: list[str] = field(default_factory=list)  # what makes the exit status 1
+    notes: list[str] = field(default_factory=list)  # worth saying, not a failure (rejected inputs)
     accounting: dict[str, str] = field(default_factory=dict)  # camera -> "ok" or the error
     interrupted_by: int | None = None  # the signal number
     drained: bool = True  # False: a second signal dropped the queued frames
     metrics_url: str | None = None
     metrics_scrapes: int = 0
-    metrics_renders: int = 0  # scrapes share a rendering made at most once per MetricsServer interval
+    sources: dict[str, Any] = field(default_factory=dict)  # camera -> its source's statistics() (video sources)
+    outputs: dict[str, list[str]] = field(default_factory=dict)  # where results went -> cameras
+    sink_failures: dict[str, int] = field(default_factory=dict)  # camera -> frames its sink failed
+    batches: list[Any] = field(default_factory=list)  # orchestra.pipeline.BatchStatistics per [[batch]]
+    metrics_snapshots: int = 0  # snapshots the run published for the metrics server
+    energy: list[EnergyUse] = field(default_factory=list)  # npu_sim model, per camera and power mode
+    timeline: Any = None  # orchestra._report.Timeline when RunOptions.record_s was set
+    latency: Any = None  # LatencySummary of every camera's frames together (capture to sink), None before the run
 
     @property
     def exit_code(self) -> int:
@@ -151,26 +184,109 @@ class RunResult:
 # Per camera: the executor that counts executes per option set
 
 
-class _Counted:
-    """An instance as a pipeline executor that counts its executes per option snapshot."""
+def _with_batch_dim(frame: Any) -> list[Any]:
+    """A pipeline pre-process: the frame's data with a leading batch dimension of 1 (a video
+    source makes frames without it)."""
+    return [frame.data[None]]
 
-    __slots__ = ("counts", "instance")
+
+class _Counted:
+    """An instance as a pipeline executor that counts its executes per option snapshot (the
+    options each execute ran with, from ``execute(..., detail=True)``) and the requests the
+    instance rejected (the caller's mistake: not a failure of the run; the frame is dropped
+    with reason ``"rejected"`` where the pipeline has ``FrameDropped``). ``execute`` returns
+    the :class:`~orchestra.orchestrator.Execution` (outputs + options): the pipeline hands
+    its options on with the result. ``hist`` and ``frame_hist`` are the metrics' execute and
+    frame latency histograms."""
+
+    __slots__ = ("counts", "instance", "rejected", "last_rejected", "_labels", "_dropped", "hist", "frame_hist")
 
     def __init__(self, instance: Any) -> None:
+        from . import pipeline
+
         self.instance = instance
         self.counts: dict[_Snapshot, int] = {}
+        self.rejected = 0
+        self.last_rejected = ""
+        self._labels: dict[int, tuple[Any, _Snapshot]] = {}  # id(options) -> (options, snapshot)
+        self._dropped: Any = getattr(pipeline, "FrameDropped", None)
+        self.hist = Histogram()  # submit-to-result seconds (metrics)
+        self.frame_hist = Histogram()  # capture-to-sink seconds of each processed frame (metrics)
 
-    async def execute(self, inputs: list[Any]) -> list[Any]:
-        out = await self.instance.execute(inputs)
-        # the options this execute ran with: the worker swaps snapshots only at execute
-        # boundaries, and the camera's next frame is not submitted yet (inflight 1)
-        snap = tuple((b, k, v) for b, vals in self.instance.options_in_force().items() for k, v in vals.items())
+    async def execute(self, inputs: list[Any]) -> Any:
+        t = time.perf_counter()
+        try:
+            ex = await self.instance.execute(inputs, detail=True)
+        except InvalidArgumentError as exc:  # ExecuteRejectedError: the inputs were refused
+            self.rejected += 1
+            self.last_rejected = exc.message
+            if self._dropped is None:
+                raise
+            raise self._dropped("rejected", f"inputs rejected: {exc.message}") from exc
+        self.hist.observe(time.perf_counter() - t)
+        opts = ex.options
+        hit = self._labels.get(id(opts))  # the worker hands out one snapshot object per option set
+        if hit is None or hit[0] is not opts:
+            snap = tuple((b, k, v) for b, vals in opts.items() for k, v in vals.items())
+            if len(self._labels) > 64:
+                self._labels.clear()
+            self._labels[id(opts)] = hit = (opts, snap)
         counts = self.counts
-        counts[snap] = counts.get(snap, 0) + 1
-        return out
+        counts[hit[1]] = counts.get(hit[1], 0) + 1
+        return ex
+
+    def record_frame_latency(self, seconds: float) -> None:
+        """The pipeline's frame latency (queueing included), for the instance's policies and
+        the metrics' frame latency histogram."""
+        self.frame_hist.observe(seconds)
+        self.instance.record_frame_latency(seconds)
 
     def describe(self) -> Mapping[str, Any]:
         return self.instance.describe()
+
+
+class _LeastBusy:
+    """A [[batch]]'s executor: each batch runs on the member camera's instance with the
+    fewest executes in flight, ties taken in turn (every batched camera keeps its own
+    instance, binding and options; a batch runs on one of them)."""
+
+    __slots__ = ("executors", "turn")
+
+    def __init__(self, executors: Sequence[_Counted]) -> None:
+        self.executors = tuple(executors)
+        self.turn = 0
+
+    async def execute(self, inputs: list[Any]) -> list[Any]:
+        exs = self.executors
+        n = len(exs)
+        start = self.turn
+        ex = min((exs[(start + k) % n] for k in range(n)), key=lambda e: e.instance.in_flight)
+        self.turn = (start + 1) % n
+        return await ex.execute(inputs)
+
+
+class _BatchedCamera:
+    """A batched camera's pipeline executor: its frames go through the batcher; it describes
+    the camera's own instance (unit, options) like an unbatched camera."""
+
+    __slots__ = ("counted", "member")
+
+    def __init__(self, member: Any, counted: _Counted) -> None:
+        self.member = member
+        self.counted = counted
+
+    async def execute(self, inputs: list[Any]) -> Any:
+        return await self.member.execute(inputs)
+
+    def describe(self) -> Mapping[str, Any]:
+        return self.counted.describe()
+
+    def record_frame_latency(self, seconds: float) -> None:
+        """Passes the camera's frame latency on to its own instance's adapter when that
+        takes them (latency-driven policies)."""
+        record = getattr(self.counted, "record_frame_latency", None)
+        if callable(record):
+            record(seconds)
 
 
 class _Tracker:
@@ -232,10 +348,16 @@ class _Runner:
         self.result = RunResult(config)
         self.tracker = _Tracker()
         self.executors: dict[str, _Counted] = {}
+        self.batchers: list[Any] = []
         self.qualify: dict[str, bool] = {}
         self.orch: Any = None
         self.group: Any = None
         self.metrics: MetricsServer | None = None
+        self.collector: RunCollector | None = None
+        self.frame_hist: dict[str, Histogram] = {}
+        self.npus: list[Any] = []
+        self.timeline: Any = None
+        self._last_seen: tuple[dict[str, Any], int] = ({}, 0)
         self.dashboard: Dashboard | None = None
         self.error: BaseException | None = None
         self.stop_requested = 0
@@ -269,7 +391,12 @@ class _Runner:
             self._on_signal(signum)
 
     # -- views ----------------------------------------------------------------------------
-    def rows(self) -> list[CameraRow]:
+    def rows(self, energy: Sequence[EnergyUse] | None = None) -> list[CameraRow]:
+        if energy is None:
+            energy = self.energy()
+        by_cam: dict[str, float] = {}
+        for e in energy:
+            by_cam[e.camera] = by_cam.get(e.camera, 0.0) + e.energy_joules
         rows = []
         for cam in self.config.cameras:
             p = self.group[cam.name]
@@ -285,8 +412,38 @@ class _Runner:
                 p50=s.latency.p50, p95=s.latency.p95, p99=s.latency.p99, produced=a.produced, processed=a.processed,
                 failed=a.failed, dropped=dict(a.dropped), queue_depth=s.queue_depth, queue_capacity=s.queue_capacity,
                 unit=unit, options=fmt_options(opts, qualify=self.qualify.get(cam.name, False)),
-                instance_state=inst.state))
+                instance_state=inst.state, energy_joules=by_cam.get(cam.name)))
         return rows
+
+    def energy(self) -> list[EnergyUse]:
+        """Modelled energy per camera and power mode, from the npu_sim devices' statistics.
+
+        A core's jobs are filed per power mode by the device; when the camera's core served
+        only this camera (the usual, exclusive binding) that is the camera's split; on a
+        shared core only the camera's total is known (power mode ``"*"``)."""
+        if not self.npus:
+            return []
+        cores = {}
+        for dev in self.npus:
+            for c in dev.statistics().cores:
+                cores[(dev.name, c.core)] = c
+        out = []
+        for cam in self.config.cameras:
+            ex = self.executors.get(cam.name)
+            if ex is None:
+                continue
+            label = ex.instance.name
+            served = [(c, s) for c in cores.values() for s in c.served if s.label == label]
+            if not served:
+                continue
+            only = len(served) == 1 and all(s.label == label for s in served[0][0].served)
+            if only:
+                core = served[0][0]
+                out += [EnergyUse(cam.name, m.power_mode, m.jobs, m.device_seconds, m.energy_joules) for m in core.by_mode]
+            else:
+                out.append(EnergyUse(cam.name, "*", sum(s.jobs for _, s in served),
+                                     sum(s.device_seconds for _, s in served), sum(s.energy_joules for _, s in served)))
+        return out
 
     def executions(self, *, stable: bool = False) -> dict[str, list[tuple[str, int]]]:
         """Per camera: (option set, executes) in the order first seen. The option set shows
@@ -318,28 +475,89 @@ class _Runner:
             info.append(f"engine runs {orch.statistics().engine_runs}")
         if self.metrics is not None:
             info.append(f"metrics {self.metrics.url}")
+        energy = self.energy()
         return Screen(title=f"orchestra run {os.path.basename(self.config.path)}", elapsed=self.elapsed(),
-                      duration=self.opts.duration_s, state=state, cameras=self.rows(),
+                      duration=self.opts.duration_s, state=state, cameras=self.rows(energy),
                       decisions=list(self.tracker.decisions),
-                      signals=dict(orch.signals) if orch is not None else {}, info="  ".join(info))
+                      signals=dict(orch.signals) if orch is not None else {}, info="  ".join(info), energy=energy)
 
-    def metrics_text(self) -> str:
+    def ready(self) -> tuple[bool, str]:
+        """Ready: the cameras run and every instance is loaded and running."""
+        if self.group is None or self.t0 is None:
+            return False, "loading"
+        if self.stop_requested:
+            return False, "stopping"
+        if not self.running:
+            return False, "done"
+        bad = [f"{ex.instance.name} {ex.instance.state}" for ex in self.executors.values()
+               if ex.instance.state != "running"]
+        if bad:
+            return False, "instances not running: " + ", ".join(bad)
+        return True, ""
+
+    def snapshot(self) -> MetricsSnapshot:
+        """What a scrape shows, copied now (on the loop)."""
         orch = self.orch
+        energy = self.energy()
+        rows = self.rows(energy)
         instances = [ex.instance.statistics() for ex in self.executors.values()]
-        options = {}
-        for s in instances:
-            options[s.name] = [(b, k, v) for b, vals in s.options.items() for k, v in vals.items()]
+        options = {s.name: [(b, k, v) for b, vals in s.options.items() for k, v in vals.items()] for s in instances}
         by_options = {self.executors[c].instance.name: dict(v) for c, v in self.executions(stable=True).items()}
-        return render_metrics(cameras=self.rows(), instances=instances, executions_by_options=by_options,
-                              options=options, decisions=len(self.tracker.decisions),
-                              engine=orch.statistics() if orch is not None else None,
-                              signals=dict(orch.signals) if orch is not None else {}, uptime_s=self.elapsed())
+        ready, why = self.ready()
+        engine = orch.statistics() if orch is not None else None
+        signals = dict(orch.signals) if orch is not None else {}
+        status = _status_doc(self.config, rows, self.executions(), instances, list(self.tracker.decisions), engine,
+                             signals, energy, self.elapsed(), "running" if ready else why)
+        status["ready"] = ready
+        return MetricsSnapshot(
+            uptime_s=self.elapsed(), ready=ready, not_ready_reason=why, cameras=rows,
+            frame_latency={c: h.snapshot() for c, h in self.frame_hist.items()},
+            execute_latency={ex.instance.name: ex.hist.snapshot() for ex in self.executors.values()},
+            instances=instances, executions_by_options=by_options, options=options, energy=energy,
+            decisions=len(self.tracker.decisions), engine=engine, signals=signals, status=status)
+
+    def publish(self) -> None:
+        if self.collector is not None:
+            self.collector.publish(self.snapshot())
+
+    def sample(self) -> None:
+        """One point of the --report timeline."""
+        if self.timeline is not None:
+            energy = self.energy()
+            self.timeline.add(self.elapsed(), self.rows(energy), energy,
+                              dict(self.orch.signals) if self.orch is not None else {})
 
     # -- tasks ----------------------------------------------------------------------------
     async def _track(self) -> None:
         while True:
             await anyio.sleep(0.1)
             self.tracker.poll(self.orch.explain())
+
+    async def _publish(self) -> None:
+        """Metrics snapshots and timeline samples, each at its own pace."""
+        pub = self.opts.publish_s if self.collector is not None else None
+        rec = self.opts.record_s if self.timeline is not None else None
+        next_pub = next_rec = last_rec = time.monotonic()
+        while True:
+            now = time.monotonic()
+            if pub is not None and now >= next_pub:
+                self.publish()
+                next_pub = now + pub
+            if rec is not None and (now >= next_rec or (now >= last_rec + 0.2 and self._moved())):
+                self.sample()  # on time, or early when a signal or a decision moved (a step at its time)
+                next_rec, last_rec = now + rec, now
+            waits = [t for t, on in ((next_pub, pub), (next_rec, rec)) if on is not None]
+            if not waits:
+                return
+            await anyio.sleep(min(max(min(waits) - time.monotonic(), 0.01), 0.1))
+
+    def _moved(self) -> bool:
+        orch = self.orch
+        now = (dict(orch.signals) if orch is not None else {}, len(self.tracker.decisions))
+        if now != self._last_seen:
+            self._last_seen = now
+            return True
+        return False
 
     async def _ui(self) -> None:
         if self.dashboard is not None:
@@ -370,7 +588,22 @@ class _Runner:
         from orchestra.runtime import load_program
 
         cfg = self.config
-        npus = []
+        npus = self.npus
+        if self.opts.metrics_port is not None:  # up while loading: /healthz answers, /readyz says loading
+            registry, self.collector = new_registry()
+            self.metrics = MetricsServer(registry, self.collector, self.opts.metrics_host, self.opts.metrics_port)
+            try:
+                self.metrics.start()
+            except OSError as exc:
+                self.metrics = None
+                raise InvalidArgumentError(f"metrics server: can't listen on {self.opts.metrics_host} port "
+                                           f"{self.opts.metrics_port}: {exc.strerror or exc}") from None
+            self.result.metrics_url = self.metrics.url
+            _log.info("metrics server listening", url=self.metrics.url)
+        if self.opts.record_s is not None:
+            from ._report import Timeline
+
+            self.timeline = Timeline([c.name for c in cfg.cameras])
         try:
             resources = []
             for d in cfg.devices:
@@ -394,13 +627,32 @@ class _Runner:
                     program = await anyio.to_thread.run_sync(load_program, prog.path)
                     pools[prog.name] = await orch.load(program, method=prog.method, name=prog.name,
                                                        instances=[c.instance_spec() for c in cams])
-                group = Pipelines()
+                group = Pipelines(latency_window=self.opts.latency_window)
+                sinks: dict[str, Any] = {}  # equal sink tables share one sink
                 for cam in cfg.cameras:
                     pool = pools[cam.program]
-                    ex = self.executors[cam.name] = _Counted(pool[cam.name])
+                    self.executors[cam.name] = _Counted(pool[cam.name])
                     self.qualify[cam.name] = len(pool.backends) > 1
+                members: dict[str, Any] = {}
+                for b in cfg.batches:  # one Batcher per [[batch]], over its cameras' instances
+                    batcher = b.build(_LeastBusy([self.executors[c] for c in b.cameras]))
+                    self.batchers.append(batcher)
+                    for c in b.cameras:
+                        members[c] = _BatchedCamera(batcher.member(c), self.executors[c])
+                for cam in cfg.cameras:
+                    ex = members.get(cam.name, self.executors[cam.name])
+                    self.frame_hist[cam.name] = self.executors[cam.name].frame_hist
+                    sink = None
+                    if cam.sink is not None:
+                        sink = sinks.get(cam.sink.key())
+                        if sink is None:  # opens its file or connection: off the loop
+                            sink = sinks[cam.sink.key()] = await anyio.to_thread.run_sync(cam.sink.build)
+                        self.result.outputs.setdefault(cam.sink.where(), []).append(cam.name)
                     group.add(Pipeline(cam.name, cam.build_source(), ex, queue=cam.queue, drop=cam.drop,
-                                       deadline_s=cam.deadline_s, inflight=cam.inflight))
+                                       deadline_s=cam.deadline_s, inflight=cam.inflight,
+                                       pre=_with_batch_dim if cam.add_batch else None,
+                                       post=None if cam.post is None else cam.post.build(), sink=sink,
+                                       sink_timeout_s=None if cam.sink is None else cam.sink.pipeline_timeout_s))
                 self.group = group
                 self.tracker.poll(orch.explain(), record=False)
                 for s in sources:  # scripted signals: time 0 is when the cameras start
@@ -410,26 +662,19 @@ class _Runner:
                 self.t0 = self.tracker.t0 = time.monotonic()
                 await orch.refresh()  # the policies see the first signals before the first frame
                 self.tracker.poll(orch.explain())
-                if self.opts.metrics_port is not None:
-                    self.metrics = MetricsServer(self.metrics_text, self.opts.metrics_host, self.opts.metrics_port)
-                    try:
-                        await self.metrics.start()
-                    except OSError as exc:
-                        self.metrics = None
-                        raise InvalidArgumentError(f"metrics server: can't listen on {self.opts.metrics_host} port "
-                                                   f"{self.opts.metrics_port}: {exc.strerror or exc}") from None
-                    self.result.metrics_url = self.metrics.url
-                    _log.info("metrics server listening", url=self.metrics.url)
                 if self.stop_requested:  # interrupted while loading
                     group.stop(drain=self.stop_requested < 2)
                 if self.opts.dashboard:
                     self.dashboard = Dashboard(self.out, self.opts.logs)
                     self.dashboard.__enter__()
+                    self.dashboard.refresh(self.screen("running"))  # from the first moment
                 _log.info("cameras running", cameras=[c.name for c in cfg.cameras], duration_s=self.opts.duration_s)
+                self.running = True
                 try:
                     async with anyio.create_task_group() as tg:
                         tg.start_soon(self._track)
                         tg.start_soon(self._ui)
+                        tg.start_soon(self._publish)
                         try:
                             await group.run(self.opts.duration_s)
                         except* OrchestraError as eg:  # sources that raised; the others ran on
@@ -438,18 +683,21 @@ class _Runner:
                         finally:
                             tg.cancel_scope.cancel()
                 finally:
+                    self.running = False
                     self.result.elapsed_s = self.elapsed()
                     self.tracker.poll(orch.explain())
+                    self.sample()
+                    self.publish()
                     if self.dashboard is not None:
                         self.dashboard.refresh(self.screen("done"))
                         self.dashboard.__exit__(None, None, None)
-                    if self.metrics is not None:
-                        self.result.metrics_scrapes = self.metrics.scrapes
-                        self.result.metrics_renders = self.metrics.renders
-                        await self.metrics.aclose()
                 self._collect()
                 _log.info("cameras done", elapsed_s=round(self.result.elapsed_s, 3))
         finally:
+            if self.metrics is not None:
+                self.result.metrics_scrapes = self.metrics.scrapes
+                self.result.metrics_snapshots = self.collector.published if self.collector is not None else 0
+                self.metrics.close()
             for dev in npus:
                 dev.close()
 
@@ -461,12 +709,21 @@ class _Runner:
         r.decisions = list(self.tracker.decisions)
         r.signals = dict(self.orch.signals)
         r.engine = self.orch.statistics()
+        r.batches = [b.statistics() for b in self.batchers]
+        r.energy = self.energy()
+        r.timeline = self.timeline
+        if self.timeline is not None:
+            self.timeline.decisions = list(r.decisions)
+        r.latency = self.group.statistics().latency
         if r.interrupted_by is not None:
             r.ended_by = "interrupted" if r.interrupted_by == signal.SIGINT else "terminated"
             r.drained = self.stop_requested < 2
         elif self.opts.duration_s is None or r.elapsed_s < self.opts.duration_s - 0.05:
             r.ended_by = "sources ended"
         for cam in self.config.cameras:
+            source_stats = getattr(self.group[cam.name].source, "statistics", None)
+            if callable(source_stats):
+                r.sources[cam.name] = source_stats()
             acc = self.group[cam.name].accounting()
             try:
                 acc.check()
@@ -474,9 +731,17 @@ class _Runner:
             except OrchestraError as exc:
                 r.accounting[cam.name] = "LOST"
                 r.problems.append(f"{cam.name}: accounting: {exc}")
-            if acc.failed:
-                r.problems.append(f"{cam.name}: {acc.failed} frame{'s' if acc.failed != 1 else ''} failed"
-                                  + (f" (last: {self.group[cam.name].statistics().last_error})"))
+            if cam.sink is not None:
+                r.sink_failures[cam.name] = self.group[cam.name].statistics().sink_failures
+            ex = self.executors[cam.name]
+            rejected = ex.rejected
+            failed = acc.failed - (min(acc.failed, rejected) if ex._dropped is None else 0)
+            last = self.group[cam.name].statistics().last_error
+            if rejected:
+                r.notes.append(f"{cam.name}: {rejected} frame{'s' if rejected != 1 else ''} rejected by the instance, "
+                               f"not a failure (last: {ex.last_rejected})")
+            if failed:
+                r.problems.append(f"{cam.name}: {failed} frame{'s' if failed != 1 else ''} failed (last: {last})")
         for s in r.instances:
             if s.state == "failed":
                 r.problems.append(f"instance {s.name} failed permanently: {s.last_error}")
@@ -592,6 +857,22 @@ def render_summary(r: RunResult) -> str:
     lines += _table(rows, right={2, 3, 5, 6, 7, 8})
     lines += ["", "accounting: produced = processed + dropped + failed for every camera" if
               all(v == "ok" for v in r.accounting.values()) else "accounting: FRAMES LOST (see below)"]
+    if r.sources:
+        lines += ["", "video sources (frames are not produced while disconnected: nothing is dropped for a gap)"]
+        srows = [["camera", "uri", "state", "frames", "connects", "reconnects", "disconnects", "gap s", "last error"]]
+        for cam, st in r.sources.items():
+            srows.append([printable(cam), _short(printable(str(getattr(st, "uri", "?"))), 60), str(getattr(st, "state", "?")),
+                          str(getattr(st, "frames", "?")), str(getattr(st, "connects", "?")),
+                          str(getattr(st, "reconnects", "?")), str(getattr(st, "disconnects", "?")),
+                          f"{getattr(st, 'gap_s', 0.0):.1f}", _short(printable(getattr(st, "last_error", None) or "-"), 80)])
+        lines += _table(srows, right={3, 4, 5, 6, 7}, indent="  ")
+    if r.batches:
+        lines += ["", "batches (frames per execute: size x batches)"]
+        brows = [["batch", "cameras", "batches", "frames", "mean size", "mean wait ms", "failed", "sizes"]]
+        for b in r.batches:
+            brows.append([printable(b.name), str(b.members), str(b.batches), str(b.frames), f"{b.mean_size:.2f}",
+                          fmt_ms(b.mean_wait_s), str(b.failed_batches), b.format_sizes()])
+        lines += _table(brows, right={1, 2, 3, 4, 5, 6}, indent="  ")
     lines += ["", "executions per option set"]
     lines += _table([[printable(cam), ", ".join(f"{label}: {k}" for label, k in sets) or "none"]
                      for cam, sets in r.executions.items()], indent="  ")
@@ -612,9 +893,16 @@ def render_summary(r: RunResult) -> str:
                      f"{e.proposals_rejected} rejected, {e.policy_errors} policy errors")
     if r.signals:
         lines += ["", "signals at the end: " + " ".join(f"{k}={fmt_value(v)}" for k, v in sorted(r.signals.items()))]
+    if r.outputs:
+        lines += ["", "results"]
+        for where, cams in r.outputs.items():
+            failed = sum(r.sink_failures.get(c, 0) for c in cams)
+            lines.append(f"  {printable(where)}: {', '.join(printable(c) for c in cams)}"
+                         + (f" ({failed} frame{'s' if failed != 1 else ''} failed at the sink)" if failed else ""))
+    lines += _energy_lines(r.energy)
     if r.metrics_url:
         lines.append(f"metrics: {r.metrics_url} ({r.metrics_scrapes} scrape{'s' if r.metrics_scrapes != 1 else ''}, "
-                     f"{r.metrics_renders} render{'s' if r.metrics_renders != 1 else ''})")
+                     f"{r.metrics_snapshots} snapshot{'s' if r.metrics_snapshots != 1 else ''})")
     lines.append("")
     if r.interrupted_by is not None:
         how = "queues drained" if r.drained else "queued frames dropped (shutdown)"
@@ -625,5 +913,110 @@ def render_summary(r: RunResult) -> str:
     else:
         lines.append("result: ok")
     lines += [f"  {p}" for p in r.problems]
+    lines += [f"  note: {n}" for n in r.notes]
     return "\n".join(lines) + "\n"
 
+
+
+def _energy_lines(energy: Sequence[EnergyUse]) -> list[str]:
+    if not energy:
+        return []
+    rows = [["camera", "power mode", "jobs", "device ms", "energy", "per job"]]
+    for e in energy:
+        per = fmt_joules(e.energy_joules / e.jobs) if e.jobs else "-"
+        rows.append([printable(e.camera), e.power_mode if e.power_mode != "*" else "(shared core)", str(e.jobs),
+                     f"{e.device_seconds * 1000:.2f}", fmt_joules(e.energy_joules), per])
+    total = sum(e.energy_joules for e in energy)
+    return ["", f"energy per camera and power mode (npu_sim model; total {fmt_joules(total)})"] + \
+        _table(rows, right={2, 3, 4, 5}, indent="  ")
+
+
+# ---------------------------------------------------------------------------------------
+# The summary as JSON (--summary-json) and the /status document
+
+SUMMARY_SCHEMA = "orchestra.run.summary/1"
+
+
+def _iso(wall: float) -> str:
+    import datetime
+
+    return datetime.datetime.fromtimestamp(wall).astimezone().isoformat(timespec="milliseconds")
+
+
+def _num(v: Any) -> Any:
+    """JSON has no NaN/Infinity: those become null."""
+    if isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))):
+        return None
+    return v
+
+
+def _jsonable(v: Any) -> Any:
+    if v is None or isinstance(v, (bool, int, str)):
+        return v
+    if isinstance(v, float):
+        return _num(v)
+    if isinstance(v, Mapping):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    return str(v)
+
+
+def _status_doc(config: Config, rows: Sequence[CameraRow], executions: Mapping[str, Sequence[tuple[str, int]]],
+                instances: Sequence[Any], decisions: Sequence[Decision], engine: Any, signals: Mapping[str, Any],
+                energy: Sequence[EnergyUse], elapsed: float, state: str) -> dict[str, Any]:
+    by_cam: dict[str, list[EnergyUse]] = {}
+    for e in energy:
+        by_cam.setdefault(e.camera, []).append(e)
+    cams = []
+    for c in rows:
+        es = by_cam.get(c.name, [])
+        cams.append({
+            "name": c.name, "state": c.state, "drop": c.drop, "unit": c.unit, "options": c.options,
+            "produced": c.produced, "processed": c.processed, "failed": c.failed, "dropped": dict(c.dropped),
+            "queue_depth": c.queue_depth, "queue_capacity": c.queue_capacity,
+            "input_fps": _num(c.input_fps), "output_fps": _num(c.output_fps),
+            "latency_s": {"p50": _num(c.p50), "p95": _num(c.p95), "p99": _num(c.p99)},
+            "energy_joules": sum(e.energy_joules for e in es) if es else None,
+            "energy_by_power_mode": {e.power_mode: {"jobs": e.jobs, "device_seconds": e.device_seconds,
+                                                    "energy_joules": e.energy_joules} for e in es},
+        })
+    insts = []
+    for s in instances:
+        insts.append({"name": s.name, "pool": s.pool, "state": s.state, "executes": s.executes, "failures": s.failures,
+                      "restarts": s.restarts, "replacements": s.replacements,
+                      "execute_latency_s": {"p50": _num(s.latency.p50), "p99": _num(s.latency.p99)},
+                      "threads": s.threads.format() if s.threads is not None else None,
+                      "options": _jsonable(s.options), "last_error": s.last_error})
+    decs = [{"t_s": round(d.t, 4), "time": _iso(d.wall), "instance": d.instance, "what": d.what,
+             "value": _jsonable(d.value), "previous": _jsonable(d.previous), "policy": d.policy, "reason": d.reason,
+             "source": d.source} for d in decisions]
+    eng = None
+    if engine is not None:
+        eng = {"runs": engine.engine_runs, "option_changes": engine.changes_applied, "actions": engine.actions_applied,
+               "rejected": engine.proposals_rejected, "policy_errors": engine.policy_errors}
+    return {
+        "config": str(config.path), "state": state, "elapsed_s": round(elapsed, 3), "cameras": cams,
+        "executions": {cam: dict(sets) for cam, sets in executions.items()}, "instances": insts,
+        "decisions": decs, "engine": eng, "signals": _jsonable(dict(signals)),
+        "energy_joules": sum(e.energy_joules for e in energy) if energy else None,
+    }
+
+
+def summary_dict(r: RunResult) -> dict[str, Any]:
+    """The summary as one JSON-able dict (``orchestra run --summary-json``); its schema is
+    :data:`SUMMARY_SCHEMA` and README.md documents it."""
+    doc = {"schema": SUMMARY_SCHEMA}
+    doc.update(_status_doc(r.config, r.cameras, r.executions, r.instances, r.decisions, r.engine, r.signals, r.energy,
+                           r.elapsed_s, "done"))
+    for c in doc["cameras"]:
+        c["accounting"] = r.accounting.get(c["name"], "?")
+    interrupted = None if r.interrupted_by is None else signal.Signals(r.interrupted_by).name
+    doc.update({
+        "loop": r.loop, "ended_by": r.ended_by, "interrupted_by": interrupted,
+        "drained": r.drained if interrupted else None,
+        "result": "interrupted" if interrupted else ("failed" if r.problems else "ok"),
+        "exit_code": r.exit_code, "problems": list(r.problems),
+        "metrics": None if not r.metrics_url else {"url": r.metrics_url, "scrapes": r.metrics_scrapes},
+    })
+    return doc

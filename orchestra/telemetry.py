@@ -7,7 +7,9 @@ via contextvars (instance, camera, backend, core); applications and the CLI conf
 from __future__ import annotations
 
 import array
+import bisect
 import contextlib
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +17,8 @@ from typing import Any
 import numpy as np
 import structlog
 
-__all__ = ["LatencySummary", "LatencyWindow", "bound", "get_logger"]
+__all__ = ["LATENCY_BUCKETS", "Histogram", "HistogramSnapshot", "LatencySummary", "LatencyWindow", "bound",
+           "get_logger"]
 
 
 def get_logger(name: str) -> Any:
@@ -77,3 +80,57 @@ class LatencyWindow:
         data = np.frombuffer(self._buf, np.float64, w).copy()
         p50, p95, p99 = np.percentile(data, (50, 95, 99))
         return LatencySummary(n, w, float(data.mean()), float(p50), float(p95), float(p99), float(data.max()))
+
+
+# Upper bounds (seconds) for latency histograms: sub-millisecond executes up to frames that
+# waited seconds in a queue (Prometheus adds +Inf).
+LATENCY_BUCKETS: tuple[float, ...] = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,
+                                      0.3, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0)
+
+
+@dataclass(frozen=True, slots=True)
+class HistogramSnapshot:
+    """A histogram at one moment: ``counts[i]`` observations <= ``bounds[i]`` (not
+    cumulative), ``counts[-1]`` those above the last bound; ``sum`` of every observation."""
+
+    bounds: tuple[float, ...]
+    counts: tuple[int, ...]
+    sum: float
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        """Prometheus buckets: ``[("0.001", n <= 0.001), ..., ("+Inf", count)]``."""
+        out, total = [], 0
+        for bound_, n in zip((*self.bounds, math.inf), self.counts):
+            total += n
+            out.append(("+Inf" if bound_ == math.inf else repr(float(bound_)), total))
+        return out
+
+
+class Histogram:
+    """Counts observations into fixed buckets, for Prometheus histograms.
+
+    One writer (e.g. the event loop): :meth:`observe` is a bisect and two stores, no lock,
+    no allocation. :meth:`snapshot` copies the counts; called by the writer's thread it is
+    exact, from another thread it may be one observation behind in ``sum``.
+    """
+
+    __slots__ = ("_bounds", "_counts", "_sum")
+
+    def __init__(self, bounds: tuple[float, ...] = LATENCY_BUCKETS) -> None:
+        b = tuple(float(x) for x in bounds)
+        if not b or any(not math.isfinite(x) for x in b) or list(b) != sorted(set(b)):
+            raise ValueError(f"bounds must be finite, increasing and non-empty, got {bounds!r}")
+        self._bounds = b
+        self._counts = [0] * (len(b) + 1)
+        self._sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self._counts[bisect.bisect_left(self._bounds, value)] += 1
+        self._sum += value
+
+    def snapshot(self) -> HistogramSnapshot:
+        return HistogramSnapshot(self._bounds, tuple(self._counts), self._sum)

@@ -618,9 +618,13 @@ class LatencyTargetPolicy:
     """Keeps each instance's p95 latency near a target by stepping an option along a ladder.
 
     A per-instance feedback controller. ``ladder`` lists the option's values from cheapest
-    to fastest (``[1, 2, 4]`` threads, ``["low", "balanced", "performance"]``). For each
-    instance delegating to ``backend`` whose ``latency_p95`` (seconds, from
-    ``InstanceView``) is known:
+    to fastest (``[1, 2, 4]`` threads, ``["low", "balanced", "performance"]``). ``measure``
+    names the latency it controls: ``"frame"`` — the camera's frame latency, capture to
+    result, queueing included (``InstanceView.frame_latency_p95``, recorded by the pipeline
+    the instance serves); ``"execute"`` — the execute on the worker alone
+    (``InstanceView.latency_p95``); default (None): ``"frame"`` for an instance that serves
+    a pipeline, else ``"execute"``. For each instance delegating to ``backend`` whose
+    measured p95 (seconds) is known:
 
     - ``p95 > target_p95_s × (1 + band)``: one rung up (faster), unless at the top;
     - ``p95 < target_p95_s × (1 - band)``: one rung down (cheaper), unless at the bottom;
@@ -640,6 +644,8 @@ class LatencyTargetPolicy:
         ladder: the values, cheapest first (at least one, no duplicates).
         band: relative dead band around the target (``0 <= band < 1``).
         min_interval_s: seconds an instance holds after a step.
+        measure: ``"frame"``, ``"execute"`` or None (frame latency where the instance serves
+            a pipeline, else execute latency).
         name: the policy's name in explanations.
         priority: higher wins when two policies set the same option.
     """
@@ -655,6 +661,7 @@ class LatencyTargetPolicy:
         band: float = 0.1,
         min_interval_s: float = 5.0,
         *,
+        measure: str | None = None,
         name: str = "latency_target",
         priority: int = 10,
     ) -> None:
@@ -674,6 +681,12 @@ class LatencyTargetPolicy:
         if band >= 1:
             raise InvalidArgumentError(f"{owner}: parameter 'band' must be < 1, got {band!r}")
         _check_number(owner, "min_interval_s", min_interval_s, minimum=0)
+        if measure is not None and measure not in ("frame", "execute"):
+            raise InvalidArgumentError(
+                f"{owner}: parameter 'measure' must be \"frame\", \"execute\" or absent (frame latency where the "
+                f"instance serves a pipeline, else execute latency), got {measure!r}"
+            )
+        self.measure = measure
         self.name = name
         self.priority = priority
         self.target_p95_s = target_p95_s
@@ -711,22 +724,25 @@ class LatencyTargetPolicy:
         for inst in instances:
             if self.backend not in inst.backends:
                 continue
-            p95 = inst.latency_p95
+            measure = self.measure or ("frame" if getattr(inst, "serves_pipeline", False) else "execute")
+            p95 = getattr(inst, "frame_latency_p95", 0.0) if measure == "frame" else inst.latency_p95
             if not p95 or p95 <= 0 or not math.isfinite(p95):
                 continue  # nothing measured yet
             rung = self.rung(inst)
             last = self._stepped_at.get(inst.name)
-            new, why = self._decide(p95, rung, None if last is None else now - last, hi, lo)
+            new, why = self._decide(p95, rung, None if last is None else now - last, hi, lo,
+                                    "frame_latency_p95" if measure == "frame" else "latency_p95")
             if new != rung:
                 self._stepped_at[inst.name] = now
             self._rung[inst.name] = new
             b.option(inst, self.backend, self.option, self.ladder[new], why)
         return b.build()
 
-    def _decide(self, p95: float, rung: int, since_step: float | None, hi: float, lo: float) -> tuple[int, str]:
-        """(the new rung, why) for one instance."""
+    def _decide(self, p95: float, rung: int, since_step: float | None, hi: float, lo: float,
+                label: str = "latency_p95") -> tuple[int, str]:
+        """(the new rung, why) for one instance; ``label`` names the measured quantity."""
         cur = self.ladder[rung]
-        p = f"latency_p95={fmt(p95)}s"
+        p = f"{label}={fmt(p95)}s"
         target = f"target_p95_s={fmt(self.target_p95_s)}s"
         if lo <= p95 <= hi:
             return rung, f"{p} within [{fmt(lo)}s, {fmt(hi)}s] of {target}: hold {cur!r}"
@@ -747,5 +763,5 @@ class LatencyTargetPolicy:
     def __repr__(self) -> str:
         return (
             f"LatencyTargetPolicy(target_p95_s={fmt(self.target_p95_s)}, backend={self.backend!r}, "
-            f"option={self.option!r}, ladder={list(self.ladder)!r}, name={self.name!r})"
+            f"option={self.option!r}, ladder={list(self.ladder)!r}, measure={self.measure!r}, name={self.name!r})"
         )

@@ -59,7 +59,12 @@ class InstanceView:
         options: option values in force, per backend id.
         option_specs: per backend id, option name -> (type name, hot, choices or None).
         executions / failures: counters.
-        latency_p50 / latency_p95: seconds over recent executes (0.0 when unknown).
+        latency_p50 / latency_p95: seconds over recent executes (0.0 when unknown): the
+            time of the execute on the worker, not the queueing before it.
+        frame_latency_p50 / frame_latency_p95: seconds over recent frames of the pipeline
+            the instance serves, from capture to result (queueing included; 0.0 when
+            unknown).
+        serves_pipeline: the instance serves a pipeline (it has recorded frame latencies).
         paused: True when a policy paused it.
         pool: the name of the pool it belongs to. The engine shows every policy the running
             instances of every pool, so a policy that proposes ``ScaleTo`` groups them by
@@ -77,6 +82,9 @@ class InstanceView:
     latency_p95: float = 0.0
     paused: bool = False
     pool: str | None = None
+    frame_latency_p50: float = 0.0
+    frame_latency_p95: float = 0.0
+    serves_pipeline: bool = False
 
 
 @dataclass(frozen=True, slots=True)

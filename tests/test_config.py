@@ -96,12 +96,12 @@ def registries(line: str) -> str:
 
 CASES: list[tuple[str, str, list[str]]] = [
     ("unknown top-level key", "frobnicate = 1\n" + VALID,
-     ["frobnicate: unknown key (known keys: program, device, camera, policy, signal, run)"]),
+     ["frobnicate: unknown key (known keys: program, device, camera, policy, signal, run, batch)"]),
     ("top-level key with a hint", VALID + "\n[[cameras]]\nname = 'x'\n",
-     ["cameras: unknown key (known keys: program, device, camera, policy, signal, run); did you mean 'camera'?"]),
+     ["cameras: unknown key (known keys: program, device, camera, policy, signal, run, batch); did you mean 'camera'?"]),
     ("unknown key in a camera", PROGRAM + NPU4 + camera("front", 'bind = { camera_link = "npu0" }\nqeue = 3'),
-     ["camera[0].qeue: unknown key (known keys: name, program, source, bind, backend_options, queue, drop, "
-      "deadline_ms, inflight, placement); did you mean 'queue'?"]),
+     ["camera[0].qeue: unknown key (known keys: name, program, source, pre, bind, backend_options, queue, drop, "
+      "deadline_ms, inflight, placement, post, sink); did you mean 'queue'?"]),
     ("process placement can't reach an npu_sim core", PROGRAM + NPU4 + camera("front", 'bind = { "npu0.core" = 0 }\nplacement = "process"'),
      ['camera[0].placement: "process" can\'t reach npu_sim device \'npu0\': simulated devices live in the orchestra '
       'process; use placement = "thread" for this camera']),
@@ -431,13 +431,13 @@ def test_cli_syntax_error_points_at_the_line(folder: pathlib.Path, capsys: pytes
 
 
 def test_cli_ok_line(folder: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = write(folder, VALID + '\n[[policy]]\nuse = "battery"\n')
+    path = write(folder, VALID + '\n[[policy]]\nuse = "battery"\n[[signal]]\nuse = "battery"\n')
     assert _cli.main(["validate", str(path)]) == 0
     out, err = capsys.readouterr()
     assert (out, err) == (f"{path}: ok (4 cameras, 1 policy)\n", "")
 
 
-@pytest.mark.parametrize("name, summary", [("cameras.toml", "4 cameras, 2 policies"),
+@pytest.mark.parametrize("name, summary", [("cameras.toml", "4 cameras, 1 policy"),
                                            ("onnx_camera.toml", "1 camera, 1 policy"),
                                            ("cpu_cameras.toml", "2 cameras, 0 policies")])
 def test_the_examples_validate(name: str, summary: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -452,7 +452,7 @@ def test_the_examples_validate(name: str, summary: str, capsys: pytest.CaptureFi
 def test_the_main_example_in_a_subprocess() -> None:
     r = subprocess.run([sys.executable, "-m", "orchestra", "validate", "examples/cameras.toml"], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
-    assert (r.returncode, r.stdout, r.stderr) == (0, "examples/cameras.toml: ok (4 cameras, 2 policies)\n", "")
+    assert (r.returncode, r.stdout, r.stderr) == (0, "examples/cameras.toml: ok (4 cameras, 1 policy)\n", "")
 
 
 def test_the_main_example_loads(tmp_path: pathlib.Path) -> None:
@@ -473,9 +473,9 @@ def test_the_main_example_loads(tmp_path: pathlib.Path) -> None:
     assert front.source.kind == "synthetic"
     assert dict(front.source.params) == {"fps": 30.0, "shape": (1, 3, 16, 16), "dtype": "float32", "seed": 1}
     assert front.deadline_s == pytest.approx(0.2) and front.drop == "drop_oldest" and front.queue == 8
-    assert [p.use for p in cfg.policies] == ["battery", "core_availability"]
+    assert [p.use for p in cfg.policies] == ["battery"]
     assert cfg.policies[0].params["priority"] == 80
-    assert [s.use for s in cfg.signals] == ["scripted", "cpu"]
+    assert [s.use for s in cfg.signals] == ["scripted"]
     assert (cfg.run.duration_s, cfg.run.engine_period_s) == (5.0, 0.5)
     # the scripted battery falls below the battery policy's low threshold mid-run
     timeline = cfg.signals[0].params["timeline"]

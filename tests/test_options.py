@@ -143,20 +143,20 @@ def test_rfc_matrix_four_independent_option_sets() -> None:
         assert h["init"] == want[key], key
         assert h["executes"] == [want[key]] * 3, key
     assert len({id(h) for h in seen.values()}) == 4
-    assert m1.backend_options("RfcB") == want["1-B"]
+    assert m1.options()["RfcB"] == want["1-B"]
 
 
 def test_hot_change_takes_effect_at_the_next_execute_of_that_instance_only() -> None:
     prog = load_program(two_backend_program())
     m1, m2 = prog.load_method(), prog.load_method()
     m1.execute([X])
-    m1.set_backend_options("RfcA", {"threads": 4})
-    assert m1.backend_options("RfcA")["threads"] == 1  # not yet: between executes
+    m1.set_options({"RfcA": {"threads": 4}})
+    assert m1.options()["RfcA"]["threads"] == 1  # not yet: between executes
     m1.execute([X])
     m2.execute([X])
     assert _handle_of(m1, A)["executes"] == [{"threads": 1, "mode": "fast"}, {"threads": 4, "mode": "fast"}]
     assert _handle_of(m2, A)["executes"] == [{"threads": 1, "mode": "fast"}]
-    assert m1.backend_options("RfcA")["threads"] == 4
+    assert m1.options()["RfcA"]["threads"] == 4
 
 
 def test_per_call_override_is_for_that_call_only() -> None:
@@ -171,7 +171,7 @@ def test_init_only_change_reinitialises_build_swap_destroy() -> None:
     m = load_program(two_backend_program()).load_method()
     m.execute([X])
     old_b, old_a = _handle_of(m, B), _handle_of(m, A)
-    m.set_backend_options("RfcB", {"core": 3})
+    m.set_options({"RfcB": {"core": 3}})
     assert old_b["destroyed"] == 0  # nothing happens until the next execute
     np.testing.assert_array_equal(m.execute([X])[0], X + 11)
     new_b = _handle_of(m, B)
@@ -209,7 +209,7 @@ def test_superseded_preparation_is_destroyed_exactly_once() -> None:
     assert first["destroyed"] == 1 and len(first["executes"]) == 0
     m.prepare_backend_options("RfcA", {"mode": "exact"})
     kept = A.handles[-1]
-    m.set_backend_options("RfcA", {"threads": 7})  # a hot change keeps the prepared handle
+    m.set_options({"RfcA": {"threads": 7}})  # a hot change keeps the prepared handle
     m.execute([X])
     assert _handle_of(m, A) is kept and kept["executes"][-1] == {"threads": 7, "mode": "exact"}
     m.prepare_backend_options("RfcA", {"mode": "fast"})
@@ -240,7 +240,7 @@ def test_concurrent_executes_see_one_consistent_snapshot_each() -> None:
         while not stop.is_set():
             i = k % 2
             value = float(k + 1) * (1 if i == 0 else -1)  # instance 0 positive, 1 negative
-            ms[i].set_backend_options("RfcB", {"gain": value, "gain_check": value})
+            ms[i].set_options({"RfcB": {"gain": value, "gain_check": value}})
             # Read after publishing: the execute in flight may predate the change; the one
             # after it can only start after this read, so it must see the change.
             published[i].append((ms[i].statistics().executions, value))
@@ -275,11 +275,11 @@ def test_rejections_name_the_bad_thing() -> None:
     prog = load_program(two_backend_program())
     m = prog.load_method()
     cases = [
-        (lambda: m.set_backend_options("Xnn", {}), r"backend 'Xnn' is not used by this method \(it delegates to: RfcA, RfcB\)"),
-        (lambda: m.set_backend_options("RfcA", {"thread": 2}), r"backend 'RfcA' has no option 'thread' \(options: threads, mode\)"),
-        (lambda: m.set_backend_options("RfcA", {"threads": "2"}), r"backend 'RfcA' option 'threads' must be int, got str '2'"),
-        (lambda: m.set_backend_options("RfcA", {"threads": True}), r"option 'threads' must be int, got bool True"),
-        (lambda: m.set_backend_options("RfcA", {"mode": "slow"}), r"option 'mode' must be one of 'fast', 'exact'; got 'slow'"),
+        (lambda: m.set_options({"Xnn": {}}), r"backend 'Xnn' is not used by this method \(it delegates to: RfcA, RfcB\)"),
+        (lambda: m.set_options({"RfcA": {"thread": 2}}), r"backend 'RfcA' has no option 'thread' \(options: threads, mode\)"),
+        (lambda: m.set_options({"RfcA": {"threads": "2"}}), r"backend 'RfcA' option 'threads' must be int, got str '2'"),
+        (lambda: m.set_options({"RfcA": {"threads": True}}), r"option 'threads' must be int, got bool True"),
+        (lambda: m.set_options({"RfcA": {"mode": "slow"}}), r"option 'mode' must be one of 'fast', 'exact'; got 'slow'"),
         (lambda: m.execute([X], backend_options={"RfcB": {"core": 1}}), r"backend 'RfcB' option 'core' is init-only and can't be overridden per call \(hot options: gain, gain_check\)"),
         (lambda: prog.load_method(backend_options={"RfcC": {}}), r"backend 'RfcC' is not used by this method"),
         (lambda: prog.load_method(backend_options={"RfcB": {"gain": "x"}}), r"option 'gain' must be float, got str 'x'"),
@@ -289,8 +289,8 @@ def test_rejections_name_the_bad_thing() -> None:
             fn()
     # Nothing was applied by any rejected call.
     m.execute([X])
-    assert m.backend_options("RfcA") == {"threads": 1, "mode": "fast"}
-    assert m.backend_options("RfcB") == {"core": 0, "gain": 1.0, "gain_check": 1.0}
+    assert m.options()["RfcA"] == {"threads": 1, "mode": "fast"}
+    assert m.options()["RfcB"] == {"core": 0, "gain": 1.0, "gain_check": 1.0}
 
 
 def test_backend_declaring_nothing_accepts_nothing() -> None:
@@ -298,7 +298,7 @@ def test_backend_declaring_nothing_accepts_nothing() -> None:
     m.execute([X])
     assert _handle_of(m, P)["init"] == {} and _handle_of(m, P)["executes"] == [{}]
     with pytest.raises(InvalidArgumentError, match=r"backend 'RfcPlain' has no option 'x' \(options: none\)"):
-        m.set_backend_options("RfcPlain", {"x": 1})
+        m.set_options({"RfcPlain": {"x": 1}})
 
 
 def test_bad_declarations_are_rejected_at_registration() -> None:

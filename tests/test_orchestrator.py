@@ -302,7 +302,7 @@ async def test_rfc_four_cameras_each_instance_on_its_cameras_core_all_in_paralle
     runs = 12
     async with Orchestrator(resources=npu_pool(npu), period=None) as orch:
         p = await orch.load(prog, method="forward", instances=cams())
-        assert p.instances == tuple(CAMERAS)
+        assert tuple(p.instances) == tuple(CAMERAS) and p.instances["front"] is p["front"]
         got: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {c: [] for c in CAMERAS}
 
         async def camera(c: str, seed: int) -> None:
@@ -563,7 +563,7 @@ async def test_priority_merge_revert_validation_and_a_failing_policy(npu: NpuDev
 
 
 @pytest.mark.anyio
-async def test_an_init_only_change_is_prepared_off_the_worker_and_swapped_at_the_next_execute() -> None:
+async def test_an_init_only_change_is_prepared_off_the_worker_and_swapped_in_while_idle() -> None:
     variant = Fixed("variant", 1, {"v": {PROBE: {"variant": "b", "threads": 2}}}, reason="try b")
     async with Orchestrator(policies=[variant], period=None) as orch:
         p = await orch.load(probe_program(), instances=[InstanceSpec("v", backend_options={PROBE: {"label": "v"}})])
@@ -575,9 +575,11 @@ async def test_an_init_only_change_is_prepared_off_the_worker_and_swapped_at_the
         new = PROBE_B.of("v")[-1]
         assert new is not old and new["init"]["variant"] == "b"  # built before refresh() returned ...
         assert new["init_thread"] not in (worker, threading.get_ident())  # ... on a helper thread
-        assert len(new["executes"]) == 0 and not old["destroyed"]
-        await p["v"].execute([X4])  # the swap: the next execute runs on the new handle, old one destroyed
-        assert len(old["executes"]) == 1 and len(new["executes"]) == 1 and old["destroyed"]
+        # the worker was idle: the swap happened at once, so refresh() returned with it in force
+        assert len(new["executes"]) == 0 and old["destroyed"]
+        assert p["v"].options()[PROBE]["variant"] == "b"
+        await p["v"].execute([X4])  # the next execute runs on the new handle
+        assert len(old["executes"]) == 1 and len(new["executes"]) == 1
         assert (new["executes"][0]["variant"], new["executes"][0]["threads"]) == ("b", 2)
         assert orch.explain()["v"][PROBE]["variant"].policy == "variant"
 
@@ -701,7 +703,7 @@ async def test_add_remove_drains_and_scale_binds_free_units(npu: NpuDevice) -> N
     async with Orchestrator(resources=npu_pool(npu), period=None) as orch:
         p = await orch.load(prog, instances=cams(["front"]))
         await p.add(InstanceSpec("rear", bind={f"{npu.name}.core": 1}, backend_options={PROBE: {"label": "rear"}}))
-        assert p.instances == ("front", "rear")
+        assert tuple(p.instances) == ("front", "rear")
         # remove drains: requests already queued complete
         slow = {PROBE: {"sleep_s": 0.02}}
         results = []
@@ -739,7 +741,7 @@ async def test_add_remove_drains_and_scale_binds_free_units(npu: NpuDevice) -> N
         assert ei.value.code is Error.OutOfResources and len(p) == 4
         # scale down removes the most recently added
         removed = await p.scale(2)
-        assert removed == ("forward-3", "forward-2") and p.instances == ("front", "forward-1")
+        assert removed == ("forward-3", "forward-2") and tuple(p.instances) == ("front", "forward-1")
         freed = cores["forward-3"]
         await p.add(InstanceSpec("again", bind={f"{npu.name}.core": freed}, backend_options={PROBE: {"label": "again"}}))
         # running totals: rear's 5, then one each on front and forward-1..3 (two of them removed since)
@@ -776,7 +778,7 @@ async def test_scale_to_and_move_actions_from_a_policy(npu: NpuDevice) -> None:
             run = await orch.refresh()
         assert any(e["event"] == "policy action failed" and f"{npu.name}.core 0 is held by instance 'rear'" in e["error"]
                    for e in logs)
-        assert len(p) == 3 and p.instances[-1] == "forward-1" and p["forward-1"].binding == {f"{npu.name}.core": 1}
+        assert len(p) == 3 and list(p.instances)[-1] == "forward-1" and p["forward-1"].binding == {f"{npu.name}.core": 1}
         assert p["front"].binding == {f"{npu.name}.core": 3}  # the failed move changed nothing
 
 
@@ -1126,19 +1128,21 @@ async def test_pool_and_orchestrator_totals_are_running_totals() -> None:
         p = await orch.load(prog, instances=[InstanceSpec("a"), InstanceSpec("b")])
         for n in ("a", "a", "b"):
             await p[n].execute([X4])
-        with pytest.raises(ExecuteError):
+        with pytest.raises(ExecuteError):  # a caller's mistake: rejected, not a failure
             await p["a"].execute([np.zeros(3, np.float32)])
-        assert (p.statistics().executes, p.statistics().failures) == (3, 1)
+        with pytest.raises(ExecuteError):  # per-call options refused: rejected too
+            await p["a"].execute([np.zeros(4, np.float32)], {"NoSuchBackend": {"x": 1}})
+        assert (p.statistics().executes, p.statistics().failures, p.statistics().rejected) == (3, 0, 2)
         await p.remove("a")
         s = p.statistics()
-        assert (s.executes, s.failures, len(s.instances)) == (3, 1, 1)
-        assert (orch.statistics().executes, orch.statistics().failures) == (3, 1)
+        assert (s.executes, s.failures, s.rejected, len(s.instances)) == (3, 0, 2, 1)
+        assert (orch.statistics().executes, orch.statistics().failures, orch.statistics().rejected) == (3, 0, 2)
         q = await orch.load(prog, instances=[InstanceSpec("c")], name="other")
         await q.execute([X4])
         assert orch.statistics().executes == 4
         await orch.unload("other")
         await p.execute([X4])
-        assert (orch.statistics().executes, orch.statistics().failures) == (5, 1)
+        assert (orch.statistics().executes, orch.statistics().failures, orch.statistics().rejected) == (5, 0, 2)
 
 
 # -- surface ------------------------------------------------------------------------------

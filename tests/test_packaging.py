@@ -126,7 +126,7 @@ def test_the_readme_install_gives_a_working_console_script(tmp_path: pathlib.Pat
     config = ROOT / "examples" / "cameras.toml"
     val = subprocess.run([str(script), "validate", str(config)], capture_output=True, text=True, env=clean,
                          cwd=tmp_path, timeout=120)
-    assert (val.returncode, val.stdout, val.stderr) == (0, f"{config}: ok (4 cameras, 2 policies)\n", "")
+    assert (val.returncode, val.stdout, val.stderr) == (0, f"{config}: ok (4 cameras, 1 policy)\n", "")
     run = subprocess.run([str(script), "run", str(config), "--duration", "1", "--no-dashboard"], capture_output=True,
                          text=True, env=dict(clean, NO_COLOR="1"), cwd=tmp_path, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr

@@ -14,6 +14,7 @@ lower bound on the pacing interval (which a slow machine only makes longer).
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
 import pathlib
@@ -205,7 +206,7 @@ async def test_option_changes_apply_between_executes_and_never_mix_across_backen
             for v in range(2, 12):
                 while len(seen) < 5 * v:
                     await anyio.sleep(0.001)
-                await inst.apply_options({A: {"add": float(v)}, B: {"add": 10.0 * v}})
+                await inst.set_options({A: {"add": float(v)}, B: {"add": 10.0 * v}})
                 mark = len(seen)
                 # the first execute submitted after the ack sees the new pair
                 assert float((await inst.execute([X4]))[0][0]) == 11.0 * v
@@ -224,7 +225,7 @@ async def test_an_init_only_change_is_built_in_the_process_while_it_keeps_execut
         p = await o.load(two_backend_program(), instances=[
             InstanceSpec("w", placement="process", backend_options=opts("w", 1.0, 10.0))])
         inst = p["w"]
-        done = inst.apply_options({A: {"offset": 100.0, "init_sleep_s": 0.3}})
+        done = asyncio.ensure_future(inst.set_options({A: {"offset": 100.0, "init_sleep_s": 0.3}}))
         during = []
         while not done.done():  # the old handles keep executing while the new ones are built
             during.append(float((await inst.execute([X4]))[0][0]))
@@ -236,13 +237,13 @@ async def test_an_init_only_change_is_built_in_the_process_while_it_keeps_execut
         assert float((await inst.execute([X4]))[0][0]) == 111.0
         assert inst.statistics().options[A]["offset"] == 100.0
         # a second change right behind a first waits for it; both land, in order
-        first = inst.apply_options({A: {"offset": 200.0, "init_sleep_s": 0.05}})
-        second = inst.apply_options({A: {"offset": 300.0, "init_sleep_s": 0.0}})
+        first = asyncio.ensure_future(inst.set_options({A: {"offset": 200.0, "init_sleep_s": 0.05}}))
+        second = asyncio.ensure_future(inst.set_options({A: {"offset": 300.0, "init_sleep_s": 0.0}}))
         await first
         await second
         assert float((await inst.execute([X4]))[0][0]) == 311.0
         # an init-only change the backend rejects is reported, and the instance goes on
-        bad = inst.apply_options({A: {"offset": 400.0, "init_sleep_s": -1.0}})
+        bad = asyncio.ensure_future(inst.set_options({A: {"offset": 400.0, "init_sleep_s": -1.0}}))
         with pytest.raises(Exception, match="sleep length must be non-negative"):
             await bad
         assert float((await inst.execute([X4]))[0][0]) == 311.0
@@ -402,7 +403,7 @@ async def test_rejected_inputs_are_not_sent_and_do_not_restart() -> None:
         assert ei.value.code is Error.InvalidArgument
         np.testing.assert_array_equal((await inst.execute([X4], {A: {"add": 5.0}}))[0], X4 + 15)
         s = inst.statistics()
-        assert (s.restarts, s.failures, s.executes) == (0, 4, 1)
+        assert (s.restarts, s.failures, s.rejected, s.executes) == (0, 0, 4, 1)  # the caller's mistakes, not failures
 
 
 @pytest.mark.anyio
@@ -415,10 +416,10 @@ async def test_a_cpu_change_repins_the_worker_process() -> None:
         inst = p["w"]
         pid = inst._worker.method.pid
         assert os.sched_getaffinity(pid) == set(cpus)
-        await inst.apply_options({}, cpus=(cpus[-1],))
+        await inst._send({}, cpus=(cpus[-1],))  # what Pool.move sends with a new binding's CPUs
         assert os.sched_getaffinity(pid) == {cpus[-1]}
         np.testing.assert_array_equal((await inst.execute([X4]))[0], X4 + 11)
-        await inst.apply_options({}, cpus=())  # back to what the orchestrator's process may use
+        await inst._send({}, cpus=())  # back to what the orchestrator's process may use
         assert os.sched_getaffinity(pid) == set(cpus)
 
 

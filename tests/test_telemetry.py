@@ -26,3 +26,17 @@ def test_bound_context_reaches_log_events() -> None:
         with bound(instance="front", core=0):
             get_logger("orchestra.test").info("hello", x=1)
     assert logs == [{"instance": "front", "core": 0, "x": 1, "event": "hello", "log_level": "info"}]
+
+
+def test_histogram_buckets_are_le_bounds_and_cumulative() -> None:
+    from orchestra.telemetry import Histogram
+
+    h = Histogram((0.01, 0.1, 1.0))
+    for v in (0.005, 0.01, 0.05, 0.5, 2.0, 3.0):
+        h.observe(v)
+    s = h.snapshot()
+    assert s.counts == (2, 1, 1, 2) and s.count == 6
+    assert abs(s.sum - 5.565) < 1e-12
+    assert s.cumulative() == [("0.01", 2), ("0.1", 3), ("1.0", 4), ("+Inf", 6)]
+    h.observe(0.02)  # the snapshot is a copy
+    assert s.count == 6 and h.snapshot().count == 7

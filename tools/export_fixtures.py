@@ -25,8 +25,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
-from torch import nn
+
+try:
+    import torch
+    from torch import nn
+except ImportError as exc:  # a script: say what to install rather than a bare traceback
+    raise SystemExit(f"{__file__}: needs torch and executorch: pip install 'orchestra[export]' ({exc})") from None
 
 SEED = 20240611
 REPO = pathlib.Path(__file__).resolve().parents[1]

@@ -32,8 +32,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-import torch
-from torch import nn
+
+try:
+    import torch
+    from torch import nn
+except ImportError as exc:  # a script: say what to install rather than a bare traceback
+    raise SystemExit(f"{__file__}: needs torch and executorch: pip install 'orchestra[export]' ({exc})") from None
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from export_fixtures import describe, run_in_executorch  # noqa: E402

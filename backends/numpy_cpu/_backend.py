@@ -48,7 +48,7 @@ DEFAULT_MAX_TILES = min(8, max(2, _cpus()))
 @dataclass(frozen=True, slots=True)
 class _RangeOption(OptionSpec):
     """An int option that must lie in ``1..maximum``; checked wherever a value is passed in
-    (``load_method``, ``set_backend_options``, per-call overrides), as types are."""
+    (``load_method``, ``set_options``, per-call overrides), as types are."""
 
     maximum: int = 1
 

@@ -123,6 +123,7 @@ class OnnxRuntimeBackend(BackendInterface):
     See ``backends/onnxruntime/README.md``.
     """
 
+    install_hint = "it needs onnxruntime: pip install 'orchestra[onnx]'"
     option_specs = (
         OptionSpec("intra_op_num_threads", int, 1, doc="threads inside one operator (0: onnxruntime's default, one per core)"),
         OptionSpec("inter_op_num_threads", int, 1, doc="threads running operators in parallel when execution_mode is 'parallel' (0: onnxruntime's default)"),

@@ -7,8 +7,15 @@ units of a :class:`ResourcePool` (:class:`NpuSimResource`, :class:`CpuResource`)
 """
 
 from ._engine import ActionExplanation, Explanation, OptionExplanation
-from ._errors import DeadlineError, ExecuteError, InstanceClosedError, InstanceFailedError, ResourceError
-from ._instance import Instance, Origin, Pool
+from ._errors import (
+    DeadlineError,
+    ExecuteError,
+    ExecuteRejectedError,
+    InstanceClosedError,
+    InstanceFailedError,
+    ResourceError,
+)
+from ._instance import Execution, Instance, Origin, Pool
 from ._orchestrator import Orchestrator
 from ._resources import CpuResource, NpuSimResource, Reservation, Resource, ResourcePool
 from ._spec import InstanceSpec, RestartPolicy
@@ -20,6 +27,8 @@ __all__ = [
     "DeadlineError",
     "EngineRun",
     "ExecuteError",
+    "ExecuteRejectedError",
+    "Execution",
     "Explanation",
     "Instance",
     "InstanceClosedError",

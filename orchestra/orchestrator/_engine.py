@@ -27,7 +27,7 @@ Each run:
    proposes any more goes back to its baseline);
 6. diffs against what is in force or pending and sends each instance its changes as ONE
    change: the worker publishes them back to back at one execute boundary
-   (``set_backend_options`` per backend, or ``prepare_backend_options`` on a helper thread
+   (``set_options``, or ``prepare_backend_options`` on a helper thread
    for an init-only change of one backend), so every execute sees one consistent
    snapshot. Hot changes are in force for every execute that starts after the run;
    init-only ones once prepared (a run waits up to ``apply_timeout`` for that).
@@ -308,11 +308,15 @@ class Engine:
             options[b] = MappingProxyType({k: inst.value(b, k) for k in bs})
             specs[b] = MappingProxyType({k: (s.type.__name__, s.hot, s.choices) for k, s in bs.items()})
         lat = inst.latency.summary()
-        ex, fa, _ = inst.counters()
+        frames = inst.frame_latency.summary() if inst.serves_pipeline else None
+        ex, fa, _, _ = inst._counts()
         return InstanceView(name=inst.name, bind=inst.reservation.bind, backends=pool.backends,
                             options=MappingProxyType(options), option_specs=MappingProxyType(specs),
                             executions=ex, failures=fa, latency_p50=lat.p50,
-                            latency_p95=lat.p95, paused=inst.paused, pool=pool.name)
+                            latency_p95=lat.p95, paused=inst.paused, pool=pool.name,
+                            frame_latency_p50=frames.p50 if frames else 0.0,
+                            frame_latency_p95=frames.p95 if frames else 0.0,
+                            serves_pipeline=frames is not None)
 
     def _check_options(self, p: Policy, prop: Proposal) -> tuple[dict[tuple[str, str, str], tuple[Any, str]], int]:
         out: dict[tuple[str, str, str], tuple[Any, str]] = {}
@@ -481,7 +485,7 @@ class Engine:
                     inst.origins[(b, opt)] = _stamp(o, now, wall)
             if changes:
                 n += sum(len(v) for v in changes.values())
-                fut = inst.apply_options(changes)
+                fut = inst._send(changes)
                 if any(not inst.pool.option_specs[b][k].hot for b, vals in changes.items() for k in vals):
                     acks.append((inst, fut))
                 else:
@@ -492,7 +496,7 @@ class Engine:
     def explain(self) -> Explanation:
         out = []
         for inst in self._orch._instances.values():
-            in_force = inst.options_in_force()
+            in_force = inst.options()
             for b in inst.pool.backends:
                 for opt in inst.pool.option_specs[b]:
                     value = inst.value(b, opt)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from ..errors import Error, InvalidArgumentError, OrchestraError
 
-__all__ = ["DeadlineError", "ExecuteError", "InstanceClosedError", "InstanceFailedError", "ResourceError"]
+__all__ = ["DeadlineError", "ExecuteError", "ExecuteRejectedError", "InstanceClosedError", "InstanceFailedError",
+           "ResourceError"]
 
 
 class ResourceError(InvalidArgumentError):
@@ -23,6 +24,16 @@ class ExecuteError(OrchestraError):
     def __init__(self, message: str, code: Error | None = None, *, instance: str = "") -> None:
         super().__init__(message, code)
         self.instance = instance
+
+
+class ExecuteRejectedError(ExecuteError, InvalidArgumentError):
+    """The instance refused the caller's request: wrong inputs (count, dtype, shape) or
+    per-call options. A caller's mistake, not a fault of the instance: it is an
+    :class:`~orchestra.InvalidArgumentError` (and an :class:`ExecuteError`), counts as
+    ``rejected`` in the statistics, never as a failure, and never restarts the instance.
+    ``__cause__`` is the runtime's error."""
+
+    default_code = Error.InvalidArgument
 
 
 class DeadlineError(OrchestraError, TimeoutError):

@@ -13,6 +13,7 @@ import dataclasses
 import math
 import queue
 import time
+import warnings
 from collections.abc import Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -35,7 +36,7 @@ from ._worker import STOP, WAKE, OptionChange, Worker
 if TYPE_CHECKING:  # pragma: no cover
     from ._orchestrator import Orchestrator
 
-__all__ = ["Instance", "Origin", "Pool"]
+__all__ = ["Execution", "Instance", "Origin", "Pool"]
 
 _log = get_logger(__name__)
 
@@ -61,6 +62,22 @@ class Origin:
     signals: Mapping[str, Any] = field(default_factory=dict)
     at: float = 0.0
     wall: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Execution:
+    """One execute, with what it ran with (``execute(..., detail=True)`` returns it).
+
+    ``outputs``: the method's outputs; ``options``: backend -> option -> value in force for
+    *this* execute (read on the worker right after it, so a change racing with it can't
+    mislabel it); ``instance``: the instance that ran it; ``latency_s``: the time of the
+    execute on the worker (not the queueing before it).
+    """
+
+    outputs: list[Any]
+    options: Mapping[str, Mapping[str, Any]]
+    instance: str
+    latency_s: float
 
 
 def _settle(fut: asyncio.Future, exc: BaseException | None = None, value: Any = None) -> None:
@@ -110,13 +127,15 @@ class Instance:
             k: Origin(src, baseline[k[0]][k[1]], at=now, wall=wall) for k, src in sources.items()}
         self.action_origins: dict[str, Origin] = {}
         self.latency = LatencyWindow()
+        self.frame_latency = LatencyWindow()  # frames of the pipeline it serves, queueing included
+        self.serves_pipeline = False
         self._in_flight = 0
         self._state = "starting"
         self._paused = False
         self._blocked = True  # paused, or not running: execute takes the slow path
         self._wake = anyio.Event()
         self._rate = spec.target_rate_hz
-        self._base = [0, 0, 0]  # executes, failures, restarts of workers that are gone
+        self._base = [0, 0, 0, 0]  # executes, failures, restarts, rejected of workers that are gone
         self.replacements = 0
         self._fail_reason: str | None = None
         self._fail_exc: BaseException | None = None
@@ -124,11 +143,14 @@ class Instance:
         self._worker: Worker | None = None
         self._ready: dict[Worker, asyncio.Future] = {}
         self._exit: dict[Worker, asyncio.Future] = {}
+        self._acks: set[asyncio.Future] = set()  # option changes sent, not yet in force
 
     # -- the hot path -------------------------------------------------------------------
     async def execute(self, inputs: Sequence[Any], backend_options: Mapping[str, Mapping[str, Any]] | None = None,
-                      *, method: str | None = None) -> list[Any]:
-        """Runs the method once on this instance's worker; returns its outputs.
+                      *, method: str | None = None, detail: bool = False) -> Any:
+        """Runs the method once on this instance's worker; returns its outputs (a list), or
+        with ``detail=True`` an :class:`Execution`: the outputs plus the options this execute
+        ran with, the instance and the execute's latency.
 
         ``method`` picks another of the pool's ``methods`` (they share this instance's state);
         default: the pool's method. ``backend_options`` overrides hot options for this call only. On a paused instance
@@ -136,6 +158,8 @@ class Instance:
         Cancelling the call abandons its result (a request already queued still runs).
 
         Raises:
+            ExecuteRejectedError: the inputs (count, dtype, shape) or ``backend_options`` were
+                refused (also an InvalidArgumentError; counted as ``rejected``, not a failure).
             ExecuteError: the Method raised (``__cause__`` is its exception; the instance
                 restarts per its RestartPolicy).
             DeadlineError: the execute ran past the instance's ``deadline_s``.
@@ -148,8 +172,18 @@ class Instance:
             await self._wait_runnable()
         fut = self._loop.create_future()
         self._in_flight += 1
-        self._worker.inbox.put((fut, inputs, backend_options))  # type: ignore[union-attr]
-        return await fut
+        self._worker.inbox.put((fut, inputs, backend_options, detail))  # type: ignore[union-attr]
+        if not detail:
+            return await fut
+        out, options, dt = await fut
+        return Execution(out, options, self.name, dt)
+
+    def record_frame_latency(self, seconds: float) -> None:
+        """A pipeline this instance serves processed a frame in ``seconds`` (capture to
+        result, queueing included). The pipeline calls it; policies read the window
+        (``InstanceView.frame_latency_p95``; ``latency_target`` acts on it by default)."""
+        self.serves_pipeline = True
+        self.frame_latency.record(seconds)
 
     def _resolve(self, batch: list) -> None:
         """Runs on the loop: results from the worker."""
@@ -243,6 +277,15 @@ class Instance:
         fut = self._exit.pop(w, None)
         if fut is not None:
             _settle(fut)
+        if w is self._worker:
+            self._settle_acks()
+
+    def _settle_acks(self) -> None:
+        """Option changes nobody will put in force (the worker is gone): done, so that no
+        ``set_options`` waits forever; a new worker loads the desired options."""
+        acks, self._acks = self._acks, set()
+        for fut in acks:
+            _settle(fut)
 
     def _mark_failed(self, reason: str, exc: BaseException, w: Worker) -> None:
         if self._state in ("failed", "closed"):
@@ -256,6 +299,7 @@ class Instance:
         if leftovers:
             self._resolve(leftovers)
         self._orch.resources.release(self.reservation)
+        self._settle_acks()
         with bound(instance=self.name, pool=self.pool.name):
             _log.error("instance marked failed and removed from routing", reason=reason)
         self._update()
@@ -290,12 +334,14 @@ class Instance:
         self._base[0] += w.executions
         self._base[1] += w.failures + 1
         self._base[2] += w.restarts
+        self._base[3] += w.rejected
         self.replacements += 1
         moved = _queued(w)
         while w.mailbox:  # the replacement loads the desired options directly
             ch = w.mailbox.popleft()
             if ch.ack is not None:
                 ch.ack(None)
+        self._settle_acks()  # a change the stuck worker was preparing: the replacement loads it
         exited = self._exit.pop(w, None)
         if exited is not None:
             _settle(exited)  # nobody waits for the abandoned thread
@@ -334,6 +380,7 @@ class Instance:
                 if w is not None:
                     self._abandon(w)
         self._state = "closed"
+        self._settle_acks()
         self._update()
 
     def _abandon(self, w: Worker) -> None:
@@ -344,6 +391,7 @@ class Instance:
             self._base[0] += w.executions
             self._base[1] += w.failures
             self._base[2] += w.restarts
+            self._base[3] += w.rejected
         w.abandoned = True
         w.resolve = self._resolve_late
         w.kill()
@@ -359,6 +407,7 @@ class Instance:
             ch = w.mailbox.popleft()
             if ch.ack is not None:
                 ch.ack(None)
+        self._settle_acks()
         if batch:
             self._resolve(batch)
 
@@ -411,18 +460,20 @@ class Instance:
     def target_rate_hz(self) -> float | None:
         return self._rate
 
-    def options_in_force(self) -> dict[str, dict[str, Any]]:
+    def options(self) -> Mapping[str, Mapping[str, Any]]:
+        """The options in force: backend -> option -> value, as the next execute runs with
+        them (after ``await set_options(...)`` returns, they include its change). Empty
+        while the instance has no Method loaded."""
         w = self._worker
         m = w.method if w is not None else None
         if m is None:
-            return {}
-        out = {}
-        for b in self.pool.backends:
-            try:
-                out[b] = m.backend_options(b)
-            except OrchestraError:  # pragma: no cover - closed under us
-                pass
-        return out
+            return MappingProxyType({})
+        return m.options()  # a Method, a MethodSet, or a worker process (as of its last reply)
+
+    def options_in_force(self) -> dict[str, dict[str, Any]]:
+        """Deprecated: :meth:`options`."""
+        warnings.warn("Instance.options_in_force() is deprecated; use options()", DeprecationWarning, stacklevel=2)
+        return {b: dict(v) for b, v in self.options().items()}
 
     def value(self, backend: str, option: str) -> Any:
         """The desired (in force or pending) value of one option."""
@@ -438,10 +489,86 @@ class Instance:
             return Origin(self._sources.get((backend, option), "spec"), vals[option])
         return Origin("default", self.pool.option_specs[backend][option].default)
 
+    def _checked(self, changes: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+        """``changes`` validated the way a Method validates them (unknown backend or option,
+        wrong type or choice: InvalidArgumentError), and refused where the resource binding
+        owns the option (ResourceError: change the binding with ``Pool.move``)."""
+        where = f"instance {self.name!r}"
+        if not isinstance(changes, Mapping):
+            raise InvalidArgumentError(f"{where}: options must be a mapping backend -> {{option: value}}, "
+                                       f"got {type(changes).__name__}")
+        pool = self.pool
+        out: dict[str, dict[str, Any]] = {}
+        for b, vals in changes.items():
+            specs = pool.option_specs.get(b)
+            if specs is None:
+                raise InvalidArgumentError(f"{where}: backend {b!r} is not used by method(s) "
+                                           f"{', '.join(map(repr, pool.methods))} (it delegates to: "
+                                           f"{', '.join(pool.backends) or 'no backend'})")
+            if not isinstance(vals, Mapping):
+                raise InvalidArgumentError(f"{where}: options of backend {b!r} must be a mapping option -> value, "
+                                           f"got {type(vals).__name__}")
+            bound_opts = self.reservation.options.get(b, {})
+            for k, v in vals.items():
+                s = specs.get(k)
+                if s is None:
+                    raise InvalidArgumentError(f"{where}: backend {b!r} has no option {k!r} "
+                                               f"(options: {', '.join(specs) or 'none'})")
+                if k in bound_opts and not s.hot:
+                    raise ResourceError(f"{where}: {b} option {k!r} is set by its binding {dict(self.reservation.bind)} "
+                                        f"({k}={bound_opts[k]!r}); change the binding with "
+                                        f"Pool.move({self.name!r}, bind) instead")
+                try:
+                    out.setdefault(b, {})[k] = s.check(v, b)
+                except InvalidArgumentError as exc:
+                    raise InvalidArgumentError(f"{where}: {exc.message}", exc.code) from None
+        return out
+
+    async def set_options(self, options: Mapping[str, Mapping[str, Any]]) -> None:
+        """Changes this instance's options: ``{backend: {option: value}}``, every value in
+        one snapshot. Returns once the change is in force: at the instance's next execute
+        boundary (after the execute running now), or at once when it is idle; from then
+        :meth:`options` shows it and every execute runs with it. ``explain()`` reports these
+        values with source ``"api"`` (a policy that proposes the same option later wins
+        again; one that stops proposing it returns it to this value).
+
+        Raises:
+            InvalidArgumentError: unknown backend or option, wrong type, value outside choices.
+            ResourceError: the option is set by the instance's resource binding (an NPU core,
+                its device): change the binding with ``Pool.move``.
+            OrchestraError: the backend failed to re-initialise with the new values (the
+                instance keeps the old ones).
+        """
+        checked = self._checked(options)
+        if not checked:
+            return
+        base = {b: dict(v) for b, v in self.baseline.items()}
+        now, wall = time.monotonic(), time.time()
+        for b, vals in checked.items():
+            base.setdefault(b, {}).update(vals)
+            for k, v in vals.items():
+                self._sources[(b, k)] = "api"
+                self.origins[(b, k)] = Origin("api", v, at=now, wall=wall)
+        self.baseline = _frozen(base)
+        await self._send(checked)
+
     def apply_options(self, changes: Mapping[str, Mapping[str, Any]], *, cpus: tuple[int, ...] | None = None) -> asyncio.Future:
-        """Makes ``changes`` (backend -> option -> value) this instance's desired options and
-        sends them to the worker as one change. Returns a future set once they are
-        published (in force from the next execute), with an exception if they failed."""
+        """Deprecated: ``await set_options(changes)``. Validates ``changes`` like it, sends
+        them, and returns a future set once they are in force."""
+        warnings.warn("Instance.apply_options(changes) is deprecated; use await set_options(changes)",
+                      DeprecationWarning, stacklevel=2)
+        checked = self._checked(changes)
+        now, wall = time.monotonic(), time.time()
+        for b, vals in checked.items():
+            for k, v in vals.items():
+                self.origins[(b, k)] = Origin("api", v, at=now, wall=wall)
+        return self._send(checked, cpus=cpus)
+
+    def _send(self, changes: Mapping[str, Mapping[str, Any]], *, cpus: tuple[int, ...] | None = None) -> asyncio.Future:
+        """Makes ``changes`` (backend -> option -> value, already validated) this instance's
+        desired options and sends them to the worker as one change. Returns a future set
+        once they are in force, with an exception if they failed. (The engine and
+        ``Pool.move`` use it; they keep ``origins`` themselves.)"""
         merged = {b: dict(v) for b, v in self.desired.items()}
         init_only = set()
         for b, vals in changes.items():
@@ -455,29 +582,37 @@ class Instance:
         if w is None or self._state in ("failed", "closed") or w.state in ("failed", "stopped"):
             _settle(done)
             return done
+        acks = self._acks
+        acks.add(done)
+        done.add_done_callback(acks.discard)
         ch = OptionChange(_frozen(changes), frozenset(init_only), cpus, lambda exc: _settle(done, exc))
         w.mailbox.append(ch)
         w.inbox.put(WAKE)
         return done
 
     def counters(self) -> tuple[int, int, int]:
-        """(executes, failures, restarts) over every worker this instance had."""
+        """Deprecated: ``statistics()`` (its ``executes``, ``failures``, ``restarts``)."""
+        warnings.warn("Instance.counters() is deprecated; use statistics()", DeprecationWarning, stacklevel=2)
+        return self._counts()[:3]
+
+    def _counts(self) -> tuple[int, int, int, int]:
+        """(executes, failures, restarts, rejected) over every worker this instance had."""
         w = self._worker
-        ex, fa, re = self._base
+        ex, fa, re, rj = self._base
         if w is not None and not w.abandoned:
-            ex, fa, re = ex + w.executions, fa + w.failures, re + w.restarts
-        return ex, fa, re
+            ex, fa, re, rj = ex + w.executions, fa + w.failures, re + w.restarts, rj + w.rejected
+        return ex, fa, re, rj
 
     def describe(self) -> dict[str, Any]:
         """Cheap: who this is, what it is bound to, the options in force (what a pipeline's
         statistics show for its executor)."""
         return {"instance": self.name, "pool": self.pool.name, "unit": dict(self.reservation.bind),
-                "options": self.options_in_force(), "state": self.state}
+                "options": {b: dict(v) for b, v in self.options().items()}, "state": self.state}
 
     def statistics(self) -> InstanceStatistics:
         w = self._worker
-        ex, fa, re = self.counters()
-        in_force = self.options_in_force()
+        ex, fa, re, rj = self._counts()
+        in_force = self.options()
         pending = {}
         for b, vals in self.desired.items():
             diff = {k: v for k, v in vals.items() if b in in_force and in_force[b].get(k) != v}
@@ -487,7 +622,7 @@ class Instance:
         return InstanceStatistics(
             name=self.name, pool=self.pool.name, state=self.state, binding=self.reservation.bind,
             cpus=self.reservation.cpus, executes=ex, failures=fa, restarts=re, replacements=self.replacements,
-            in_flight=self._in_flight, latency=self.latency.summary(), options=_frozen(in_force),
+            rejected=rj, in_flight=self._in_flight, latency=self.latency.summary(), options=_frozen(in_force),
             pending=_frozen(pending), paused=self._paused, target_rate_hz=self._rate, last_error=err,
             threads=None if w is None or w.state == "loading" else thread_budget(
                 self.spec.placement, w.blas, w.blas_source, in_force, self._thread_options()))
@@ -540,7 +675,7 @@ class Pool:
         self._sticky: collections.OrderedDict[Hashable, Instance] = collections.OrderedDict()
         self._rr = 0
         self._routed = 0
-        self._gone = [0, 0, 0, 0]  # executes, failures, restarts, replacements of removed instances
+        self._gone = [0, 0, 0, 0, 0]  # executes, failures, restarts, rejected, replacements of removed instances
         self._avail = anyio.Event()
         self._template: InstanceSpec | None = None
         self._closed = False
@@ -564,9 +699,30 @@ class Pool:
         return len(self._instances)
 
     @property
-    def instances(self) -> tuple[str, ...]:
-        """Instance names, in the order they were added."""
-        return tuple(self._instances)
+    def instances(self) -> Mapping[str, Instance]:
+        """Name -> :class:`Instance`, in the order they were added (read-only; the same shape
+        as ``Orchestrator.pools``)."""
+        return MappingProxyType(self._instances)
+
+    def options(self) -> Mapping[str, Mapping[str, Mapping[str, Any]]]:
+        """Instance name -> its options in force (backend -> option -> value; see
+        :meth:`Instance.options`)."""
+        return MappingProxyType({n: i.options() for n, i in self._instances.items()})
+
+    async def set_options(self, options: Mapping[str, Mapping[str, Any]]) -> None:
+        """``await instance.set_options(options)`` for every instance of the pool that is not
+        failed or closed, concurrently; returns once the change is in force on all of them.
+        Everything is checked on every instance before anything changes.
+
+        Raises:
+            InvalidArgumentError / ResourceError: as :meth:`Instance.set_options`.
+        """
+        live = [i for i in self._instances.values() if i._state not in ("failed", "closed")]
+        for inst in live:
+            inst._checked(options)
+        async with anyio.create_task_group() as tg:
+            for inst in live:
+                tg.start_soon(inst.set_options, options)
 
     # -- routing --------------------------------------------------------------------------
     def _routing_changed(self) -> None:
@@ -615,10 +771,13 @@ class Pool:
 
     async def execute(self, inputs: Sequence[Any], *, key: Hashable | None = None,
                       backend_options: Mapping[str, Mapping[str, Any]] | None = None,
-                      method: str | None = None) -> list[Any]:
+                      method: str | None = None, detail: bool = False) -> Any:
         """Runs the method once on a routed instance (see the class docstring). ``method``
         picks another of the pool's ``methods`` (default: the pool's method); route the
-        calls that share state (a sequence's prefill and decodes) with one ``key``."""
+        calls that share state (a sequence's prefill and decodes) with one ``key``.
+        Returns the outputs, or with ``detail=True`` an :class:`Execution` (the outputs, the
+        options that execute ran with, the instance that ran it, its latency). Raises what
+        :meth:`Instance.execute` raises."""
         if method is not None and method != self.method:
             inputs = self._for_method(method, inputs)
         self._routed += 1
@@ -633,7 +792,7 @@ class Pool:
             sticky.move_to_end(key)
             while len(sticky) > self.max_sticky_keys:
                 sticky.popitem(last=False)  # the least recently routed key
-        return await inst.execute(inputs, backend_options)
+        return await inst.execute(inputs, backend_options, detail=detail)
 
     def routed_to(self, key: Hashable) -> str | None:
         """The instance ``key`` sticks to, if any."""
@@ -750,7 +909,7 @@ class Pool:
 
     def _forget(self, inst: Instance) -> None:
         if self._instances.get(inst.name) is inst:  # its counts stay in the pool's running totals
-            for k, v in enumerate((*inst.counters(), inst.replacements)):
+            for k, v in enumerate((*inst._counts(), inst.replacements)):
                 self._gone[k] += v
         self._instances.pop(inst.name, None)
         self._orch._instances.pop(inst.name, None)
@@ -850,7 +1009,7 @@ class Pool:
             _log.info("instance moving", binding=dict(new.bind), previous=dict(old.bind), changes=changes,
                       policy=origin.policy if origin else None, reason=origin.reason if origin else "")
         if changes or cpus is not None:
-            done = inst.apply_options(changes, cpus=cpus)
+            done = inst._send(changes, cpus=cpus)
             with anyio.move_on_after(self._orch.apply_timeout) as scope:
                 try:
                     await done
@@ -869,6 +1028,11 @@ class Pool:
         return True
 
     async def close(self) -> None:
+        """Deprecated: :meth:`aclose` (async objects close with ``aclose``)."""
+        warnings.warn("Pool.close() is deprecated; use await pool.aclose()", DeprecationWarning, stacklevel=2)
+        await self.aclose()
+
+    async def aclose(self) -> None:
         """Drains and removes every instance."""
         self._closed = True
         async with anyio.create_task_group() as tg:
@@ -885,11 +1049,12 @@ class Pool:
 
     def statistics(self) -> PoolStatistics:
         inst = tuple(i.statistics() for i in self._instances.values())
-        ex, fa, re, rp = self._gone
+        ex, fa, re, rj, rp = self._gone
         return PoolStatistics(
             name=self.name, method=self.method, instances=inst,
             executes=ex + sum(s.executes for s in inst), failures=fa + sum(s.failures for s in inst),
             restarts=re + sum(s.restarts for s in inst), replacements=rp + sum(s.replacements for s in inst),
+            rejected=rj + sum(s.rejected for s in inst),
             in_flight=sum(s.in_flight for s in inst), routed=self._routed, keys=len(self._sticky))
 
     def __repr__(self) -> str:

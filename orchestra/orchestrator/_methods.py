@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 from ..errors import InvalidArgumentError
@@ -71,16 +72,28 @@ class MethodSet:
             raise InvalidArgumentError(f"backend {backend_id!r} is used by no method of this instance")
         return users
 
-    def set_backend_options(self, backend_id: str, values: Mapping[str, Any]) -> None:
-        for m in self._users(backend_id):
-            m.set_backend_options(backend_id, values)
+    def set_options(self, options: Mapping[str, Mapping[str, Any]]) -> None:
+        for b in options:
+            self._users(b)
+        for m in self._methods.values():
+            mine = {b: v for b, v in options.items() if b in m.meta.backends}
+            if mine:
+                m.set_options(mine)
+
+    def options(self) -> Mapping[str, Mapping[str, Any]]:
+        out: dict[str, Mapping[str, Any]] = {}
+        for m in self._methods.values():
+            for b, v in m.options().items():
+                out.setdefault(b, v)
+        return MappingProxyType(out)
+
+    def commit_options(self) -> None:
+        for m in self._methods.values():
+            m.commit_options()
 
     def prepare_backend_options(self, backend_id: str, values: Mapping[str, Any]) -> None:
         for m in self._users(backend_id):
             m.prepare_backend_options(backend_id, values)
-
-    def backend_options(self, backend_id: str) -> dict[str, Any]:
-        return self._users(backend_id)[0].backend_options(backend_id)
 
     def statistics(self) -> Any:
         return self.instance.statistics()

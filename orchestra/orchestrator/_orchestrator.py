@@ -85,7 +85,7 @@ class Orchestrator:
         self._threads = ThreadLimits(blas_threads, sharing=lambda: len(self._names), available=self._cpu_count)
         self._engine = Engine(self, tuple(policies), tuple(signals), period, poll_interval)
         self._pools: dict[str, Pool] = {}
-        self._gone = (0, 0, 0, 0)  # executes, failures, restarts, replacements of unloaded pools
+        self._gone = (0, 0, 0, 0, 0)  # executes, failures, restarts, replacements, rejected of unloaded pools
         self._instances: dict[str, Instance] = {}
         self._names: dict[str, str] = {}  # instance name -> pool name (claimed while loading too)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -125,7 +125,7 @@ class Orchestrator:
         self._closed = True
         with anyio.CancelScope(shield=True):
             for pool in list(self._pools.values()):
-                await pool.close()
+                await pool.aclose()
         self._pools.clear()
         self._threads.restore()
         _log.info("orchestrator closed")
@@ -166,7 +166,10 @@ class Orchestrator:
         """Loads ``method`` of ``program`` as a pool of ``instances``: holds each binding,
         starts each worker thread, loads each Method on it. All or nothing.
 
-        ``name`` names the pool (default: the method name, made unique). Returns the Pool.
+        ``name`` names the pool. Default, the rule of the TOML config's ``[program] name``:
+        the stem of the program's file (``models/convnet.pte`` -> ``convnet``), or the method
+        name for a program made from bytes; made unique with a number (``convnet2``).
+        Returns the Pool.
 
         ``methods`` (e.g. ``("prefill", "decode")``) makes every instance a program
         instance: those methods (and ``method``, the default of ``execute``) loaded together,
@@ -190,10 +193,12 @@ class Orchestrator:
             for m in methods:
                 program.method_meta(m)
         if name is None:
-            name, k = method, 1
+            src = program.source
+            base = method if src.startswith("<") else (os.path.splitext(os.path.basename(src))[0] or method)
+            name, k = base, 1
             while name in self._pools:
                 k += 1
-                name = f"{method}{k}"
+                name = f"{base}{k}"
         elif not isinstance(name, str) or not name:
             raise InvalidArgumentError(f"pool name must be a non-empty string, got {name!r}")
         elif name in self._pools:
@@ -228,7 +233,7 @@ class Orchestrator:
     async def unload(self, name: str) -> None:
         """Drains and removes a pool."""
         pool = self.pool(name)
-        await pool.close()
+        await pool.aclose()
         if self._pools.pop(name, None) is pool:
             self._gone = _add(self._gone, pool.statistics())
 
@@ -277,18 +282,18 @@ class Orchestrator:
         totals = self._gone
         for ps in pools:
             totals = _add(totals, ps)
-        ex, fa, re, rp = totals
+        ex, fa, re, rp, rj = totals
         return OrchestratorStatistics(
             pools=pools, engine_runs=e.runs,
             changes_applied=e.changes, actions_applied=e.actions, proposals_rejected=e.rejected,
             policy_errors=e.errors, signals=MappingProxyType(dict(e.signals)),
-            executes=ex, failures=fa, restarts=re, replacements=rp)
+            executes=ex, failures=fa, restarts=re, replacements=rp, rejected=rj)
 
     def __repr__(self) -> str:
         state = "open" if self._open else "closed" if self._closed else "not started"
         return f"<Orchestrator {state} pools={list(self._pools)}>"
 
 
-def _add(totals: tuple[int, int, int, int], ps: PoolStatistics) -> tuple[int, int, int, int]:
-    ex, fa, re, rp = totals
-    return ex + ps.executes, fa + ps.failures, re + ps.restarts, rp + ps.replacements
+def _add(totals: tuple[int, int, int, int, int], ps: PoolStatistics) -> tuple[int, int, int, int, int]:
+    ex, fa, re, rp, rj = totals
+    return ex + ps.executes, fa + ps.failures, re + ps.restarts, rp + ps.replacements, rj + ps.rejected

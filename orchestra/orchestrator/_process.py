@@ -40,6 +40,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from multiprocessing import shared_memory
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -194,7 +195,7 @@ def rebuild_error(info: tuple[str, str, int | None, list[str]], where: str) -> O
 
 
 def _in_force(m: Any) -> dict[str, dict[str, Any]]:
-    return {b: m.backend_options(b) for b in m.meta.backends}
+    return {b: dict(v) for b, v in m.options().items()}
 
 
 def _reply(out_slots: list[Slot | None], outs_v: _Views, outs: list[Any], dt: float, m: Any) -> tuple:
@@ -368,14 +369,24 @@ def _child(requests: Any, replies: Any, program_ref: Any, method_name: str, opti
                 if prep is not None:
                     prep.join()
                     prep = None
-                try:
-                    for b, vals in msg[1].items():
-                        m.set_backend_options(b, vals)
+                try:  # in force at once: the process is between executes here
+                    m.set_options(msg[1])
+                    m.commit_options()
                 except BaseException as exc:  # noqa: BLE001
                     send(frame(("error", describe_error(exc))))
                 else:
-                    changed = True
-                    send(frame(("ok",)))
+                    send(frame(("ok", _in_force(m))))
+            elif kind == "c":  # put a prepared change in force now (between executes)
+                if prep is not None:
+                    prep.join()
+                    prep = None
+                try:
+                    m.commit_options()
+                except BaseException as exc:  # noqa: BLE001
+                    send(frame(("error", describe_error(exc))))
+                else:
+                    prepared[0] = False
+                    send(frame(("ok", _in_force(m))))
             elif kind == "t":  # the CPUs changed: so does the BLAS limit (before the next execute)
                 apply_blas_limit(msg[1])
             elif kind == "s":
@@ -544,6 +555,11 @@ class WorkerProcess:
         """Options set at the next execute boundary in the process; answered in order."""
         self._write(frame(("o", {b: dict(v) for b, v in changes.items()})))
 
+    def send_commit(self) -> None:
+        """Puts the change prepared last in force now (answered in order, with the options
+        in force then)."""
+        self._write(frame(("c",)))
+
     def send_prepare(self, cid: int, backend_id: str, values: Mapping[str, Any]) -> None:
         """One backend's init-only change, built on a thread of the process while it keeps
         executing and swapped in at the first execute boundary after; answered out of order
@@ -610,9 +626,9 @@ class WorkerProcess:
         return [v if shape is None else np.array(views.get(k, shape), copy=True)
                 for k, (shape, v) in enumerate(zip(shapes, scalars))]
 
-    def backend_options(self, backend_id: str) -> dict[str, Any]:
-        """Options in force in the child (as of its last reply)."""
-        return dict(self.forced.get(backend_id, {}))
+    def options(self) -> Mapping[str, Mapping[str, Any]]:
+        """Options in force in the child (as of its last reply), read-only."""
+        return MappingProxyType({b: MappingProxyType(dict(v)) for b, v in self.forced.items()})
 
     # -- end ------------------------------------------------------------------------------------
     def kill(self) -> None:

@@ -40,8 +40,9 @@ import queue
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from multiprocessing import resource_tracker
+from types import MappingProxyType
 from typing import Any
 
 from ..errors import Error, InvalidArgumentError, OrchestraError
@@ -108,6 +109,8 @@ class ProcessWorker(WorkerBase):
         self._first = True
         self._writing = False
         self._paced: Any = None
+        self._forced_src: Any = None
+        self._forced_view: Mapping[str, Mapping[str, Any]] = MappingProxyType({})
         self._inherited = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
 
     @property
@@ -281,7 +284,7 @@ class ProcessWorker(WorkerBase):
                     break
                 self._next_start = now + period
             item = q.popleft()
-            fut, inputs, overrides = item
+            fut, inputs, overrides, _ = item
             if fut.cancelled():
                 self.resolve([(fut, None, None)])
                 continue
@@ -292,8 +295,7 @@ class ProcessWorker(WorkerBase):
                 free.append(slot)
                 if not isinstance(exc, InvalidArgumentError):
                     exc = InvalidArgumentError(f"{self.where}: inputs rejected: {type(exc).__name__}: {exc}")
-                self.failures += 1
-                self.last_error = exc
+                self.rejected += 1
                 self.resolve([(fut, False, wrap_error(self.instance, exc,
                                                       "not restarted: the inputs or options were rejected"))])
                 continue
@@ -376,7 +378,11 @@ class ProcessWorker(WorkerBase):
             if type(r) is tuple and r[0] == "prep":  # out of order: an init-only change was built
                 ch = self._preparing.pop(r[1], None)
                 if ch is not None:
-                    self._answered(ch, r[2])
+                    if r[2] is None:  # built: put it in force (answered in order)
+                        m.send_commit()
+                        self._sent.append(ch)
+                    else:
+                        self._answered(ch, r[2])
                 continue
             if not sent:  # a reply to nothing: the stream is corrupt; treat the process as crashed
                 self.last_error = OrchestraError(f"{self.where}: the worker process sent an unexpected reply",
@@ -385,19 +391,26 @@ class ProcessWorker(WorkerBase):
                 return
             e = sent.popleft()
             if isinstance(e, OptionChange):
+                if results:  # the executes before the change answer first
+                    self.resolve(results)
+                    results = []
+                if r[0] == "ok" and len(r) > 1:
+                    m.forced = r[1]  # the options in force now
                 self._answered(e, None if r[0] == "ok" else r[1])
                 continue
             item, slot, _ = e
             free.append(slot)
             if type(r) is float:  # fast reply: its duration; outputs at their static shapes
-                results.append((item[0], True, m.static_outputs(slot)))
+                out = m.static_outputs(slot)
+                results.append((item[0], True, (out, self._options_view(m), r) if item[3] else out))
                 record(r)
                 self.executions += 1
                 self.consecutive = 0
                 continue
             if r[0] == "ok":
                 _, oshapes, oscalars, dt, forced = r
-                results.append((item[0], True, m.outputs(slot, oshapes, oscalars, forced)))
+                out = m.outputs(slot, oshapes, oscalars, forced)  # m.forced: the options it ran with
+                results.append((item[0], True, (out, self._options_view(m), dt) if item[3] else out))
                 record(dt)
                 self.executions += 1
                 self.consecutive = 0
@@ -416,6 +429,15 @@ class ProcessWorker(WorkerBase):
             self.resolve(results)
         if self._stopping:
             self._maybe_finish()
+
+    def _options_view(self, m: WorkerProcess) -> Mapping[str, Mapping[str, Any]]:
+        """The options in force in the process as of its last reply, read-only (made once
+        per change)."""
+        forced = m.forced
+        if self._forced_src is not forced:
+            self._forced_src = forced
+            self._forced_view = MappingProxyType({b: MappingProxyType(dict(v)) for b, v in forced.items()})
+        return self._forced_view
 
     def _track(self) -> None:
         """Points the watchdog at the oldest request still in the process."""

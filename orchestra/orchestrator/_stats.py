@@ -41,7 +41,9 @@ class InstanceStatistics:
     """One instance.
 
     ``executes`` counts executes that returned, ``failures`` those that raised (including
-    the one a deadline cut short); ``restarts`` fresh Methods after a failure;
+    the one a deadline cut short); ``rejected`` the requests it refused for the caller's
+    mistake (wrong inputs or per-call options: :class:`ExecuteRejectedError`, never a
+    failure, never a restart); ``restarts`` fresh Methods after a failure;
     ``replacements`` quarantines after a deadline. ``latency`` is the time of
     ``Method.execute`` on the worker (not the queueing before it). ``options`` are the
     values in force (as of the last execute boundary) per backend; ``pending`` the values
@@ -66,13 +68,14 @@ class InstanceStatistics:
     target_rate_hz: float | None
     last_error: str | None
     threads: ThreadBudget | None = None  # None: the worker has not loaded yet
+    rejected: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class PoolStatistics:
     """One pool: each instance, and running totals.
 
-    ``executes``, ``failures``, ``restarts`` and ``replacements`` count everything the pool's
+    ``executes``, ``failures``, ``restarts``, ``replacements`` and ``rejected`` count everything the pool's
     instances did since it was loaded, including instances removed since (they never go
     down); ``in_flight`` is the sum over its current instances.
     """
@@ -87,6 +90,7 @@ class PoolStatistics:
     in_flight: int
     routed: int  # executes routed by the pool (p.execute)
     keys: int  # sticky routing keys
+    rejected: int = 0  # requests refused for the caller's mistake (not failures)
 
     def __getitem__(self, name: str) -> InstanceStatistics:
         for s in self.instances:
@@ -114,6 +118,7 @@ class OrchestratorStatistics:
     failures: int = 0
     restarts: int = 0
     replacements: int = 0
+    rejected: int = 0  # requests refused for the caller's mistake (not failures)
 
     def __getitem__(self, name: str) -> PoolStatistics:
         for p in self.pools:

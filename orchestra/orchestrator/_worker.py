@@ -2,7 +2,7 @@
 
 Hand-off (the per-execute hot path, see DESIGN "Performance facts"):
 
-* in: the event loop puts ``(future, inputs, overrides)`` on the worker's
+* in: the event loop puts ``(future, inputs, overrides, detail)`` on the worker's
   ``queue.SimpleQueue`` (no lock, no task, no anyio stream);
 * out: the worker sends finished results back with one ``loop.call_soon_threadsafe`` per
   *batch*: while executes are fast (under ``BATCH_BELOW_S``) and more requests are already
@@ -18,7 +18,7 @@ single backend is *prepared* on a short-lived helper thread
 (``Method.prepare_backend_options``) while this thread keeps executing with the old
 values; later changes wait until it is published, and the swap at the next boundary costs
 nothing. Init-only changes spanning several backends are set here
-(``set_backend_options``) and rebuilt at the boundary, to stay atomic.
+(``set_options``) and rebuilt at the boundary, to stay atomic.
 
 CPU placement: ``os.sched_setaffinity(0, cpus)`` called on the worker thread pins that
 thread only (Linux applies affinity per thread; pid 0 is the calling thread). Threads the
@@ -40,7 +40,7 @@ from typing import Any
 from ..errors import Error, InvalidArgumentError, OrchestraError
 from ..runtime import Method, Program
 from ..telemetry import LatencyWindow, bound, get_logger
-from ._errors import ExecuteError, InstanceFailedError
+from ._errors import ExecuteError, ExecuteRejectedError, InstanceFailedError
 from ._methods import MethodSet, load_for_worker
 from ._spec import RestartPolicy
 from ._threads import ThreadLimits
@@ -58,9 +58,11 @@ MAX_BATCH = 64
 
 
 def wrap_error(instance: str, exc: BaseException, what: str) -> ExecuteError:
-    """The ExecuteError a caller gets for an execute that raised ``exc`` (its cause)."""
+    """The ExecuteError a caller gets for an execute that raised ``exc`` (its cause): an
+    :class:`ExecuteRejectedError` (also an InvalidArgumentError) when the cause is one."""
     code = exc.code if isinstance(exc, OrchestraError) else Error.Internal
-    err = ExecuteError(f"instance {instance!r}: execute failed: {type(exc).__name__}: {exc} ({what})",
+    cls = ExecuteRejectedError if isinstance(exc, InvalidArgumentError) else ExecuteError
+    err = cls(f"instance {instance!r}: execute failed: {type(exc).__name__}: {exc} ({what})",
                        code, instance=instance)
     err.__cause__ = exc
     return err
@@ -87,7 +89,7 @@ class WorkerBase:
     request, STOP or WAKE; ``get_nowait`` takes back one not run), ``mailbox`` (option
     changes), the counters, ``state`` (loading, running, restarting, failed, stopped),
     ``started``/``current`` for the deadline watchdog, ``abandoned``/``redirect``/``resolve``
-    for a quarantine, ``method`` (``backend_options()`` in force), ``label``, ``start()`` and
+    for a quarantine, ``method`` (``options()`` in force), ``label``, ``start()`` and
     ``kill()``.
     """
 
@@ -119,6 +121,7 @@ class WorkerBase:
         self.executions = 0
         self.failures = 0
         self.restarts = 0
+        self.rejected = 0  # requests refused for their inputs or per-call options (caller errors)
         self.consecutive = 0
         self.failed_in_row = 0  # failed executes since the last success (rejected inputs aside)
         self._executions_at_failure = 0
@@ -146,10 +149,11 @@ class WorkerBase:
         (``"rejected"``: inputs or options refused, no restart; ``"kept"``: the execute
         raised, the worker goes on; ``"failed"``: past ``max_restarts``; ``"restart"``), the
         reason, and the caller's answer."""
+        if isinstance(exc, InvalidArgumentError) and not fatal:  # the caller's mistake: not a failure
+            self.rejected += 1
+            return "rejected", "", (fut, False, wrap_error(self.instance, exc, "not restarted: the inputs or options were rejected"))
         self.failures += 1
         self.last_error = exc
-        if isinstance(exc, InvalidArgumentError) and not fatal:
-            return "rejected", "", (fut, False, wrap_error(self.instance, exc, "not restarted: the inputs or options were rejected"))
         if self.executions != self._executions_at_failure:  # an execute succeeded since the last failure
             self._executions_at_failure = self.executions
             self.failed_in_row = 0
@@ -186,6 +190,7 @@ class Worker(WorkerBase):
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.method: Method | MethodSet | None = None
         self._prep: threading.Thread | None = None
+        self._prepared: OptionChange | None = None  # built by the helper thread, to put in force
         self._inherited: set[int] | None = None
         self.thread = threading.Thread(target=self._main, name=f"orchestra:{self.instance}#{self.generation}",
                                        daemon=True)
@@ -234,6 +239,8 @@ class Worker(WorkerBase):
                     self._close_method()
                 if self.state not in ("failed",):
                     self.state = "stopped"
+                while self.mailbox:  # changes that came too late: nobody waits for them forever
+                    self._ack(self.mailbox.popleft(), None)
                 self._post(self.on_exit, self)
 
     def _load(self) -> Method | MethodSet:
@@ -247,6 +254,9 @@ class Worker(WorkerBase):
         if prep is not None:
             prep.join()
             self._prep = None
+        ch, self._prepared = self._prepared, None
+        if ch is not None:  # never put in force here; a fresh Method loads the desired options
+            self._ack(ch, None)
         m, self.method = self.method, None
         if m is not None:
             try:
@@ -281,7 +291,7 @@ class Worker(WorkerBase):
                 if self.pending and empty():
                     self._flush()
                 continue
-            fut, inputs, overrides = item
+            fut, inputs, overrides, detail = item
             if fut.cancelled():
                 self.pending.append((fut, None, None))
                 if empty():
@@ -315,6 +325,8 @@ class Worker(WorkerBase):
             record(dt)
             self.executions += 1
             self.consecutive = 0
+            if detail:  # the options this execute ran with: the Method's snapshot in force now
+                out = (out, self.method.options(), dt)  # type: ignore[union-attr]
             if not pending:
                 t_first = t1
             pending.append((fut, True, out))
@@ -347,7 +359,12 @@ class Worker(WorkerBase):
         if prep is not None:
             if prep.is_alive():
                 return
+        self._flush()  # results of the executes before the change reach their callers first
+        if prep is not None:
             self._prep = None
+            ch, self._prepared = self._prepared, None
+            if ch is not None:
+                self._commit(ch)
         mailbox = self.mailbox
         while mailbox:
             ch = mailbox.popleft()
@@ -368,12 +385,23 @@ class Worker(WorkerBase):
                 t.start()
                 return
             try:
-                for backend, values in ch.changes.items():
-                    m.set_backend_options(backend, values)
+                m.set_options(ch.changes)
             except Exception as exc:  # noqa: BLE001 - the engine validated; reported, never fatal
                 self._ack(ch, exc)
             else:
-                self._ack(ch, None)
+                self._commit(ch)
+
+    def _commit(self, ch: OptionChange) -> None:
+        """Puts what is set in force now (this thread is between executes), then acks: the
+        caller awaiting the change sees it in ``options()`` from then on."""
+        m = self.method
+        try:
+            if m is not None:
+                m.commit_options()
+        except Exception as exc:  # noqa: BLE001 - the Method keeps its old options; reported
+            self._ack(ch, exc)
+        else:
+            self._ack(ch, None)
 
     def _prepare(self, m: Method | MethodSet, backend: str, values: Mapping[str, Any], ch: OptionChange) -> None:
         with bound(instance=self.instance, pool=self.pool, backend=backend):
@@ -382,7 +410,7 @@ class Worker(WorkerBase):
             except Exception as exc:  # noqa: BLE001 - reported to the loop
                 self._ack(ch, exc)
             else:
-                self._ack(ch, None)
+                self._prepared = ch  # the worker swaps it in at its next boundary and acks
             finally:
                 self.inbox.put(WAKE)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,12 +49,17 @@ class Result:
         outputs: what the executor returned for it.
         value: what the post-process returned (``outputs`` when there is none).
         t_done: when the result reached the sink, on the frame's clock.
+        options: the runtime options in force for the execute that made it (backend name ->
+            that backend's options), when the executor returned them (an object with
+            ``outputs`` and ``options`` attributes, such as the orchestrator's
+            ``Execution``); None when it returned a plain list.
     """
 
     frame: Frame
     outputs: list[Any]
     value: Any
     t_done: float
+    options: Mapping[str, Any] | None = None
 
     @property
     def latency(self) -> float:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -26,6 +26,11 @@ def _reasons(counts: Mapping[str, int] | None = None) -> Mapping[str, int]:
         for k, v in counts.items():
             d[str(k)] = d.get(str(k), 0) + v
     return MappingProxyType(d)
+
+
+# failure stages of a frame, in pipeline order (PipelineStatistics.failed_by keys)
+FAILURE_STAGES = ("pre", "execute", "post", "sink")
+_NO_FAILURES: Mapping[str, int] = MappingProxyType(dict.fromkeys(FAILURE_STAGES, 0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +99,10 @@ class PipelineStatistics:
     source, ``output_fps``: processed to the sink). ``latency`` is capture → sink over the
     recent processed frames. ``instance``, ``unit`` and ``options`` come from the executor's
     ``describe()`` when it has one (``executor_info`` holds all it said).
+
+    ``failed_by`` splits ``accounting.failed`` by the stage that failed (``pre``,
+    ``execute``, ``post``, ``sink``); ``sink_failures`` is its ``sink`` entry: frames whose
+    sink raised or timed out (each counted ``failed``, never ``processed``).
     """
 
     name: str
@@ -113,6 +122,7 @@ class PipelineStatistics:
     options: Mapping[str, Any] | None
     executor_info: Mapping[str, Any] | None
     last_error: str | None
+    failed_by: Mapping[str, int] = field(default_factory=lambda: _NO_FAILURES)
 
     @property
     def dropped(self) -> Mapping[str, int]:
@@ -121,6 +131,11 @@ class PipelineStatistics:
     @property
     def failures(self) -> int:
         return self.accounting.failed
+
+    @property
+    def sink_failures(self) -> int:
+        """Frames whose sink raised or timed out (part of ``failures``)."""
+        return self.failed_by.get("sink", 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +151,11 @@ class PipelinesStatistics:
     output_fps: float
     latency: LatencySummary
     queue_max: int  # the deepest any camera's queue has been
+
+    @property
+    def sink_failures(self) -> int:
+        """Frames whose sink raised or timed out, over all cameras."""
+        return sum(p.sink_failures for p in self.pipelines)
 
     def __getitem__(self, name: str) -> PipelineStatistics:
         for p in self.pipelines:

@@ -26,16 +26,19 @@ import anyio.lowlevel
 from ..errors import Error, InvalidArgumentError, OrchestraError
 from ..telemetry import LatencySummary, LatencyWindow, bound, get_logger
 from ._frame import Frame, Result
-from ._metrics import Accounting, PipelineStatistics, PipelinesStatistics, RateMeter, _reasons
-from ._sinks import CallbackSink, _is_async
+from ._metrics import FAILURE_STAGES, Accounting, PipelineStatistics, PipelinesStatistics, RateMeter, _reasons
+from ._sinks import CallbackSink, SinkError, _is_async
 from ._stream import DropPolicy, DropReason, FrameStream, _drop_policy
 
-__all__ = ["Executor", "Pipeline", "Pipelines", "SourceError", "keyed"]
+__all__ = ["Executor", "FrameDropped", "Pipeline", "Pipelines", "SourceError", "keyed"]
 
 _log = get_logger(__name__)
 
 _DEADLINE = DropReason.DEADLINE
 _SHUTDOWN = DropReason.SHUTDOWN
+_MISSING: Any = object()
+# how long closing a sink at the end of a run may take before it is abandoned (logged)
+_SINK_CLOSE_TIMEOUT_S = 30.0
 
 PreProcess = Callable[[Frame], list[Any]] | Callable[[Frame], Awaitable[list[Any]]]
 PostProcess = Callable[[Frame, list[Any]], Any] | Callable[[Frame, list[Any]], Awaitable[Any]]
@@ -46,6 +49,11 @@ class Executor(Protocol):
     """What a pipeline runs each frame on: an orchestrator instance handle or pool, or any
     object with this method. ``inputs`` is what the pre-process made (``[frame.data]`` without
     one); the returned list reaches the post-process and the sink.
+
+    ``execute`` may instead return an object with ``outputs`` (that list) and ``options``
+    (backend -> options in force for that execute) attributes, such as the orchestrator's
+    ``Execution`` (``execute(..., detail=True)``): the pipeline unwraps it and puts the
+    options in :attr:`Result.options`.
 
     Optionally ``describe() -> Mapping`` (plain function, cheap): the pipeline's statistics
     show its ``"instance"``, ``"unit"`` and ``"options"`` entries.
@@ -58,6 +66,22 @@ class SourceError(OrchestraError):
     """A pipeline's source raised: the pipeline stopped (its accepted frames drained)."""
 
     default_code = Error.AccessFailed
+
+
+class FrameDropped(OrchestraError):
+    """Raised by an executor (or a pre/post-process or sink) to drop the frame it was given:
+    the pipeline counts it as dropped with ``reason`` (a key of the ``dropped`` counters),
+    not as failed. A cross-camera :class:`~orchestra.pipeline.Batcher` raises it with
+    ``"shutdown"`` for frames still waiting for a batch when it is closed.
+    """
+
+    default_code = Error.InvalidState
+
+    def __init__(self, reason: str, message: str | None = None) -> None:
+        if not isinstance(reason, str) or not reason:
+            raise InvalidArgumentError(f"FrameDropped: reason must be a non-empty string, got {reason!r}")
+        super().__init__(message or f"frame dropped: {reason}")
+        self.reason = reason
 
 
 class _Keyed:
@@ -111,7 +135,11 @@ class Pipeline:
         pre: ``pre(frame) -> inputs`` (plain or ``async``); default ``[frame.data]``.
         post: ``post(frame, outputs) -> value`` (plain or ``async``); default: the outputs.
         sink: a :class:`~orchestra.pipeline.Sink`, or a plain or ``async`` function of the
-            :class:`Result`; default: none (results are counted, then discarded).
+            :class:`Result`; default: none (results are counted, then discarded). A frame
+            whose sink raises (or times out) is counted ``failed`` (stage ``sink``, see
+            ``statistics().sink_failures``). A sink with ``aclose()`` is closed when ``run``
+            ends (by the :class:`Pipelines` group once all its pipelines ended, when the
+            pipeline is in one; a sink shared by several pipelines is closed once).
         queue: the stream's capacity (frames waiting for the executor).
         drop: ``"drop_oldest"`` (live: the newest frame wins), ``"drop_newest"`` or
             ``"block"`` (capacity mode: the source waits, nothing is dropped).
@@ -120,6 +148,11 @@ class Pipeline:
         inflight: how many frames may be between the stream and the sink at once (more
             than one only helps an executor that runs calls in parallel, like a pool).
             Results still reach the sink in frame order.
+        sink_timeout_s: an ``async`` sink's ``send`` that takes longer is abandoned
+            (cancelled) and the frame counted failed (stage ``sink``), so a sink that hangs
+            costs its camera at most this per frame and can't hang the end of the run.
+            None (the default): no bound, and no cost (a bound costs ~10 us per frame). The
+            built-in file and MQTT sinks bound their own waits (their ``timeout_s``).
 
     Plain ``pre``/``post``/sink functions run on the event loop: keep them cheap, or make
     them ``async`` and hand heavy work to a thread. ``stop()`` and ``statistics()`` are for
@@ -129,7 +162,7 @@ class Pipeline:
     def __init__(self, name: str, source: Any, executor: Executor, *, pre: PreProcess | None = None,
                  post: PostProcess | None = None, sink: Any = None, queue: int = 8,
                  drop: DropPolicy | str = DropPolicy.DROP_OLDEST, deadline_s: float | None = None,
-                 inflight: int = 1) -> None:
+                 inflight: int = 1, sink_timeout_s: float | None = None) -> None:
         if not isinstance(name, str) or not name:
             raise InvalidArgumentError(f"Pipeline: name must be a non-empty string, got {name!r}")
         where = f"pipeline {name!r}"
@@ -161,6 +194,7 @@ class Pipeline:
         self._send = None if sink is None else sink.send
         self._send_async = self._send is not None and _is_async(self._send)
         self._deadline_s = None if deadline_s is None else _positive(deadline_s, "deadline_s", where)
+        self._sink_timeout_s = None if sink_timeout_s is None else _positive(sink_timeout_s, "sink_timeout_s", where)
         self._inflight = _count(inflight, "inflight", where)
         self._stream: FrameStream[Frame] = FrameStream(_count(queue, "queue", where), _drop_policy(drop, where),
                                                       self._on_drop)
@@ -168,7 +202,9 @@ class Pipeline:
         self._produced = 0
         self._processed = 0
         self._failed = 0
+        self._failed_by: dict[str, int] = dict.fromkeys(FAILURE_STAGES, 0)
         self._active = 0
+        self._in_group = False  # a Pipelines group closes the sink instead
         self._dropped: dict[str, int] = {r.value: 0 for r in DropReason}
         self._latency = LatencyWindow(1024)
         self._group_latency: LatencyWindow | None = None
@@ -236,6 +272,8 @@ class Pipeline:
             for _ in self._stream.drain():
                 self._dropped[_SHUTDOWN] += 1
             self._state = "failed" if self._source_error is not None else "done"
+            if not self._in_group and self._sink is not None:
+                await _close_sinks([self._sink], {id(self._sink): self})
         if self._source_error is not None:
             exc = self._source_error
             raise SourceError(f"{where}: source {self.camera!r} failed: {type(exc).__name__}: {exc}") from exc
@@ -335,10 +373,12 @@ class Pipeline:
         pre, pre_async = self._pre, self._pre_async
         post, post_async = self._post, self._post_async
         send, send_async = self._send, self._send_async
+        sink_timeout = self._sink_timeout_s
         deadline = self._deadline_s
         dropped = self._dropped
         latency = self._latency
         out_rate = self._out_rate
+        record_frame = getattr(self.executor, "record_frame_latency", None)  # e.g. an orchestrator Instance
         while True:
             try:
                 frame = await stream.get()
@@ -364,6 +404,13 @@ class Pipeline:
                         continue
                 stage = "execute"
                 outputs = await execute(inputs)
+                options = None
+                if outputs.__class__ is not list:
+                    # an Execution-like result: outputs + the options in force for it
+                    opts = getattr(outputs, "options", _MISSING)
+                    if opts is not _MISSING:
+                        options = opts
+                        outputs = outputs.outputs
                 stage = "post"
                 if post is None:
                     value = outputs
@@ -374,22 +421,36 @@ class Pipeline:
                     await self._wait_turn(ticket)
                 t_done = clock()
                 if send is not None:
-                    result = Result(frame, outputs, value, t_done)
+                    result = Result(frame, outputs, value, t_done, options)
                     if send_async:
                         in_sink = True  # the sink has the frame: cancelled now, it is processed
-                        await send(result)
+                        if sink_timeout is None:
+                            await send(result)
+                        else:
+                            with anyio.move_on_after(sink_timeout) as scope:
+                                await send(result)
+                            if scope.cancelled_caught:
+                                in_sink = False
+                                raise SinkError(f"pipeline {self.name!r}: sink {self._sink!r} took longer than "
+                                                f"sink_timeout_s={sink_timeout:g}; the frame was abandoned")
                     else:
                         send(result)
                 self._active -= 1
                 self._processed += 1
                 lat = t_done - frame.t_capture
                 latency.record(lat)
+                if record_frame is not None:
+                    record_frame(lat)
                 if self._group_latency is not None:
                     self._group_latency.record(lat)
                 out_rate.record(t_done)
+            except FrameDropped as exc:
+                self._active -= 1
+                dropped[exc.reason] = dropped.get(exc.reason, 0) + 1
             except Exception as exc:
                 self._active -= 1
                 self._failed += 1
+                self._failed_by[stage] += 1
                 self._failure(stage, frame, exc)
             except BaseException:
                 self._active -= 1
@@ -433,8 +494,11 @@ class Pipeline:
         new = kind != self._last_logged
         if new or n & (n - 1) == 0:
             self._last_logged = kind
+            # a SinkError says all there is (and rendering a traceback can hold the loop for
+            # a quarter second with a rich console): no traceback for it
+            trace = new and not isinstance(exc, SinkError)
             _log.warning("frame failed", stage=stage, index=frame.index, error=error, failures=n,
-                         exc_info=exc if new else None)
+                         exc_info=exc if trace else None)
 
     # --- observing ----------------------------------------------------------------------
 
@@ -479,10 +543,32 @@ class Pipeline:
             options=MappingProxyType(dict(options)) if isinstance(options, Mapping) else None,
             executor_info=info,
             last_error=self._last_error,
+            failed_by=MappingProxyType(dict(self._failed_by)),
         )
 
     def __repr__(self) -> str:
         return f"Pipeline({self.name!r}, camera={self.camera!r}, {self._stream!r}, state={self._state})"
+
+
+async def _close_sinks(sinks: list[Any], owners: Mapping[int, Pipeline]) -> None:
+    """Closes each sink that has ``aclose()`` (shielded from cancellation, at most
+    ``_SINK_CLOSE_TIMEOUT_S`` each); a failure is logged and shown as the owning pipeline's
+    ``last_error``. Every frame's fate was settled before: closing changes no count."""
+    for sink in sinks:
+        aclose = getattr(sink, "aclose", None)
+        if not callable(aclose):
+            continue
+        owner = owners[id(sink)]
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_SINK_CLOSE_TIMEOUT_S) as scope:
+            try:
+                await aclose()
+            except Exception as exc:
+                owner._last_error = f"sink close: {type(exc).__name__}: {exc}"
+                _log.warning("closing the sink failed", pipeline=owner.name, sink=repr(sink),
+                             error=f"{type(exc).__name__}: {exc}")
+        if scope.cancelled_caught:
+            owner._last_error = f"sink close: {sink!r} took longer than {_SINK_CLOSE_TIMEOUT_S:g}s; abandoned"
+            _log.warning("closing the sink timed out", pipeline=owner.name, sink=repr(sink))
 
 
 class Pipelines:
@@ -516,6 +602,7 @@ class Pipelines:
         if pipeline.name in self._pipelines:
             raise InvalidArgumentError(f"Pipelines: two pipelines named {pipeline.name!r}")
         pipeline._group_latency = self._latency
+        pipeline._in_group = True
         self._pipelines[pipeline.name] = pipeline
         return pipeline
 
@@ -553,6 +640,13 @@ class Pipelines:
                     tg.start_soon(one, p, name=f"pipeline {p.name}")
         finally:
             self._running = False
+            owners: dict[int, Pipeline] = {}
+            sinks = []
+            for p in self._pipelines.values():
+                if p._sink is not None and id(p._sink) not in owners:
+                    owners[id(p._sink)] = p
+                    sinks.append(p._sink)
+            await _close_sinks(sinks, owners)
         if errors:
             raise ExceptionGroup(f"{len(errors)} of {len(self)} pipelines failed", errors)
         return self.statistics()

@@ -77,6 +77,9 @@ class BackendInterface(abc.ABC):
     """
 
     option_specs: ClassVar[tuple[OptionSpec, ...]] = ()
+    # What to install when is_available() is False for want of a package, e.g.
+    # "pip install 'orchestra[onnx]'": it ends the "not available" error's message.
+    install_hint: ClassVar[str] = ""
 
     def is_available(self) -> bool:
         """False when the backend can't run here (missing hardware or library)."""

@@ -12,8 +12,10 @@ import inspect
 import math
 import operator
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -574,7 +576,7 @@ class Method:
 
     __slots__ = ("_cp", "_program", "_name", "_where", "_meta", "_executions", "_failures", "_total",
                  "_last", "_busy", "_closed", "_handles", "_arenas", "_vals", "_slots", "_lists",
-                 "_backends", "_target", "_active", "_ctx", "_reinits", "instruction_cap", "time_limit_s",
+                 "_backends", "_target", "_active", "_ctx", "_reinits", "_view", "instruction_cap", "time_limit_s",
                  "__weakref__")
 
     def __init__(self, compiled: CompiledPlan, backend_options: Mapping[str, Mapping[str, Any]] | None = None, *,
@@ -613,13 +615,16 @@ class Method:
         self._vals = vals
         self._refresh_lists(tuple(compiled.lists))
         self._reinits = 0
+        self._view: tuple[_OptionState, Mapping[str, Mapping[str, Any]]] | None = None
         # One backend object per backend id this method delegates to.
         backends: dict[str, Any] = {}
         for di, d in enumerate(compiled.plan.delegates):
             if d.id not in backends:
                 b = backends[d.id] = get_backend_class(d.id)
                 if not b.is_available():
-                    raise BackendError(f"{self._where}: delegate {di}: backend {d.id!r} is not available on this machine", Error.DelegateInvalidCompatibility)
+                    hint = getattr(b, "install_hint", "")
+                    raise BackendError(f"{self._where}: delegate {di}: backend {d.id!r} is not available on this machine"
+                                       + (f" ({hint})" if hint else ""), Error.DelegateInvalidCompatibility)
         self._backends = backends
         specs = {bid: RuntimeSpecs(bid, tuple(b.option_specs)) for bid, b in backends.items()}
         for bid, values in (backend_options or {}).items():
@@ -664,10 +669,20 @@ class Method:
         return [di for di, d in enumerate(self._cp.plan.delegates) if d.id in changed]
 
     def _next_state(self, backend_id: str, values: Mapping[str, Any]) -> tuple[_OptionState, _OptionState]:
-        self._check_backend(backend_id)
+        return self._next_states({backend_id: values})
+
+    def _next_states(self, changes: Mapping[str, Mapping[str, Any]]) -> tuple[_OptionState, _OptionState]:
+        if not isinstance(changes, Mapping):
+            raise InvalidArgumentError(f"{self._where}: options must be a mapping backend -> {{option: value}}, "
+                                       f"got {type(changes).__name__}")
         base = self._target
         specs = dict(base.specs)
-        specs[backend_id] = specs[backend_id].replace(values)
+        for backend_id, values in changes.items():
+            self._check_backend(backend_id)
+            if not isinstance(values, Mapping):
+                raise InvalidArgumentError(f"{self._where}: options of backend {backend_id!r} must be a mapping "
+                                           f"option -> value, got {type(values).__name__}")
+            specs[backend_id] = specs[backend_id].replace(values)
         return base, _OptionState(specs)
 
     def _publish(self, base: _OptionState, new: _OptionState) -> None:
@@ -685,20 +700,60 @@ class Method:
                 new.cell.append(keep)
         self._target = new  # the one reference assignment an execute boundary picks up
 
-    def set_backend_options(self, backend_id: str, values: Mapping[str, Any]) -> None:
-        """Changes this instance's options for ``backend_id``. Returns at once; the new
-        values take effect at the start of the next execute, never inside one. Changing an
-        init-only option re-initialises that backend's delegates at that boundary (the new
-        handles are built, swapped in, then the old ones destroyed).
+    def set_options(self, options: Mapping[str, Mapping[str, Any]]) -> None:
+        """Changes this instance's options: ``{backend: {option: value}}``, every backend's
+        values as one snapshot. Returns at once; the new values are in force from the start
+        of the next execute (or :meth:`commit_options`), never inside one; :meth:`options`
+        shows them from then. Changing an init-only option re-initialises that backend's
+        delegates at that boundary (the new handles are built, swapped in, then the old ones
+        destroyed). Everything is checked before anything changes.
 
         Raises:
             InvalidArgumentError: unknown backend or key, wrong type, value outside choices.
         """
-        base, new = self._next_state(backend_id, values)
+        base, new = self._next_states(options)
         self._publish(base, new)
 
+    def options(self) -> Mapping[str, Mapping[str, Any]]:
+        """The options in force: backend -> option -> value (a read-only snapshot, as of the
+        last execute boundary or :meth:`commit_options`)."""
+        v = self._view
+        state = self._active
+        if v is None or v[0] is not state:  # made once per snapshot: every caller gets the same object
+            v = self._view = (state, MappingProxyType({b: MappingProxyType(dict(s)) for b, s in state.specs.items()}))
+        return v[1]
+
+    def commit_options(self) -> None:
+        """Puts the options set since the last execute in force now instead of at the next
+        execute. Call it on the thread that executes, between executes (an orchestrator's
+        worker does, when idle). An init-only change re-initialises its delegates here; if
+        that fails the Method keeps the options it had and this raises the backend's error."""
+        if self._closed:
+            raise OrchestraError(f"{self._where}: commit_options on a closed Method", Error.InvalidState)
+        busy = self._busy
+        if busy[0]:
+            raise OrchestraError(f"{self._where}: commit_options while an execute is running", Error.InvalidState)
+        target = self._target
+        if target is self._active:
+            return
+        busy[0] = True
+        try:
+            self._switch(target)
+        except BaseException:
+            if self._target is target:
+                self._target = self._active  # the change failed: keep what is in force
+            raise
+        finally:
+            busy[0] = False
+
+    def set_backend_options(self, backend_id: str, values: Mapping[str, Any]) -> None:
+        """Deprecated: ``set_options({backend_id: values})``."""
+        warnings.warn("Method.set_backend_options(backend, values) is deprecated; use "
+                      "set_options({backend: values})", DeprecationWarning, stacklevel=2)
+        self.set_options({backend_id: values})
+
     def prepare_backend_options(self, backend_id: str, values: Mapping[str, Any]) -> None:
-        """Like :meth:`set_backend_options`, but builds the re-initialised delegate handles
+        """Like ``set_options({backend_id: values})``, but builds the re-initialised delegate handles
         now, on the calling thread (any thread, while the Method keeps executing), so the
         swap at the next execute boundary costs nothing."""
         base, new = self._next_state(backend_id, values)
@@ -708,7 +763,9 @@ class Method:
         self._publish(base, new)
 
     def backend_options(self, backend_id: str) -> dict[str, Any]:
-        """The option values in force for ``backend_id`` (as of the last execute boundary)."""
+        """Deprecated: ``dict(options()[backend_id])``."""
+        warnings.warn("Method.backend_options(backend) is deprecated; use options()[backend]",
+                      DeprecationWarning, stacklevel=2)
         return dict(self._active.specs[self._check_backend(backend_id)])
 
     def _switch(self, new: _OptionState) -> None:

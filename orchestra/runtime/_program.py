@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -206,19 +207,39 @@ class ProgramInstance:
         """``method(name).execute(inputs, backend_options)``."""
         return self.method(name).execute(inputs, backend_options)
 
-    def set_backend_options(self, backend_id: str, values: Mapping[str, Any]) -> None:
-        """Changes ``backend_id``'s options in every loaded method that uses that backend
-        (see :meth:`Method.set_backend_options`).
+    def set_options(self, options: Mapping[str, Mapping[str, Any]]) -> None:
+        """Changes options (``{backend: {option: value}}``) in every loaded method that uses
+        each backend (see :meth:`Method.set_options`); everything is checked first.
 
         Raises:
-            InvalidArgumentError: no loaded method uses ``backend_id``, or a bad key / value.
+            InvalidArgumentError: no loaded method uses a backend, or a bad key / value.
         """
-        users = [m for m in self._methods.values() if backend_id in m.meta.backends]
-        if not users:
-            raise InvalidArgumentError(
-                f"{self._program.source}: backend {backend_id!r} is used by no method of this program instance")
-        for m in users:
-            m.set_backend_options(backend_id, values)
+        if not isinstance(options, Mapping):
+            raise InvalidArgumentError(f"{self._program.source}: options must be a mapping backend -> "
+                                       f"{{option: value}}, got {type(options).__name__}")
+        for backend_id in options:
+            if not any(backend_id in m.meta.backends for m in self._methods.values()):
+                raise InvalidArgumentError(
+                    f"{self._program.source}: backend {backend_id!r} is used by no method of this program instance")
+        for m in self._methods.values():
+            mine = {b: v for b, v in options.items() if b in m.meta.backends}
+            if mine:
+                m.set_options(mine)
+
+    def options(self) -> Mapping[str, Mapping[str, Any]]:
+        """The options in force: backend -> option -> value (from the first loaded method
+        using each backend; they all get the same changes)."""
+        out: dict[str, Mapping[str, Any]] = {}
+        for m in self._methods.values():
+            for b, v in m.options().items():
+                out.setdefault(b, v)
+        return out
+
+    def set_backend_options(self, backend_id: str, values: Mapping[str, Any]) -> None:
+        """Deprecated: ``set_options({backend_id: values})``."""
+        warnings.warn("ProgramInstance.set_backend_options(backend, values) is deprecated; use "
+                      "set_options({backend: values})", DeprecationWarning, stacklevel=2)
+        self.set_options({backend_id: values})
 
     def statistics(self) -> ProgramInstanceStatistics:
         per = tuple((n, m.statistics()) for n, m in self._methods.items())

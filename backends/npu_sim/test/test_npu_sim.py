@@ -202,7 +202,7 @@ def test_power_modes_give_the_documented_latency_and_energy_ratios(npu0: NpuDevi
     seen = {}
     for mode in ("balanced", "low", "performance"):
         if mode != "balanced":
-            m.set_backend_options(NPU, {"power_mode": mode})  # hot: takes effect next execute
+            m.set_options({NPU: {"power_mode": mode}})  # hot: takes effect next execute
         np.testing.assert_allclose(m.execute([x])[0], ref(x), rtol=1e-5, atol=1e-5)
         job = npu0.statistics().cores[1].last_job
         assert job is not None and job.power_mode == mode
@@ -249,7 +249,7 @@ def test_priority_orders_jobs_waiting_on_the_same_core(npu0: NpuDevice) -> None:
     m = load_program(PROGRAM).load_method(backend_options=opts(core=0, priority=3))
     m.execute(xs(2))
     assert npu0.statistics().cores[0].last_job.priority == 3
-    m.set_backend_options(NPU, {"priority": -2})
+    m.set_options({NPU: {"priority": -2}})
     m.execute(xs(2))
     assert npu0.statistics().cores[0].last_job.priority == -2
     m.close()
@@ -399,7 +399,7 @@ def test_changing_core_moves_the_instance_at_the_next_execute(npu0: NpuDevice) -
     ws = analyze_subgraph(subgraph(W, M)).working_set_bytes
     x = xs(6)[0]
     m.execute([x])
-    m.set_backend_options(NPU, {"core": 3})
+    m.set_options({NPU: {"core": 3}})
     reserved = [c.reserved_bytes for c in npu0.statistics().cores]
     assert reserved == [ws, 0, 0, 0]  # nothing moves between executes
     np.testing.assert_allclose(m.execute([x])[0], ref(x), rtol=1e-5, atol=1e-5)
@@ -407,7 +407,7 @@ def test_changing_core_moves_the_instance_at_the_next_execute(npu0: NpuDevice) -
     assert [c.reserved_bytes for c in stats.cores] == [0, 0, 0, ws]  # old reservation released
     assert [c.jobs for c in stats.cores] == [1, 0, 0, 1]
     assert stats.cores[3].instances == ("cam",) and stats.cores[3].last_job.thread_id == core_thread(npu0, 3).ident
-    assert m.statistics().reinits == 1 and m.backend_options(NPU)["core"] == 3
+    assert m.statistics().reinits == 1 and m.options()[NPU]["core"] == 3
     m.close()
     assert all(c.reserved_bytes == 0 for c in npu0.statistics().cores)
 
@@ -428,10 +428,10 @@ def test_unknown_device_and_out_of_range_core_name_the_thing(npu0: NpuDevice) ->
     m = prog.load_method()
     x = xs(8)[0]
     m.execute([x])
-    m.set_backend_options(NPU, {"core": -1})
+    m.set_options({NPU: {"core": -1}})
     with pytest.raises(BackendError, match="has no core -1"):
         m.execute([x])
-    m.set_backend_options(NPU, {"core": 0})
+    m.set_options({NPU: {"core": 0}})
     np.testing.assert_allclose(m.execute([x])[0], ref(x), rtol=1e-5, atol=1e-5)
     assert [c.reservations for c in npu0.statistics().cores] == [1, 0, 0, 0]
     m.close()

@@ -225,7 +225,7 @@ def test_num_threads_change_takes_effect_at_the_next_execute_and_results_stay_id
         one = m.execute([x])[0]
         s = h.statistics()
         assert (s.last_num_threads, s.last_threads_used, s.workers) == (1, 1, 0)
-        m.set_backend_options(NC, {"num_threads": 2})
+        m.set_options({NC: {"num_threads": 2}})
         assert h.statistics().last_num_threads == 1  # nothing happens before the next execute
         used = set()
         for _ in range(30):  # on a loaded machine a worker may miss an execute's tiles: try a few
@@ -241,7 +241,7 @@ def test_num_threads_change_takes_effect_at_the_next_execute_and_results_stay_id
         assert len(workers) == 1 and workers[0].ident in h.pool.thread_ids()
         assert m.statistics().reinits == 0  # hot: no re-initialisation
         # Per-call override, then back to the Method's value.
-        m.set_backend_options(NC, {"num_threads": 1})
+        m.set_options({NC: {"num_threads": 1}})
         np.testing.assert_array_equal(m.execute([x], backend_options={NC: {"num_threads": 3}})[0], one)
         assert h.statistics().last_num_threads == 3 and h.pool.workers <= 2
         m.execute([x])
@@ -255,7 +255,7 @@ def test_max_tiles_is_init_only_and_reinitialises(delegated_bytes, plain_output)
         m.execute([x])
         first = handle_of(m)
         assert max(t for _, t in first.statistics().tiled_ops) == 2
-        m.set_backend_options(NC, {"max_tiles": 4, "num_threads": 2})
+        m.set_options({NC: {"max_tiles": 4, "num_threads": 2}})
         m.execute([x])
         second = handle_of(m)
         assert second is not first and first.destroyed and m.statistics().reinits == 1
@@ -292,11 +292,11 @@ def test_bad_num_threads_is_rejected_where_it_is_passed(delegated_bytes, plain_o
     assert info.value.code == Error.InvalidArgument and "NumpyCpuBackend" in info.value.message
     with program.load_method() as m:
         with pytest.raises(InvalidArgumentError, match=message):
-            m.set_backend_options(NC, {"num_threads": value})
+            m.set_options({NC: {"num_threads": value}})
         with pytest.raises(InvalidArgumentError, match=message):
             m.execute([x], backend_options={NC: {"num_threads": value}})
         m.execute([x])  # still usable, still with the old value
-        assert m.backend_options(NC)["num_threads"] == 1
+        assert m.options()[NC]["num_threads"] == 1
 
 
 def test_bad_max_tiles_and_unknown_options_are_rejected(delegated_bytes) -> None:

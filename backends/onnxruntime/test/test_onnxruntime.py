@@ -244,7 +244,7 @@ def test_init_only_change_recreates_the_session_once_at_the_next_execute() -> No
     with load(model).load_method() as m:
         np.testing.assert_array_equal(m.execute([x])[0], ref)
         old = handle_of(m)
-        m.set_backend_options(ID, {"intra_op_num_threads": 2, "allow_spinning": False})
+        m.set_options({ID: {"intra_op_num_threads": 2, "allow_spinning": False}})
         assert handle_of(m) is old and old.session is not None  # nothing happens between executes
         np.testing.assert_array_equal(m.execute([x])[0], ref)
         new = handle_of(m)
@@ -256,7 +256,7 @@ def test_init_only_change_recreates_the_session_once_at_the_next_execute() -> No
             np.testing.assert_array_equal(m.execute([x])[0], ref)
         assert handle_of(m) is new
         assert m.statistics().reinits == 1
-        assert m.backend_options(ID)["intra_op_num_threads"] == 2
+        assert m.options()[ID]["intra_op_num_threads"] == 2
     assert new.session is None  # close destroys it
 
 
@@ -283,7 +283,7 @@ def test_hot_change_builds_one_run_options_and_executes_reuse_it() -> None:
         assert (ro0.log_severity_level, ro0.logid) == (2, "") and len(h.run_options_cache) == 1
         m.execute([x])
         assert h.run_options is ro0
-        m.set_backend_options(ID, {"run_tag": "camera-0", "log_severity_level": 3})
+        m.set_options({ID: {"run_tag": "camera-0", "log_severity_level": 3}})
         np.testing.assert_array_equal(m.execute([x])[0], ref)
         assert handle_of(m) is h and m.statistics().reinits == 0  # hot: same session
         ro1 = h.run_options
@@ -298,7 +298,7 @@ def test_hot_change_builds_one_run_options_and_executes_reuse_it() -> None:
         m.execute([x])
         assert h.run_options is ro1 and len(h.run_options_cache) == 3
         # Back to the first values: the cached RunOptions, not a new one.
-        m.set_backend_options(ID, {"run_tag": "", "log_severity_level": 2})
+        m.set_options({ID: {"run_tag": "", "log_severity_level": 2}})
         m.execute([x])
         assert h.run_options is ro0
 
@@ -335,10 +335,10 @@ def test_unknown_provider_is_named_with_the_available_ones() -> None:
     with prog.load_method() as m:
         x = RNG.standard_normal((2, 32), np.float32)
         m.execute([x])
-        m.set_backend_options(ID, {"providers": "NoSuchExecutionProvider"})  # checked at init, i.e. next execute
+        m.set_options({ID: {"providers": "NoSuchExecutionProvider"}})  # checked at init, i.e. next execute
         with pytest.raises(BackendError, match="NoSuchExecutionProvider"):
             m.execute([x])
-        m.set_backend_options(ID, {"providers": "CPUExecutionProvider"})
+        m.set_options({ID: {"providers": "CPUExecutionProvider"}})
         m.execute([x])  # the old session still serves
         assert m.statistics().reinits == 0
 
@@ -346,13 +346,13 @@ def test_unknown_provider_is_named_with_the_available_ones() -> None:
 def test_option_type_choice_and_key_messages_come_from_orchestra() -> None:
     with load(mlp()).load_method() as m:
         with pytest.raises(InvalidArgumentError, match="option 'intra_op_num_threads' must be int, got str"):
-            m.set_backend_options(ID, {"intra_op_num_threads": "2"})
+            m.set_options({ID: {"intra_op_num_threads": "2"}})
         with pytest.raises(InvalidArgumentError, match="option 'execution_mode' must be one of 'sequential', 'parallel'"):
-            m.set_backend_options(ID, {"execution_mode": "fast"})
+            m.set_options({ID: {"execution_mode": "fast"}})
         with pytest.raises(InvalidArgumentError, match="option 'graph_optimization_level' must be one of"):
-            m.set_backend_options(ID, {"graph_optimization_level": "max"})
+            m.set_options({ID: {"graph_optimization_level": "max"}})
         with pytest.raises(InvalidArgumentError, match="has no option 'threads'"):
-            m.set_backend_options(ID, {"threads": 2})
+            m.set_options({ID: {"threads": 2}})
         with pytest.raises(InvalidArgumentError, match="option 'providers' is init-only"):
             m.execute([np.zeros((2, 32), np.float32)], backend_options={ID: {"providers": "CPUExecutionProvider"}})
         assert m.statistics().reinits == 0

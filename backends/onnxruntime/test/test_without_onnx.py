@@ -27,3 +27,26 @@ def test_package_imports_without_onnx_and_onnxruntime() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+def test_a_program_delegating_to_onnxruntime_names_the_extra_to_install() -> None:
+    code = textwrap.dedent("""
+        import sys
+        sys.modules["onnxruntime"] = None   # not installed
+        from orchestra.errors import BackendError
+        from orchestra.runtime import load_program
+        program = load_program(sys.argv[1])
+        try:
+            program.load_method("forward")
+        except BackendError as exc:
+            print(exc)
+        else:
+            raise AssertionError("no error")
+    """)
+    import pathlib
+
+    pte = pathlib.Path(__file__).resolve().parents[3] / "examples" / "models" / "tiny_onnx.pte"
+    out = subprocess.run([sys.executable, "-c", code, str(pte)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "backend 'OnnxRuntimeBackend' is not available" in out.stdout
+    assert "pip install 'orchestra[onnx]'" in out.stdout, out.stdout

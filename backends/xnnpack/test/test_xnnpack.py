@@ -141,7 +141,7 @@ def test_options_are_validated() -> None:
     with pytest.raises(OrchestraError, match="num_threads"):
         prog.load_method("forward", backend_options={ID: {"num_threads": 0}})
     m = prog.load_method("forward", backend_options={ID: {"num_threads": 1}})
-    m.set_backend_options(ID, {"num_threads": 2})  # hot: accepted between executes
+    m.set_options({ID: {"num_threads": 2}})  # hot: accepted between executes
     data = et_helpers.load_npz("xnnpack_inline")["forward"]
     np.testing.assert_allclose(m.execute(data["in"])[0], data["out"][0], rtol=TOL, atol=TOL)
 
