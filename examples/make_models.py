@@ -5,6 +5,11 @@
   relu -> max-pool 2x2 -> flatten -> linear to 10 classes), weights from a seeded numpy RNG.
   Built with :class:`orchestra.aot.ProgramBuilder`; ``examples/cameras.toml`` runs it on the
   cores of a simulated NPU, so the NpuSimBackend options (``power_mode`` ...) apply.
+- ``mobilenet_npu.pte``: a MobileNet-style classifier of real size on a ``float32
+  [1, 3, 224, 224]`` frame (a stride-2 stem, six depthwise-separable blocks with hardswish down
+  to 7x7, global average pool, a 1000-class linear layer: ~0.4 M weights, ~60 M
+  multiply-accumulates), delegated whole to ``NpuSimBackend``; the main job
+  (``examples/cameras.toml``) runs decoded video frames through it.
 - ``tiny.onnx`` and ``tiny_onnx.pte`` (only when the ``onnx`` package is installed): a tiny
   ONNX model (Conv -> Relu -> GlobalAveragePool -> Flatten -> Gemm) on the same input, and
   the program ``orchestra.import_onnx`` makes of it (one delegate to OnnxRuntimeBackend), for
@@ -63,6 +68,46 @@ def convnet_npu() -> bytes:
     return outer.to_bytes()
 
 
+# (out_channels, stride) of each depthwise-separable block of mobilenet_npu.
+MOBILENET_BLOCKS = ((32, 2), (64, 2), (96, 1), (128, 2), (192, 1), (256, 2))
+MOBILENET_INPUT = (1, 3, 224, 224)
+MOBILENET_CLASSES = 1000
+
+
+def mobilenet_npu() -> bytes:
+    """The MobileNet-style classifier, delegated whole to NpuSimBackend, as .pte bytes."""
+    from orchestra.backends import npu_sim
+
+    if "NpuSimBackend" not in aot.aot_backends():
+        aot.register_aot_backend("NpuSimBackend", npu_sim.NpuSimBackendDetails)
+    rng = np.random.default_rng(SEED + 2)
+    sub = aot.ProgramBuilder()
+    s = sub.method("forward")
+    x = s.input(np.float32, MOBILENET_INPUT)
+    c = 16
+    h = s.call("aten::convolution.out", x, _weights(rng, c, 3, 3, 3), _weights(rng, c),
+               [2, 2], [1, 1], [1, 1], False, [0, 0], 1)                  # -> [1, 16, 112, 112]
+    h = s.call("aten::hardswish.out", h)
+    for out_c, stride in MOBILENET_BLOCKS:
+        # depthwise 3x3 (groups = channels), then pointwise 1x1
+        h = s.call("aten::convolution.out", h, _weights(rng, c, 1, 3, 3), _weights(rng, c),
+                   [stride, stride], [1, 1], [1, 1], False, [0, 0], c)
+        h = s.call("aten::hardswish.out", h)
+        h = s.call("aten::convolution.out", h, _weights(rng, out_c, c, 1, 1), _weights(rng, out_c),
+                   [1, 1], [0, 0], [1, 1], False, [0, 0], 1)
+        h = s.call("aten::hardswish.out", h)
+        c = out_c                                                           # ends at [1, 256, 7, 7]
+    h = s.call("aten::mean.out", h, [2, 3], False, None)                   # -> [1, 256]
+    y = s.call("aten::linear.out", h, _weights(rng, MOBILENET_CLASSES, c), _weights(rng, MOBILENET_CLASSES))
+    s.output(y)
+
+    outer = aot.ProgramBuilder()
+    f = outer.method("forward")
+    (out,) = f.delegate("NpuSimBackend", sub, [f.input(np.float32, MOBILENET_INPUT)])
+    f.output(out)
+    return outer.to_bytes()
+
+
 def tiny_onnx() -> bytes:
     """A tiny ONNX model (needs the ``onnx`` package), serialized."""
     import onnx
@@ -96,6 +141,9 @@ def main() -> int:
     MODELS.mkdir(exist_ok=True)
     path = MODELS / "convnet_npu.pte"
     path.write_bytes(convnet_npu())
+    print(f"wrote {path}")
+    path = MODELS / "mobilenet_npu.pte"
+    path.write_bytes(mobilenet_npu())
     print(f"wrote {path}")
     try:
         import onnx  # noqa: F401

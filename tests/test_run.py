@@ -129,6 +129,47 @@ def test_cameras_example_switches_power_mode_mid_run() -> None:
     assert "backend option changed" in r.stderr
 
 
+def test_the_main_job_runs_real_video_through_a_real_size_model_into_jsonl(tmp_path: pathlib.Path) -> None:
+    """The README's main job (examples/street.toml): decoded video, pre-processed to 224x224,
+    a 1000-class MobileNet-style program on the NPU cores, top-3 of every frame in one JSONL
+    file the summary names; the battery policy's switch shows in the options of the lines."""
+    pytest.importorskip("av", reason="the main job decodes video: the video extra (PyAV)")
+    import shutil
+
+    shutil.copytree(EXAMPLES, tmp_path / "examples")  # its results go to the copy's out/
+    out_file = tmp_path / "examples" / "out" / "detections.jsonl"
+    out_file.unlink(missing_ok=True)
+    summary = tmp_path / "summary.json"
+    r = _orchestra("run", str(tmp_path / "examples" / "street.toml"), "--duration", "4", "--summary-json", str(summary))
+    assert r.returncode == 0, r.stdout + r.stderr
+    table = _check_accounting(r.stdout)
+    assert all(row["processed"] > 0 for row in table.values()), table
+    assert f"{out_file} (jsonl): front, rear, left, right" in r.stdout
+    lines = [json.loads(line) for line in out_file.read_text(encoding="utf-8").splitlines()]
+    # one line per processed frame, none missing, none twice
+    assert len(lines) == sum(row["processed"] for row in table.values())
+    by_cam: dict[str, list[dict[str, object]]] = {}
+    for rec in lines:
+        by_cam.setdefault(rec["camera"], []).append(rec)
+    for cam, recs in by_cam.items():
+        assert len(recs) == table[cam]["processed"], cam
+        assert len({rec["index"] for rec in recs}) == len(recs), cam
+        pts = [rec["pts"] for rec in recs]
+        assert all(b > a for a, b in zip(pts, pts[1:])), (cam, pts[:10])  # the video's own pts, across loops
+        modes = [rec["options"]["NpuSimBackend"]["power_mode"] for rec in recs]
+        # balanced before the battery dropped, low after: the option each frame really ran with
+        assert modes[0] == "balanced" and modes[-1] == "low", (cam, modes)
+        assert modes == sorted(modes, key=lambda m: m == "low"), cam
+        for rec in recs:
+            top = rec["value"]
+            assert len(top) == 3 and all(0 <= t["index"] < 1000 for t in top), top
+            assert top[0]["score"] >= top[1]["score"] >= top[2]["score"] > 0, top
+    # front/rear at the file's 30 fps, left/right paced at 15 fps: twice as many frames
+    assert table["front"]["produced"] > 1.5 * table["left"]["produced"], table
+    data = json.loads(summary.read_text(encoding="utf-8"))
+    assert data["result"] == "ok"
+
+
 # (the dashboard in a pseudo-terminal: tests/test_dashboard.py)
 
 
