@@ -214,3 +214,42 @@ def test_orchestra_run_batches_cameras_and_shows_the_batch_sizes(folder: pathlib
     assert sum(executes[c] for c in "abcde") == int(table["dyn4"][2])
     assert sum(executes[c] for c in ("m1", "m2", "m3")) == int(table["mlp2"][2])
     assert executes["b"] + executes["d"] > 0 and executes["a"] + executes["c"] + executes["e"] > 0  # both placements
+
+
+def test_batched_video_cameras_check_pre_per_frame_and_run(tmp_path: pathlib.Path) -> None:
+    """Video cameras in a [[batch]]: each camera's pre-processing is checked against one row
+    of the batched input (not the whole batch), and a real run stacks their decoded,
+    pre-processed frames into the fixed batch of 2."""
+    pytest.importorskip("av", reason="video sources need the video extra (PyAV)")
+    import numpy as np
+
+    from orchestra import aot
+
+    b = aot.ProgramBuilder()
+    m = b.method("forward")
+    x = m.input(np.float32, (2, 3, 32, 32))
+    w = np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32)
+    h = m.call("aten::convolution.out", x, w, np.zeros(4, np.float32), [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+    m.output(m.call("aten::mean.out", h, [2, 3], False, None))
+    (tmp_path / "b2.pte").write_bytes(b.to_bytes())
+    shutil.copy(ROOT / "examples" / "media" / "traffic.mp4", tmp_path / "clip.mp4")
+    cams = "".join(f'\n[[camera]]\nname = "{n}"\nsource = {{ kind = "video", uri = "clip.mp4", count = 20 }}\n'
+                   f'pre = {{ resize = [32, 32] }}\n' for n in ("v1", "v2"))
+    unbatched = write(tmp_path, f'[program]\nname = "b2"\npath = "b2.pte"\n{cams}')
+    assert validate_config(unbatched) == [
+        f"camera[{i}].pre: makes one image (batch 1), the input's batch dimension is 2: float32 [2, 3, 32, 32] "
+        "(input 0 of forward)" for i in (0, 1)]
+    path = write(tmp_path, f'[program]\nname = "b2"\npath = "b2.pte"\n{cams}\n[[batch]]\ncameras = ["v1", "v2"]\n'
+                           'static_batch = 2\n')
+    assert validate_config(path) == []
+    env = dict(os.environ, PYTHONIOENCODING="utf-8", NO_COLOR="1")
+    r = subprocess.run([sys.executable, "-m", "orchestra", "run", str(path), "--no-dashboard", "--duration", "10"],
+                       capture_output=True, text=True, encoding="utf-8", env=env, cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    for cam in ("v1", "v2"):
+        row = next(line for line in lines if line.startswith(cam + " "))
+        assert re.search(rf"^{cam}\s+drop_oldest\s+20\s+20\s+0\s+0\s", row), row
+    start = lines.index("batches (frames per execute: size x batches)")
+    cells = re.split(r"\s{2,}", lines[start + 2].strip())
+    assert (cells[1], cells[3], cells[6]) == ("2", "40", "0"), cells  # 2 cameras, 40 frames, no failed batch

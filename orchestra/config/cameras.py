@@ -142,11 +142,11 @@ class CameraChecks(Checker):
         else:
             ok = False  # no usable program: reported under [program]
         source = self.check_source(path, t, prog, name or "camera")
-        pre = self.check_pre(path, t, prog, source)
+        pre = self.check_pre(path, t, prog, source, name or "camera")
         add_batch = False
         if source is not _BAD and source.kind == "video" and pre is not _BAD:
             if pre is None:
-                self.check_video_without_pre(path, prog)
+                self.check_video_without_pre(path, prog, name or "camera")
             inp = prog.inputs[0] if prog is not None and prog.inputs and len(prog.inputs) == 1 else None
             add_batch = inp is not None and len(inp.sizes) == 4
         queue = self.at_most(self.get(t, "queue", path, "positive_int", 8), path, "queue", "max_queue")

@@ -188,7 +188,8 @@ class VideoChecks(Checker):
         return out
 
     # -- pre ------------------------------------------------------------------------------------
-    def check_pre(self, path: str, t: Mapping[str, Any], prog: _ProgramInfo | None, source: Any) -> Any:
+    def check_pre(self, path: str, t: Mapping[str, Any], prog: _ProgramInfo | None, source: Any,
+                  camera: str = "camera") -> Any:
         """The camera's ``pre``: None when absent; needs a video source; checked against the
         method's input 0 (shape and dtype; the batch dimension, if any, must be 1)."""
         if "pre" not in t:
@@ -258,6 +259,9 @@ class VideoChecks(Checker):
             return _BAD
         add_batch = False
         inp = prog.inputs[0] if prog is not None and prog.inputs and len(prog.inputs) == 1 else None
+        frame_input = getattr(self, "frame_input", None)  # batching.BatchChecks: a batched camera's frame is one row
+        if inp is not None and callable(frame_input):
+            inp = frame_input(camera, inp)
         if inp is not None:
             add_batch = len(inp.sizes) == 4
             problem = self.pre_mismatch(pre, inp)
@@ -280,10 +284,13 @@ class VideoChecks(Checker):
             return f"makes a 3-D image ({pre.layout}, plus a batch dimension of 1), the input has {len(inp.sizes)} dimensions"
         return None
 
-    def check_video_without_pre(self, path: str, prog: _ProgramInfo | None) -> None:
+    def check_video_without_pre(self, path: str, prog: _ProgramInfo | None, camera: str = "camera") -> None:
         """A video source without ``pre`` makes RGB uint8 [H, W, 3] frames: the method's input
-        0 must take that (uint8, [H, W, 3] or [1, H, W, 3])."""
+        0 must take that (uint8, [H, W, 3] or [1, H, W, 3]; one row of it for a batched camera)."""
         inp = prog.inputs[0] if prog is not None and prog.inputs and len(prog.inputs) == 1 else None
+        frame_input = getattr(self, "frame_input", None)  # batching.BatchChecks
+        if inp is not None and callable(frame_input):
+            inp = frame_input(camera, inp)
         if inp is None:
             return
         sizes = tuple(inp.sizes)
