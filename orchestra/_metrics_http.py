@@ -151,6 +151,9 @@ class RunCollector(Collector):
             "executions": CounterMetricFamily("orchestra_instance_executions", "Executes that returned, per instance.",
                                               labels=lab),
             "failures": CounterMetricFamily("orchestra_instance_failures", "Executes that raised, per instance.", labels=lab),
+            "rejected": CounterMetricFamily("orchestra_instance_rejected",
+                                            "Requests refused for the caller's mistake (bad inputs; not failures).",
+                                            labels=lab),
             "restarts": CounterMetricFamily("orchestra_instance_restarts", "Fresh Methods loaded after a failure.",
                                             labels=lab),
             "replacements": CounterMetricFamily("orchestra_instance_replacements", "Quarantines after a deadline.",
@@ -164,6 +167,7 @@ class RunCollector(Collector):
             key = [i.name, i.pool]
             inst["executions"].add_metric(key, i.executes)
             inst["failures"].add_metric(key, i.failures)
+            inst["rejected"].add_metric(key, getattr(i, "rejected", 0))
             inst["restarts"].add_metric(key, i.restarts)
             inst["replacements"].add_metric(key, i.replacements)
             inflight.add_metric(key, i.in_flight)

@@ -984,7 +984,7 @@ def _status_doc(config: Config, rows: Sequence[CameraRow], executions: Mapping[s
     insts = []
     for s in instances:
         insts.append({"name": s.name, "pool": s.pool, "state": s.state, "executes": s.executes, "failures": s.failures,
-                      "restarts": s.restarts, "replacements": s.replacements,
+                      "rejected": getattr(s, "rejected", 0), "restarts": s.restarts, "replacements": s.replacements,
                       "execute_latency_s": {"p50": _num(s.latency.p50), "p99": _num(s.latency.p99)},
                       "threads": s.threads.format() if s.threads is not None else None,
                       "options": _jsonable(s.options), "last_error": s.last_error})

@@ -104,6 +104,11 @@ def test_metrics_parse_with_prometheus_client_histograms_included() -> None:
     # no quantile gauges any more
     assert not any("quantile" in s.labels for f in fams.values() for s in f.samples)  # type: ignore[attr-defined]
     # energy per camera and power mode (npu_sim model)
+    # caller mistakes are counted apart from failures (none here)
+    for name in ("orchestra_instance_failures", "orchestra_instance_rejected"):
+        assert fams[name].type == "counter"
+        assert {x.labels["instance"]: x.value for x in fams[name].samples if x.name == name + "_total"} == \
+            dict.fromkeys(NAMES, 0.0), name
     energy = [s for s in fams["orchestra_energy_joules"].samples if s.name == "orchestra_energy_joules_total"]
     assert {s.labels["camera"] for s in energy} == set(NAMES)
     assert all(s.value > 0 and s.labels["power_mode"] in ("balanced", "low") for s in energy)
