@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ..errors import InvalidArgumentError, NotFoundError, OrchestraError
+from ..errors import InvalidArgumentError, NotFoundError
 from ..runtime import OptionSpec, Program, get_backend_class
 from ..telemetry import LatencyWindow, bound, get_logger
 from ._errors import DeadlineError, InstanceClosedError, InstanceFailedError, ResourceError

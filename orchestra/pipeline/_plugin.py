@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import Any
 
-from ..errors import ConfigError, NotFoundError
+from ..errors import ConfigError, InvalidArgumentError, NotFoundError
 
 
 def import_attr(spec: str, what: str) -> Any:
@@ -37,3 +38,16 @@ def defines(cls: type, method: str) -> bool:
     """Whether instances of ``cls`` have ``method`` from a class other than ``object``
     (``callable(cls)`` is true of every class, so ``__call__`` needs this)."""
     return any(method in vars(k) for k in cls.__mro__ if k is not object)
+
+
+def construct(cls: Any, spec: str, what: str, params: dict[str, Any]) -> Any:
+    """``cls(**params)``, after checking that ``params`` fit its signature, so a misspelled
+    parameter is an :class:`InvalidArgumentError` naming ``what`` and ``spec`` rather than a
+    TypeError from inside user code."""
+    try:
+        inspect.signature(cls).bind(**params)
+    except TypeError as exc:
+        raise InvalidArgumentError(f"{what} {spec!r}: bad parameters {sorted(params)}: {exc}") from None
+    except ValueError:  # no signature to check (a builtin): let the call say
+        pass
+    return cls(**params)

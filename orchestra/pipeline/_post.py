@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import inspect
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,7 +15,7 @@ import numpy as np
 
 from ..errors import ConfigError, InvalidArgumentError, NotFoundError
 from ._frame import Frame
-from ._plugin import defines, import_attr
+from ._plugin import construct, defines, import_attr
 
 __all__ = ["MAX_LABEL_CHARS", "MAX_LABELS_BYTES", "TopK", "load_labels", "load_post", "post_names"]
 
@@ -202,13 +201,7 @@ def load_post(spec: str, **params: Any) -> Any:
             raise ConfigError(f"post {spec!r} is {cls!r}, {problem}")
     else:
         raise NotFoundError(f"no post-process {spec!r} (built-in: {', '.join(post_names())}; or 'module:attr')")
-    try:
-        inspect.signature(cls).bind(**params)
-    except TypeError as exc:
-        raise InvalidArgumentError(f"post {spec!r}: bad parameters {sorted(params)}: {exc}") from None
-    except ValueError:
-        pass
-    post = cls(**params)
+    post = construct(cls, spec, "post", params)
     if not callable(post):
         raise ConfigError(f"post {spec!r}: {cls!r} made {post!r}, which is not callable")
     return post

@@ -599,7 +599,7 @@ def load_sink(spec: str, **params: Any) -> Any:
         InvalidArgumentError: ``params`` don't fit (the message names them), or a value is bad.
         SinkError: the output can't be opened.
     """
-    from ._plugin import import_attr
+    from ._plugin import construct, import_attr
 
     if not isinstance(spec, str) or not spec:
         raise InvalidArgumentError(f"sink kind must be one of {', '.join(sink_names())} or 'module:attr', got {spec!r}")
@@ -623,10 +623,4 @@ def load_sink(spec: str, **params: Any) -> Any:
         from ..errors import NotFoundError
 
         raise NotFoundError(f"no sink kind {spec!r} (kinds: {', '.join(sink_names())}; or 'module:attr')")
-    try:
-        inspect.signature(cls).bind(**params)
-    except TypeError as exc:
-        raise InvalidArgumentError(f"sink {spec!r}: bad parameters {sorted(params)}: {exc}") from None
-    except ValueError:
-        pass
-    return cls(**params)
+    return construct(cls, spec, "sink", params)

@@ -3,7 +3,6 @@ the ``orchestra.sources`` registry for real cameras."""
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import os
 import time
@@ -18,6 +17,7 @@ import numpy as np
 
 from ..errors import ConfigError, Error, InvalidArgumentError, NotFoundError
 from ._frame import Frame
+from ._plugin import import_attr
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -362,18 +362,7 @@ def _factory(spec: str) -> Callable[..., Any]:
     if ":" not in spec:
         raise NotFoundError(f"source {spec!r} is not registered (registered: {', '.join(source_names())}; "
                             f"or give 'module:attr')")
-    module_name, _, attr = spec.partition(":")
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        raise NotFoundError(f"source {spec!r}: can't import module {module_name!r}: {exc}") from exc
-    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # user code: exiting at import is an error too
-        raise ConfigError(f"source {spec!r}: importing {module_name!r} failed: {type(exc).__name__}: {exc}") from exc
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise NotFoundError(f"source {spec!r}: module {module_name!r} has no attribute {attr!r}") from None
+    obj: Any = import_attr(spec, "source")
     problem = module_attr_problem(obj)
     if problem is not None:
         raise ConfigError(f"source {spec!r} is {obj!r}, {problem}")
