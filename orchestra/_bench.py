@@ -29,9 +29,12 @@ search stops there and says why (:attr:`BenchResult.limit`).
 Sources: ``synthetic`` (the seed differs per copy; ``count`` is dropped) and ``file``
 (looped) sources are paced at the target fps; any other kind needs an ``fps`` parameter.
 
-Batching (issue 14's ``[[batch]]``): :func:`copies_config` is the one place a bench config
-is made; ``BenchOptions.batch`` reaches :func:`_with_batch`, which refuses until the config
-can express a batch group. Plug the ``[[batch]]`` table in there.
+Batching: when the benched camera is in a ``[[batch]]``, ``BenchOptions.batch`` puts all N
+copies in one batch group with that table's settings (``max_size``, ``max_wait_ms``,
+``static_batch``); without it each copy runs its own executes (alone in a group of its own,
+padded, where the program has a fixed batch). ``orchestra bench --batch`` runs both searches
+and prints both largest N and their ratio. Sinks are left out of the copies: the bench does not
+write into the config's result files.
 
 SIGINT/SIGTERM: the step running drains (as ``orchestra run`` does) and the search ends with
 what was found so far (:attr:`BenchResult.interrupted_by`).
@@ -45,13 +48,13 @@ import math
 import os
 import signal
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
 from ._run import RunOptions, deferred_signals, run
-from .config import CameraConfig, Config, SourceConfig
-from .errors import Error, InvalidArgumentError, OrchestraError
+from .config import BatchConfig, CameraConfig, Config, SourceConfig
+from .errors import InvalidArgumentError, OrchestraError
 
 __all__ = [
     "BenchOptions",
@@ -77,8 +80,9 @@ class BenchOptions:
 
     ``camera``: the config camera copied (None: the first). ``placement``: ``"thread"`` or
     ``"process"`` for every copy (None: the camera's own). ``min_rate``: the share of frames
-    that must be produced on schedule and processed. ``batch``: the ``[[batch]]`` settings
-    for the copies (not available yet: see the module docstring).
+    that must be produced on schedule and processed. ``batch``: the copies share one
+    ``[[batch]]`` with the settings of the camera's own (it must be in one; see the module
+    docstring)
     """
 
     fps: float = 30.0
@@ -88,7 +92,7 @@ class BenchOptions:
     min_rate: float = 0.99
     camera: str | None = None
     placement: str | None = None
-    batch: Mapping[str, Any] | None = None
+    batch: bool = False
 
     def __post_init__(self) -> None:
         def bad(what: str, v: Any) -> InvalidArgumentError:
@@ -325,17 +329,29 @@ def copies_config(config: Config, n: int, options: BenchOptions) -> Config:
                 core = (k.rsplit(".", 1)[0], v)
         cams.append(dataclasses.replace(
             cam, name=f"{cam.name}-{i + 1}", source=_source(cam.source, _where(config, cam), options.fps, i), bind=b,
-            core=core, placement=options.placement or cam.placement))
-    out = dataclasses.replace(config, cameras=tuple(cams))
-    if options.batch is not None:
-        out = _with_batch(out, [c.name for c in cams], options.batch)
-    return out
+            core=core, placement=options.placement or cam.placement, sink=None))
+    return dataclasses.replace(config, cameras=tuple(cams), batches=_batches(config, cam, [c.name for c in cams],
+                                                                            options.batch))
 
 
-def _with_batch(config: Config, cameras: Sequence[str], batch: Mapping[str, Any]) -> Config:
-    """The hook for cross-camera batching: ``config`` with ``cameras`` in one ``[[batch]]``
-    group of ``batch``'s settings. Refused until :class:`Config` has batch groups."""
-    raise OrchestraError("bench: batching ([[batch]]) is not available in this version", Error.NotSupported)
+def batch_of(config: Config, cam: CameraConfig) -> BatchConfig | None:
+    """The ``[[batch]]`` ``cam`` is in, or None."""
+    return next((b for b in config.batches if cam.name in b.cameras), None)
+
+
+def _batches(config: Config, cam: CameraConfig, names: Sequence[str], batched: bool) -> tuple[BatchConfig, ...]:
+    """The copies' batch groups: one for all of them (``batched``, with the settings of the
+    camera's own ``[[batch]]``), else one of its own per copy where the program has a fixed
+    batch to pad to (a frame is one row of it), else none."""
+    own = batch_of(config, cam)
+    if batched:
+        if own is None:
+            raise InvalidArgumentError(f"{_where(config, cam)} is in no [[batch]]: batching copies it with the "
+                                       "settings of the camera's own [[batch]] table (add one)")
+        return (dataclasses.replace(own, name=f"{own.name}-bench", cameras=tuple(names)),)
+    if own is not None and own.static_batch is not None:
+        return tuple(dataclasses.replace(own, name=n, cameras=(n,), max_size=1) for n in names)
+    return ()
 
 
 # ---------------------------------------------------------------------------------------

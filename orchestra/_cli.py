@@ -597,7 +597,9 @@ def _one_line_errors(parser: argparse.ArgumentParser) -> None:
 def _cmd_bench(args: argparse.Namespace) -> int:
     import logging
 
-    from ._bench import BenchOptions, bench, binding_plan, camera_of, copies_config, render_result
+    import dataclasses
+
+    from ._bench import BenchOptions, batch_of, bench, binding_plan, camera_of, copies_config, render_result
     from ._run import configure_logging, deferred_signals
     from .config import _check_for_cli
 
@@ -610,11 +612,12 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         return _EXIT_USER_ERROR
     _write(sys.stderr, "".join(f"{args.file}: warning: {w}\n" for w in config.warnings))
     configure_logging("console", sys.stderr, level=logging.WARNING)
-    # the [[batch]] work adds --batch here: BenchOptions(batch=...) (see orchestra._bench)
     options = BenchOptions(fps=args.fps, p99_ms=args.p99_ms, duration_s=args.duration, max_streams=args.max_streams,
                            min_rate=args.min_processed / 100.0, camera=args.camera, placement=args.placement)
     cam = camera_of(config, options.camera)
     copies_config(config, 1, options)  # a camera the bench can't copy is refused before anything prints
+    if args.batch:
+        copies_config(config, 1, dataclasses.replace(options, batch=True))
     _, cap, why = binding_plan(config, cam, 1)
     placement = options.placement or cam.placement
     _write(sys.stdout, f"orchestra bench {os.path.basename(args.file)}: copies of camera {cam.name!r} "
@@ -622,9 +625,25 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                        f">= {args.min_processed:g} % of frames processed; {options.duration_s:g} s per step, "
                        f"up to {min(options.max_streams, cap) if cap is not None else options.max_streams} streams"
                        + (f" ({why})" if cap is not None and cap < options.max_streams else "") + "\n")
-    result = bench(config, options, out=sys.stdout)
-    _write(sys.stdout, render_result(result, "streams"))
-    return result.exit_code
+    if not args.batch:
+        result = bench(config, options, out=sys.stdout)
+        _write(sys.stdout, render_result(result, "streams"))
+        return result.exit_code
+    # with --batch: the same search without batching, then with the copies in one [[batch]]
+    _write(sys.stdout, "without batching (each copy its own executes)\n")
+    alone = bench(config, options, out=sys.stdout)
+    _write(sys.stdout, render_result(alone, "streams"))
+    if alone.interrupted_by is not None:
+        return alone.exit_code
+    batch = batch_of(config, cam)
+    _write(sys.stdout, f"\nwith batching (the copies in one [[batch]]: max_size {batch.max_size}, "  # type: ignore[union-attr]
+                       f"max_wait_ms {batch.max_wait_s * 1e3:g}"  # type: ignore[union-attr]
+                       + (f", static_batch {batch.static_batch}" if batch.static_batch else "") + ")\n")  # type: ignore[union-attr]
+    together = bench(config, dataclasses.replace(options, batch=True), out=sys.stdout)
+    _write(sys.stdout, render_result(together, "streams"))
+    ratio = f"{together.largest / alone.largest:.2f}x" if alone.largest else "-"
+    _write(sys.stdout, f"batching: {together.largest} streams held against {alone.largest} without ({ratio})\n")
+    return together.exit_code
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -698,6 +717,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="the share of frames that must be produced on time and processed (default 99)")
     ben.add_argument("--placement", choices=("thread", "process"),
                      help="run every copy in this placement (default: the camera's own)")
+    ben.add_argument("--batch", action="store_true",
+                     help="search twice: without batching, then with every copy in one [[batch]] with the settings "
+                     "of the camera's own [[batch]] table; prints both and their ratio")
     ben.set_defaults(func=_cmd_bench, usage_parser=ben)
     _one_line_errors(ben)
     return p

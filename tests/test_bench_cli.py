@@ -366,8 +366,52 @@ def test_bench_options_are_checked() -> None:
         BenchOptions(placement="gpu")
 
 
-def test_batching_is_refused_until_config_has_batch_groups(tmp_path: pathlib.Path) -> None:
-    # the hook the [[batch]] work fills in: until then a clear refusal, not a silent unbatched run
-    cfg = _cpu_config(tmp_path, "0")
-    with pytest.raises(OrchestraError, match=r"bench: batching \(\[\[batch\]\]\) is not available"):
-        copies_config(cfg, 2, BenchOptions(batch={"max_size": 4, "max_wait_ms": 5}))
+def _batch_config(tmp_path: pathlib.Path, batch: str) -> pathlib.Path:
+    """Two synthetic cameras of ``program`` in one ``[[batch]]`` (plus ``batch``'s keys)."""
+    import shutil
+
+    for name in ("dynamic_batch.pte", "mlp.pte"):
+        shutil.copy(FIXTURES / name, tmp_path / name)
+    program = "mlp.pte" if "static_batch" in batch else "dynamic_batch.pte"
+    path = tmp_path / "batch.toml"
+    path.write_text(f'[program]\nname = "p"\npath = "{program}"\n'
+                    + "".join(f'\n[[camera]]\nname = "{n}"\nsource = {{ kind = "synthetic", fps = 30 }}\n'
+                              for n in ("a", "b"))
+                    + f'\n[[batch]]\nname = "ab"\ncameras = ["a", "b"]\n{batch}\n', encoding="utf-8")
+    return path
+
+
+def test_batched_copies_share_one_batch_with_the_cameras_settings(tmp_path: pathlib.Path) -> None:
+    cfg = load_config(_batch_config(tmp_path, "max_size = 4\nmax_wait_ms = 5"))
+    with_batch = copies_config(cfg, 3, BenchOptions(batch=True))
+    (b,) = with_batch.batches
+    assert (b.name, b.cameras, b.max_size, b.max_wait_s, b.static_batch) == ("ab-bench", ("a-1", "a-2", "a-3"), 4,
+                                                                             0.005, None)
+    assert all(c.source.params["shape"][0] == 1 for c in with_batch.cameras)  # a frame is one row
+    assert copies_config(cfg, 3, BenchOptions()).batches == ()  # dynamic batch: each copy executes alone
+    # a fixed batch: without batching each copy is padded alone
+    static = load_config(_batch_config(tmp_path, "static_batch = 2"))
+    alone = copies_config(static, 2, BenchOptions()).batches
+    assert [(g.cameras, g.max_size, g.static_batch) for g in alone] == [(("a-1",), 1, 2), (("a-2",), 1, 2)]
+    # a camera in no [[batch]]: refused, naming it
+    with pytest.raises(OrchestraError, match=r"camera 'front' is in no \[\[batch\]\]"):
+        copies_config(load_config(CAMERAS), 2, BenchOptions(batch=True))
+
+
+def test_bench_batch_searches_without_and_with_batching(tmp_path: pathlib.Path) -> None:
+    path = _batch_config(tmp_path, "max_size = 4\nmax_wait_ms = 5")
+    r = _bench(str(path), "--batch", "--max-streams", "4", "--duration", "1", "--p99-ms", "1000",
+               "--min-processed", "50")
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = r.stdout
+    assert "without batching (each copy its own executes)" in out
+    assert "with batching (the copies in one [[batch]]: max_size 4, max_wait_ms 5)" in out
+    found = [int(n) for n in re.findall(r"^largest N held: (\d+) streams", out, re.M)]
+    assert len(found) == 2 and all(n >= 1 for n in found), out
+    steps = _steps(out)
+    assert steps and all(st["failed"] == 0 for st in steps), out
+    m = re.search(r"^batching: (\d+) streams held against (\d+) without \(([\d.]+)x\)$", out, re.M)
+    assert m is not None and (int(m.group(1)), int(m.group(2))) == (found[1], found[0]), out
+    # a camera that is in no [[batch]]: one line, exit 2
+    r = _bench(str(CAMERAS), "--batch", "--max-streams", "1", "--duration", "1")
+    assert r.returncode == 2 and "is in no [[batch]]" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
