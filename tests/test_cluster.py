@@ -27,6 +27,7 @@ from orchestra.config import load_config, validate_config
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MODEL = ROOT / "examples" / "models" / "convnet_npu.pte"
 FRAMES = 30
+EDGE_B = {"camera.rear": 1, "npu0.core.1": 1, "node.edge-b": 1}
 
 try:
     import ray
@@ -114,7 +115,7 @@ def cluster() -> Iterator[_Cluster]:
     try:
         c.start({"camera.front": 1, "npu0.core.0": 1, "node.edge-a": 1}, head=True)
         c.wait_nodes(1)
-        c.start({"camera.rear": 1, "npu0.core.1": 1, "node.edge-b": 1}, head=False)
+        c.start(EDGE_B, head=False)
         c.wait_nodes(2)
         ray.shutdown()  # the tests connect as orchestra does
         yield c
@@ -292,3 +293,54 @@ def test_orchestra_run_uses_the_cluster_table(cluster: _Cluster, tmp_path: pathl
                        timeout=90, env=env)
     assert r.returncode == 2, r.stderr[-3000:]
     assert "orchestra: camera 'side' needs Ray resources camera.side=1, npu0.core.1=1: no node advertises" in r.stderr
+
+
+@needs_ray
+def test_a_node_that_dies_fails_its_camera_and_the_other_runs_on(cluster: _Cluster, tmp_path: pathlib.Path) -> None:
+    """The second node's process group (raylet, its workers) is killed while its camera runs:
+    that camera is reported failed, naming its dead actor; the head's camera completes with
+    exact accounting. The node is started again afterwards (the session's cluster)."""
+    import threading
+
+    from orchestra._run import RunOptions, run_cluster
+
+    text = _config(tmp_path, extra=f'[cluster]\naddress = "{cluster.address}"\n').read_text()
+    text = text.replace(f'fps = 300, count = {FRAMES}, seed = 2 }}',
+                        'fps = 50, seed = 2 }\nsink = { kind = "jsonl", path = "rear.jsonl" }')
+    text = text.replace(f'fps = 300, count = {FRAMES}, seed = 1 }}', f'fps = 20, count = {FRAMES}, seed = 1 }}')
+    path = tmp_path / "death.toml"
+    path.write_text(text, encoding="utf-8")
+    cfg = load_config(path)
+    out: list = []
+    t = threading.Thread(target=lambda: out.append(run_cluster(cfg, RunOptions(duration_s=20))))
+    t0 = time.monotonic()
+    t.start()
+    sink = tmp_path / "rear.jsonl"
+    while not (sink.exists() and sink.stat().st_size > 0):  # the rear camera runs on node b
+        assert time.monotonic() - t0 < 40 and t.is_alive(), "the rear camera never wrote a result"
+        time.sleep(0.1)
+    node_b = cluster.procs[1]
+    try:
+        cluster.kill(node_b)
+        t.join(60)
+        assert not t.is_alive()
+        (r,) = out
+        front, rear = r.runs
+        assert rear.error is not None and rear.summary is None
+        assert rear.error.startswith("its actor died"), rear.error
+        assert front.error is None
+        cam = front.summary["cameras"][0]
+        assert (cam["produced"], cam["processed"], cam["accounting"]) == (FRAMES, FRAMES, "ok")
+        assert r.exit_code == 1 and r.problems[0].startswith("rear: its actor died")
+    finally:
+        cluster.procs.remove(node_b)
+        cluster.start(EDGE_B, head=False)
+        dead = out[0].runs[1].node_id if out else None
+        t0 = time.monotonic()
+        while True:  # a new node holds camera.rear (the dead one may still be listed for a moment)
+            alive = cluster.wait_nodes(2)
+            if [n["NodeID"] for n in alive if "camera.rear" in n["Resources"]] not in ([], [dead]):
+                break
+            assert time.monotonic() - t0 < 60, "node b did not come back"
+            time.sleep(0.3)
+        ray.shutdown()
