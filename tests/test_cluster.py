@@ -224,6 +224,25 @@ def test_an_impossible_binding_names_the_resource_and_every_node() -> None:
         "rear", camera_resources("rear", ("npu0", 1)), print)], nodes) == {"front": "aaaaaaaa11", "rear": "bbbbbbbb22"}
 
 
+@needs_ray
+def test_an_address_nobody_listens_on_fails_at_once(tmp_path: pathlib.Path) -> None:
+    from orchestra._run import RunOptions, run_cluster
+    from orchestra.cluster import ClusterError
+
+    port = _free_port()
+    cfg = load_config(_config(tmp_path, extra=f'[cluster]\naddress = "127.0.0.1:{port}"\n'))
+    with pytest.raises(ClusterError, match=rf"can't connect to the Ray cluster at '127.0.0.1:{port}': .*refused.* "
+                                           rf"\(is its head node started\? ray start --head --port {port}\)"):
+        run_cluster(cfg, RunOptions(duration_s=30))
+    assert not ray.is_initialized()
+
+
+def test_batches_cannot_run_on_a_cluster_yet(tmp_path: pathlib.Path) -> None:
+    path = _config(tmp_path, extra='[cluster]\n\n[[batch]]\ncameras = ["front", "rear"]\n')
+    assert "cluster: can't run [[batch]] tables on a cluster yet (a batch's cameras may sit on different nodes): " \
+           "remove [cluster] or the [[batch]] tables" in validate_config(path)
+
+
 # -- a real cluster --------------------------------------------------------------------------
 
 

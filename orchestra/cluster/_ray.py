@@ -134,6 +134,22 @@ def cluster_nodes() -> list[NodeInfo]:
             for n in ray.nodes() if n.get("Alive")]
 
 
+def _reachable(address: str, timeout_s: float = 5.0) -> None:
+    """A ``HOST:PORT`` or ``ray://HOST:PORT`` address must accept a TCP connection (else
+    ``ray.init`` retries for minutes before it gives up)."""
+    import socket
+
+    hostport = address.removeprefix("ray://")
+    host, sep, port = hostport.rpartition(":")
+    if address in ("auto", "local") or not sep or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ClusterError(f"can't connect to the Ray cluster at {address!r}: {exc.strerror or exc} (is its head "
+                           f"node started? ray start --head --port {port})") from None
+
+
 class _CameraActor:
     """Runs one camera's work on the node Ray placed it on."""
 
@@ -169,6 +185,7 @@ def run_jobs(jobs: Sequence[CameraJob], address: str = "auto", *, start_timeout_
 
     own = not ray.is_initialized()
     if own:
+        _reachable(address)
         try:
             ray.init(address=address, logging_level="ERROR", log_to_driver=False, configure_logging=False)
         except (ConnectionError, RuntimeError, ValueError) as exc:

@@ -72,6 +72,6 @@ class ClusterChecks(Checker):
                     self.warnings.append(f"camera[{i}].node: has no effect without a [cluster] table "
                                          f"(the cameras run on this machine)")
             return
-        if getattr(self, "batches", None):
+        if self.doc.get("batch"):
             self.err("cluster", "can't run [[batch]] tables on a cluster yet (a batch's cameras may sit on "
                                 "different nodes): remove [cluster] or the [[batch]] tables")
