@@ -142,6 +142,7 @@ class RunOptions:
     record_s: float | None = None  # sample a timeline (for --report) this often; None: don't
     publish_s: float = 0.5  # how often the metrics snapshot is refreshed
     latency_window: int = 8192
+    progress: Any = None  # called every publish_s with {camera: (produced, processed, failed, dropped)} (clusters)
 
 
 @dataclass
@@ -521,6 +522,17 @@ class _Runner:
         if self.collector is not None:
             self.collector.publish(self.snapshot())
 
+    def report_progress(self) -> None:
+        """Every camera's frame counts so far, to ``RunOptions.progress`` (a cluster's driver
+        keeps the latest: what it knows of a camera whose node dies)."""
+        if self.opts.progress is None or self.group is None:
+            return
+        counts = {}
+        for cam in self.config.cameras:
+            a = self.group[cam.name].accounting()
+            counts[cam.name] = (a.produced, a.processed, a.failed, sum(a.dropped.values()))
+        self.opts.progress(counts)
+
     def sample(self) -> None:
         """One point of the --report timeline."""
         if self.timeline is not None:
@@ -536,13 +548,14 @@ class _Runner:
 
     async def _publish(self) -> None:
         """Metrics snapshots and timeline samples, each at its own pace."""
-        pub = self.opts.publish_s if self.collector is not None else None
+        pub = self.opts.publish_s if self.collector is not None or self.opts.progress is not None else None
         rec = self.opts.record_s if self.timeline is not None else None
         next_pub = next_rec = last_rec = time.monotonic()
         while True:
             now = time.monotonic()
             if pub is not None and now >= next_pub:
                 self.publish()
+                self.report_progress()
                 next_pub = now + pub
             if rec is not None and (now >= next_rec or (now >= last_rec + 0.2 and self._moved())):
                 self.sample()  # on time, or early when a signal or a decision moved (a step at its time)
@@ -1039,6 +1052,15 @@ class NodeRun:
     resources: Mapping[str, float]
     summary: Mapping[str, Any] | None
     error: str | None = None
+    lost: tuple[int, int, int, int, int] | None = None  # node died: produced, processed, failed, dropped, in flight
+
+    @property
+    def accounting(self) -> str:
+        """"ok" (the node's own check), "closed (node lost)" when the node died after it reported
+        counts (its in-flight frames counted as failed), else what is known."""
+        if self.summary is not None:
+            return str(self.summary["cameras"][0].get("accounting", "?")) if self.summary.get("cameras") else "?"
+        return "closed (node lost)" if self.lost is not None else "unknown (node lost before it reported)"
 
 
 @dataclass(frozen=True)
@@ -1054,7 +1076,9 @@ class ClusterRunResult:
         out = []
         for r in self.runs:
             if r.error is not None:
-                out.append(f"{r.camera}: {r.error}")
+                lost = "" if r.lost is None else (f" ({r.lost[4]} frame{'s' if r.lost[4] != 1 else ''} in flight "
+                                                  f"counted as failed; {r.lost[1]} processed before)")
+                out.append(f"{r.camera}: {r.error}{lost}")
             elif r.summary is not None and r.summary.get("result") != "ok":
                 out += [f"{r.camera}: {p}" for p in r.summary.get("problems", [])] or [f"{r.camera}: {r.summary.get('result')}"]
         return out
@@ -1073,12 +1097,15 @@ def _camera_config(config: Config, cam: Any) -> Config:
                                batches=(), cluster=None, warnings=())
 
 
-def _camera_on_node(payload: tuple[Config, RunOptions]) -> dict[str, Any]:
-    """Runs on the camera's node, in its Ray actor: the ordinary one-camera run; returns its
-    summary (JSON-able) with the process id it ran in."""
+def _camera_on_node(payload: tuple[Config, RunOptions], report: Any) -> dict[str, Any]:
+    """Runs on the camera's node, in its Ray actor: the ordinary one-camera run, its frame
+    counts reported to the driver as it goes; returns its summary (JSON-able) with the
+    process id it ran in."""
+    import dataclasses
     import io
 
     config, options = payload
+    options = dataclasses.replace(options, progress=report)
     result = run(config, options, out=io.StringIO(), err=io.StringIO())
     doc = summary_dict(result)
     doc["pid"] = os.getpid()
@@ -1108,7 +1135,14 @@ def run_cluster(config: Config, options: RunOptions | None = None, *, address: s
                       (_camera_config(config, cam), node_opts)) for cam in config.cameras]
     _log.info("running on a cluster", address=address, cameras=[c.name for c in config.cameras])
     results = run_jobs(jobs, address, start_timeout_s=cl.timeout_s if cl is not None else 60.0)
-    runs = tuple(NodeRun(r.camera, r.node_id, r.address, dict(r.resources), r.value, r.error) for r in results)
+    runs = []
+    for r in results:
+        lost = None
+        if r.value is None and r.progress is not None:  # the last counts its node sent: in flight = failed
+            produced, processed, failed, dropped = r.progress[r.camera]
+            lost = (produced, processed, failed, dropped, produced - processed - failed - dropped)
+        runs.append(NodeRun(r.camera, r.node_id, r.address, dict(r.resources), r.value, r.error, lost))
+    runs = tuple(runs)
     return ClusterRunResult(config, address, runs)
 
 
@@ -1120,8 +1154,13 @@ def render_cluster_summary(r: ClusterRunResult) -> str:
         s = run_.summary
         cam = s["cameras"][0] if s and s.get("cameras") else None
         if cam is None:
-            rows.append([run_.camera, (run_.node_id or "?")[:12], run_.address or "?", "-", "-", "-", "-", "-",
-                         "failed"])
+            if run_.lost is not None:
+                p, done, failed, dropped, flight = run_.lost
+                rows.append([run_.camera, (run_.node_id or "?")[:12], run_.address or "?", str(p), str(done),
+                             str(failed + flight), str(dropped), run_.accounting, "node lost"])
+            else:
+                rows.append([run_.camera, (run_.node_id or "?")[:12], run_.address or "?", "-", "-", "-", "-",
+                             run_.accounting, "node lost" if run_.error else "failed"])
             continue
         rows.append([run_.camera, (run_.node_id or "?")[:12], run_.address or "?", str(cam["produced"]),
                      str(cam["processed"]), str(cam["failed"]), str(sum(cam["dropped"].values())),

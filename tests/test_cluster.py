@@ -321,7 +321,7 @@ def test_a_node_that_dies_fails_its_camera_and_the_other_runs_on(cluster: _Clust
     exact accounting. The node is started again afterwards (the session's cluster)."""
     import threading
 
-    from orchestra._run import RunOptions, run_cluster
+    from orchestra._run import RunOptions, render_cluster_summary, run_cluster
 
     text = _config(tmp_path, extra=f'[cluster]\naddress = "{cluster.address}"\n').read_text()
     text = text.replace(f'fps = 300, count = {FRAMES}, seed = 2 }}',
@@ -335,7 +335,7 @@ def test_a_node_that_dies_fails_its_camera_and_the_other_runs_on(cluster: _Clust
     t0 = time.monotonic()
     t.start()
     sink = tmp_path / "rear.jsonl"
-    while not (sink.exists() and sink.stat().st_size > 0):  # the rear camera runs on node b
+    while not (sink.exists() and sink.read_bytes().count(b"\n") >= 40):  # rear has run on node b for ~0.8 s
         assert time.monotonic() - t0 < 40 and t.is_alive(), "the rear camera never wrote a result"
         time.sleep(0.1)
     node_b = cluster.procs[1]
@@ -351,6 +351,17 @@ def test_a_node_that_dies_fails_its_camera_and_the_other_runs_on(cluster: _Clust
         cam = front.summary["cameras"][0]
         assert (cam["produced"], cam["processed"], cam["accounting"]) == (FRAMES, FRAMES, "ok")
         assert r.exit_code == 1 and r.problems[0].startswith("rear: its actor died")
+        # what node b reported last closes its camera's accounting: frames in flight count as failed
+        assert rear.lost is not None, "node b never reported its counts"
+        produced, processed, failed, dropped, in_flight = rear.lost
+        assert processed >= 1 and failed == 0 and in_flight >= 0
+        assert produced == processed + failed + dropped + in_flight
+        assert rear.accounting == "closed (node lost)"
+        assert f"frame{'s' if in_flight != 1 else ''} in flight counted as failed; {processed} processed before" \
+            in r.problems[0]
+        line = next(x for x in render_cluster_summary(r).splitlines() if x.strip().startswith("rear"))
+        assert line.split()[3:7] == [str(produced), str(processed), str(failed + in_flight), str(dropped)], line
+        assert "closed (node lost)" in line
     finally:
         cluster.procs.remove(node_b)
         cluster.start(EDGE_B, head=False)

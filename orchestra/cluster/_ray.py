@@ -41,9 +41,11 @@ class NodeInfo:
 
 @dataclass(frozen=True)
 class CameraJob:
-    """One camera's work for one actor: ``work(payload)`` runs in an actor that requests
-    ``resources`` (so Ray starts it on a node that has them) and its return value travels
-    back to the driver. ``work`` must be a module-level function importable on every node."""
+    """One camera's work for one actor: ``work(payload, report)`` runs in an actor that
+    requests ``resources`` (so Ray starts it on a node that has them) and its return value
+    travels back to the driver. ``report(snapshot)`` sends a progress snapshot to the driver
+    (non-blocking; the driver keeps the latest: :attr:`JobResult.progress`, what is known of
+    a job whose node died). ``work`` must be a module-level function importable on every node."""
 
     camera: str
     resources: Mapping[str, float]
@@ -62,6 +64,7 @@ class JobResult:
     value: Any = None
     error: str | None = None
     resources: Mapping[str, float] = field(default_factory=dict)
+    progress: Any = None  # the latest snapshot the job reported (None: none yet)
 
     @property
     def ok(self) -> bool:
@@ -158,8 +161,24 @@ class _CameraActor:
 
         return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
 
-    def run(self, work: Callable[[Any], Any], payload: Any) -> Any:
-        return work(payload)
+    def run(self, work: Callable[[Any, Callable[[Any], None]], Any], payload: Any, progress: Any, camera: str) -> Any:
+        def report(snapshot: Any) -> None:
+            progress.put.remote(camera, snapshot)
+
+        return work(payload, report)
+
+
+class _Progress:
+    """On the driver's node: the latest progress snapshot of every job."""
+
+    def __init__(self) -> None:
+        self.latest: dict[str, Any] = {}
+
+    def put(self, camera: str, snapshot: Any) -> None:
+        self.latest[camera] = snapshot
+
+    def get(self) -> dict[str, Any]:
+        return self.latest
 
 
 def run_jobs(jobs: Sequence[CameraJob], address: str = "auto", *, start_timeout_s: float = 60.0,
@@ -195,12 +214,19 @@ def run_jobs(jobs: Sequence[CameraJob], address: str = "auto", *, start_timeout_
         nodes = cluster_nodes()
         check_placement(jobs, nodes)
         cls = ray.remote(_CameraActor)
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        here = ray.get_runtime_context().get_node_id()
+        progress = ray.remote(_Progress).options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
+            here, soft=True)).remote()
+        actors.append(progress)
         for job in jobs:
             res = dict(job.resources)
             cpus = res.pop("CPU", 0.0)
             actors.append(cls.options(num_cpus=cpus, resources=res, max_restarts=0,
                                       name=None, lifetime=None).remote())
-        where_refs = [a.where.remote() for a in actors]
+        cams = actors[1:]
+        where_refs = [a.where.remote() for a in cams]
         t0 = time.monotonic()
         where: list[tuple[str | None, str | None]] = []
         for job, ref in zip(jobs, where_refs):
@@ -214,16 +240,17 @@ def run_jobs(jobs: Sequence[CameraJob], address: str = "auto", *, start_timeout_
                 _log.warning("camera actor died before it started", camera=job.camera, error=str(exc))
         for job, (node, ip) in zip(jobs, where):
             _log.info("camera placed", camera=job.camera, node=node, address=ip)
-        run_refs = [a.run.remote(job.work, job.payload) for a, job in zip(actors, jobs)]
+        run_refs = [a.run.remote(job.work, job.payload, progress, job.camera) for a, job in zip(cams, jobs)]
         results = []
         for job, (node, ip), ref in zip(jobs, where, run_refs):
             try:
                 value = ray.get(ref, timeout=run_timeout_s)
                 results.append(JobResult(job.camera, node, ip, value=value, resources=dict(job.resources)))
             except RayActorError as exc:
+                last = ray.get(progress.get.remote(), timeout=30).get(job.camera)
                 results.append(JobResult(job.camera, node, ip, error=f"its actor died (node {node} lost?): "
                                          f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
-                                         resources=dict(job.resources)))
+                                         resources=dict(job.resources), progress=last))
             except RayTaskError as exc:
                 cause = exc.cause if getattr(exc, "cause", None) is not None else exc
                 results.append(JobResult(job.camera, node, ip, error=f"{type(cause).__name__}: {cause}",
