@@ -331,7 +331,13 @@ def test_a_node_that_dies_fails_its_camera_and_the_other_runs_on(cluster: _Clust
     path.write_text(text, encoding="utf-8")
     cfg = load_config(path)
     out: list = []
-    t = threading.Thread(target=lambda: out.append(run_cluster(cfg, RunOptions(duration_s=20))))
+    def go() -> None:
+        try:
+            out.append(run_cluster(cfg, RunOptions(duration_s=20)))
+        except BaseException as exc:  # noqa: BLE001 - re-raised by the test
+            out.append(exc)
+
+    t = threading.Thread(target=go)
     t0 = time.monotonic()
     t.start()
     sink = tmp_path / "rear.jsonl"
@@ -344,6 +350,8 @@ def test_a_node_that_dies_fails_its_camera_and_the_other_runs_on(cluster: _Clust
         t.join(60)
         assert not t.is_alive()
         (r,) = out
+        if isinstance(r, BaseException):
+            raise r
         front, rear = r.runs
         assert rear.error is not None and rear.summary is None
         assert rear.error.startswith("its actor died"), rear.error
@@ -365,7 +373,7 @@ def test_a_node_that_dies_fails_its_camera_and_the_other_runs_on(cluster: _Clust
     finally:
         cluster.procs.remove(node_b)
         cluster.start(EDGE_B, head=False)
-        dead = out[0].runs[1].node_id if out else None
+        dead = out[0].runs[1].node_id if out and not isinstance(out[0], BaseException) else None
         t0 = time.monotonic()
         while True:  # a new node holds camera.rear (the dead one may still be listed for a moment)
             alive = cluster.wait_nodes(2)
