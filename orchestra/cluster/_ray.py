@@ -214,11 +214,9 @@ def run_jobs(jobs: Sequence[CameraJob], address: str = "auto", *, start_timeout_
         nodes = cluster_nodes()
         check_placement(jobs, nodes)
         cls = ray.remote(_CameraActor)
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        here = ray.get_runtime_context().get_node_id()
-        progress = ray.remote(_Progress).options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
-            here, soft=True)).remote()
+        # on the head node (it outlives the others; the driver's own raylet is not always the head's
+        # when several nodes share an address)
+        progress = ray.remote(_Progress).options(num_cpus=0, resources={"node:__internal_head__": 0.001}).remote()
         actors.append(progress)
         for job in jobs:
             res = dict(job.resources)
@@ -247,7 +245,10 @@ def run_jobs(jobs: Sequence[CameraJob], address: str = "auto", *, start_timeout_
                 value = ray.get(ref, timeout=run_timeout_s)
                 results.append(JobResult(job.camera, node, ip, value=value, resources=dict(job.resources)))
             except RayActorError as exc:
-                last = ray.get(progress.get.remote(), timeout=30).get(job.camera)
+                try:
+                    last = ray.get(progress.get.remote(), timeout=30).get(job.camera)
+                except (RayActorError, GetTimeoutError):
+                    last = None
                 results.append(JobResult(job.camera, node, ip, error=f"its actor died (node {node} lost?): "
                                          f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
                                          resources=dict(job.resources), progress=last))
