@@ -11,7 +11,7 @@ every node has).
 
 This package needs the ``ray`` extra only when :func:`run_jobs` runs; importing it does not
 import Ray. ``orchestra run`` uses it for a config with a ``[cluster]`` table
-(see :func:`orchestra.run_cluster`).
+(see :func:`orchestra._run.run_cluster`).
 """
 
 from ._ray import (
