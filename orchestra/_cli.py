@@ -498,6 +498,8 @@ def _run_config(args: argparse.Namespace, early: list[int]) -> int:
         if problem:
             _write(sys.stderr, f"orchestra: {flag} {path}: {problem}\n")
             return _EXIT_USER_ERROR
+    if config.cluster is not None:
+        return _run_on_cluster(args, config)
     dashboard = not args.no_dashboard and sys.stdout.isatty()
     logs = None
     log_file = None
@@ -535,6 +537,28 @@ def _run_config(args: argparse.Namespace, early: list[int]) -> int:
 
         write_report(result, args.report)
         _write(sys.stderr, f"report: {args.report}\n")
+    return result.exit_code
+
+
+def _run_on_cluster(args: argparse.Namespace, config: Any) -> int:
+    """``orchestra run`` for a config with a [cluster] table: every camera on its node (see
+    :func:`orchestra._run.run_cluster`); one summary line per camera."""
+    from ._run import RunOptions, configure_logging, render_cluster_summary, run_cluster
+
+    for flag, on in (("--metrics-port", args.metrics_port is not None), ("--report", bool(args.report))):
+        if on:
+            _write(sys.stderr, f"orchestra: {flag} is not available with [cluster] yet\n")
+            return _EXIT_USER_ERROR
+    configure_logging(args.log_format, sys.stderr)
+    duration = args.duration if args.duration is not None else config.run.duration_s
+    result = run_cluster(config, RunOptions(duration_s=duration))  # PlacementError: exit 2, from main()
+    _write(sys.stdout, render_cluster_summary(result))
+    if args.summary_json:
+        doc = {"cluster": result.address, "exit_code": result.exit_code, "problems": result.problems,
+               "cameras": [{"camera": r.camera, "node_id": r.node_id, "address": r.address,
+                            "resources": dict(r.resources), "error": r.error, "summary": r.summary}
+                           for r in result.runs]}
+        _write_file(args.summary_json, json.dumps(doc, indent=2, allow_nan=False) + "\n")
     return result.exit_code
 
 

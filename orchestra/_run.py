@@ -61,7 +61,8 @@ from .config import Config
 from .errors import InvalidArgumentError, OrchestraError
 from .telemetry import Histogram, get_logger
 
-__all__ = ["SUMMARY_SCHEMA", "RunOptions", "RunResult", "configure_logging", "deferred_signals", "render_summary", "run",
+__all__ = ["SUMMARY_SCHEMA", "ClusterRunResult", "NodeRun", "RunOptions", "RunResult", "configure_logging", "deferred_signals",
+           "render_cluster_summary", "render_summary", "run", "run_cluster",
            "summary_dict"]
 
 _log = get_logger("orchestra.run")
@@ -141,6 +142,7 @@ class RunOptions:
     record_s: float | None = None  # sample a timeline (for --report) this often; None: don't
     publish_s: float = 0.5  # how often the metrics snapshot is refreshed
     latency_window: int = 8192
+    progress: Any = None  # called every publish_s with {camera: (produced, processed, failed, dropped)} (clusters)
 
 
 @dataclass
@@ -520,6 +522,17 @@ class _Runner:
         if self.collector is not None:
             self.collector.publish(self.snapshot())
 
+    def report_progress(self) -> None:
+        """Every camera's frame counts so far, to ``RunOptions.progress`` (a cluster's driver
+        keeps the latest: what it knows of a camera whose node dies)."""
+        if self.opts.progress is None or self.group is None:
+            return
+        counts = {}
+        for cam in self.config.cameras:
+            a = self.group[cam.name].accounting()
+            counts[cam.name] = (a.produced, a.processed, a.failed, sum(a.dropped.values()))
+        self.opts.progress(counts)
+
     def sample(self) -> None:
         """One point of the --report timeline."""
         if self.timeline is not None:
@@ -535,13 +548,14 @@ class _Runner:
 
     async def _publish(self) -> None:
         """Metrics snapshots and timeline samples, each at its own pace."""
-        pub = self.opts.publish_s if self.collector is not None else None
+        pub = self.opts.publish_s if self.collector is not None or self.opts.progress is not None else None
         rec = self.opts.record_s if self.timeline is not None else None
         next_pub = next_rec = last_rec = time.monotonic()
         while True:
             now = time.monotonic()
             if pub is not None and now >= next_pub:
                 self.publish()
+                self.report_progress()
                 next_pub = now + pub
             if rec is not None and (now >= next_rec or (now >= last_rec + 0.2 and self._moved())):
                 self.sample()  # on time, or early when a signal or a decision moved (a step at its time)
@@ -1020,3 +1034,142 @@ def summary_dict(r: RunResult) -> dict[str, Any]:
         "metrics": None if not r.metrics_url else {"url": r.metrics_url, "scrapes": r.metrics_scrapes},
     })
     return doc
+
+
+# ---------------------------------------------------------------------------------------
+# Across a Ray cluster ([cluster]): one camera per actor, on the node wired to it
+
+
+@dataclass(frozen=True)
+class NodeRun:
+    """One camera's run on its node: where it ran (Ray node id and address), the resources
+    its actor requested, and that node's summary (:func:`summary_dict` of a one-camera run)
+    or why there is none (``error``: the run raised, or its node or actor died)."""
+
+    camera: str
+    node_id: str | None
+    address: str | None
+    resources: Mapping[str, float]
+    summary: Mapping[str, Any] | None
+    error: str | None = None
+    lost: tuple[int, int, int, int, int] | None = None  # node died: produced, processed, failed, dropped, in flight
+
+    @property
+    def accounting(self) -> str:
+        """"ok" (the node's own check), "closed (node lost)" when the node died after it reported
+        counts (its in-flight frames counted as failed), else what is known."""
+        if self.summary is not None:
+            return str(self.summary["cameras"][0].get("accounting", "?")) if self.summary.get("cameras") else "?"
+        return "closed (node lost)" if self.lost is not None else "unknown (node lost before it reported)"
+
+
+@dataclass(frozen=True)
+class ClusterRunResult:
+    """Every camera's :class:`NodeRun`; exit status 0 when each ran and its own run was ok."""
+
+    config: Config
+    address: str
+    runs: tuple[NodeRun, ...]
+
+    @property
+    def problems(self) -> list[str]:
+        out = []
+        for r in self.runs:
+            if r.error is not None:
+                lost = "" if r.lost is None else (f" ({r.lost[4]} frame{'s' if r.lost[4] != 1 else ''} in flight "
+                                                  f"counted as failed; {r.lost[1]} processed before)")
+                out.append(f"{r.camera}: {r.error}{lost}")
+            elif r.summary is not None and r.summary.get("result") != "ok":
+                out += [f"{r.camera}: {p}" for p in r.summary.get("problems", [])] or [f"{r.camera}: {r.summary.get('result')}"]
+        return out
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_FAILED if self.problems else EXIT_OK
+
+
+def _camera_config(config: Config, cam: Any) -> Config:
+    """``config`` cut down to one camera (what its node runs): its program, every device and
+    policy (a node's own signals drive its own policies), no [[batch]], no [cluster]."""
+    import dataclasses
+
+    return dataclasses.replace(config, cameras=(cam,), programs=tuple(p for p in config.programs if p.name == cam.program),
+                               batches=(), cluster=None, warnings=())
+
+
+def _camera_on_node(payload: tuple[Config, RunOptions], report: Any) -> dict[str, Any]:
+    """Runs on the camera's node, in its Ray actor: the ordinary one-camera run, its frame
+    counts reported to the driver as it goes; returns its summary (JSON-able) with the
+    process id it ran in."""
+    import dataclasses
+    import io
+
+    config, options = payload
+    options = dataclasses.replace(options, progress=report)
+    result = run(config, options, out=io.StringIO(), err=io.StringIO())
+    doc = summary_dict(result)
+    doc["pid"] = os.getpid()
+    return doc
+
+
+def run_cluster(config: Config, options: RunOptions | None = None, *, address: str | None = None) -> ClusterRunResult:
+    """Runs ``config``'s cameras across the Ray cluster at ``address`` (default: the config's
+    ``[cluster] address``, else ``"auto"``): each camera in its own actor requesting the Ray
+    resources of its binding (:func:`orchestra.cluster.camera_resources`), so it runs on the
+    node that advertises its camera and core; each node runs the usual one-camera run and
+    returns its summary. Needs the ``ray`` extra. The dashboard, metrics server and report
+    are not available on a cluster yet (``options`` gives the duration).
+
+    Raises:
+        orchestra.cluster.PlacementError: a camera's resources are on no live node.
+        orchestra.cluster.ClusterError: the cluster can't be reached, an actor did not start.
+    """
+    from .cluster import CameraJob, camera_resources, run_jobs
+
+    options = options or RunOptions(duration_s=config.run.duration_s)
+    cl = config.cluster
+    address = address or (cl.address if cl is not None else "auto")
+    node_opts = RunOptions(duration_s=options.duration_s, use_uvloop=options.use_uvloop,
+                           latency_window=options.latency_window)
+    jobs = [CameraJob(cam.name, camera_resources(cam.name, cam.core, cam.node), _camera_on_node,
+                      (_camera_config(config, cam), node_opts)) for cam in config.cameras]
+    _log.info("running on a cluster", address=address, cameras=[c.name for c in config.cameras])
+    results = run_jobs(jobs, address, start_timeout_s=cl.timeout_s if cl is not None else 60.0)
+    runs = []
+    for r in results:
+        lost = None
+        if r.value is None and r.progress is not None:  # the last counts its node sent: in flight = failed
+            produced, processed, failed, dropped = r.progress[r.camera]
+            lost = (produced, processed, failed, dropped, produced - processed - failed - dropped)
+        runs.append(NodeRun(r.camera, r.node_id, r.address, dict(r.resources), r.value, r.error, lost))
+    runs = tuple(runs)
+    return ClusterRunResult(config, address, runs)
+
+
+def render_cluster_summary(r: ClusterRunResult) -> str:
+    """The cluster run's summary: one line per camera (its node, frames and accounting), then
+    the problems."""
+    rows = [["camera", "node", "address", "produced", "processed", "failed", "dropped", "accounting", "ended by"]]
+    for run_ in r.runs:
+        s = run_.summary
+        cam = s["cameras"][0] if s and s.get("cameras") else None
+        if cam is None:
+            if run_.lost is not None:
+                p, done, failed, dropped, flight = run_.lost
+                rows.append([run_.camera, (run_.node_id or "?")[:12], run_.address or "?", str(p), str(done),
+                             str(failed + flight), str(dropped), run_.accounting, "node lost"])
+            else:
+                rows.append([run_.camera, (run_.node_id or "?")[:12], run_.address or "?", "-", "-", "-", "-",
+                             run_.accounting, "node lost" if run_.error else "failed"])
+            continue
+        rows.append([run_.camera, (run_.node_id or "?")[:12], run_.address or "?", str(cam["produced"]),
+                     str(cam["processed"]), str(cam["failed"]), str(sum(cam["dropped"].values())),
+                     str(cam.get("accounting", "?")), str(s.get("ended_by", "?"))])
+    nodes = len({x.node_id for x in r.runs if x.node_id})
+    lines = [f"orchestra run {os.path.basename(r.config.path)} on the Ray cluster at {r.address}: "
+             f"{len(r.runs)} camera{'s' if len(r.runs) != 1 else ''} on {nodes} node{'s' if nodes != 1 else ''}", ""]
+    lines += _table(rows, right={3, 4, 5, 6}, indent="  ")
+    probs = r.problems
+    if probs:
+        lines += ["", "problems:"] + [f"  {p}" for p in probs]
+    return "\n".join(lines) + "\n"

@@ -96,12 +96,12 @@ def registries(line: str) -> str:
 
 CASES: list[tuple[str, str, list[str]]] = [
     ("unknown top-level key", "frobnicate = 1\n" + VALID,
-     ["frobnicate: unknown key (known keys: program, device, camera, policy, signal, run, batch)"]),
+     ["frobnicate: unknown key (known keys: program, device, camera, policy, signal, run, batch, cluster)"]),
     ("top-level key with a hint", VALID + "\n[[cameras]]\nname = 'x'\n",
-     ["cameras: unknown key (known keys: program, device, camera, policy, signal, run, batch); did you mean 'camera'?"]),
+     ["cameras: unknown key (known keys: program, device, camera, policy, signal, run, batch, cluster); did you mean 'camera'?"]),
     ("unknown key in a camera", PROGRAM + NPU4 + camera("front", 'bind = { camera_link = "npu0" }\nqeue = 3'),
      ["camera[0].qeue: unknown key (known keys: name, program, source, pre, bind, backend_options, queue, drop, "
-      "deadline_ms, inflight, placement, post, sink); did you mean 'queue'?"]),
+      "deadline_ms, inflight, placement, post, sink, node); did you mean 'queue'?"]),
     ("process placement can't reach an npu_sim core", PROGRAM + NPU4 + camera("front", 'bind = { "npu0.core" = 0 }\nplacement = "process"'),
      ['camera[0].placement: "process" can\'t reach npu_sim device \'npu0\': simulated devices live in the orchestra '
       'process; use placement = "thread" for this camera']),

@@ -121,6 +121,14 @@ Schema (every table rejects keys it doesn't know, naming the known ones)::
     engine_period_s = 0.5           # the policy engine runs at least this often (default 1.0)
     poll_interval_s = 0.25          # how often signals are polled (default: engine_period_s)
 
+    [cluster]                       # optional (the ray extra): each camera's pipeline in a Ray
+                                    #   actor on the node advertising its resources: camera.NAME,
+                                    #   DEVICE.core.N for a core binding, node.NODE (see `node`)
+    address = "auto"                # "auto", "HOST:PORT" (a head node) or "ray://HOST:PORT"
+    timeout_s = 60                  # how long every camera's actor may take to start
+        # a camera's `node = "edge-a"`: run it on the node that advertises node.edge-a
+        #   (a warning without [cluster]); [[batch]] can't be used with [cluster] yet
+
 Besides types and ranges, the checks that need the whole file: the program loads
 (``orchestra.program.load``) and has the method; each delegated backend is registered and
 available; a camera's source shape/dtype matches the method's input 0; binding a core of an
@@ -148,6 +156,7 @@ from ._base import DEFAULT_LIMITS, NPU_BACKEND, ConfigLimits
 from .batching import BatchConfig
 from ._load import Config, _check, _check_for_cli, load_config, validate_config
 from .cameras import DROP_POLICIES, CameraConfig
+from .cluster import ClusterConfig
 from .devices import DEVICE_KINDS, DeviceConfig
 from .policies import PolicyConfig, SignalConfig
 from .post import PostConfig
@@ -160,6 +169,7 @@ from .video import PreConfig
 __all__ = [
     "BatchConfig",
     "CameraConfig",
+    "ClusterConfig",
     "Config",
     "ConfigError",
     "ConfigLimits",

@@ -15,6 +15,7 @@ from ._base import DEFAULT_LIMITS, _MISSING, ConfigLimits, _one_line, _plural, _
 from .batching import BatchChecks, BatchConfig
 from .bindings import BindChecks
 from .cameras import CameraChecks, CameraConfig
+from .cluster import ClusterChecks, ClusterConfig
 from .devices import DeviceChecks, DeviceConfig
 from .effects import EffectChecks
 from .options import OptionChecks
@@ -40,6 +41,7 @@ class Config:
     run: RunConfig
     warnings: tuple[str, ...] = ()  # "path: message" lines: valid, but probably not meant
     batches: tuple[BatchConfig, ...] = ()  # [[batch]]: cameras whose frames share executes
+    cluster: ClusterConfig | None = None  # [cluster]: run the cameras across a Ray cluster
 
     def program(self, name: str | None = None) -> ProgramConfig:
         """The program called ``name`` (None: the only one)."""
@@ -57,11 +59,11 @@ class Config:
         raise ConfigError(f"{self.path}: no device named {name!r} (devices: {', '.join(d.name for d in self.devices) or 'none'})")
 
 
-_TOP_KEYS = ("program", "device", "camera", "policy", "signal", "run", "batch")
+_TOP_KEYS = ("program", "device", "camera", "policy", "signal", "run", "batch", "cluster")
 
 
 class _Checker(ProgramChecks, DeviceChecks, SourceChecks, VideoChecks, BindChecks, OptionChecks, PostChecks,
-               SinkChecks, CameraChecks, PolicyChecks, RunChecks, EffectChecks, BatchChecks):
+               SinkChecks, CameraChecks, PolicyChecks, RunChecks, EffectChecks, BatchChecks, ClusterChecks):
     """Every table's checks, composed; :meth:`run` checks the whole document in order."""
 
     def run(self) -> None:
@@ -76,6 +78,8 @@ class _Checker(ProgramChecks, DeviceChecks, SourceChecks, VideoChecks, BindCheck
         self.check_policies(doc.get("policy", []))
         self.check_signals(doc.get("signal", []))
         self.check_run(doc.get("run", {}))
+        self.check_cluster(doc.get("cluster"))
+        self.check_cluster_cameras()
         self.warn_no_ops()  # warnings, once everything is known
 
 
@@ -149,6 +153,7 @@ def _check(path: str | os.PathLike[str], limits: ConfigLimits = DEFAULT_LIMITS) 
         run=checker.run_config,
         warnings=tuple(checker.warnings),
         batches=tuple(checker.batches),
+        cluster=checker.cluster_config,
     )
     return config, []
 

@@ -17,7 +17,7 @@ from .video import PreConfig
 
 DROP_POLICIES = ("drop_oldest", "drop_newest", "block")
 _CAMERA_KEYS = ("name", "program", "source", "pre", "bind", "backend_options", "queue", "drop", "deadline_ms",
-                "inflight", "placement", "post", "sink")
+                "inflight", "placement", "post", "sink", "node")
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,7 @@ class CameraConfig:
     add_batch: bool = False  # frames come without input 0's leading batch dimension of 1: add it
     post: PostConfig | None = None
     sink: SinkConfig | None = None
+    node: str | None = None  # [cluster]: run on the node advertising the Ray resource "node.NAME"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "bind", _freeze(self.bind))
@@ -163,19 +164,20 @@ class CameraChecks(Checker):
         post = self.check_post(path, t)
         sink = self.check_sink(path, t, name)
         bind, core = self.check_bind(path, t, prog, name)
+        node = self.check_node(path, t)  # type: ignore[attr-defined]  # ClusterChecks
         options = self.check_camera_options(path, t, prog, bind, core, name)
         if placement == "process" and prog is not None and (core is not None or "NpuSimBackend" in prog.backends):
             where = f"npu_sim device {core[0]!r}" if core is not None else "npu_sim devices"
             self.err(_join(path, "placement"), f'"process" can\'t reach {where}: simulated devices live in the '
                                                f'orchestra process; use placement = "thread" for this camera')
             placement = _BAD
-        if _any_bad(source, pre, queue, drop, deadline_ms, inflight, placement, bind, options, post, sink) or not ok \
+        if _any_bad(source, pre, queue, drop, deadline_ms, inflight, placement, bind, options, post, sink, node) or not ok \
                 or prog is None:
             return
         self.cameras.append(CameraConfig(
             name=name, program=prog.name, source=source, bind=bind, backend_options=options, queue=queue, drop=drop,
             deadline_s=None if deadline_ms is None else deadline_ms / 1000.0, inflight=inflight, core=core,
-            placement=placement, pre=pre, add_batch=add_batch, post=post, sink=sink))
+            placement=placement, pre=pre, add_batch=add_batch, post=post, sink=sink, node=node))
 
     def check_camera_options(self, path: str, t: dict[str, Any], prog: _ProgramInfo | None, bind: Any,
                              core: tuple[str, int] | None, camera: str | None) -> Any:

@@ -1,0 +1,30 @@
+"""orchestra across machines: each camera's pipeline in a Ray actor on the node wired to it.
+
+A node advertises what orchestra can bind as Ray custom resources when it joins the cluster
+(``ray start --resources '{"camera.front": 1, "npu0.core.0": 1}'``); a camera's actor
+requests exactly its binding's resources (:func:`camera_resources`: ``camera.NAME``,
+``DEVICE.core.N``, ``node.NAME``), so Ray starts it on that node and the camera's frames
+never cross the network. The actor builds the camera's orchestrator and pipeline locally and
+hands what happened back to the driver (:class:`JobResult`). A binding no live node can
+hold fails before anything starts (:class:`PlacementError`, naming the resource and what
+every node has).
+
+This package needs the ``ray`` extra only when :func:`run_jobs` runs; importing it does not
+import Ray. ``orchestra run`` uses it for a config with a ``[cluster]`` table
+(see :func:`orchestra._run.run_cluster`).
+"""
+
+from ._ray import (
+    CameraJob,
+    ClusterError,
+    JobResult,
+    NodeInfo,
+    PlacementError,
+    camera_resources,
+    check_placement,
+    cluster_nodes,
+    run_jobs,
+)
+
+__all__ = ["CameraJob", "ClusterError", "JobResult", "NodeInfo", "PlacementError", "camera_resources",
+           "check_placement", "cluster_nodes", "run_jobs"]

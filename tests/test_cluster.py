@@ -1,0 +1,384 @@
+"""orchestra across a REAL local Ray cluster: a head and a second node started with
+``ray start`` on 127.0.0.1, each advertising its own cameras and NPU cores as Ray custom
+resources; a two-camera config runs with each camera's pipeline on the node wired to it.
+
+Skipped when Ray (the ``ray`` extra) is not importable. The cluster is started once per
+session and its process groups are killed at the end."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from orchestra.cluster import CameraJob, NodeInfo, PlacementError, camera_resources, check_placement
+from orchestra.config import load_config, validate_config
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+MODEL = ROOT / "examples" / "models" / "convnet_npu.pte"
+FRAMES = 30
+EDGE_B = {"camera.rear": 1, "npu0.core.1": 1, "node.edge-b": 1}
+
+try:
+    import ray
+except ImportError:  # the ray extra is not installed: only the tests that need no cluster run
+    ray = None
+
+pytestmark = pytest.mark.timeout(120)
+needs_ray = pytest.mark.skipif(ray is None, reason="needs Ray (pip install 'orchestra[ray]')")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _Cluster:
+    def __init__(self, tmp: pathlib.Path) -> None:
+        self.tmp = tmp
+        self.port = _free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.env = dict(os.environ, RAY_DISABLE_USAGE_STATS="1")
+
+    def start(self, resources: dict[str, float], *, head: bool) -> subprocess.Popen[bytes]:
+        args = [sys.executable, "-m", "ray.scripts.scripts", "start", "--block", "--disable-usage-stats",
+                "--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--object-store-memory", "80000000",
+                "--resources", json.dumps(resources)]
+        if head:
+            args += ["--head", "--port", str(self.port), "--include-dashboard=false", "--temp-dir", str(self.tmp / "ray")]
+        else:
+            args += ["--address", self.address]
+        log = open(self.tmp / f"node{len(self.procs)}.log", "wb")  # noqa: SIM115 - kept for the session
+        p = subprocess.Popen(args, env=self.env, start_new_session=True, stdout=log, stderr=subprocess.STDOUT)
+        self.procs.append(p)
+        return p
+
+    def wait_nodes(self, n: int, timeout: float = 60.0) -> list[dict]:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            for p in self.procs:
+                if p.poll() is not None:
+                    raise RuntimeError(f"ray start exited {p.returncode}: {(self.tmp / 'node0.log').read_text()[-2000:]}")
+            try:
+                if not ray.is_initialized():
+                    socket.create_connection(("127.0.0.1", self.port), timeout=1).close()  # the head's GCS is up
+                    ray.init(address=self.address, logging_level="ERROR", log_to_driver=False,
+                             configure_logging=False)
+                alive = [x for x in ray.nodes() if x["Alive"]]
+                if len(alive) >= n:
+                    return alive
+            except Exception:  # noqa: BLE001 - the head is still starting
+                pass
+            time.sleep(0.3)
+        raise RuntimeError(f"the Ray cluster did not reach {n} nodes in {timeout} s")
+
+    def kill(self, p: subprocess.Popen[bytes]) -> None:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(p.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                p.wait(3)
+                if sig == signal.SIGKILL:
+                    return
+            except subprocess.TimeoutExpired:
+                pass
+        try:  # the whole group: gcs, raylet, workers may outlive `ray start`
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def stop(self) -> None:
+        if ray.is_initialized():
+            ray.shutdown()
+        for p in reversed(self.procs):
+            self.kill(p)
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[_Cluster]:
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="orc-ray-", dir="/tmp"))  # Ray's socket paths must stay short
+    c = _Cluster(tmp)
+    try:
+        c.start({"camera.front": 1, "npu0.core.0": 1, "node.edge-a": 1}, head=True)
+        c.wait_nodes(1)
+        c.start(EDGE_B, head=False)
+        c.wait_nodes(2)
+        ray.shutdown()  # the tests connect as orchestra does
+        yield c
+    finally:
+        c.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _config(tmp: pathlib.Path, *, rear: str = "rear", extra: str = "") -> pathlib.Path:
+    text = f"""
+[program]
+name = "convnet"
+path = {json.dumps(str(MODEL))}
+
+[device.npu0]
+kind = "npu_sim"
+cores = 2
+links = {{ front = 0, {rear} = 1 }}
+time_scale = 0
+
+[[camera]]
+name = "front"
+source = {{ kind = "synthetic", fps = 300, count = {FRAMES}, seed = 1 }}
+bind = {{ "npu0.core" = 0 }}
+drop = "block"
+node = "edge-a"
+
+[[camera]]
+name = "{rear}"
+source = {{ kind = "synthetic", fps = 300, count = {FRAMES}, seed = 2 }}
+bind = {{ "npu0.core" = 1 }}
+drop = "block"
+
+[run]
+duration_s = 30
+
+{extra}
+"""
+    path = tmp / "cluster.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _node_ids(address: str) -> dict[str, str]:
+    """camera resource -> node id, from Ray's own view of the cluster."""
+    ray.init(address=address, logging_level="ERROR", log_to_driver=False, configure_logging=False)
+    try:
+        return {k: n["NodeID"] for n in ray.nodes() if n["Alive"] for k in n["Resources"] if k.startswith("camera.")}
+    finally:
+        ray.shutdown()
+
+
+# -- config --------------------------------------------------------------------------------
+
+
+def test_cluster_table_and_node_key_are_checked(tmp_path: pathlib.Path) -> None:
+    path = _config(tmp_path, extra='[cluster]\naddress = "no address"\ntimeout_s = 0\nport = 1\n')
+    assert validate_config(path) == [
+        "cluster.port: unknown key (known keys: address, timeout_s)",
+        'cluster.address: "no address" is not a Ray address: use "auto", "HOST:PORT" (a head node) or '
+        '"ray://HOST:PORT"',
+        "cluster.timeout_s: must be a positive number, got 0",
+    ]
+    cfg = load_config(_config(tmp_path))  # node without [cluster]: a warning
+    assert cfg.cluster is None
+    assert cfg.cameras[0].node == "edge-a"
+    assert "camera[0].node: has no effect without a [cluster] table (the cameras run on this machine)" in cfg.warnings
+    cfg = load_config(_config(tmp_path, extra='[cluster]\naddress = "ray://10.0.0.1:10001"\n'))
+    assert cfg.cluster is not None and cfg.cluster.address == "ray://10.0.0.1:10001"
+
+
+def test_without_a_cluster_table_ray_is_never_imported(tmp_path: pathlib.Path) -> None:
+    path = _config(tmp_path)
+    code = ("import sys, orchestra.cluster, orchestra._run\n"
+            "from orchestra.config import load_config\n"
+            "from orchestra._run import RunOptions, run\n"
+            f"r = run(load_config({str(path)!r}), RunOptions(duration_s=30))\n"
+            "assert r.exit_code == 0, r.problems\n"
+            "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.splitlines()[-1] == "[]"
+
+
+# -- placement, without a cluster ------------------------------------------------------------
+
+
+def test_an_impossible_binding_names_the_resource_and_every_node() -> None:
+    nodes = [NodeInfo("aaaaaaaa11", "10.0.0.1", {"CPU": 1.0, "camera.front": 1.0, "npu0.core.0": 1.0, "memory": 5.0}),
+             NodeInfo("bbbbbbbb22", "10.0.0.2", {"CPU": 1.0, "camera.rear": 1.0, "npu0.core.1": 1.0})]
+    job = CameraJob("rear", camera_resources("rear", ("npu0", 0)), print)
+    with pytest.raises(PlacementError) as e:
+        check_placement([job], nodes)
+    assert str(e.value).startswith(
+        "camera 'rear' needs Ray resources camera.rear=1, npu0.core.0=1: no node has them all (nodes: "
+        "node aaaaaaaa (10.0.0.1): CPU=1, camera.front=1, npu0.core.0=1; "
+        "node bbbbbbbb (10.0.0.2): CPU=1, camera.rear=1, npu0.core.1=1)")
+    with pytest.raises(PlacementError, match=r"camera 'side' needs Ray resources camera.side=1: no node advertises "
+                                             r"camera.side \(nodes: "):
+        check_placement([CameraJob("side", camera_resources("side"), print)], nodes)
+    two = [CameraJob("a", {"npu0.core.0": 1.0}, print), CameraJob("b", {"npu0.core.0": 1.0}, print)]
+    with pytest.raises(PlacementError, match=r"camera 'b' needs Ray resources npu0.core.0=1: no node has them all "
+                                             r"free \(taken by camera a\)"):
+        check_placement(two, nodes)
+    assert check_placement([CameraJob("front", camera_resources("front", ("npu0", 0)), print), job.__class__(
+        "rear", camera_resources("rear", ("npu0", 1)), print)], nodes) == {"front": "aaaaaaaa11", "rear": "bbbbbbbb22"}
+
+
+@needs_ray
+def test_an_address_nobody_listens_on_fails_at_once(tmp_path: pathlib.Path) -> None:
+    from orchestra._run import RunOptions, run_cluster
+    from orchestra.cluster import ClusterError
+
+    port = _free_port()
+    cfg = load_config(_config(tmp_path, extra=f'[cluster]\naddress = "127.0.0.1:{port}"\n'))
+    with pytest.raises(ClusterError, match=rf"can't connect to the Ray cluster at '127.0.0.1:{port}': .*refused.* "
+                                           rf"\(is its head node started\? ray start --head --port {port}\)"):
+        run_cluster(cfg, RunOptions(duration_s=30))
+    assert not ray.is_initialized()
+
+
+def test_batches_cannot_run_on_a_cluster_yet(tmp_path: pathlib.Path) -> None:
+    path = _config(tmp_path, extra='[cluster]\n\n[[batch]]\ncameras = ["front", "rear"]\n')
+    assert "cluster: can't run [[batch]] tables on a cluster yet (a batch's cameras may sit on different nodes): " \
+           "remove [cluster] or the [[batch]] tables" in validate_config(path)
+
+
+# -- a real cluster --------------------------------------------------------------------------
+
+
+@needs_ray
+def test_each_camera_runs_on_the_node_wired_to_it(cluster: _Cluster, tmp_path: pathlib.Path) -> None:
+    from orchestra._run import RunOptions, render_cluster_summary, run_cluster
+
+    cfg = load_config(_config(tmp_path, extra=f'[cluster]\naddress = "{cluster.address}"\n'))
+    r = run_cluster(cfg, RunOptions(duration_s=30))
+    assert [x.camera for x in r.runs] == ["front", "rear"]
+    where = _node_ids(cluster.address)
+    assert r.runs[0].node_id == where["camera.front"]
+    assert r.runs[1].node_id == where["camera.rear"]
+    assert where["camera.front"] != where["camera.rear"]
+    assert r.runs[0].resources == {"camera.front": 1.0, "npu0.core.0": 1.0, "node.edge-a": 0.01}
+    assert r.runs[1].resources == {"camera.rear": 1.0, "npu0.core.1": 1.0}
+    for x in r.runs:
+        assert x.error is None, x.error
+        s = x.summary
+        assert s["result"] == "ok" and s["ended_by"] == "sources ended", s
+        (cam,) = s["cameras"]
+        assert cam["name"] == x.camera
+        assert (cam["produced"], cam["processed"], cam["failed"], sum(cam["dropped"].values())) == (FRAMES, FRAMES, 0, 0)
+        assert cam["accounting"] == "ok"
+        assert sum(s["executions"][x.camera].values()) == FRAMES
+        (inst,) = s["instances"]
+        assert inst["executes"] == FRAMES and inst["failures"] == 0 and inst["options"]["NpuSimBackend"]["core"] == \
+            (0 if x.camera == "front" else 1)
+        assert s["pid"] != os.getpid()
+    assert r.exit_code == 0
+    text = render_cluster_summary(r)
+    assert f"on the Ray cluster at {cluster.address}: 2 cameras on 2 nodes" in text
+    assert "problems" not in text
+
+
+@needs_ray
+def test_a_binding_no_node_has_fails_before_running(cluster: _Cluster, tmp_path: pathlib.Path) -> None:
+    from orchestra._run import RunOptions, run_cluster
+
+    cfg = load_config(_config(tmp_path, rear="side", extra=f'[cluster]\naddress = "{cluster.address}"\n'))
+    with pytest.raises(PlacementError) as e:
+        run_cluster(cfg, RunOptions(duration_s=30))
+    msg = str(e.value)
+    assert msg.startswith("camera 'side' needs Ray resources camera.side=1, npu0.core.1=1: no node advertises "
+                          "camera.side (nodes: node "), msg
+    assert "camera.front=1" in msg and "camera.rear=1" in msg and "npu0.core.1=1" in msg, msg
+    assert not ray.is_initialized()
+
+
+@needs_ray
+def test_orchestra_run_uses_the_cluster_table(cluster: _Cluster, tmp_path: pathlib.Path) -> None:
+    path = _config(tmp_path, extra=f'[cluster]\naddress = "{cluster.address}"\n')
+    summary = tmp_path / "summary.json"
+    env = dict(os.environ, RAY_DISABLE_USAGE_STATS="1")
+    r = subprocess.run([sys.executable, "-m", "orchestra", "run", str(path), "--summary-json", str(summary)],
+                       capture_output=True, text=True, timeout=90, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"orchestra run cluster.toml on the Ray cluster at {cluster.address}: 2 cameras on 2 nodes" in r.stdout
+    doc = json.loads(summary.read_text())
+    where = _node_ids(cluster.address)
+    assert [(c["camera"], c["node_id"]) for c in doc["cameras"]] == [("front", where["camera.front"]),
+                                                                    ("rear", where["camera.rear"])]
+    assert [c["summary"]["cameras"][0]["processed"] for c in doc["cameras"]] == [FRAMES, FRAMES]
+    assert doc["exit_code"] == 0 and doc["problems"] == []
+    bad = _config(tmp_path, rear="side", extra=f'[cluster]\naddress = "{cluster.address}"\n')
+    r = subprocess.run([sys.executable, "-m", "orchestra", "run", str(bad)], capture_output=True, text=True,
+                       timeout=90, env=env)
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert "orchestra: camera 'side' needs Ray resources camera.side=1, npu0.core.1=1: no node advertises" in r.stderr
+
+
+@needs_ray
+def test_a_node_that_dies_fails_its_camera_and_the_other_runs_on(cluster: _Cluster, tmp_path: pathlib.Path) -> None:
+    """The second node's process group (raylet, its workers) is killed while its camera runs:
+    that camera is reported failed, naming its dead actor; the head's camera completes with
+    exact accounting. The node is started again afterwards (the session's cluster)."""
+    import threading
+
+    from orchestra._run import RunOptions, render_cluster_summary, run_cluster
+
+    text = _config(tmp_path, extra=f'[cluster]\naddress = "{cluster.address}"\n').read_text()
+    text = text.replace(f'fps = 300, count = {FRAMES}, seed = 2 }}',
+                        'fps = 50, seed = 2 }\nsink = { kind = "jsonl", path = "rear.jsonl" }')
+    text = text.replace(f'fps = 300, count = {FRAMES}, seed = 1 }}', f'fps = 20, count = {FRAMES}, seed = 1 }}')
+    path = tmp_path / "death.toml"
+    path.write_text(text, encoding="utf-8")
+    cfg = load_config(path)
+    out: list = []
+    def go() -> None:
+        try:
+            out.append(run_cluster(cfg, RunOptions(duration_s=20)))
+        except BaseException as exc:  # noqa: BLE001 - re-raised by the test
+            out.append(exc)
+
+    t = threading.Thread(target=go)
+    t0 = time.monotonic()
+    t.start()
+    sink = tmp_path / "rear.jsonl"
+    while not (sink.exists() and sink.read_bytes().count(b"\n") >= 40):  # rear has run on node b for ~0.8 s
+        assert time.monotonic() - t0 < 40 and t.is_alive(), "the rear camera never wrote a result"
+        time.sleep(0.1)
+    node_b = cluster.procs[1]
+    try:
+        cluster.kill(node_b)
+        t.join(60)
+        assert not t.is_alive()
+        (r,) = out
+        if isinstance(r, BaseException):
+            raise r
+        front, rear = r.runs
+        assert rear.error is not None and rear.summary is None
+        assert rear.error.startswith("its actor died"), rear.error
+        assert front.error is None
+        cam = front.summary["cameras"][0]
+        assert (cam["produced"], cam["processed"], cam["accounting"]) == (FRAMES, FRAMES, "ok")
+        assert r.exit_code == 1 and r.problems[0].startswith("rear: its actor died")
+        # what node b reported last closes its camera's accounting: frames in flight count as failed
+        assert rear.lost is not None, "node b never reported its counts"
+        produced, processed, failed, dropped, in_flight = rear.lost
+        assert processed >= 1 and failed == 0 and in_flight >= 0
+        assert produced == processed + failed + dropped + in_flight
+        assert rear.accounting == "closed (node lost)"
+        assert f"frame{'s' if in_flight != 1 else ''} in flight counted as failed; {processed} processed before" \
+            in r.problems[0]
+        line = next(x for x in render_cluster_summary(r).splitlines() if x.strip().startswith("rear"))
+        assert line.split()[3:7] == [str(produced), str(processed), str(failed + in_flight), str(dropped)], line
+        assert "closed (node lost)" in line
+    finally:
+        cluster.procs.remove(node_b)
+        cluster.start(EDGE_B, head=False)
+        dead = out[0].runs[1].node_id if out and not isinstance(out[0], BaseException) else None
+        t0 = time.monotonic()
+        while True:  # a new node holds camera.rear (the dead one may still be listed for a moment)
+            alive = cluster.wait_nodes(2)
+            if [n["NodeID"] for n in alive if "camera.rear" in n["Resources"]] not in ([], [dead]):
+                break
+            assert time.monotonic() - t0 < 60, "node b did not come back"
+            time.sleep(0.3)
+        ray.shutdown()
