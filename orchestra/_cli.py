@@ -543,7 +543,7 @@ def _run_config(args: argparse.Namespace, early: list[int]) -> int:
 def _run_on_cluster(args: argparse.Namespace, config: Any) -> int:
     """``orchestra run`` for a config with a [cluster] table: every camera on its node (see
     :func:`orchestra._run.run_cluster`); one summary line per camera."""
-    from ._run import RunOptions, configure_logging, render_cluster_summary, run_cluster
+    from ._run import RunOptions, cluster_decisions, configure_logging, render_cluster_summary, run_cluster
 
     for flag, on in (("--metrics-port", args.metrics_port is not None), ("--report", bool(args.report))):
         if on:
@@ -555,6 +555,7 @@ def _run_on_cluster(args: argparse.Namespace, config: Any) -> int:
     _write(sys.stdout, render_cluster_summary(result))
     if args.summary_json:
         doc = {"cluster": result.address, "exit_code": result.exit_code, "problems": result.problems,
+               "decisions": cluster_decisions(result),
                "cameras": [{"camera": r.camera, "node_id": r.node_id, "address": r.address,
                             "resources": dict(r.resources), "error": r.error, "summary": r.summary}
                            for r in result.runs]}

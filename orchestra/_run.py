@@ -61,7 +61,8 @@ from .config import Config
 from .errors import InvalidArgumentError, OrchestraError
 from .telemetry import Histogram, get_logger
 
-__all__ = ["SUMMARY_SCHEMA", "ClusterRunResult", "NodeRun", "RunOptions", "RunResult", "configure_logging", "deferred_signals",
+__all__ = ["SUMMARY_SCHEMA", "ClusterRunResult", "NodeRun", "RunOptions", "RunResult", "cluster_decisions",
+           "configure_logging", "deferred_signals",
            "render_cluster_summary", "render_summary", "run", "run_cluster",
            "summary_dict"]
 
@@ -1089,11 +1090,17 @@ class ClusterRunResult:
 
 
 def _camera_config(config: Config, cam: Any) -> Config:
-    """``config`` cut down to one camera (what its node runs): its program, every device and
-    policy (a node's own signals drive its own policies), no [[batch]], no [cluster]."""
+    """``config`` cut down to one camera (what its node runs): its program, every device, the
+    policies and signals without ``node`` and those with the camera's ``node`` (a node's own
+    signals drive its own policies), no [[batch]], no [cluster]."""
     import dataclasses
 
+    def here(x: Any) -> bool:
+        return x.node is None or x.node == cam.node
+
     return dataclasses.replace(config, cameras=(cam,), programs=tuple(p for p in config.programs if p.name == cam.program),
+                               policies=tuple(p for p in config.policies if here(p)),
+                               signals=tuple(s for s in config.signals if here(s)),
                                batches=(), cluster=None, warnings=())
 
 
@@ -1169,7 +1176,27 @@ def render_cluster_summary(r: ClusterRunResult) -> str:
     lines = [f"orchestra run {os.path.basename(r.config.path)} on the Ray cluster at {r.address}: "
              f"{len(r.runs)} camera{'s' if len(r.runs) != 1 else ''} on {nodes} node{'s' if nodes != 1 else ''}", ""]
     lines += _table(rows, right={3, 4, 5, 6}, indent="  ")
+    decs = cluster_decisions(r)
+    lines += ["", f"policy decisions ({len(decs)})"]
+    if decs:
+        drows = [["camera", "node", "at", "instance", "option", "change", "by", "reason"]]
+        drows += [[d["camera"], (d["node_id"] or "?")[:12], f"{d['t_s']:.2f}s", d["instance"], d["what"],
+                   f"{fmt_value(d['previous']) if d['previous'] is not None else '-'} -> {fmt_value(d['value'])}",
+                   d["policy"] or d["source"], d["reason"]] for d in decs]
+        lines += _table(drows, right={2}, indent="  ")
+    else:
+        lines += ["  none"]
     probs = r.problems
     if probs:
         lines += ["", "problems:"] + [f"  {p}" for p in probs]
     return "\n".join(lines) + "\n"
+
+
+def cluster_decisions(r: ClusterRunResult) -> list[dict[str, Any]]:
+    """Every node's policy decisions (its summary's ``decisions``), each with the camera and
+    the node (Ray node id, address) it was taken on, in camera order then time."""
+    out = []
+    for run_ in r.runs:
+        for d in (run_.summary or {}).get("decisions", []):
+            out.append({"camera": run_.camera, "node_id": run_.node_id, "address": run_.address, **d})
+    return out

@@ -382,3 +382,80 @@ def test_a_node_that_dies_fails_its_camera_and_the_other_runs_on(cluster: _Clust
             assert time.monotonic() - t0 < 60, "node b did not come back"
             time.sleep(0.3)
         ray.shutdown()
+
+
+def _policy_config(tmp: pathlib.Path, address: str) -> pathlib.Path:
+    """Two cameras on two nodes, the battery policy everywhere, a battery signal on edge-b only."""
+    text = f"""
+[program]
+name = "convnet"
+path = {json.dumps(str(MODEL))}
+
+[device.npu0]
+kind = "npu_sim"
+cores = 2
+links = {{ front = 0, rear = 1 }}
+time_scale = 0
+
+[[camera]]
+name = "front"
+source = {{ kind = "synthetic", fps = 50, seed = 1 }}
+bind = {{ "npu0.core" = 0 }}
+node = "edge-a"
+
+[[camera]]
+name = "rear"
+source = {{ kind = "synthetic", fps = 50, seed = 2 }}
+bind = {{ "npu0.core" = 1 }}
+node = "edge-b"
+
+[[policy]]
+use = "battery"
+params = {{ low = 20, high = 30, low_options = {{ NpuSimBackend = {{ power_mode = "low" }} }}, normal_options = {{ NpuSimBackend = {{ power_mode = "balanced" }} }} }}
+
+[[signal]]
+use = "scripted"
+node = "edge-b"
+params = {{ timeline = [[0, {{ "battery.percent" = 90 }}], [1, {{ "battery.percent" = 15 }}]] }}
+
+[run]
+duration_s = 3
+engine_period_s = 0.2
+
+[cluster]
+address = "{address}"
+"""
+    path = tmp / "policy.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_a_policy_acting_on_one_node_only(cluster: _Cluster, tmp_path: pathlib.Path) -> None:
+    from orchestra._run import RunOptions, cluster_decisions, render_cluster_summary, run_cluster
+
+    cfg = load_config(_policy_config(tmp_path, cluster.address))
+    assert cfg.signals[0].node == "edge-b" and cfg.policies[0].node is None
+    r = run_cluster(cfg, RunOptions(duration_s=3))
+    assert r.exit_code == 0, r.problems
+    front, rear = r.runs
+    where = _node_ids(cluster.address)
+    assert (front.node_id, rear.node_id) == (where["camera.front"], where["camera.rear"])
+    assert front.summary["signals"] == {} and rear.summary["signals"]["battery.percent"] == 15
+    # rear (edge-b) switched to low after its battery dropped at ~1 s; front (edge-a) never did
+    rear_modes = [(d["what"], d["previous"], d["value"]) for d in rear.summary["decisions"] if d["source"] == "policy"]
+    assert ("NpuSimBackend.power_mode", "balanced", "low") in rear_modes, rear.summary["decisions"]
+    switch = next(d for d in rear.summary["decisions"] if d["value"] == "low")
+    assert 0.8 <= switch["t_s"] <= 2.5, switch
+    assert not any(d["value"] == "low" for d in front.summary["decisions"]), front.summary["decisions"]
+    assert front.summary["instances"][0]["options"]["NpuSimBackend"]["power_mode"] == "balanced"
+    assert rear.summary["instances"][0]["options"]["NpuSimBackend"]["power_mode"] == "low"
+    rear_sets = rear.summary["executions"]["rear"]
+    assert any("power_mode=low" in k and n > 0 for k, n in rear_sets.items()), rear_sets
+    assert any("power_mode=balanced" in k and n > 0 for k, n in rear_sets.items()), rear_sets
+    assert all("power_mode=low" not in k for k in front.summary["executions"]["front"]), front.summary["executions"]
+    # the driver gets them, with the node each was taken on
+    decs = cluster_decisions(r)
+    assert any(d["camera"] == "rear" and d["node_id"] == rear.node_id and d["value"] == "low" for d in decs)
+    text = render_cluster_summary(r)
+    line = next(x for x in text.splitlines() if "balanced -> low" in x)
+    assert line.split()[:2] == ["rear", rear.node_id[:12]], text

@@ -111,10 +111,14 @@ Schema (every table rejects keys it doesn't know, naming the known ones)::
     params = { low = 20, high = 30, low_options = { NpuSimBackend = { power_mode = "low" } } }
         # the policy's constructor parameters; *_options tables are checked like
         #   backend_options
+    node = "edge-b"                 # optional, with [cluster]: runs only on the node whose
+                                    #   cameras have this node (none: on every node); must
+                                    #   be a camera's node (a warning without [cluster])
 
     [[signal]]
     use = "scripted"                # battery | cpu | thermal | pressure | scripted | "module:attr"
     params = { timeline = [[0, { "battery.percent" = 100 }], [2.5, { "battery.percent" = 15 }]] }
+    node = "edge-b"                 # optional, like a policy's node: this node's signal only
 
     [run]
     duration_s = 5                  # optional: run until interrupted

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ._base import _BAD, Checker, _join, _show
+from ._base import _BAD, Checker, _hint, _join, _names, _show
 
 _CLUSTER_KEYS = ("address", "timeout_s")
 _NODE = re.compile(r"[A-Za-z0-9_.-]+")
@@ -50,8 +50,8 @@ class ClusterChecks(Checker):
             self.cluster_config = ClusterConfig(address=address, timeout_s=float(timeout))
 
     def check_node(self, path: str, t: dict[str, Any]) -> Any:
-        """A camera's ``node``: the name of the node it must run on (the node advertises the
-        Ray resource ``node.NAME``), or None."""
+        """A ``node`` key (a camera's, a policy's, a signal's): the name of the node it must
+        run on (the node advertises the Ray resource ``node.NAME``), or None."""
         if "node" not in t:
             return None
         node = self.get(t, "node", path, "string")
@@ -66,12 +66,23 @@ class ClusterChecks(Checker):
         """What [cluster] can't do yet ([[batch]]: its cameras may sit on different nodes), and
         ``node`` keys that have no effect without it (a warning)."""
         cameras = getattr(self, "cameras", [])
+        tables = [(p, x, "policy") for p, x in zip(getattr(self, "policy_paths", []), getattr(self, "policies", []))]
+        tables += [(p, x, "signal") for p, x in zip(getattr(self, "signal_paths", []), getattr(self, "signals", []))]
         if self.cluster_config is None:
             for i, cam in enumerate(cameras):
                 if cam.node is not None:
                     self.warnings.append(f"camera[{i}].node: has no effect without a [cluster] table "
                                          f"(the cameras run on this machine)")
+            for p, x, kind in tables:
+                if x.node is not None:
+                    self.warnings.append(f"{_join(p, 'node')}: has no effect without a [cluster] table "
+                                         f"(the {kind} runs on this machine)")
             return
+        used = sorted({cam.node for cam in cameras if cam.node is not None})
+        for p, x, kind in tables:
+            if x.node is not None and x.node not in used:
+                self.err(_join(p, "node"), f"no camera runs on node {_show(x.node)} (camera nodes: "
+                                           f"{_names(used)}): set a camera's node, or fix the name{_hint(x.node, used)}")
         if self.doc.get("batch"):
             self.err("cluster", "can't run [[batch]] tables on a cluster yet (a batch's cameras may sit on "
                                 "different nodes): remove [cluster] or the [[batch]] tables")

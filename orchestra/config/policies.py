@@ -12,17 +12,19 @@ from typing import Any
 from ..errors import OrchestraError
 from ._base import _BAD, Checker, _freeze, _hint, _join, _names, _thaw
 
-_POLICY_KEYS = ("use", "priority", "params")
-_SIGNAL_KEYS = ("use", "params")
+_POLICY_KEYS = ("use", "priority", "params", "node")
+_SIGNAL_KEYS = ("use", "params", "node")
 
 
 @dataclass(frozen=True)
 class PolicyConfig:
     """A policy: ``use`` (a registered name or ``module:attr``) and its parameters
-    (``priority`` included when the file gives one)."""
+    (``priority`` included when the file gives one). ``node``: with ``[cluster]``, the node
+    it runs on only (the one whose cameras have that ``node``); None: on every node."""
 
     use: str
     params: Mapping[str, Any] = field(default_factory=dict)
+    node: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "params", _freeze(self.params))
@@ -36,10 +38,12 @@ class PolicyConfig:
 
 @dataclass(frozen=True)
 class SignalConfig:
-    """A signal source: ``use`` and its parameters."""
+    """A signal source: ``use`` and its parameters. ``node``: with ``[cluster]``, the node it
+    runs on only (it drives that node's policies); None: on every node."""
 
     use: str
     params: Mapping[str, Any] = field(default_factory=dict)
+    node: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "params", _freeze(self.params))
@@ -61,6 +65,8 @@ class PolicyChecks(Checker):
         super().__init__(*args, **kwargs)
         self.policies: list[PolicyConfig] = []
         self.signals: list[SignalConfig] = []
+        self.policy_paths: list[str] = []  # "policy[i]" of each entry of policies (for node checks)
+        self.signal_paths: list[str] = []
         # (path, use, params as given, the object built) of every valid entry: what the
         # no-op warnings (effects.py) look at
         self.built_policies: list[tuple[str, str, dict[str, Any], Any]] = []
@@ -73,8 +79,9 @@ class PolicyChecks(Checker):
             self.known(t, path, _POLICY_KEYS)
             use = self.get(t, "use", path, "string")
             priority = self.get(t, "priority", path, "int", None)
+            node = self.check_node(path, t)
             params = self.table(t.get("params", {}), _join(path, "params"))
-            if use is _BAD or params is None:
+            if use is _BAD or params is None or node is _BAD:
                 continue
             params = dict(params)
             ok = priority is not _BAD
@@ -103,7 +110,8 @@ class PolicyChecks(Checker):
                         skip.add(key)
             obj = self.build(path, "policy", use, params, load_policy, factory, skip)
             if obj is not _BAD and ok and not skip:
-                self.policies.append(PolicyConfig(use, params))
+                self.policies.append(PolicyConfig(use, params, node))
+                self.policy_paths.append(path)
                 self.built_policies.append((path, use, params, obj))
 
     def check_signals(self, value: Any) -> None:
@@ -112,8 +120,9 @@ class PolicyChecks(Checker):
         for path, t in self.entries(value, "signal"):
             self.known(t, path, _SIGNAL_KEYS)
             use = self.get(t, "use", path, "string")
+            node = self.check_node(path, t)
             params = self.table(t.get("params", {}), _join(path, "params"))
-            if use is _BAD or params is None:
+            if use is _BAD or params is None or node is _BAD:
                 continue
             factory = None
             skip: set[str] = set()
@@ -131,7 +140,8 @@ class PolicyChecks(Checker):
                 skip = set(self.params_fit(path, f"signal source {use!r}", factory, params))
             obj = self.build(path, "signal source", use, params, load_source, factory, skip)
             if obj is not _BAD and not skip:
-                self.signals.append(SignalConfig(use, params))
+                self.signals.append(SignalConfig(use, params, node))
+                self.signal_paths.append(path)
                 self.built_sources.append((path, use, dict(params), obj))
 
     def params_fit(self, path: str, label: str, factory: Any, params: Mapping[str, Any]) -> list[str]:
