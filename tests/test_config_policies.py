@@ -287,3 +287,30 @@ def test_orchestra_run_prints_them_at_start(folder: pathlib.Path) -> None:
                      f"default low_options, normal_options), which no camera's method delegates to (the cameras' "
                      f"methods delegate to: no backend): it never acts")
     assert re.search(r"^result: ", r.stdout, re.M), r.stdout
+
+
+NODE_FRONT = FRONT + 'node = "edge-a"\n'
+NODE_REAR = f'\n[[camera]]\nname = "rear"\n{SYN}\nbind = {{ "npu0.core" = 1 }}\nnode = "edge-b"\n'
+CLUSTER = '\n[cluster]\naddress = "auto"\n'
+
+
+def test_policy_and_signal_node_must_be_a_camera_node(folder: pathlib.Path) -> None:
+    base = NPU + 'cores = 2\n' + NODE_FRONT + NODE_REAR
+    cfg = load_config(write(folder, base + '\n[[policy]]\nuse = "battery"\nnode = "edge-b"\n' + BATTERY_FEED
+                           + 'node = "edge-b"\n' + CLUSTER))
+    assert (cfg.policies[0].node, cfg.signals[0].node) == ("edge-b", "edge-b")
+    assert cfg.warnings == ()
+    errors(folder, base + '\n[[policy]]\nuse = "battery"\nnode = "edge-c"\n' + BATTERY_FEED + 'node = "edge c"\n'
+           + '\n[[signal]]\nuse = "battery"\nnode = 3\n' + CLUSTER, [
+               "signal[0].node: \"edge c\" is not a node name: use letters, digits, '.', '_' and '-'",
+               "signal[1].node: must be a non-empty string, got 3",
+               "policy[0].node: no camera runs on node \"edge-c\" (camera nodes: edge-a, edge-b): set a camera's "
+               "node, or fix the name; did you mean 'edge-b'?",
+           ])
+
+
+def test_policy_node_without_a_cluster_is_a_warning(folder: pathlib.Path) -> None:
+    w = warnings(folder, NPU + 'cores = 2\n' + NODE_FRONT + '\n[[policy]]\nuse = "battery"\nnode = "edge-a"\n'
+                 + BATTERY_FEED + 'node = "edge-a"\n')
+    assert "policy[0].node: has no effect without a [cluster] table (the policy runs on this machine)" in w
+    assert "signal[0].node: has no effect without a [cluster] table (the signal runs on this machine)" in w
