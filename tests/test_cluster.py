@@ -459,3 +459,14 @@ def test_a_policy_acting_on_one_node_only(cluster: _Cluster, tmp_path: pathlib.P
     text = render_cluster_summary(r)
     line = next(x for x in text.splitlines() if "balanced -> low" in x)
     assert line.split()[:2] == ["rear", rear.node_id[:12]], text
+    # orchestra run prints them per camera with its node; --summary-json lists them
+    summary = tmp_path / "summary.json"
+    env = dict(os.environ, RAY_DISABLE_USAGE_STATS="1")
+    p = subprocess.run([sys.executable, "-m", "orchestra", "run", str(cfg.path), "--summary-json", str(summary)],
+                       capture_output=True, text=True, timeout=90, env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    line = next(x for x in p.stdout.splitlines() if "balanced -> low" in x)
+    assert line.split()[:2] == ["rear", rear.node_id[:12]], p.stdout
+    doc = json.loads(summary.read_text())
+    lows = [d for d in doc["decisions"] if d["value"] == "low"]
+    assert lows and all(d["camera"] == "rear" and d["node_id"] == rear.node_id for d in lows), doc["decisions"]
