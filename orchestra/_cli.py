@@ -455,16 +455,6 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _duration(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not 0 < v < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
-    return v
-
-
 def _port(text: str) -> int:
     try:
         v = int(text)
@@ -599,6 +589,9 @@ def _positive(kind: type, what: str, most: float = float("inf")) -> Any:
             raise argparse.ArgumentTypeError(f"must be at most {most:g}, got {text!r}")
         return v
     return parse
+
+
+_duration = _positive(float, "a number of seconds")  # --duration of run and bench
 
 
 def _percent(text: str) -> float:
