@@ -188,3 +188,12 @@ def test_run_writes_results_where_the_summary_says(folder: pathlib.Path) -> None
     assert f"  {folder / 'out' / 'r.jsonl'} (jsonl): a, b" in summary.splitlines()
     assert f"  {folder / 'out' / 'arrays'}/ (npy stacks): c" in summary.splitlines()
     assert summary.rstrip().endswith("result: ok")
+
+
+def test_topk_labels_are_counted_against_the_output_classes(folder: pathlib.Path) -> None:
+    # convnet.pte's output 0 is [1, 10]: a 9-line labels file can't name its classes
+    (folder / "nine.txt").write_text("".join(f"class {i}\n" for i in range(9)), encoding="utf-8")
+    check(folder, HEAD + camera("a", 'post = { kind = "topk", labels = "nine.txt" }'), [
+        "camera[0].post.labels: nine.txt has 9 labels; output 0 of method 'forward' of models/convnet.pte holds "
+        "10 classes per frame",
+    ])

@@ -161,7 +161,7 @@ class CameraChecks(Checker):
                                      f"{source.params['fps']:g} fps (more than {self.limits.queue_warn_s:g} s: "
                                      f"stale frames and memory); a smaller queue keeps results fresh")
         placement = self.choice(t, "placement", path, ("thread", "process"), "thread")
-        post = self.check_post(path, t)
+        post = self.check_post(path, t, prog)
         sink = self.check_sink(path, t, name)
         bind, core = self.check_bind(path, t, prog, name)
         node = self.check_node(path, t)  # type: ignore[attr-defined]  # ClusterChecks

@@ -57,6 +57,21 @@ def import_class(checker: Checker, kp: str, spec: str, what: str, problem_of: An
     return obj
 
 
+def _classes(prog: Any, output: Any) -> int | None:
+    """How many scores output ``output`` of ``prog`` holds per frame (its last dimension,
+    when every size before it is 1 or it is batched [B, N]); None when unknown (no program
+    info, a dynamic or non-tensor output, or no such output)."""
+    outs = getattr(prog, "outputs", None)
+    if not outs or not isinstance(output, int) or isinstance(output, bool) or output >= len(outs):
+        return None
+    from ..program import TensorShapeDynamism
+
+    o = outs[output]
+    if o.dtype is None or not o.sizes or o.dynamism != TensorShapeDynamism.STATIC:
+        return None
+    return int(o.sizes[-1])
+
+
 def check_params(checker: Checker, path: str, cls: type, params: Mapping[str, Any], what: str) -> bool:
     """Whether ``params`` fit ``cls``'s constructor (reported at ``path`` when not)."""
     try:
@@ -72,8 +87,10 @@ def check_params(checker: Checker, path: str, cls: type, params: Mapping[str, An
 class PostChecks(Checker):
     """Checks a camera's ``post`` (:meth:`check_post`)."""
 
-    def check_post(self, path: str, t: dict[str, Any]) -> Any:
-        """The camera's :class:`PostConfig`, None without a ``post`` key, or _BAD."""
+    def check_post(self, path: str, t: dict[str, Any], prog: Any = None) -> Any:
+        """The camera's :class:`PostConfig`, None without a ``post`` key, or _BAD. ``prog``
+        (the camera's program info, when known) lets a top-k's labels be counted against the
+        classes its output holds."""
         if "post" not in t:
             return None
         sp = _join(path, "post")
@@ -84,7 +101,7 @@ class PostChecks(Checker):
         if kind is _BAD:
             return _BAD
         if kind == "topk":
-            return self.check_topk(sp, s)
+            return self.check_topk(sp, s, prog)
         kp = _join(sp, "kind")
         if ":" not in kind:
             self.err(kp, f"no post-process kind {kind!r} (kinds: {', '.join(POST_KINDS)}; or 'module:attr')"
@@ -100,7 +117,7 @@ class PostChecks(Checker):
             return _BAD
         return PostConfig(kind, params)
 
-    def check_topk(self, sp: str, s: dict[str, Any]) -> Any:
+    def check_topk(self, sp: str, s: dict[str, Any], prog: Any = None) -> Any:
         self.known(s, sp, _TOPK_KEYS)
         k = self.get(s, "k", sp, "positive_int", 5)
         if k is not _BAD and k > MAX_TOPK:
@@ -115,10 +132,16 @@ class PostChecks(Checker):
             from ..pipeline import load_labels
 
             try:
-                load_labels(labels)
+                names = load_labels(labels)
             except OrchestraError as exc:
                 self.err(_join(sp, "labels"), exc.message.replace(repr(str(labels)), repr(written)))
                 written = _BAD
+            else:
+                classes = _classes(prog, output)
+                if classes is not None and classes != len(names):
+                    self.err(_join(sp, "labels"), f"{written} has {len(names)} labels; output {output} of "
+                                                  f"{prog.where} holds {classes} classes per frame")
+                    written = _BAD
         if _any_bad(k, softmax, output, written):
             return _BAD
         params: dict[str, Any] = {"k": k, "softmax": softmax, "output": output}

@@ -32,6 +32,17 @@ class _Input:
     dynamism: int
 
 
+def _tensor_info(plan: Any, vi: int) -> _Input:
+    """dtype, sizes and dynamism of value ``vi`` of ``plan`` (no dtype: not a tensor)."""
+    from ..program import Tensor as TensorDef
+    from ..program import TensorShapeDynamism, numpy_dtype
+
+    t = plan.values[vi].val if 0 <= vi < len(plan.values) else None
+    if isinstance(t, TensorDef):
+        return _Input(numpy_dtype(t.scalar_type), tuple(t.sizes), t.shape_dynamism)
+    return _Input(None, (), TensorShapeDynamism.STATIC)
+
+
 @dataclass
 class _ProgramInfo:
     name: str
@@ -39,6 +50,7 @@ class _ProgramInfo:
     path: Path
     method: str
     inputs: list[_Input] | None = None  # None: the program couldn't be read
+    outputs: list[_Input] | None = None
     backends: tuple[str, ...] = ()
     npu_working_set: int = 0  # bytes one instance reserves on its NPU core
 
@@ -100,8 +112,7 @@ class ProgramChecks(Checker):
             self.program_configs.append(ProgramConfig(name, resolved, method))
 
     def load_program(self, info: _ProgramInfo, path: str) -> None:
-        from ..program import TensorShapeDynamism, load, loads, numpy_dtype
-        from ..program import Tensor as TensorDef
+        from ..program import load, loads
 
         p = _join(path, "path")
         if not info.path.exists():
@@ -127,14 +138,9 @@ class ProgramChecks(Checker):
                      f"{_hint(info.method, methods)}")
             return
         plan = prog.plan(info.method)
-        inputs = []
-        for vi in plan.inputs:
-            t = plan.values[vi].val if 0 <= vi < len(plan.values) else None
-            if isinstance(t, TensorDef):
-                inputs.append(_Input(numpy_dtype(t.scalar_type), tuple(t.sizes), t.shape_dynamism))
-            else:
-                inputs.append(_Input(None, (), TensorShapeDynamism.STATIC))
+        inputs = [_tensor_info(plan, vi) for vi in plan.inputs]
         info.inputs = inputs
+        info.outputs = [_tensor_info(plan, vi) for vi in plan.outputs]
         backends: list[str] = []
         for d in plan.delegates:
             if d.id not in backends:
