@@ -528,6 +528,10 @@ async def test_keyed_routes_through_a_pool_with_a_key() -> None:
                 np.testing.assert_allclose(r.outputs[0], ref.execute([r.frame.data])[0], rtol=1e-6)
         st = group["cam-a"].statistics()
         assert st.executor_info is not None and st.executor_info["key"] == "cam-a"
+        for n in ("i0", "i1"):  # each frame's latency reached the instance that ran it (latency_target)
+            inst = pool.instances[n]
+            assert inst.frame_latency.count == runs[n] and inst.serves_pipeline == (runs[n] > 0)
+        assert all(r.options is not None for sink in sinks.values() for r in sink.results)
 
 
 # --- sources -------------------------------------------------------------------------------

@@ -85,14 +85,30 @@ class FrameDropped(OrchestraError):
 
 
 class _Keyed:
-    __slots__ = ("key", "pool")
+    __slots__ = ("detail", "key", "pool")
 
     def __init__(self, pool: Any, key: Any) -> None:
         self.pool = pool
         self.key = key
+        # An orchestrator Pool (it routes keys): ask for the Execution, so results carry the
+        # options their frame ran with, and frame latencies can reach the instance that ran it.
+        self.detail = callable(getattr(pool, "routed_to", None))
 
-    async def execute(self, inputs: list[Any]) -> list[Any]:
+    async def execute(self, inputs: list[Any]) -> Any:
+        if self.detail:
+            return await self.pool.execute(inputs, key=self.key, detail=True)
         return await self.pool.execute(inputs, key=self.key)
+
+    def record_frame_latency(self, seconds: float) -> None:
+        """Hands a processed frame's latency to the pool's instance this key is routed to
+        (its ``latency_target`` policy measures frames); nothing for other executors."""
+        if not self.detail:
+            return
+        name = self.pool.routed_to(self.key)
+        inst = getattr(self.pool, "instances", {}).get(name) if name is not None else None
+        record = getattr(inst, "record_frame_latency", None)
+        if record is not None:
+            record(seconds)
 
     def describe(self) -> Mapping[str, Any]:
         describe = getattr(self.pool, "describe", None)
