@@ -10,9 +10,11 @@ failed, the frames came on schedule, >= 99 % of them were processed and the p99 
 
 Runners (``--runners``, default all):
 
-- ``orchestra-thread`` / ``orchestra-process``: ``orchestra bench``'s own search
-  (``orchestra._bench.bench``) on a config of one synthetic camera, default settings
-  (queue 8, drop_oldest), ``placement = "thread"`` or ``"process"``, for each ``.pte`` in
+- ``orchestra-default`` / ``orchestra-thread`` / ``orchestra-process``: ``orchestra bench``'s
+  own search (``orchestra._bench.bench``) on a config of one synthetic camera, default
+  settings (queue 8, drop_oldest), no ``placement`` key (the default, ``"auto"``: process
+  placement for a CPU program on a machine with more than one CPU) or ``placement =
+  "thread"`` or ``"process"``, for each ``.pte`` in
   ``--pte`` (``portable``: orchestra's numpy kernels; ``xnnpack``: the XNNPACK-lowered file
   through orchestra's XNNPACK backend);
 - ``executorch``: one Python thread per camera, each with its own ``Method`` of ExecuTorch's
@@ -31,7 +33,7 @@ load: run it twice before believing a difference of one or two cameras. About 3-
 with the defaults on a 2-vCPU VM.
 
     python benchmarks/bench_capacity.py [--duration 5] [--fps 30] [--p99-ms 100]
-        [--max-streams 48] [--runners orchestra-thread,orchestra-process,executorch,onnxruntime]
+        [--max-streams 48] [--runners orchestra-default,orchestra-thread,orchestra-process,executorch,onnxruntime]
         [--pte portable,xnnpack] [--cache-dir DIR]
 """
 
@@ -60,7 +62,7 @@ from orchestra._bench import BenchOptions, Step, Trial, bench, render_step, sear
 from orchestra.config import load_config  # noqa: E402
 
 MODEL = "mobilenet_v3"
-RUNNERS = ("orchestra-thread", "orchestra-process", "executorch", "onnxruntime")
+RUNNERS = ("orchestra-default", "orchestra-thread", "orchestra-process", "executorch", "onnxruntime")
 CPUS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
@@ -192,14 +194,15 @@ path = "{pte}"
 [[camera]]
 name = "cam"
 source = {{ kind = "synthetic", fps = {fps}, shape = [1, 3, 224, 224], dtype = "float32", seed = 1 }}
-placement = "{placement}"
+{placement}
 """
 
 
 def _orchestra(pte: pathlib.Path, placement: str, args: argparse.Namespace, on_step: Callable[[Step], None],
                tmp: pathlib.Path) -> int:
     cfg_path = tmp / f"{pte.stem}.{placement}.toml"
-    cfg_path.write_text(CONFIG.format(model=MODEL, pte=pte.as_posix(), fps=args.fps, placement=placement),
+    line = "" if placement == "default" else f'placement = "{placement}"'  # default: no key, what users get
+    cfg_path.write_text(CONFIG.format(model=MODEL, pte=pte.as_posix(), fps=args.fps, placement=line),
                         encoding="utf-8")
     config = load_config(cfg_path)
     result = bench(config, BenchOptions(fps=args.fps, p99_ms=args.p99_ms, duration_s=args.duration,

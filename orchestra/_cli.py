@@ -637,7 +637,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if args.batch:
         copies_config(config, 1, dataclasses.replace(options, batch=True))
     _, cap, why = binding_plan(config, cam, 1)
-    placement = options.placement or cam.placement
+    placement = options.placement or (f"auto: {cam.placement}" if cam.auto_placement else cam.placement)
     _write(sys.stdout, f"orchestra bench {os.path.basename(args.file)}: copies of camera {cam.name!r} "
                        f"({placement} placement) at {options.fps:g} fps, held when p99 <= {options.p99_ms:g} ms and "
                        f">= {args.min_processed:g} % of frames processed; {options.duration_s:g} s per step, "

@@ -892,14 +892,18 @@ def render_summary(r: RunResult) -> str:
     lines += _table([[printable(cam), ", ".join(f"{label}: {k}" for label, k in sets) or "none"]
                      for cam, sets in r.executions.items()], indent="  ")
     lines += ["", "instances"]
-    irows = [["instance", "pool", "state", "executes", "failures", "restarts", "replacements", "exec p50 ms",
-              "exec p99 ms", "threads", "last error"]]
+    irows = [["instance", "pool", "state", "placement", "executes", "failures", "restarts", "replacements",
+              "exec p50 ms", "exec p99 ms", "threads", "last error"]]
+    auto = {c.name for c in cfg.cameras if c.auto_placement}  # placement chosen by "auto", not written
     for s in r.instances:
         threads = s.threads.format() if s.threads is not None else "-"
-        irows.append([printable(s.name), s.pool, s.state, str(s.executes), str(s.failures), str(s.restarts),
-                      str(s.replacements), fmt_ms(s.latency.p50), fmt_ms(s.latency.p99), threads,
+        placement = s.threads.placement if s.threads is not None else "-"
+        if s.name in auto and s.threads is not None:
+            placement += " (auto)"
+        irows.append([printable(s.name), s.pool, s.state, placement, str(s.executes), str(s.failures),
+                      str(s.restarts), str(s.replacements), fmt_ms(s.latency.p50), fmt_ms(s.latency.p99), threads,
                       _short(s.last_error or "-", 100)])
-    lines += _table(irows, right={3, 4, 5, 6, 7, 8}, indent="  ")
+    lines += _table(irows, right={4, 5, 6, 7, 8, 9}, indent="  ")
     lines += ["", f"policy decisions ({len(r.decisions)})"]
     lines += decision_table(r.decisions) or ["  none"]
     if r.engine is not None:
@@ -1001,6 +1005,7 @@ def _status_doc(config: Config, rows: Sequence[CameraRow], executions: Mapping[s
         insts.append({"name": s.name, "pool": s.pool, "state": s.state, "executes": s.executes, "failures": s.failures,
                       "rejected": getattr(s, "rejected", 0), "restarts": s.restarts, "replacements": s.replacements,
                       "execute_latency_s": {"p50": _num(s.latency.p50), "p99": _num(s.latency.p99)},
+                      "placement": s.threads.placement if s.threads is not None else None,
                       "threads": s.threads.format() if s.threads is not None else None,
                       "options": _jsonable(s.options), "last_error": s.last_error})
     decs = [{"t_s": round(d.t, 4), "time": _iso(d.wall), "instance": d.instance, "what": d.what,

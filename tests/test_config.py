@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from orchestra import _cli
+from orchestra.config import cameras as _cameras
 from orchestra.config import (
     CameraConfig,
     Config,
@@ -109,7 +110,7 @@ CASES: list[tuple[str, str, list[str]]] = [
      ['camera[0].placement: "process" can\'t reach npu_sim devices: simulated devices live in the orchestra process; '
       'use placement = "thread" for this camera']),
     ("unknown placement", PLAIN_PROGRAM + camera("front", 'placement = "proces"'),
-     ["camera[0].placement: 'proces' is not one of thread, process; did you mean 'process'?"]),
+     ["camera[0].placement: 'proces' is not one of auto, thread, process; did you mean 'process'?"]),
     ("unknown key in a source", PROGRAM + NPU4 + camera(
         "front", 'bind = { "npu0.core" = 0 }', 'source = { kind = "synthetic", fps = 30, sead = 1 }'),
      ["camera[0].source.sead: unknown key (known keys: kind, fps, shape, dtype, seed, count); did you mean 'seed'?"]),
@@ -551,11 +552,22 @@ def test_make_models_reproduces_the_committed_program() -> None:
         assert mod.tiny_onnx() == (MODELS / "tiny.onnx").read_bytes()
 
 
-def test_placement_defaults_to_thread_and_process_reaches_the_instance_spec(folder: pathlib.Path) -> None:
-    cfg = load_config(write(folder, PLAIN_PROGRAM + camera("a", 'placement = "process"') + camera("b")))
-    a, b = cfg.cameras
-    assert (a.placement, b.placement) == ("process", "thread")
-    assert (a.instance_spec().placement, b.instance_spec().placement) == ("process", "thread")
+def test_placement_is_written_or_auto_and_reaches_the_instance_spec(folder: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = (PLAIN_PROGRAM + camera("a", 'placement = "process"') + camera("b", 'placement = "thread"') + camera("c"))
+    cfg = load_config(write(folder, text))
+    assert [(c.placement, c.auto_placement) for c in cfg.cameras] == [("process", False), ("thread", False),
+                                                                       ("process" if _cameras._usable_cpus() > 1 else "thread", True)]
+    assert [c.instance_spec().placement for c in cfg.cameras] == [c.placement for c in cfg.cameras]
+    # "auto" (the default): a CPU program goes to a worker process when there is more than one CPU
+    # to use (threads of one process share about one core), a thread on one CPU
+    monkeypatch.setattr(_cameras, "_usable_cpus", lambda: 2)
+    assert load_config(write(folder, PLAIN_PROGRAM + camera("c"))).cameras[0].placement == "process"
+    monkeypatch.setattr(_cameras, "_usable_cpus", lambda: 1)
+    assert load_config(write(folder, PLAIN_PROGRAM + camera("c"))).cameras[0].placement == "thread"
+    # ... and a camera on an NPU core, or a program delegating to npu_sim, stays on a thread
+    monkeypatch.setattr(_cameras, "_usable_cpus", lambda: 8)
+    cfg = load_config(write(folder, PROGRAM + NPU4 + camera("front", 'bind = { "npu0.core" = 0 }') + camera("rear")))
+    assert [(c.placement, c.auto_placement) for c in cfg.cameras] == [("thread", True), ("thread", True)]
 
 
 # -- audit regressions: a config can't run code, exhaust memory, block, or hide its failure ----

@@ -205,12 +205,13 @@ def test_orchestra_run_batches_cameras_and_shows_the_batch_sizes(folder: pathlib
     assert max(int(k) for k in table["dyn4"][7].replace("x", " ").split()[::2]) > 1  # frames did share executes
     # each batch ran on one of its cameras' instances: those executes add up to the batches
     start = lines.index("instances")
+    head = re.split(r"\s{2,}", lines[start + 1].strip())
     executes = {}
     for line in lines[start + 2:]:
         if not line.strip():
             break
-        cells = line.split()
-        executes[cells[0]] = int(cells[3])
+        cells = dict(zip(head, re.split(r"\s{2,}", line.strip())))
+        executes[cells["instance"]] = int(cells["executes"])
     assert sum(executes[c] for c in "abcde") == int(table["dyn4"][2])
     assert sum(executes[c] for c in ("m1", "m2", "m3")) == int(table["mlp2"][2])
     assert executes["b"] + executes["d"] > 0 and executes["a"] + executes["c"] + executes["e"] > 0  # both placements

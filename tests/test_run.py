@@ -83,6 +83,20 @@ def _check_accounting(out: str, names: tuple[str, ...] = NAMES) -> dict[str, dic
     return table
 
 
+def _instance_rows(out: str) -> dict[str, dict[str, str]]:
+    """The summary's "instances" table: instance name -> {column header: cell}."""
+    lines = out.splitlines()
+    start = lines.index("instances")
+    head = re.split(r"\s{2,}", lines[start + 1].strip())
+    rows = {}
+    for line in lines[start + 2:]:
+        if not line.strip():
+            break
+        cells = dict(zip(head, re.split(r"\s{2,}", line.strip())))
+        rows[cells["instance"]] = cells
+    return rows
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -376,12 +390,12 @@ def test_ctrl_c_on_the_process_group_reaches_only_the_parent(tmp_path: pathlib.P
     table = _check_accounting(out, ("a", "b"))
     assert all(row["failed"] == 0 for row in table.values()), table
     assert "result: interrupted (SIGINT); queues drained" in out
-    inst = {line.split()[0]: line.split() for line in out.splitlines()[out.splitlines().index("instances") + 2:]
-            if line.strip() and line.split()[0] in ("a", "b")}
+    inst = _instance_rows(out)
     assert set(inst) == {"a", "b"}, out
-    assert all(cells[4] == "0" and cells[5] == "0" for cells in inst.values()), inst  # failures, restarts
+    assert all(row["placement"] == "process" for row in inst.values()), inst
+    assert all(row["failures"] == "0" and row["restarts"] == "0" for row in inst.values()), inst
     if when == "running":
-        assert all(int(cells[3]) > 0 for cells in inst.values()), inst  # executes
+        assert all(int(row["executes"]) > 0 for row in inst.values()), inst
 
 
 # -- failures make the exit status 1 -----------------------------------------------------------
@@ -445,9 +459,8 @@ def test_frames_the_instance_rejects_are_noted_not_failures(tmp_path: pathlib.Pa
     assert "result: ok" in r.stdout and "result: FAILED" not in r.stdout
     assert "note: a: 10 frames rejected by the instance, not a failure (last: " in r.stdout
     assert "does not fit" in r.stdout or "expected" in r.stdout
-    inst = next(line.split() for line in r.stdout.splitlines() if line.strip().startswith("a ") and "npu" not in line
-                and len(line.split()) > 6 and line.split()[2] in ("running", "paused"))
-    assert inst[4] == "0", inst  # the instance's failures column: none
+    inst = _instance_rows(r.stdout)["a"]
+    assert inst["state"] in ("running", "paused") and inst["failures"] == "0", inst  # the instance: no failures
 
 
 BROKEN_BACKEND = """
@@ -500,11 +513,10 @@ def test_an_instance_that_fails_permanently_exits_1(tmp_path: pathlib.Path) -> N
     assert r.returncode == 1, r.stdout + r.stderr
     table = _check_accounting(r.stdout, ("a",))
     assert table["a"]["produced"] == 30 and table["a"]["processed"] == 0 and table["a"]["failed"] == 30, table
-    inst = next((line.split() for line in r.stdout.splitlines() if line.strip().startswith("a ") and "failed" in line
-                 and "broken" in line), None)
-    assert inst is not None, r.stdout
+    inst = _instance_rows(r.stdout).get("a")
+    assert inst is not None and inst["pool"] == "broken", r.stdout
     # state, executes, failures (5 per Method: 4 Methods), restarts (max_restarts 3)
-    assert inst[2:6] == ["failed", "0", "20", "3"], inst
+    assert [inst[k] for k in ("state", "executes", "failures", "restarts")] == ["failed", "0", "20", "3"], inst
     assert "result: FAILED" in r.stdout
     assert re.search(r"^  instance a failed permanently: .*accelerator lost", r.stdout, re.M), r.stdout
 

@@ -76,9 +76,11 @@ Schema (every table rejects keys it doesn't know, naming the known ones)::
     drop = "drop_oldest"            # drop_oldest | drop_newest | block
     deadline_ms = 200               # frames older than this are dropped (optional)
     inflight = 1                    # frames between stream and sink at once (default 1)
-    placement = "thread"            # thread | process: "process" runs the instance in a worker
-                                    #   process (scales numpy-interpreted programs across cores;
-                                    #   not with npu_sim devices, which live in this process)
+    placement = "auto"              # auto (default) | thread | process: "process" runs the instance
+                                    #   in a worker process (scales numpy-interpreted programs
+                                    #   across cores; not with npu_sim devices, which live in this
+                                    #   process); "auto": process for a program on the CPU when
+                                    #   orchestra has more than one CPU, else thread
     post = { kind = "topk", k = 5, labels = "labels.txt" }
         # optional: outputs -> value. topk: k (default 5), labels (a file, one label per line,
         #   relative to this file), softmax (default false), output (default 0);
