@@ -1,0 +1,254 @@
+"""``Orchestrator(cluster=...)`` on a REAL local Ray cluster: a head and a second node started
+with ``ray start`` on 127.0.0.1, each advertising one camera and one NPU core as Ray custom
+resources. Each instance's Method runs in a Ray actor that requests exactly its binding, so
+it lands on the node wired to it; the driver keeps the resource accounting and the policy
+engine. Expected outputs come from a local instance of the same real ``.pte``.
+
+Skipped when Ray (the ``ray`` extra) is not importable. The cluster is started once for this
+module; the test that kills a node runs last. Run these tests alone (they start Ray nodes):
+``flock /tmp/ray_tests.lock pytest tests/test_cluster_api.py``."""
+
+from __future__ import annotations
+
+import functools
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import pytest
+
+import orchestra
+from orchestra import Error
+from orchestra.backends.npu_sim import NpuDevice, register_device, unregister_device
+from orchestra.orchestrator import (
+    ClusterError,
+    InstanceFailedError,
+    InstanceSpec,
+    NpuSimResource,
+    Orchestrator,
+    PlacementError,
+    ResourceError,
+    RestartPolicy,
+)
+
+from _ray_cluster import RayCluster, ray, register_npu
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+MODEL = ROOT / "examples" / "models" / "convnet_npu.pte"
+LINKS = {"front": 0, "rear": 1}
+HEAD = {"camera.front": 1, "npu0.core.0": 1}
+EDGE_B = {"camera.rear": 1, "npu0.core.1": 1}
+NPU = "NpuSimBackend"
+
+pytestmark = [pytest.mark.timeout(120),
+              pytest.mark.skipif(ray is None, reason="needs Ray (pip install 'orchestra[ray]')")]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[RayCluster]:
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="orc-rayapi-", dir="/tmp"))  # Ray's socket paths must stay short
+    c = RayCluster(tmp)
+    try:
+        c.start(HEAD, head=True)
+        c.wait_nodes(1)
+        c.start(EDGE_B, head=False)
+        c.wait_nodes(2)
+        import _ray_cluster
+        ray.cloudpickle.register_pickle_by_value(_ray_cluster)  # the actors' initializer, by value
+        ray.shutdown()  # the orchestrators connect themselves
+        yield c
+    finally:
+        c.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def npu() -> Iterator[NpuDevice]:
+    """The driver's view of the device: its cores and camera links, for the accounting."""
+    dev = register_device(NpuDevice("npu0", cores=2, links=LINKS, time_scale=0.0))
+    try:
+        yield dev
+    finally:
+        unregister_device("npu0")
+
+
+def _nodes(address: str) -> dict[str, str]:
+    """resource (camera.X, npu0.core.N) -> node id, and node id -> its address, from Ray's
+    own view of the cluster."""
+    import ray as r
+
+    r.init(address=address, logging_level="ERROR", log_to_driver=False, configure_logging=False)
+    try:
+        out = {k: n["NodeID"] for n in r.nodes() if n["Alive"] for k in n["Resources"]
+               if k.startswith(("camera.", "npu0."))}
+        out.update({n["NodeID"]: n["NodeManagerAddress"] for n in r.nodes() if n["Alive"]})
+        return out
+    finally:
+        r.shutdown()
+
+
+def _orch(cluster: RayCluster, npu: NpuDevice, **kw: Any) -> Orchestrator:
+    return Orchestrator(resources=[NpuSimResource(npu)], period=None, cluster=cluster.address,
+                        process_initializer=functools.partial(register_npu, "npu0", 2, LINKS), **kw)
+
+
+def _frames(n: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(7)
+    return [rng.standard_normal((1, 3, 16, 16)).astype(np.float32) for _ in range(n)]
+
+
+def _local(frames: list[np.ndarray], core: int) -> list[np.ndarray]:
+    m = orchestra.load_program(MODEL).load_method("forward", backend_options={NPU: {"device": "npu0", "core": core}})
+    try:
+        return [m.execute([x])[0] for x in frames]
+    finally:
+        m.close()
+
+
+class Battery:
+    """A SignalSource the test sets."""
+
+    name = "battery"
+
+    def __init__(self, percent: float) -> None:
+        self.values: dict[str, Any] = {"battery.percent": percent}
+
+    def read(self) -> Mapping[str, Any]:
+        return dict(self.values)
+
+
+def test_import_orchestra_without_a_cluster_never_imports_ray() -> None:
+    code = ("import sys, orchestra, orchestra.orchestrator; orchestra.Orchestrator(); "
+            "assert 'ray' not in sys.modules, 'ray imported'; print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+@pytest.mark.anyio
+async def test_an_address_nobody_listens_on_fails_at_once(npu: NpuDevice) -> None:
+    from _ray_cluster import free_port
+
+    port = free_port()
+    orch = Orchestrator(resources=[NpuSimResource(npu)], cluster=f"127.0.0.1:{port}")
+    with pytest.raises(ClusterError, match=rf"can't connect to the Ray cluster at '127.0.0.1:{port}'") as e:
+        async with orch:
+            pass
+    assert e.value.code == Error.AccessFailed
+
+
+@pytest.mark.anyio
+async def test_instances_run_on_the_node_with_their_core_and_match_a_local_run(cluster: RayCluster, npu: NpuDevice) -> None:
+    where = _nodes(cluster.address)
+    assert where["npu0.core.0"] != where["npu0.core.1"]
+    frames = _frames(4)
+    want = {0: _local(frames, 0), 1: _local(frames, 1)}
+    async with _orch(cluster, npu) as orch:
+        pool = await orch.load(MODEL, instances=[InstanceSpec("front", bind={"npu0.core": 0}),
+                                                 InstanceSpec("rear", bind={"camera": "rear"})])
+        for name, core in (("front", 0), ("rear", 1)):
+            s = pool[name].statistics()
+            assert s.node == where[f"npu0.core.{core}"] and s.node_address == where[s.node]
+            assert s.threads is not None and s.threads.placement == "ray"
+            for x, y in zip(frames, want[core]):
+                out = await pool[name].execute([x])
+                np.testing.assert_array_equal(out[0], y)
+        assert pool["front"].statistics().executes == 4
+        # the driver still holds the bindings: a third instance on core 1 is refused here
+        with pytest.raises(ResourceError, match="npu0.core"):
+            await pool.add(InstanceSpec("again", bind={"npu0.core": 1}))
+
+
+@pytest.mark.anyio
+async def test_a_policy_change_applies_at_the_next_execute_and_explain_names_the_node(cluster: RayCluster,
+                                                                                        npu: NpuDevice) -> None:
+    where = _nodes(cluster.address)
+    battery = Battery(90)
+    policy = orchestra.policies.BatteryPolicy(low=20, high=30, low_options={NPU: {"power_mode": "low"}})
+    async with _orch(cluster, npu, policies=[policy], signals=[battery]) as orch:
+        pool = await orch.load(MODEL, instances=[InstanceSpec("rear", bind={"npu0.core": 1})])
+        x = _frames(1)[0]
+        before = await pool["rear"].execute([x], detail=True)
+        assert before.options[NPU]["power_mode"] == "balanced"
+        battery.values["battery.percent"] = 10
+        await orch.refresh()
+        after = await pool["rear"].execute([x], detail=True)
+        assert after.options[NPU]["power_mode"] == "low"  # what the actor's Method ran with
+        assert pool["rear"].options()[NPU]["power_mode"] == "low"
+        e = orch.explain()["rear"][NPU]["power_mode"]
+        assert e.value == "low" and e.in_force and e.source == "policy"
+        node = where["npu0.core.1"]
+        assert e.node == node and e.node_address == where[node]
+        assert f"rear on node {node[:8]} ({where[node]}) {NPU}.power_mode = 'low'" in orch.explain().format()
+        np.testing.assert_array_equal(after.outputs[0], before.outputs[0])  # a power mode changes time, not values
+
+
+@pytest.mark.anyio
+async def test_a_binding_no_node_has_fails_load_naming_the_resource_and_each_node(cluster: RayCluster) -> None:
+    dev = NpuDevice("npu9", cores=4, time_scale=0.0)
+    register_device(dev)
+    try:
+        async with Orchestrator(resources=[NpuSimResource(dev)], period=None, cluster=cluster.address) as orch:
+            with pytest.raises(PlacementError) as e:
+                await orch.load(MODEL, instances=[InstanceSpec("side", bind={"npu9.core": 3})])
+            msg = str(e.value)
+            assert isinstance(e.value, ResourceError) and e.value.code == Error.OutOfResources
+            assert "instance 'side' needs Ray resources npu9.core.3=1: no live node advertises npu9.core.3" in msg
+            assert "npu0.core.0=1" in msg and "npu0.core.1=1" in msg and "camera.rear=1" in msg  # each node's resources
+            assert not orch.pools and orch.resources.holders() == {}  # all or nothing: nothing held
+    finally:
+        unregister_device("npu9")
+
+
+@pytest.mark.anyio
+async def test_aclose_leaves_no_actors(cluster: RayCluster, npu: NpuDevice) -> None:
+    async with _orch(cluster, npu) as orch:
+        pool = await orch.load(MODEL, instances=[InstanceSpec("front", bind={"npu0.core": 0}),
+                                                 InstanceSpec("rear", bind={"npu0.core": 1})])
+        await pool["front"].execute([_frames(1)[0]])
+    import ray as r
+
+    r.init(address=cluster.address, logging_level="ERROR", log_to_driver=False, configure_logging=False)
+    try:
+        from ray.util.state import list_actors
+        alive = [a for a in r._private.state.actors().values() if a["State"] != "DEAD"]
+        assert alive == []
+        free = r.available_resources()
+        assert free.get("npu0.core.0") == 1 and free.get("npu0.core.1") == 1
+    finally:
+        r.shutdown()
+
+
+@pytest.mark.anyio
+async def test_a_node_that_dies_fails_its_instance_naming_it_and_the_other_runs_on(cluster: RayCluster,
+                                                                                   npu: NpuDevice) -> None:
+    """Runs last: it takes the second node down."""
+    where = _nodes(cluster.address)
+    frames = _frames(2)
+    want = _local(frames, 0)
+    async with _orch(cluster, npu) as orch:
+        pool = await orch.load(MODEL, instances=[
+            InstanceSpec("front", bind={"npu0.core": 0}),
+            InstanceSpec("rear", bind={"npu0.core": 1}, restart=RestartPolicy(max_restarts=2, backoff_s=0))])
+        await pool["rear"].execute([frames[0]])
+        cluster.kill(cluster.procs[1])
+        with pytest.raises(InstanceFailedError) as e:
+            await pool["rear"].execute([frames[0]])
+        node = where["npu0.core.1"][:8]
+        assert f"its node {node} ({where[where['npu0.core.1']]}) died and no other live node has npu0.core.1=1" in str(e.value)
+        s = pool["rear"].statistics()
+        assert s.state == "failed" and node in (s.last_error or "")
+        with pytest.raises(InstanceFailedError, match=f"node {node}"):
+            await pool["rear"].execute([frames[0]])
+        for x, y in zip(frames, want):  # the other node's instance keeps executing
+            np.testing.assert_array_equal((await pool["front"].execute([x]))[0], y)
+        assert pool["front"].statistics().state == "running"
