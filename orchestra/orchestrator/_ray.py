@@ -441,11 +441,12 @@ class RayWorker(Worker):
                           f"{_fmt_res(self.resources)} ({perr})")
                 err = InstanceFailedError(f"instance {self.instance!r} failed: {reason}", instance=self.instance)
                 err.__cause__ = exc
-                self.pending.append((fut, False, err))
                 m, self.method = self.method, None
                 if isinstance(m, _RemoteMethod):
                     m.kill()
-                self._fail(reason, exc)
+                self._fail(reason, exc)  # the loop marks the instance failed first, then its caller hears
+                self.pending.append((fut, False, err))
+                self._flush()
                 return False
         verdict, reason, answer = self._judge_failure(fut, exc, fatal=True)
         self.pending.append(answer)
