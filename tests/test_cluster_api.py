@@ -11,8 +11,10 @@ module; the test that kills a node runs last. Run these tests alone (they start 
 from __future__ import annotations
 
 import functools
+import os
 import pathlib
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -29,6 +31,7 @@ from orchestra import Error
 from orchestra.backends.npu_sim import NpuDevice, register_device, unregister_device
 from orchestra.orchestrator import (
     ClusterError,
+    ExecuteError,
     InstanceFailedError,
     InstanceSpec,
     NpuSimResource,
@@ -192,6 +195,40 @@ async def test_a_policy_change_applies_at_the_next_execute_and_explain_names_the
         assert e.node == node and e.node_address == where[node]
         assert f"rear on node {node[:8]} ({where[node]}) {NPU}.power_mode = 'low'" in orch.explain().format()
         np.testing.assert_array_equal(after.outputs[0], before.outputs[0])  # a power mode changes time, not values
+
+
+@pytest.mark.anyio
+async def test_move_starts_the_instance_on_the_node_of_its_new_core(cluster: RayCluster, npu: NpuDevice) -> None:
+    where = _nodes(cluster.address)
+    frames = _frames(2)
+    async with _orch(cluster, npu) as orch:
+        pool = await orch.load(MODEL, instances=[InstanceSpec("cam", bind={"npu0.core": 0})])
+        assert pool["cam"].statistics().node == where["npu0.core.0"]
+        assert await pool.move("cam", {"npu0.core": 1})
+        for x, y in zip(frames, _local(frames, 1)):
+            np.testing.assert_array_equal((await pool["cam"].execute([x]))[0], y)
+        s = pool["cam"].statistics()
+        assert s.node == where["npu0.core.1"] and s.options[NPU]["core"] == 1
+        assert dict(orch.resources.holders()) == {("npu0.core", 1): ("cam",)}  # the old core is free again
+
+
+@pytest.mark.anyio
+async def test_a_crashed_actor_restarts_on_a_node_that_has_its_resources(cluster: RayCluster, npu: NpuDevice) -> None:
+    import ray as r
+
+    where = _nodes(cluster.address)
+    x = _frames(1)[0]
+    async with _orch(cluster, npu) as orch:
+        pool = await orch.load(MODEL, instances=[InstanceSpec("front", bind={"npu0.core": 0})])
+        want = await pool["front"].execute([x])
+        (pid,) = [a["Pid"] for a in r._private.state.actors().values()
+                  if a["State"] == "ALIVE" and a["ActorClassName"].endswith("_InstanceActor")]
+        os.kill(pid, signal.SIGKILL)  # the actor's worker process dies; its node lives on
+        with pytest.raises(ExecuteError, match=rf"its Ray actor on node {where['npu0.core.0'][:8]} .* died"):
+            await pool["front"].execute([x])
+        np.testing.assert_array_equal((await pool["front"].execute([x]))[0], want[0])  # a new actor
+        s = pool["front"].statistics()
+        assert (s.state, s.restarts, s.failures, s.node) == ("running", 1, 1, where["npu0.core.0"])
 
 
 @pytest.mark.anyio

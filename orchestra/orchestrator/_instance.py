@@ -237,7 +237,7 @@ class Instance:
         extra: dict[str, Any] = {}
         if cluster is not None:  # the Method runs in a Ray actor on the node with the binding's resources
             cls: type[Any] = RayWorker
-            extra = {"cluster": cluster, "reservation": self.reservation, "capacity": self._orch.resources._capacity}
+            extra = {"cluster": cluster, "reservation": lambda: self.reservation, "capacity": self._orch.resources._capacity}
         else:
             cls = ProcessWorker if self.spec.placement == "process" else Worker
         w = cls(instance=self.name, pool=self.pool.name, program=self.pool.program, method_name=self.pool.method,

@@ -362,13 +362,17 @@ class RayWorker(Worker):
     boundaries, restarts) calls the actor for each execute. ``node_id``/``address``: where
     the actor runs now."""
 
-    def __init__(self, *, cluster: RayCluster, reservation: Reservation, capacity: Callable[[Slot], int | None],
-                 initializer: Callable[[], None] | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, cluster: RayCluster, reservation: Callable[[], Reservation],
+                 capacity: Callable[[Slot], int | None], initializer: Callable[[], None] | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.cluster = cluster
         self.initializer = initializer
-        self.resources = ray_resources(reservation, capacity)
-        self.cpus_bound = reservation.cpus
+        self.reservation = reservation  # the instance's, now (Pool.move replaces it)
+        self.capacity = capacity
+        held = reservation()
+        self.resources = ray_resources(held, capacity)
+        self.cpus_bound = held.cpus
         self.node_id: str | None = None
         self.address: str | None = None
         self._lost: set[str] = set()  # nodes whose actor died and that no longer answer
@@ -386,13 +390,14 @@ class RayWorker(Worker):
     def _pin(self, cpus: tuple[int, ...] | None) -> None:
         """The driver thread only waits on the actor: CPU placement is the actor's ``CPU`` resource."""
 
-    def _load(self) -> Any:
+    def _load(self, resources: Mapping[str, float] | None = None) -> Any:
         ray = self.cluster.ray
+        resources = self.resources if resources is None else resources
         lost = ""
         if self._lost:
             lost = f"its node{'s' if len(self._lost) > 1 else ''} {', '.join(i[:8] for i in self._lost)} died; "
-        self.cluster.check(self.instance, self.resources, self._lost, lost)
-        res = dict(self.resources)
+        self.cluster.check(self.instance, resources, self._lost, lost)
+        res = dict(resources)
         num_cpus = res.pop("CPU", 0.0)
         blas = self.threads.for_process(self.cpus_bound)[0] if self.threads is not None else None
         actor = self.cluster.actor_cls.options(
@@ -404,7 +409,7 @@ class RayWorker(Worker):
         except ray.exceptions.GetTimeoutError:
             ray.kill(actor)
             raise ClusterError(f"instance {self.instance!r}: its Ray actor did not start within "
-                               f"{self.cluster.start_timeout_s:g} s on a node with {_fmt_res(self.resources)} "
+                               f"{self.cluster.start_timeout_s:g} s on a node with {_fmt_res(resources)} "
                                f"(are they taken by other actors?)") from None
         except ray.exceptions.RayActorError as exc:
             ray.kill(actor)
@@ -417,8 +422,37 @@ class RayWorker(Worker):
         address = next((n.address for n in cluster_nodes() if n.node_id == node_id), address)  # as Ray names it
         self.node_id, self.address, self.blas = node_id, address, blas_in_force
         _log.info("instance placed on a Ray node", instance=self.instance, node=node_id, address=address,
-                  resources=_fmt_res(self.resources))
+                  resources=_fmt_res(resources))
         return _RemoteMethod(self, actor, node_id, address, options)
+
+    def _boundary(self) -> None:
+        """Option changes at an execute boundary; a move (``Pool.move``: the instance's
+        reservation now asks for other Ray resources) starts a new actor where they are,
+        loaded with the desired options, swaps it in and ends the old one."""
+        held = self.reservation()
+        want = ray_resources(held, self.capacity)
+        if want == self.resources or self.method is None:
+            super()._boundary()
+            return
+        self._flush()
+        changes = list(self.mailbox)
+        self.mailbox.clear()
+        shared = sorted(k for k in want if k in self.resources and k != "CPU")
+        try:
+            if shared:
+                raise ClusterError(f"instance {self.instance!r}: can't move on a cluster to a binding that keeps "
+                                   f"Ray resource(s) {', '.join(shared)} (its new actor would wait for the old one's)",
+                                   Error.NotSupported)
+            new = self._load(want)
+        except Exception as exc:  # noqa: BLE001 - the move fails; the old actor and binding stay
+            for ch in changes:
+                self._ack(ch, exc)
+            return
+        old, self.method = self.method, new
+        self.resources, self.cpus_bound = want, held.cpus
+        old.close()
+        for ch in changes:  # the new actor loaded the desired options: every queued change is in force
+            self._ack(ch, None)
 
     def kill(self) -> None:
         """Kills the actor (a stuck execute's ``ray.get`` then returns)."""
