@@ -139,6 +139,23 @@ def test_import_orchestra_without_a_cluster_never_imports_ray() -> None:
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
 
 
+def test_without_ray_a_cluster_orchestrator_says_what_to_install() -> None:
+    code = ("import sys; sys.modules['ray'] = None\n"  # as if the ray extra were not installed
+            "import orchestra\n"
+            "try:\n"
+            "    orchestra.Orchestrator(cluster='auto')\n"
+            "except orchestra.ClusterError as e:\n"
+            "    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == ("Orchestrator(cluster='auto') runs instances on a Ray cluster and needs Ray: "
+                                  "pip install 'orchestra[ray]'"), out.stderr[-2000:]
+
+
+def test_the_cluster_argument_is_checked() -> None:
+    with pytest.raises(orchestra.InvalidArgumentError, match="cluster must be 'auto', 'ray://HOST:PORT' or 'HOST:PORT', got 5"):
+        Orchestrator(cluster=5)  # type: ignore[arg-type]
+
+
 @pytest.mark.anyio
 async def test_an_address_nobody_listens_on_fails_at_once(npu: NpuDevice) -> None:
     from _ray_cluster import free_port
