@@ -39,6 +39,7 @@ class RayCluster:
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.killed: set[int] = set()  # pids of the nodes taken down on purpose
         self.env = dict(os.environ, RAY_DISABLE_USAGE_STATS="1")
 
     def start(self, resources: Mapping[str, float], *, head: bool, num_cpus: int = 1) -> subprocess.Popen[bytes]:
@@ -58,7 +59,7 @@ class RayCluster:
         t0 = time.monotonic()
         while time.monotonic() - t0 < timeout:
             for k, p in enumerate(self.procs):
-                if p.poll() is not None:
+                if p.pid not in self.killed and p.poll() is not None:
                     raise RuntimeError(f"ray start exited {p.returncode}: "
                                        f"{(self.tmp / f'node{k}.log').read_text()[-2000:]}")
             try:
@@ -74,8 +75,20 @@ class RayCluster:
             time.sleep(0.3)
         raise RuntimeError(f"the Ray cluster did not reach {n} nodes in {timeout} s")
 
+    def wait_resources(self, keys: set[str], timeout: float = 60.0) -> None:
+        """Waits until live nodes advertise every resource in ``keys`` (a node that just died
+        can stay listed alive for a while, so counting nodes is not enough)."""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            self.wait_nodes(1, timeout)
+            if keys <= {k for n in ray.nodes() if n["Alive"] for k in n["Resources"]}:
+                return
+            time.sleep(0.3)
+        raise RuntimeError(f"no live nodes advertise {sorted(keys)} after {timeout} s")
+
     def kill(self, p: subprocess.Popen[bytes]) -> None:
         """Takes one node down: its whole process group (raylet, workers), SIGKILL."""
+        self.killed.add(p.pid)
         try:
             os.killpg(p.pid, signal.SIGKILL)
         except ProcessLookupError:

@@ -95,7 +95,7 @@ def _nodes(address: str) -> dict[str, str]:
     r.init(address=address, logging_level="ERROR", log_to_driver=False, configure_logging=False)
     try:
         out = {k: n["NodeID"] for n in r.nodes() if n["Alive"] for k in n["Resources"]
-               if k.startswith(("camera.", "npu0."))}
+               if k.startswith(("camera.", "npu0.", "node."))}
         out.update({n["NodeID"]: n["NodeManagerAddress"] for n in r.nodes() if n["Alive"]})
         return out
     finally:
@@ -310,3 +310,31 @@ async def test_a_node_that_dies_fails_its_instance_naming_it_and_the_other_runs_
         for x, y in zip(frames, want):  # the other node's instance keeps executing
             np.testing.assert_array_equal((await pool["front"].execute([x]))[0], y)
         assert pool["front"].statistics().state == "running"
+
+
+@pytest.mark.anyio
+async def test_after_its_node_dies_an_instance_restarts_on_another_node_with_its_core(cluster: RayCluster,
+                                                                                     npu: NpuDevice) -> None:
+    """Runs after the death of the second node: two new nodes both advertise core 1; the one
+    the instance lands on is killed and it restarts on the other."""
+    procs = {tag: cluster.start({"npu0.core.1": 1, f"node.{tag}": 1}, head=False) for tag in ("c", "d")}
+    cluster.wait_resources({"node.c", "node.d"})
+    ray.shutdown()
+    where = _nodes(cluster.address)  # has node.c / node.d -> node id
+    by_node = {where[f"node.{tag}"]: p for tag, p in procs.items()}
+    frames = _frames(2)
+    want = _local(frames, 1)
+    async with _orch(cluster, npu) as orch:
+        pool = await orch.load(MODEL, instances=[InstanceSpec("rear", bind={"npu0.core": 1},
+                                                              restart=RestartPolicy(max_restarts=2, backoff_s=0))])
+        before = pool["rear"].statistics().node
+        cluster.kill(by_node[before])
+        t0 = time.monotonic()
+        with pytest.raises(ExecuteError, match=f"its Ray actor on node {before[:8]} .* died"):
+            while time.monotonic() - t0 < 30:
+                await pool["rear"].execute([frames[0]])
+                await anyio.sleep(0.05)
+        for x, y in zip(frames, want):
+            np.testing.assert_array_equal((await pool["rear"].execute([x]))[0], y)
+        s = pool["rear"].statistics()
+        assert s.state == "running" and s.restarts == 1 and s.node in by_node and s.node != before
