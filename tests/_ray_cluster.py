@@ -110,7 +110,8 @@ class RayCluster:
             self.kill(p)
 
 
-def register_npu(name: str = "npu0", cores: int = 2, links: Mapping[str, int] | None = None) -> None:
+def register_npu(name: str = "npu0", cores: int = 2, links: Mapping[str, int] | None = None,
+                 time_scale: float = 0.0) -> None:
     """An Orchestrator's ``process_initializer`` for cluster tests: registers the simulated
     NPU device in the actor's process (devices registered in the driver don't exist there)."""
     from orchestra.backends.npu_sim import NpuDevice, get_device, register_device
@@ -118,4 +119,4 @@ def register_npu(name: str = "npu0", cores: int = 2, links: Mapping[str, int] | 
     try:
         get_device(name)
     except Exception:  # noqa: BLE001 - not registered in this process yet
-        register_device(NpuDevice(name, cores=cores, links=dict(links or {}), time_scale=0.0))
+        register_device(NpuDevice(name, cores=cores, links=dict(links or {}), time_scale=time_scale))

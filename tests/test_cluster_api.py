@@ -249,6 +249,27 @@ async def test_a_crashed_actor_restarts_on_a_node_that_has_its_resources(cluster
 
 
 @pytest.mark.anyio
+async def test_an_execute_past_its_deadline_kills_the_actor_and_a_new_one_replaces_it(cluster: RayCluster,
+                                                                                       npu: NpuDevice) -> None:
+    import ray as r
+
+    where = _nodes(cluster.address)
+    slow = functools.partial(register_npu, "npu0", 2, LINKS, 1e6)  # the actors' NPU: an execute takes seconds
+    async with Orchestrator(resources=[NpuSimResource(npu)], period=None, cluster=cluster.address,
+                            process_initializer=slow) as orch:
+        pool = await orch.load(MODEL, instances=[InstanceSpec("front", bind={"npu0.core": 0}, deadline_s=0.5)])
+        with pytest.raises(orchestra.DeadlineError, match="its Ray actor killed"):
+            await pool["front"].execute([_frames(1)[0]])
+        with anyio.fail_after(30):
+            while pool["front"].state != "running":
+                await anyio.sleep(0.05)
+            while len([a for a in r._private.state.actors().values() if a["State"] == "ALIVE"]) != 1:
+                await anyio.sleep(0.1)  # the stuck actor is gone; its replacement holds core 0
+        s = pool["front"].statistics()
+        assert s.replacements == 1 and s.failures == 1 and s.node == where["npu0.core.0"]
+
+
+@pytest.mark.anyio
 async def test_a_binding_no_node_has_fails_load_naming_the_resource_and_each_node(cluster: RayCluster) -> None:
     dev = NpuDevice("npu9", cores=4, time_scale=0.0)
     register_device(dev)
