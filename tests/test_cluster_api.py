@@ -338,8 +338,10 @@ async def test_after_its_node_dies_an_instance_restarts_on_another_node_with_its
                                                                                      npu: NpuDevice) -> None:
     """Runs after the death of the second node: two new nodes both advertise core 1; the one
     the instance lands on is killed and it restarts on the other."""
-    procs = {tag: cluster.start({"npu0.core.1": 1, f"node.{tag}": 1}, head=False) for tag in ("c", "d")}
-    cluster.wait_resources({"node.c", "node.d"})
+    procs = {}
+    for tag in ("c", "d"):  # one at a time: two raylets joining at once can time out on a busy machine
+        procs[tag] = cluster.start({"npu0.core.1": 1, f"node.{tag}": 1}, head=False)
+        cluster.wait_resources({f"node.{tag}"})
     ray.shutdown()
     where = _nodes(cluster.address)  # has node.c / node.d -> node id
     by_node = {where[f"node.{tag}"]: p for tag, p in procs.items()}

@@ -227,12 +227,17 @@ class RayCluster:
         return out
 
     def check(self, instance: str, resources: Mapping[str, float], exclude: set[str] = frozenset(),  # type: ignore[assignment]
-              lost: str = "") -> None:
-        """Raises PlacementError unless a live node advertises all of ``resources`` in total."""
+              lost: str = "") -> list[NodeInfo]:
+        """The live nodes that advertise all of ``resources`` in total (not ``exclude``d).
+
+        Raises:
+            PlacementError: none does.
+        """
         nodes = self.live_nodes(exclude)
         need = {k: v for k, v in resources.items() if v > 0}
-        if any(all(n.resources.get(k, 0.0) + 1e-9 >= v for k, v in need.items()) for n in nodes):
-            return
+        fits = [n for n in nodes if all(n.resources.get(k, 0.0) + 1e-9 >= v for k, v in need.items())]
+        if fits:
+            return fits
         missing = [k for k, v in need.items() if not any(n.resources.get(k, 0.0) + 1e-9 >= v for n in nodes)]
         have = "; ".join(f"{node_label(n.node_id, n.address)}: {_fmt_res(_shown(n.resources))}" for n in nodes)
         why = f"no live node advertises {', '.join(missing)}" if missing else "no live node has them all"
@@ -396,13 +401,18 @@ class RayWorker(Worker):
         lost = ""
         if self._lost:
             lost = f"its node{'s' if len(self._lost) > 1 else ''} {', '.join(i[:8] for i in self._lost)} died; "
-        self.cluster.check(self.instance, resources, self._lost, lost)
+        fits = self.cluster.check(self.instance, resources, self._lost, lost)
         res = dict(resources)
         num_cpus = res.pop("CPU", 0.0)
         blas = self.threads.for_process(self.cpus_bound)[0] if self.threads is not None else None
+        where: dict[str, Any] = {}
+        if self._lost:  # Ray may still count a node that just died as alive: prefer one that answers
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            where["scheduling_strategy"] = NodeAffinitySchedulingStrategy(fits[0].node_id, soft=True)
         actor = self.cluster.actor_cls.options(
             num_cpus=num_cpus, resources=res, max_restarts=0, max_concurrency=1,
-            name=None, lifetime=None).remote(self.cluster.program_ref(self.program), self.method_name,
+            name=None, lifetime=None, **where).remote(self.cluster.program_ref(self.program), self.method_name,
                                              self.methods, _plain(self.desired()), self.initializer, blas)
         try:
             reply = ray.get(actor.load.remote(), timeout=self.cluster.start_timeout_s)
