@@ -211,20 +211,30 @@ class RayCluster:
         return ref
 
     def live_nodes(self, exclude: set[str] = frozenset()) -> list[NodeInfo]:  # type: ignore[assignment]
-        """Live nodes whose raylet answers (a killed node can stay listed alive for seconds)."""
-        out = []
+        """The nodes Ray lists alive, but ``exclude``."""
+        return [NodeInfo(n["NodeID"], n.get("NodeManagerAddress", "?"), dict(n.get("Resources", {})))
+                for n in self.ray.nodes() if n.get("Alive") and n["NodeID"] not in exclude]
+
+    def node_gone(self, node_id: str) -> bool:
+        """Ray lists the node dead, or its raylet's port refuses connections (a node killed a
+        moment ago stays listed alive for seconds). A port that does not answer at all (a
+        firewall between a ``ray://`` client and the nodes) proves nothing: not gone."""
         for n in self.ray.nodes():
-            if not n.get("Alive") or n["NodeID"] in exclude:
+            if n["NodeID"] != node_id:
                 continue
+            if not n.get("Alive"):
+                return True
             port = n.get("NodeManagerPort")
-            host = n.get("NodeManagerAddress", "?")
-            if port:
-                try:
-                    socket.create_connection((host, int(port)), timeout=2.0).close()
-                except OSError:
-                    continue
-            out.append(NodeInfo(n["NodeID"], host, dict(n.get("Resources", {}))))
-        return out
+            if not port:
+                return False
+            try:
+                socket.create_connection((n.get("NodeManagerAddress", "?"), int(port)), timeout=2.0).close()
+            except ConnectionRefusedError:
+                return True
+            except OSError:
+                return False
+            return False
+        return True
 
     def check(self, instance: str, resources: Mapping[str, float], exclude: set[str] = frozenset(),  # type: ignore[assignment]
               lost: str = "") -> list[NodeInfo]:
@@ -473,7 +483,7 @@ class RayWorker(Worker):
     def _failed(self, fut: Any, exc: Exception) -> bool:
         if not isinstance(exc, ActorLostError):
             return super()._failed(fut, exc)
-        gone = exc.node_id is not None and not any(n.node_id == exc.node_id for n in self.cluster.live_nodes())
+        gone = exc.node_id is not None and self.cluster.node_gone(exc.node_id)
         if gone:
             self._lost.add(exc.node_id)  # type: ignore[arg-type]
             try:
