@@ -2,11 +2,13 @@
 """orchestra on Ray (the ``ray`` extra): what an actor costs per execute, and what a second
 node buys, on a local Ray cluster started here (127.0.0.1; stopped at the end).
 
-1. **Per-execute overhead**: one instance (``Program.load_method``) of
-   ``examples/models/convnet.pte`` executed ``--executes`` times locally, and the same held by a
-   Ray actor on the head node, each execute a ``ray.get(actor.execute.remote(inputs))`` round
-   trip (the inputs and outputs cross the object store). Medians and the difference per execute.
-   (``run_cluster`` itself never does this per frame: the whole pipeline runs in the actor.)
+1. **Per-execute overhead**: one instance of ``examples/models/convnet.pte`` executed
+   ``--executes`` times (a) by a bare ``Method``, (b) by a bare Ray actor holding one on the
+   head node (``ray.get(actor.execute.remote(inputs))``: the inputs and outputs cross the object
+   store), (c) through ``Orchestrator()`` (a worker thread) and (d) through
+   ``Orchestrator(cluster=ADDRESS)`` (the same instance in a Ray actor: the worker thread's
+   round trip to it). Medians, and the differences per execute measured in the same run.
+   (``run_cluster`` never does this per frame: the whole pipeline runs in the actor.)
 2. **Cameras over 2 nodes vs 1**: ``--cameras`` synthetic cameras (``--frames`` each, drop
    ``block``, NPU cores at ``time_scale`` 1: jobs take their modelled time) run with
    :func:`orchestra._run.run_cluster`, first with every camera's resources on the head node, then
@@ -150,6 +152,33 @@ def per_execute(address: str, n: int) -> tuple[float, float]:
     return statistics.median(local), statistics.median(remote)
 
 
+def per_execute_orchestrator(address: str | None, n: int) -> float:
+    """Median ``await pool[...].execute(x)`` through an Orchestrator, here or on ``address``."""
+    import anyio
+
+    from orchestra.orchestrator import InstanceSpec, Orchestrator
+
+    x = [np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)]
+    want = load_program(str(MODEL)).load_method("forward").execute(x)[0]
+
+    async def go() -> float:
+        async with Orchestrator(period=None, cluster=address) as orch:
+            pool = await orch.load(MODEL, instances=[InstanceSpec("i")])
+            inst = pool["i"]
+            got = (await inst.execute(x))[0]
+            assert np.array_equal(want, got), "the orchestrated instance computed something else"
+            times = []
+            for _ in range(n):
+                t = time.perf_counter()
+                await inst.execute(x)
+                times.append(time.perf_counter() - t)
+            if address is not None:
+                assert inst.statistics().node is not None, "not on a Ray node"
+            return statistics.median(times)
+
+    return anyio.run(go, backend="asyncio")
+
+
 def cameras_config(folder: pathlib.Path, cameras: int, frames: int) -> pathlib.Path:
     names = [f"cam{i}" for i in range(cameras)]
     text = [f'[program]\npath = {json.dumps(str(NPU_MODEL))}\n',
@@ -196,8 +225,13 @@ def main() -> int:
         one.start(every, head=True)
         one.nodes(1)
         local, remote = per_execute(one.address, a.executes)
-        print(f"per execute (median of {a.executes}, convnet.pte): local {local * 1e6:.1f} us, on a Ray actor "
+        print(f"per execute (median of {a.executes}, convnet.pte): bare Method {local * 1e6:.1f} us, bare Ray actor "
               f"{remote * 1e6:.1f} us: +{(remote - local) * 1e6:.1f} us per execute ({remote / local:.1f}x)")
+        orch_local = per_execute_orchestrator(None, a.executes)
+        orch_ray = per_execute_orchestrator(one.address, a.executes)
+        print(f"per execute through an Orchestrator (median of {a.executes}): Orchestrator() {orch_local * 1e6:.1f} us, "
+              f"Orchestrator(cluster=...) {orch_ray * 1e6:.1f} us: +{(orch_ray - orch_local) * 1e6:.1f} us per execute "
+              f"({orch_ray / orch_local:.1f}x); vs the bare actor: +{(orch_ray - remote) * 1e6:.1f} us")
         fps1, wall1, n1 = throughput(cfg, one.address)
     finally:
         one.stop()

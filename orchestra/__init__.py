@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 # (inspect, validate) don't pay for the orchestrator, the pipelines, the policies or the
 # kernels until they are used.
 _LAZY = {
-    **dict.fromkeys(("CpuResource", "DeadlineError", "ExecuteError", "ExecuteRejectedError", "Execution",
-                     "InstanceClosedError", "InstanceFailedError", "InstanceSpec", "NpuSimResource", "Orchestrator", "ResourceError", "ResourcePool",
-                     "RestartPolicy"), ".orchestrator"),
+    **dict.fromkeys(("ActorLostError", "ClusterError", "CpuResource", "DeadlineError", "ExecuteError", "ExecuteRejectedError", "Execution",
+                     "InstanceClosedError", "InstanceFailedError", "InstanceSpec", "NpuSimResource", "Orchestrator", "PlacementError", "ResourceError",
+                     "ResourcePool", "RestartPolicy"), ".orchestrator"),
     **dict.fromkeys(("Batcher", "Frame", "FramesFile", "JsonlSink", "MqttSink", "NpySink", "Pipeline", "Pipelines",
                      "Preprocess", "SyntheticCamera", "TopK", "VideoSource"), ".pipeline"),
     **dict.fromkeys(("Method", "MethodMeta", "Program", "ProgramInstance", "Runtime", "Session", "load_program"),
@@ -31,6 +31,8 @@ _SUBMODULES = frozenset({"aot", "backends", "config", "errors", "orchestrator", 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from .backends.onnxruntime import import_onnx
     from .orchestrator import (
+        ActorLostError,
+        ClusterError,
         CpuResource,
         DeadlineError,
         ExecuteError,
@@ -41,6 +43,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
         InstanceSpec,
         NpuSimResource,
         Orchestrator,
+        PlacementError,
         ResourceError,
         ResourcePool,
         RestartPolicy,
@@ -62,8 +65,10 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from .runtime import Method, MethodMeta, Program, ProgramInstance, Runtime, Session, load_program
 
 __all__ = [
+    "ActorLostError",
     "BackendError",
     "Batcher",
+    "ClusterError",
     "ConfigError",
     "CpuResource",
     "DeadlineError",
@@ -89,6 +94,7 @@ __all__ = [
     "Orchestrator",
     "Pipeline",
     "Pipelines",
+    "PlacementError",
     "Preprocess",
     "Program",
     "ProgramError",

@@ -10,7 +10,9 @@ hold fails before anything starts (:class:`PlacementError`, naming the resource 
 every node has).
 
 This package needs the ``ray`` extra only when :func:`run_jobs` runs; importing it does not
-import Ray. ``orchestra run`` uses it for a config with a ``[cluster]`` table
+import Ray. :class:`ClusterError`, :class:`PlacementError`, :class:`NodeInfo` and
+:func:`cluster_nodes` are defined in the orchestrator layer (``orchestra.orchestrator``, which
+``Orchestrator(cluster=...)`` uses: one instance per Ray actor) and re-exported here. ``orchestra run`` uses it for a config with a ``[cluster]`` table
 (see :func:`orchestra._run.run_cluster`).
 """
 

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import Error, OrchestraError
+from ..orchestrator._ray import ClusterError, NodeInfo, PlacementError, _fmt_res, _reachable, _shown, cluster_nodes
 from ..telemetry import get_logger
 
 __all__ = ["CameraJob", "ClusterError", "JobResult", "NodeInfo", "PlacementError", "camera_resources",
@@ -16,27 +16,6 @@ __all__ = ["CameraJob", "ClusterError", "JobResult", "NodeInfo", "PlacementError
 _log = get_logger("orchestra.cluster")
 
 NODE_SHARE = 0.01  # of a node's "node.NAME" resource a camera pinned to it takes (many cameras per node)
-
-
-class ClusterError(OrchestraError):
-    """The cluster can't be reached, or a camera's actor could not run there."""
-
-    default_code = Error.AccessFailed
-
-
-class PlacementError(ClusterError):
-    """No node of the cluster has the resources a camera's binding needs."""
-
-    default_code = Error.OutOfResources
-
-
-@dataclass(frozen=True)
-class NodeInfo:
-    """A live node: its Ray node id, address and the resources it advertises in total."""
-
-    node_id: str
-    address: str
-    resources: Mapping[str, float]
 
 
 @dataclass(frozen=True)
@@ -86,17 +65,6 @@ def camera_resources(camera: str, core: tuple[str, int] | None = None, node: str
     return res
 
 
-def _fmt_res(res: Mapping[str, float]) -> str:
-    return ", ".join(f"{k}={v:g}" for k, v in sorted(res.items())) or "none"
-
-
-_HIDDEN = ("memory", "object_store_memory")
-
-
-def _shown(res: Mapping[str, float]) -> dict[str, float]:
-    return {k: v for k, v in res.items() if k not in _HIDDEN and not k.startswith("node:")}
-
-
 def check_placement(jobs: Sequence[CameraJob], nodes: Sequence[NodeInfo]) -> dict[str, str]:
     """Which node each camera will run on (camera -> node id), assigning each job in turn to
     the first node that still has its resources (what Ray's scheduler will find for exact
@@ -127,30 +95,6 @@ def check_placement(jobs: Sequence[CameraJob], nodes: Sequence[NodeInfo]) -> dic
             taken.setdefault(k, []).append(job.camera)
         placed[job.camera] = node.node_id
     return placed
-
-
-def cluster_nodes() -> list[NodeInfo]:
-    """The live nodes of the cluster this process is connected to."""
-    import ray
-
-    return [NodeInfo(n["NodeID"], n.get("NodeManagerAddress", "?"), dict(n.get("Resources", {})))
-            for n in ray.nodes() if n.get("Alive")]
-
-
-def _reachable(address: str, timeout_s: float = 5.0) -> None:
-    """A ``HOST:PORT`` or ``ray://HOST:PORT`` address must accept a TCP connection (else
-    ``ray.init`` retries for minutes before it gives up)."""
-    import socket
-
-    hostport = address.removeprefix("ray://")
-    host, sep, port = hostport.rpartition(":")
-    if address in ("auto", "local") or not sep or not port.isdigit():
-        return
-    try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
-    except OSError as exc:
-        raise ClusterError(f"can't connect to the Ray cluster at {address!r}: {exc.strerror or exc} (is its head "
-                           f"node started? ray start --head --port {port})") from None
 
 
 class _CameraActor:

@@ -80,6 +80,8 @@ class OptionExplanation:
     policy's ``signals`` when it proposed it), ``"binding"``, ``"spec"`` or ``"default"``.
     ``at``/``wall``: when it was set (``time.monotonic()`` / ``time.time()``).
     ``in_force``: the instance's Method has it in force (False: pending the next execute).
+    ``node``/``node_address``: with ``Orchestrator(cluster=...)``, the Ray node the
+    instance runs on, where the value takes effect (None otherwise).
     """
 
     instance: str
@@ -94,6 +96,8 @@ class OptionExplanation:
     signals: Mapping[str, Any]
     at: float
     wall: float
+    node: str | None = None
+    node_address: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +142,8 @@ class Explanation:
             who = f"{e.policy} (priority {e.priority}): {e.reason}" if e.source == "policy" else e.source
             sig = f" [{', '.join(f'{k}={v!r}' for k, v in e.signals.items())}]" if e.signals else ""
             pend = "" if e.in_force else " (pending)"
-            lines.append(f"{e.instance} {e.backend}.{e.option} = {e.value!r}{pend} <- {who}{sig}{_when(e.wall)}")
+            on = f" on node {e.node[:8]} ({e.node_address})" if e.node else ""
+            lines.append(f"{e.instance}{on} {e.backend}.{e.option} = {e.value!r}{pend} <- {who}{sig}{_when(e.wall)}")
         for a in self.actions:
             lines.append(f"{a.instance} {a.action} {a.value!r} <- {a.policy}: {a.reason}{_when(a.wall)}")
         return "\n".join(lines)
@@ -497,13 +502,14 @@ class Engine:
         out = []
         for inst in self._orch._instances.values():
             in_force = inst.options()
+            node, address = inst.node or (None, None)
             for b in inst.pool.backends:
                 for opt in inst.pool.option_specs[b]:
                     value = inst.value(b, opt)
                     o = inst.origins.get((b, opt)) or inst.baseline_origin(b, opt)
                     out.append(OptionExplanation(
                         inst.name, b, opt, value, in_force.get(b, {}).get(opt, _NONE) == value, o.source, o.policy,
-                        o.priority, o.reason, MappingProxyType(dict(o.signals)), o.at, o.wall))
+                        o.priority, o.reason, MappingProxyType(dict(o.signals)), o.at, o.wall, node, address))
         return Explanation(tuple(out), tuple(self._actions.values()))
 
 

@@ -30,6 +30,7 @@ from ._resources import Reservation
 from ._spec import InstanceSpec
 from ._stats import InstanceStatistics, PoolStatistics
 from ._process_worker import ProcessWorker
+from ._ray import RayWorker
 from ._threads import thread_budget
 from ._worker import STOP, WAKE, OptionChange, Worker
 
@@ -103,6 +104,11 @@ def _queued(w: Any) -> list[Any]:
             return items
         if item is not STOP and item is not WAKE:
             items.append(item)
+
+def _stuck_how(inst: Instance) -> str:
+    return {"ray": "its Ray actor killed", "process": "its worker process killed"}.get(
+        inst.placement, "its worker thread abandoned")
+
 
 class Instance:
     """One instance of a pool's method: a worker thread owning one Method.
@@ -227,14 +233,20 @@ class Instance:
     # -- lifetime -------------------------------------------------------------------------
     def _spawn(self) -> Worker:
         self._generation += 1
-        cls = ProcessWorker if self.spec.placement == "process" else Worker
+        cluster = self._orch._cluster
+        extra: dict[str, Any] = {}
+        if cluster is not None:  # the Method runs in a Ray actor on the node with the binding's resources
+            cls: type[Any] = RayWorker
+            extra = {"cluster": cluster, "reservation": lambda: self.reservation, "capacity": self._orch.resources._capacity}
+        else:
+            cls = ProcessWorker if self.spec.placement == "process" else Worker
         w = cls(instance=self.name, pool=self.pool.name, program=self.pool.program, method_name=self.pool.method,
                    desired=lambda: self.desired, cpus=self.reservation.cpus, restart=self.spec.restart,
                    loop=self._loop, latency=self.latency, resolve=self._resolve, on_ready=self._on_ready,
                    on_failed=self._on_failed, on_exit=self._on_exit,
                    period=1.0 / self._rate if self._rate else 0.0, generation=self._generation,
                     initializer=self._orch.process_initializer, threads=self._orch._threads,
-                    methods=self.pool.methods if len(self.pool.methods) > 1 else ())
+                    methods=self.pool.methods if len(self.pool.methods) > 1 else (), **extra)
         w.redirect = self._resubmit
         self._ready[w] = self._loop.create_future()
         self._exit[w] = self._loop.create_future()
@@ -324,7 +336,7 @@ class Instance:
         deadline = self.spec.deadline_s
         err = DeadlineError(
             f"instance {self.name!r}: execute ran past its deadline of {deadline:g} s; the instance was quarantined "
-            f"({'its worker process killed' if self.spec.placement == 'process' else 'its worker thread abandoned'}, "
+            f"({_stuck_how(self)}, "
             f"its Method never reused) and replaced by a fresh one", instance=self.name)
         done, w.pending = w.pending, []
         fut = w.current
@@ -395,7 +407,8 @@ class Instance:
         w.abandoned = True
         w.resolve = self._resolve_late
         w.kill()
-        how = ("its worker process was stopped" if self.spec.placement == "process"
+        how = ("its Ray actor was killed" if self.placement == "ray" else "its worker process was stopped"
+               if self.spec.placement == "process"
                else "its worker thread was abandoned")
         err = InstanceClosedError(f"instance {self.name!r} was removed: it did not drain within close_timeout; {how}")
         batch, w.pending = w.pending, []  # results it finished but had not posted yet
@@ -625,7 +638,22 @@ class Instance:
             rejected=rj, in_flight=self._in_flight, latency=self.latency.summary(), options=_frozen(in_force),
             pending=_frozen(pending), paused=self._paused, target_rate_hz=self._rate, last_error=err,
             threads=None if w is None or w.state == "loading" else thread_budget(
-                self.spec.placement, w.blas, w.blas_source, in_force, self._thread_options()))
+                self.placement, w.blas, w.blas_source, in_force, self._thread_options()),
+            node=getattr(w, "node_id", None), node_address=getattr(w, "address", None))
+
+    @property
+    def placement(self) -> str:
+        """Where its Method runs: ``"thread"``, ``"process"`` (``InstanceSpec.placement``) or
+        ``"ray"`` (an actor on a node of the orchestrator's cluster)."""
+        return "ray" if self._orch._cluster is not None else self.spec.placement
+
+    @property
+    def node(self) -> tuple[str, str] | None:
+        """``(node id, address)`` of the Ray node its Method runs on; None off a cluster (or
+        while its actor is not placed)."""
+        w = self._worker
+        node_id = getattr(w, "node_id", None)
+        return None if node_id is None else (node_id, getattr(w, "address", None) or "?")
 
     def _thread_options(self) -> Mapping[str, str]:
         """Backend -> its thread option, from the orchestrator's CPU resources."""
@@ -891,7 +919,7 @@ class Pool:
         """Once per pool: several thread-placed instances of a method with no delegate (every
         operator a kernel of orchestra's numpy interpreter, which holds the GIL between numpy
         calls) will mostly take turns, not run in parallel; say so, and what scales."""
-        if self._gil_hinted or self.backends:
+        if self._gil_hinted or self.backends or self._orch._cluster is not None:
             return
         threads = [i.name for i in self._instances.values() if i.spec.placement == "thread"]
         if len(threads) >= 2:

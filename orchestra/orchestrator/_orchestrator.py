@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType, TracebackType
@@ -19,6 +20,7 @@ from ..telemetry import get_logger
 from ._engine import Engine, Explanation
 from ._errors import InstanceClosedError
 from ._instance import Instance, Pool
+from ._ray import RayCluster, check_cluster_address
 from ._resources import Resource, ResourcePool
 from ._spec import InstanceSpec
 from ._stats import EngineRun, OrchestratorStatistics, PoolStatistics
@@ -62,6 +64,16 @@ class Orchestrator:
             the CPUs it is bound to, 1 when unbound and sharing; thread placement: 1), unless
             ``OPENBLAS_NUM_THREADS`` / ``MKL_NUM_THREADS`` / ``OMP_NUM_THREADS`` is set, which
             is then left in force. Each instance's ``statistics().threads`` reports it.
+        cluster: None (default): instances run here. ``"auto"``, ``"ray://HOST:PORT"`` or
+            ``"HOST:PORT"``: every instance runs its Method in a Ray actor on that cluster,
+            requesting exactly its binding as Ray resources (``DEVICE.core.N`` for its NPU
+            core, ``camera.NAME`` for its camera, ``CPU`` for the CPUs it binds), so Ray
+            starts it on the node that has them; this process keeps the resource accounting
+            and the policy engine, option changes reach the actor at its next execute, and
+            ``statistics()``/``explain()`` name each instance's node. Needs the ``ray``
+            extra (``pip install 'orchestra[ray]'``); the connection is made when the
+            orchestrator is entered (and closed when it closes, unless this process was
+            connected already). ``process_initializer`` runs in each actor before it loads.
 
     Needs asyncio (with or without uvloop): the per-execute hand-off uses loop futures and
     ``loop.call_soon_threadsafe``. Everything else is anyio.
@@ -70,7 +82,8 @@ class Orchestrator:
     def __init__(self, resources: ResourcePool | Iterable[Resource] | None = None, policies: Sequence[Policy] = (),
                  signals: Sequence[SignalSource] = (), period: float | None = 1.0, *,
                  poll_interval: float | None = None, apply_timeout: float = 5.0, close_timeout: float | None = 10.0,
-                 process_initializer: Callable[[], None] | None = None, blas_threads: int | None = None) -> None:
+                 process_initializer: Callable[[], None] | None = None, blas_threads: int | None = None,
+                 cluster: str | None = None) -> None:
         if resources is None:
             resources = ResourcePool()
         elif not isinstance(resources, ResourcePool):
@@ -78,6 +91,7 @@ class Orchestrator:
         for key, v in (("apply_timeout", apply_timeout), ("close_timeout", close_timeout)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= math.inf):
                 raise InvalidArgumentError(f"{key} must be a number of seconds > 0, got {v!r}")
+        self._cluster = RayCluster(check_cluster_address(cluster)) if cluster is not None else None
         self.resources = resources
         self.apply_timeout = float(apply_timeout)
         self.close_timeout = close_timeout
@@ -102,6 +116,11 @@ class Orchestrator:
         except RuntimeError:
             raise OrchestraError("the orchestrator runs on asyncio (with or without uvloop), not on this event loop",
                                  Error.NotSupported) from None
+        if self._cluster is not None:  # fails at once (naming the address) when nobody answers there
+            if threading.current_thread() is threading.main_thread():
+                self._cluster.connect()  # once, at start: Ray sets its signal handlers on the main thread
+            else:
+                await anyio.to_thread.run_sync(self._cluster.connect)
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg
@@ -128,6 +147,9 @@ class Orchestrator:
                 await pool.aclose()
         self._pools.clear()
         self._threads.restore()
+        if self._cluster is not None:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self._cluster.close)
         _log.info("orchestrator closed")
 
     def _cpu_count(self) -> int:
@@ -289,9 +311,15 @@ class Orchestrator:
             policy_errors=e.errors, signals=MappingProxyType(dict(e.signals)),
             executes=ex, failures=fa, restarts=re, replacements=rp, rejected=rj)
 
+    @property
+    def cluster(self) -> str | None:
+        """The Ray cluster address instances run on (None: they run in this process)."""
+        return None if self._cluster is None else self._cluster.address
+
     def __repr__(self) -> str:
         state = "open" if self._open else "closed" if self._closed else "not started"
-        return f"<Orchestrator {state} pools={list(self._pools)}>"
+        where = "" if self._cluster is None else f" cluster={self._cluster.address!r}"
+        return f"<Orchestrator {state}{where} pools={list(self._pools)}>"
 
 
 def _add(totals: tuple[int, int, int, int, int], ps: PoolStatistics) -> tuple[int, int, int, int, int]:

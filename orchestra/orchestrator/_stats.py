@@ -48,7 +48,8 @@ class InstanceStatistics:
     ``Method.execute`` on the worker (not the queueing before it). ``options`` are the
     values in force (as of the last execute boundary) per backend; ``pending`` the values
     the engine has set that are not in force yet. ``threads``: its compute threads (BLAS
-    threads and backend threads, a :class:`ThreadBudget`).
+    threads and backend threads, a :class:`ThreadBudget`). ``node`` and ``node_address``:
+    with ``Orchestrator(cluster=...)``, the Ray node its actor runs on (None otherwise).
     """
 
     name: str
@@ -69,6 +70,8 @@ class InstanceStatistics:
     last_error: str | None
     threads: ThreadBudget | None = None  # None: the worker has not loaded yet
     rejected: int = 0
+    node: str | None = None  # Orchestrator(cluster=...): the Ray node id its actor runs on
+    node_address: str | None = None  # ... and that node's address
 
 
 @dataclass(frozen=True, slots=True)
