@@ -544,6 +544,62 @@ def test_gelu_precision() -> None:
     np.testing.assert_allclose(got, exact, rtol=2e-5, atol=1e-30)
 
 
+def _float32_grid(top: float, stride: int) -> np.ndarray:
+    """Every ``stride``-th float32 in [-top, top] by bit pattern (all binades, denormals
+    included), plus 0 and -0."""
+    bits = np.arange(0, int(np.array(top, F32).view(np.int32)) + 1, stride, dtype=np.int32)
+    pos_ = bits.view(F32)
+    return np.concatenate([pos_, -pos_])
+
+
+@pytest.mark.parametrize("chunk", [2048, 1 << 16], ids=["table", "fit"])
+def test_gelu_dense_float32_grid_against_math_erfc(chunk: int) -> None:
+    """Both float32 gelu paths (the table for up to 2048 elements, the float32 fit above)
+    over a dense grid of float32 values in [-15, 15] against x/2 * erfc(-x/sqrt 2) in float64
+    (math.erfc): relative error within the bounds the code states, in the negative tail too;
+    results below float32's smallest normal within 1e-38 absolute."""
+    x = _float32_grid(15.0, 4099)
+    fn = get_kernel("aten::gelu.out").fn
+    got = np.concatenate([fn(x[i:i + chunk], "none", np.empty(len(x[i:i + chunk]), F32))
+                          for i in range(0, len(x), chunk)])
+    xd = x.astype(np.float64)
+    exact = np.array([0.5 * v * math.erfc(-v / math.sqrt(2)) for v in xd.tolist()])
+    err = np.abs(got.astype(np.float64) - exact)
+    normal = np.abs(exact) >= np.finfo(F32).tiny
+    assert np.all(err[~normal] <= 1e-38)
+    rel = err[normal] / np.abs(exact[normal])
+    ax = np.abs(xd[normal])
+    if chunk <= 2048:
+        bounds = [(15.0, 5e-7)]
+    else:
+        bounds = [(2.0, 4e-7), (5.0, 1.2e-6), (10.0, 4.5e-6), (15.0, 1e-5)]
+    lo = 0.0
+    for hi, bound in bounds:
+        sel = (ax >= lo) & (ax <= hi)
+        assert sel.any() and float(rel[sel].max()) <= bound, (lo, hi, float(rel[sel].max()))
+        lo = hi
+
+
+@pytest.mark.parametrize("n", [5, 4097], ids=["table", "fit"])
+def test_gelu_special_values_and_in_place(n: int) -> None:
+    """inf -> inf, -inf and NaN -> NaN (0.5 x (1 + erf(x / sqrt 2))), huge values stay finite,
+    tiny ones halve; in place (out is x) and into a strided out give the same results."""
+    special = np.array([np.inf, -np.inf, np.nan, 3e38, -3e38, 1e-30, -1e-30, 0.0, 20.0, -20.0], F32)
+    x = np.concatenate([special, rnd((n,), lo=-6, hi=6)]).astype(F32)
+    fn = get_kernel("aten::gelu.out").fn
+    got = fn(x, "none", np.empty_like(x))
+    ref = np.array([0.5 * v * math.erfc(-v / math.sqrt(2)) if math.isfinite(v) else v
+                    for v in x[:len(special)].astype(np.float64).tolist()])
+    ref[1] = np.nan
+    np.testing.assert_allclose(got[:len(special)], ref, rtol=1e-6, atol=1e-38, equal_nan=True)
+    y = x.copy()
+    assert fn(y, "none", y) is y
+    np.testing.assert_array_equal(y, got)
+    wide = np.zeros(2 * len(x), F32)
+    fn(x, "none", wide[::2])
+    np.testing.assert_array_equal(wide[::2], got)
+
+
 def test_where_and_masked_fill() -> None:
     cond = rnd(A, BOOL)
     check("aten::where.self_out", cond, rnd(A), rnd((4, 5), seed=1), dts=F32)
