@@ -20,6 +20,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import orchestra.runtime.kernels as kernels  # noqa: E402
+from orchestra.runtime.kernels._elementwise import GELU_TABLE_MAX_SIZE, gelu_fit_f32_into  # noqa: E402
 from orchestra.errors import Error, OrchestraError  # noqa: E402
 from orchestra.program import ScalarType  # noqa: E402
 from orchestra.runtime.kernels import (  # noqa: E402
@@ -598,6 +599,14 @@ def test_gelu_special_values_and_in_place(n: int) -> None:
     wide = np.zeros(2 * len(x), F32)
     fn(x, "none", wide[::2])
     np.testing.assert_array_equal(wide[::2], got)
+    if len(x) > GELU_TABLE_MAX_SIZE:  # the fit in a caller's scratch (the plan's gelu step)
+        scratch = np.full(3 * len(x) + 5, np.nan, F32)
+        out = np.empty_like(x)
+        assert gelu_fit_f32_into(x, out, scratch) is out
+        np.testing.assert_array_equal(out, got)
+        y = x.copy()
+        assert gelu_fit_f32_into(y, y, scratch) is y
+        np.testing.assert_array_equal(y, got)
 
 
 def test_where_and_masked_fill() -> None:
@@ -658,6 +667,28 @@ def test_matmuls() -> None:
     check("aten::addmm.out", np.full((5, 3), np.nan, F32), rnd((5, 7), seed=1), rnd((7, 3), seed=2), 0, 1)
     check("aten::linear.out", rnd((2, 4, 7)), rnd((3, 7), seed=1), rnd((3,), seed=2))
     check("aten::linear.out", rnd((4, 7)), rnd((3, 7), seed=1), None)
+
+
+def test_addmm_linear_fast_path_out_aliasing() -> None:
+    """The linear-layer path writes the product straight into out: not when out is self (an
+    accumulating addmm), an operand, or not C-contiguous; each gives the reference result."""
+    addmm = get_kernel("aten::addmm.out").fn
+    a, w, bias = rnd((6, 5)), rnd((4, 5), seed=1), rnd((4,), seed=2)
+    exp = a @ w.T + bias
+    out = np.zeros((6, 4), F32)
+    assert addmm(bias, a, w.T, 1, 1, out) is out
+    np.testing.assert_allclose(out, exp, rtol=1e-6, atol=1e-6)
+    acc = rnd((6, 4), seed=3)
+    exp2 = a @ w.T + acc
+    assert addmm(acc, a, w.T, 1, 1, acc) is acc  # out is self
+    np.testing.assert_allclose(acc, exp2, rtol=1e-6, atol=1e-6)
+    sq = rnd((4, 4), seed=4)
+    exp3 = sq @ sq + bias
+    res = addmm(bias, sq, sq, 1, 1, sq)  # out is both operands
+    np.testing.assert_allclose(res, exp3, rtol=1e-6, atol=1e-6)
+    wide = np.zeros((6, 8), F32)
+    res = addmm(bias, a, w.T, 1, 1, wide[:, ::2])
+    np.testing.assert_allclose(wide[:, ::2], exp, rtol=1e-6, atol=1e-6)
 
 
 def test_matmul_shape_mismatch() -> None:

@@ -18,6 +18,7 @@ from orchestra.aot import MethodBuilder, ProgramBuilder, Value
 from orchestra.program import AllocationDetails, Bool, EValue, Instruction, JumpFalseCall, KernelCall, ProgramDef, Tensor
 from orchestra.runtime import Program, load_program
 from orchestra.runtime._method import CompiledPlan, Method
+from orchestra.runtime.kernels import get_kernel
 from orchestra.runtime.kernels._pool import max_pool2d_values_out, max_pool2d_with_indices_out
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
@@ -941,3 +942,68 @@ def test_an_elementwise_chain_stays_within_one_chain_of_the_plan() -> None:
     assert kinds(prog) == []
     got, want = run_both(prog, [randn(1, 3, 8, 8)])
     np.testing.assert_array_equal(got[0], want[0])
+
+
+# -- gelu with a Method-owned scratch buffer -------------------------------------------------
+GELU = "aten::gelu.out"
+
+
+def test_large_float32_gelus_share_one_scratch_per_method_and_match_the_kernel() -> None:
+    """Two exact gelus of different sizes over 2049+ float32 elements run
+    the fit in one scratch buffer per Method (3 x the larger one's elements): the same results
+    as the kernel as written, executes after the first included; two Methods don't share it."""
+    def body(f: MethodBuilder, x: Value) -> None:
+        a = f.call(GELU, x, "none")
+        b = f.call(GELU, f.call("aten::view_copy.out", a, [2, 3 * 24 * 32 // 2]), "none")
+        f.output(a, b)
+
+    prog = build(body, (1, 3, 24, 32))
+    with prog.load_method() as m, prog.load_method() as m2:
+        assert [(r.kind, r.instructions) for r in m._cp.rewrites] == [("gelu_scratch", (0,)), ("gelu_scratch", (2,))]
+        scratch = [v for v in m._vals[len(prog.definition.plan("forward").values):] if isinstance(v, np.ndarray)]
+        assert [s.shape for s in scratch] == [(3 * 3 * 24 * 32,)] and scratch[0].dtype == np.float32
+        other = m2._vals[len(prog.definition.plan("forward").values)]
+        assert not np.shares_memory(scratch[0], other)
+    for scale in (1.0, 6.0):
+        x = randn(1, 3, 24, 32) * scale
+        got, want = run_both(prog, [x])
+        for g, w_ in zip(got, want, strict=True):
+            np.testing.assert_array_equal(g, w_)
+
+
+def gelu_near_misses() -> dict[str, tuple[Callable[..., None], tuple[int, ...], type]]:
+    """name -> (body, input shape, dtype): gelus the scratch step must leave as written."""
+    def tanh(f: MethodBuilder, x: Value) -> None:
+        f.output(f.call(GELU, x, "tanh"))
+
+    def plain(f: MethodBuilder, x: Value) -> None:
+        f.output(f.call(GELU, x, "none"))
+
+    return {
+        "tanh": (tanh, (1, 3, 24, 32), np.float32),
+        "table_size": (plain, (2, 1024), np.float32),  # 2048 elements: the table path
+        "float64": (plain, (1, 3, 24, 32), np.float64),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(gelu_near_misses()))
+def test_gelu_near_misses_keep_the_kernel_step(case: str) -> None:
+    body, shape, dtype = gelu_near_misses()[case]
+    prog = build(body, shape, dtype)
+    with prog.load_method() as m:
+        assert m._cp.rewrites == ()
+        assert all(a is b for a, b in zip(m._cp.steps, m._cp.instruction_steps, strict=True))
+    got, want = run_both(prog, [randn(*shape, dtype=dtype) * 3])
+    np.testing.assert_array_equal(got[0], want[0])
+
+
+def test_gelu_of_a_dynamic_shape_keeps_the_kernel_step() -> None:
+    b = ProgramBuilder()
+    f = b.method("forward")
+    x = f.input(np.float32, (4, 1024), dynamic=True)
+    f.output(f.call(GELU, x, "none"))
+    prog = load_program(b.to_bytes())
+    assert kinds(prog) == []
+    x = randn(3, 1024) * 3
+    with prog.load_method() as m:
+        np.testing.assert_allclose(m.execute([x])[0], get_kernel(GELU).fn(x, "none", np.empty_like(x)), rtol=0, atol=0)

@@ -585,7 +585,7 @@ _GELU_SCALE = 1024.0
 _GELU_N = int((6.0 - _GELU_X0) * _GELU_SCALE) + 1
 # Above this many elements the float32 fit below is faster (the table's float64 passes and
 # gather cost more than its fewer calls save; measured crossover ~3000).
-_GELU_TABLE_MAX_SIZE = 2048
+GELU_TABLE_MAX_SIZE = 2048
 
 
 def _gelu_table() -> np.ndarray:
@@ -650,20 +650,30 @@ _GELU_G = tuple(np.float32(c) for c in (
 _F32_HALF, _F32_M2, _F32_ONE = np.float32(0.5), np.float32(-2), np.float32(1)
 
 
-def _gelu_fit_f32_into(x: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """gelu(x) by the fit above into ``out`` (x's shape, float32; may be x itself or overlap it)."""
-    h = np.multiply(x, _F32_HALF)
+def gelu_fit_f32_into(x: np.ndarray, out: np.ndarray, scratch: np.ndarray | None = None) -> np.ndarray:
+    """gelu(x) (approximate "none") by the float32 fit above into ``out`` (x's shape,
+    float32, writeable; may be x itself or overlap it). ``scratch``: a flat float32 array of
+    at least ``3 * x.size`` elements to compute in (else three temporaries are allocated), for
+    a step that owns one (see orchestra/runtime/_optimize.py)."""
+    n = x.size
+    if scratch is not None and scratch.size >= 3 * n:
+        h, v, g = (scratch[k * n:(k + 1) * n].reshape(x.shape) for k in range(3))
+        np.multiply(x, _F32_HALF, out=h)
+    else:
+        h = np.multiply(x, _F32_HALF)
+        v = g = None
     with np.errstate(all="ignore"):  # 1/0, inf/inf, exp underflow: all give the right limit
         np.abs(h, out=h)
-        v = np.divide(_F32_ONE, h)
+        v = np.divide(_F32_ONE, h, out=v)
         v += _GELU_K2
         np.divide(_F32_ONE, v, out=v)  # h / (1 + 2K h), 0 at h = 0
-        g = np.multiply(v, _GELU_G[-1])
+        g = np.multiply(v, _GELU_G[-1], out=g)
         for c in _GELU_G[-2::-1]:
             g += c
             g *= v
-        sq = np.multiply(h, _F32_M2)
-        sq *= h  # -x**2 / 2
+        # -x**2 / 2 into out, unless x is read from there at the end.
+        sq = np.multiply(h, _F32_M2, out=None if np.may_share_memory(out, x) else out)
+        sq *= h
         g += sq
         np.exp(g, out=g)
         g *= v
@@ -676,7 +686,7 @@ def _gelu_fit_f32_into(x: np.ndarray, out: np.ndarray) -> np.ndarray:
 @kernel("aten::gelu.out", dtypes=FLOAT_MATH)
 def gelu_out(self: np.ndarray, approximate: str, out: np.ndarray) -> np.ndarray:
     if approximate == "none" and self.dtype == _F32:
-        into = _gelu_f32_into if self.size <= _GELU_TABLE_MAX_SIZE else _gelu_fit_f32_into
+        into = _gelu_f32_into if self.size <= GELU_TABLE_MAX_SIZE else gelu_fit_f32_into
         if _fast_out(out, self) and out.flags.writeable:
             return into(self, out)
         return finish(into(self, np.empty(self.shape, _F32)), out)

@@ -85,8 +85,15 @@ def addmm_out(
         and _fits(out, (mat1.shape[0], mat2.shape[1]), mat1, mat2)
         and self.dtype == out.dtype
     ):
-        # Fast path (a linear layer): one product, one add that broadcasts self into out.
+        # Fast path (a linear layer): the product straight into out (C-contiguous, sharing no
+        # memory with an operand or self: np.dot would copy, and self is read after), then
+        # self added in place. No temporary: one of a transformer's size (hundreds of KB)
+        # comes from fresh pages each time malloc has given the last one back to the system.
         try:
+            if (out.flags.c_contiguous and out.flags.writeable and not np.may_share_memory(out, mat1)
+                    and not np.may_share_memory(out, mat2) and not np.may_share_memory(out, self)):
+                np.dot(mat1, mat2, out=out)
+                return np.add(out, self, out=out)
             return np.add(np.dot(mat1, mat2), self, out=out)
         except ValueError:
             pass
