@@ -1386,6 +1386,43 @@ def test_softmax_non_finite_rows_and_many_rows() -> None:
         check(name, rnd((100, 7)), 0, False)
 
 
+@pytest.mark.parametrize("dt", [F32, np.float64], ids=str)
+def test_softmax_large_inputs_in_and_out_of_exp_range(dt: Any) -> None:
+    """Over 4096 elements along the last dim: within +-60 (600 for float64) exp needs no shift
+    by the row maxima; a value past it, -inf (a mask), inf or NaN anywhere takes the shifted
+    path; each matches torch, in place and into a strided out too, with no FP warnings."""
+    lim, span = (60.0, 85.0) if dt == F32 else (600.0, 700.0)
+    base = rnd((2, 3, 40, 41), dt, lo=-1, hi=1)
+    near = (span - math.log(41)) / 2 * 0.99
+    cases = {"in_range": base * near, "wide_span": base * near * 1.1, "past_the_limit": base * lim * 1.5}
+    shifted = (base + 1) * (lim * 0.99) - lim * 0.99 * 0.02  # in (-lim, lim), span ~2 lim: the slow path
+    cases["offset"] = (base * 20 + (lim - 21)).astype(dt)  # near +lim: fast
+    for v in (-np.inf, np.inf, np.nan, -1e9):
+        y = base * 10
+        y[1, 2, 3, :5] = v
+        cases[f"with_{v}"] = y
+    from orchestra.runtime.kernels._reduce import _in_exp_range
+    assert [k for k, x in cases.items() if _in_exp_range(x)] == ["in_range", "offset"]
+    assert not _in_exp_range(shifted)
+    for what, x in cases.items():
+        exp = torch.softmax(torch.from_numpy(x), -1).numpy()
+        with np.errstate(all="raise", under="ignore"):  # underflow: numpy's default, ignored
+            got = get_kernel("aten::_softmax.out").fn(x, -1, False, np.empty_like(x))
+        # torch (and the shifted path) subtract the row max in float32: x - max rounds, ~1e-6
+        # relative for results 40 below the max.
+        np.testing.assert_allclose(got, exp, rtol=1e-5 if dt == F32 else 1e-12, atol=1e-30, equal_nan=True, err_msg=what)
+        if dt == F32 and _in_exp_range(x):  # the unshifted path: within a few ulp of exact
+            ref = torch.softmax(torch.from_numpy(x.astype(np.float64)), -1).numpy()
+            np.testing.assert_allclose(got, ref, rtol=6e-7, atol=1e-37, err_msg=what)
+        y = x.copy()
+        assert get_kernel("aten::_softmax.out").fn(y, -1, False, y) is y
+        np.testing.assert_array_equal(y, got, err_msg=what)
+        wide = np.zeros(x.shape[:-1] + (2 * x.shape[-1],), dt)
+        get_kernel("aten::_softmax.out").fn(x, -1, False, wide[..., ::2])
+        np.testing.assert_array_equal(wide[..., ::2], got)
+    check("aten::_softmax.out", base * 50, 2, False)  # another dim: the shifted path
+
+
 def test_softmax_small_inputs() -> None:
     """Small values (exp needs no max subtraction) in every layout the kernel sees."""
     for name in ("aten::_softmax.out", "aten::_log_softmax.out"):
