@@ -1387,6 +1387,34 @@ def test_softmax_non_finite_rows_and_many_rows() -> None:
 
 
 @pytest.mark.parametrize("dt", [F32, np.float64], ids=str)
+def test_mean_over_trailing_dims_by_product(dt: Any) -> None:
+    """A global average pool (trailing dims of a C-contiguous x, kept or not, in either
+    order) sums by one product; leading dims, a strided x or out, a 1-element reduction and
+    NaN / inf take or give what torch does."""
+    mean = get_kernel("aten::mean.out").fn
+    x = rnd((2, 5, 7, 9), dt, lo=-4, hi=4)
+    x[1, 3, 2, 2] = np.nan
+    x[0, 1, 0, 0] = np.inf
+    x[0, 2, 0, 0], x[0, 2, 1, 1] = np.inf, -np.inf
+    tx = torch.from_numpy(x)
+    tol = dict(rtol=1e-6 if dt == F32 else 1e-13, atol=1e-6 if dt == F32 else 1e-13, equal_nan=True)
+    for dims, keep in (([-1, -2], True), ([2, 3], False), ([3], True), ([1, 2, 3], False), ([0, 1], True),
+                       ([1, 3], True)):
+        exp = torch.mean(tx, dims, keepdim=keep).numpy()
+        out = np.full(exp.shape, 123, dt)
+        assert mean(x, dims, keep, None, out) is out
+        np.testing.assert_allclose(out, exp, **tol, err_msg=str(dims))
+        wide = np.zeros(exp.shape + (2,), dt)
+        mean(x, dims, keep, None, wide[..., 0])
+        np.testing.assert_allclose(wide[..., 0], exp, **tol)
+        strided_x = np.zeros(x.shape + (2,), dt)
+        strided_x[..., 0] = x
+        np.testing.assert_allclose(mean(strided_x[..., 0], dims, keep, None, np.empty_like(exp)), exp, **tol)
+    one = rnd((3, 4, 1, 1), dt)
+    np.testing.assert_array_equal(mean(one, [2, 3], True, None, np.empty_like(one)), one)
+
+
+@pytest.mark.parametrize("dt", [F32, np.float64], ids=str)
 def test_softmax_large_inputs_in_and_out_of_exp_range(dt: Any) -> None:
     """Over 4096 elements along the last dim: within +-60 (600 for float64) exp needs no shift
     by the row maxima; a value past it, -inf (a mask), inf or NaN anywhere takes the shifted

@@ -83,6 +83,20 @@ def _mean(op: str, x: np.ndarray, dim: Any, keepdim: bool, dtype: int | None, ou
             n = 1
             for a in axes:
                 n *= x.shape[a]
+            lead = x.ndim - len(axes)
+            if (n > 1 and lead and sorted(axes) == list(range(lead, x.ndim)) and x.flags.c_contiguous
+                    and out.flags.c_contiguous and out.flags.writeable
+                    and out.shape == x.shape[:lead] + ((1,) * len(axes) if keepdim else ())):
+                # The trailing dims of a C-contiguous x (a global average pool): each row's
+                # sum as one product with a vector of ones, straight into out (3-6x faster
+                # than np.add.reduce over them), then the division by the count.
+                rows = x.size // n
+                try:
+                    np.dot(x.reshape(rows, n), np.ones(n, x.dtype), out=out.reshape(rows))
+                except ValueError:
+                    pass
+                else:
+                    return np.true_divide(out, n, out=out)
             try:
                 res = np.add.reduce(x, axis=axes, keepdims=bool(keepdim), out=out)
             except ValueError:  # out has another shape, or is read-only
