@@ -61,6 +61,16 @@ the change can't be observed:
   results are bit-identical to the unfused steps. ``sigmoid`` then ``mul`` by the
   sigmoid's input is computed as ``silu`` (``x / (1 + exp(-x))``, one pass fewer; float
   rounding only).
+- **Constant copies folded.** ``_to_dim_order_copy`` / ``_to_copy`` of a constant (literal
+  arguments, the identity dim order or none) into a planned static tensor of at most
+  ``_CONST_COPY_MAX_SIZE`` elements that only it writes, not a method output, read
+  afterwards only by kernel calls naming it directly: the copy is computed once here (the
+  kernel's own conversion, a read-only array) and doesn't run; its readers read that
+  constant (plain kernel steps rebound, or an elementwise chain's other operand). Its write
+  is left out under the same memory checks as the rewrites above, and an elementwise chain
+  may extend over it: MobileNetV3's 56 scalar conversions go, and each hardswish's division
+  joins its chain (the copy of 6 no longer overwrites the chain's input). A readers'
+  instruction another rewrite covers keeps the copy. Results are bit-identical.
 - **Gelu with scratch.** ``aten::gelu.out`` (literal ``approximate="none"``) of a float32
   tensor of static shape with more than ``GELU_TABLE_MAX_SIZE`` elements, into its planned
   out of the same shape, runs the kernel's own float32 fit (same results) in a scratch
@@ -238,7 +248,7 @@ class Rewrite:
     constants it computed (``conv_bn``: the folded weight and bias; ``matmul_views``: the
     operands that are views of constants), read-only."""
 
-    kind: str  # "maxpool_values", "conv_bn", "matmul_views", "elementwise_chain" or "gelu_scratch"
+    kind: str  # "maxpool_values", "conv_bn", "matmul_views", "elementwise_chain", "gelu_scratch", "constant_copy"
     instructions: tuple[int, ...]
     constants: tuple[np.ndarray, ...] = field(default=(), compare=False, repr=False)
 
@@ -1206,11 +1216,12 @@ class _Chains:
     use: dict[int, int]
 
 
-def _ew_static_ok(mt: _Matcher, ew: _EwChain) -> bool:
+def _ew_static_ok(mt: _Matcher, ew: _EwChain, skip: frozenset[int] = frozenset()) -> bool:
     """The memory checks of an elementwise chain that don't depend on other rewrites: its
     operands are not written between where they were read and the chain's last instruction
     (except by the chain's own dropped writes), and its output, written from the first
-    operation on, shares no memory with those that later operations read."""
+    operation on, shares no memory with those that later operations read. ``skip``:
+    instructions that won't run (constant copies folded away)."""
     st = mt.storage
     pcs = frozenset(ew.pcs)
     last = ew.pcs[-1]
@@ -1225,9 +1236,74 @@ def _ew_static_ok(mt: _Matcher, ew: _EwChain) -> bool:
         # overlapping its out first); later ones read them after out has been written.
         if p != first and (v == out or st.overlap(v, out)):
             return False
-        if st.written_between(v, p, last, pcs):
+        if st.written_between(v, p, last, pcs | skip):
             return False
     return True
+
+
+_CONST_COPIES = ("dim_order_ops::_to_dim_order_copy.out", "aten::_to_copy.out")
+_CONST_COPY_MAX_SIZE = 4096  # elements of a folded constant copy (the exporter's scalars)
+
+
+def _constant_copy(mt: _Matcher, pc: int) -> tuple[int, np.ndarray, tuple[int, ...]] | None:
+    """(out, value, readers) when instruction ``pc`` converts a constant (``_to_copy`` /
+    ``_to_dim_order_copy``, literal non_blocking, no memory format / the identity dim order) into a
+    planned static out of at most ``_CONST_COPY_MAX_SIZE`` elements that only it writes,
+    not a method output, read afterwards only by kernel calls naming it directly (not in a
+    list): ``value`` is what the copy writes, computed here, read-only."""
+    for name in _CONST_COPIES:
+        call = mt.kernel_call(pc, name, 4)
+        if call is not None:
+            break
+    else:
+        return None
+    (src, nb, fmt, out), results = call
+    const = mt.constant(src)
+    meta = mt.static_tensor(out)
+    if const is None or meta is None or results != {out} or mt.literal(nb, (Bool,)) is None:
+        return None
+    # No memory format / dim order, or (_to_dim_order_copy) the identity dim order.
+    order = None if mt.is_none(fmt) else mt.int_list(fmt) if name != "aten::_to_copy.out" else False
+    if order is not None and order != list(range(len(meta[1]))):
+        return None
+    st, uses = mt.storage, mt.uses
+    if (not st.static(out) or out in uses.outputs or out in st.inputs
+            or uses.writers.get(out) != frozenset({pc}) or int(np.prod(meta[1], dtype=np.int64)) > _CONST_COPY_MAX_SIZE):
+        return None
+    readers = tuple(sorted(uses.mentions.get(out, frozenset()) - {pc}))
+    for r in readers:
+        a = mt.instructions[r]
+        if r < pc or not isinstance(a, KernelCall):
+            return None
+        kd = get_kernel(mt.plan.operators[a.op_index].qualified_name)
+        if kd is None or mt.named_in(r).count(out) != list(a.args[: kd.num_params]).count(out):
+            return None
+    kd = get_kernel(name)
+    assert kd is not None
+    value = np.empty(meta[1], meta[0])
+    res = kd.fn(const, mt.cp.template[nb], order, value)
+    if res is not value:
+        if not isinstance(res, np.ndarray) or res.shape != value.shape:
+            return None
+        np.copyto(value, res, casting="unsafe")
+    value.setflags(write=False)
+    return out, value, readers
+
+
+def _substituted(ew: _EwChain, sub: dict[int, int]) -> _EwChain:
+    """``ew`` with the other operands in ``sub`` read from their substitutes."""
+    ops = tuple((p, name, ("b", spec[1], sub.get(spec[2], spec[2]), spec[3]) if spec[0] == "b" else spec, o)
+                for p, name, spec, o in ew.ops)
+    return _EwChain(ew.x, ops, ew.dtype)
+
+
+def _drop_constant_copy(ccs: dict[int, Any], ews: dict[int, _EwChain], pc: int) -> None:
+    """Drops constant copy ``pc`` and the elementwise chains that step over it (they were
+    checked assuming it doesn't run)."""
+    del ccs[pc]
+    for last, ew in list(ews.items()):
+        if ew.pcs[0] < pc < last:
+            del ews[last]
 
 
 def _gelu_scratch(mt: _Matcher, pc: int) -> tuple[int, int, int] | None:
@@ -1304,6 +1380,10 @@ def optimize_steps(
     mms: dict[int, _Chains] = {}  # matmul pc -> the layout chains of its operands
     ews: dict[int, _EwChain] = {}  # last pc -> elementwise chain
     claimed: set[int] = set()
+    # Constant copies folded to constants their readers read instead (the copies don't run).
+    ccs = {} if st.opaque else {pc: c for pc in range(n) if (c := _constant_copy(mt, pc)) is not None}
+    claimed.update(ccs)
+    cc_skip = frozenset(ccs)
     folded_bytes = 0
     pc = 0
     while pc < n:
@@ -1322,7 +1402,7 @@ def optimize_steps(
         if ew is not None:  # one chain of the plan only (instructions are numbered across chains)
             same = [op for op in ew.ops if where[op[0]][0] == where[pc][0]]
             ew = _EwChain(ew.x, tuple(same), ew.dtype) if len(same) >= 2 else None
-        while ew is not None and not _ew_static_ok(mt, ew):
+        while ew is not None and not _ew_static_ok(mt, ew, cc_skip):
             # The longest prefix that passes (a hardswish's final division reads a scalar
             # the exporter may place on the input's memory once the multiply has read it).
             ew = _EwChain(ew.x, ew.ops[:-1], ew.dtype) if len(ew.ops) > 2 else None
@@ -1354,6 +1434,16 @@ def optimize_steps(
                     mms[pc] = found
         pc += 1
 
+    # A constant copy's readers read its value: as plain kernel steps, or as the other
+    # operand of an elementwise chain's operation (each substituted in step 3).
+    other_rewritten = set(folds) | {pc + 1 for pc in folds} | set(pools) | set(mms)
+    other_rewritten.update(ln.pc for c in mms.values() for ln_list in c.chains.values() for ln in ln_list)
+    for pc, (out, _, readers) in list(ccs.items()):
+        in_ew = {p: spec for ew in ews.values() for p, _, spec, _ in ew.ops}
+        if any(r in other_rewritten or (r in in_ew and (in_ew[r][0] != "b" or in_ew[r][2] != out))
+               or any(ew.x == out for ew in ews.values()) for r in readers):
+            _drop_constant_copy(ccs, ews, pc)
+
     # 2. Leaving out a write must not change what any read sees, given every other write
     # left out: drop the candidates where it would, until none does. A matmul reading a
     # chain's source reads what the chain's first copy read, where it read it (nothing
@@ -1379,8 +1469,15 @@ def optimize_steps(
             for (p0, _, _, v), (p1, _, _, _) in zip(ew.ops, ew.ops[1:]):
                 dropped.add((p0, v))
                 designated.add((p1, v))
+        for pc, (out, _, readers) in ccs.items():
+            dropped.add((pc, out))
+            designated.update((r, out) for r in readers)
         reads = {v: {p for p in ps if (p, v) not in designated} for v, ps in base_reads.items()}
         changed = False
+        for pc, (out, _, _) in list(ccs.items()):
+            if not st.drop_unobserved(out, pc, reads, dropped):
+                _drop_constant_copy(ccs, ews, pc)
+                changed = True
         for pc in list(folds):
             bn = instructions[pc + 1].args
             if not (st.drop_unobserved(instructions[pc].args[9], pc, reads, dropped)
@@ -1416,12 +1513,20 @@ def optimize_steps(
     # 3. The steps.
     gone = {ln.pc for c in mms.values() for k, m in c.use.items() for ln in c.chains[k][:m]}
     gone.update(p for ew in ews.values() for p in ew.pcs[:-1])
+    gone.update(ccs)
 
     def op_name(pc: int) -> str:
         return cp.plan.operators[instructions[pc].op_index].qualified_name
 
     nv = len(cp.plan.values)
     derived: list[tuple[int, Any]] = []
+    cc_sub: dict[int, int] = {}  # folded copy's out -> its constant (a derived value)
+    cc_readers: set[int] = set()
+    for pc, (out, value, readers) in ccs.items():
+        cc_sub[out] = nv + len(derived)
+        derived.append((-1, value))
+        cc_readers.update(readers)
+        rewrites.append(Rewrite("constant_copy", (pc,), (value,)))
     gelus = {pc: g for pc in range(n) if pc not in gone and pc not in folds and pc not in pools and pc not in ews
              and pc not in mms and (g := _gelu_scratch(mt, pc)) is not None}
     if gelus:  # one scratch buffer per Method for all of them
@@ -1458,7 +1563,7 @@ def optimize_steps(
         elif ew is not None:
             span_t = ew.pcs
             name = " + ".join(op_name(i) for i in span_t) + " (elementwise chain)"
-            steps.append(_ew_step(ew, ew.out, f"{label} {name}"))
+            steps.append(_ew_step(_substituted(ew, cc_sub) if cc_sub else ew, ew.out, f"{label} {name}"))
             spans.append(span_t)
             rewrites.append(Rewrite("elementwise_chain", span_t))
         elif c is not None and c.use:
@@ -1495,6 +1600,15 @@ def optimize_steps(
                 steps.append(kernel_step(kd.fn, tuple(params), (c.params[-1],), what, f"{label} {name}"))
             spans.append(span_t)
             rewrites.append(Rewrite("matmul_views", span_t, tuple(consts)))
+        elif pc in cc_readers:
+            a = instructions[pc]
+            kd = get_kernel(op_name(pc))
+            assert kd is not None
+            params = tuple(cc_sub.get(i, i) for i in a.args[: kd.num_params])
+            ci, ii = where[pc]
+            steps.append(kernel_step(kd.fn, params, rets[pc] or (), f"chains[{ci}].instructions[{ii}] ({op_name(pc)})",
+                                     f"{label} {op_name(pc)} (constant operand)"))
+            spans.append((pc,))
         elif pc in gelus:
             x, out, _ = gelus[pc]
             steps.append(_gelu_step(x, out, gelu_scratch, f"{label} {_GELU} (float32 fit, scratch)"))
