@@ -60,8 +60,7 @@ the change can't be observed:
   The operations are the kernels' own numpy ufunc calls in the same order and dtype:
   results are bit-identical to the unfused steps. ``sigmoid`` then ``mul`` by the
   sigmoid's input is computed as ``silu`` (``x / (1 + exp(-x))``, one pass fewer; float
-  rounding only; float32 with ``exp2(-x log2 e)``, ~1.7x faster than numpy's exp, which
-  adds a relative error of about ``|x| * 6e-8`` from rounding the argument).
+  rounding only).
 - **Constant copies folded.** ``_to_dim_order_copy`` / ``_to_copy`` of a constant (literal
   arguments, the identity dim order or none) into a planned static tensor of at most
   ``_CONST_COPY_MAX_SIZE`` elements that only it writes, not a method output, read
@@ -142,15 +141,7 @@ from ..program import (
     numpy_dtype,
 )
 from .kernels import get_kernel
-from .kernels._elementwise import (
-    GELU_TABLE_MAX_SIZE,
-    clip_ufunc,
-    gelu_fit_f32_into,
-    hardsigmoid_out,
-    hardswish_out,
-    silu_exp2_into,
-    silu_out,
-)
+from .kernels._elementwise import GELU_TABLE_MAX_SIZE, clip_ufunc, gelu_fit_f32_into, hardsigmoid_out, hardswish_out, silu_out
 from .kernels._pool import max_pool2d_values_out
 
 if TYPE_CHECKING:
@@ -1184,22 +1175,6 @@ def _ew_fn(name: str, spec: tuple[Any, ...], dt: np.dtype) -> Callable[[np.ndarr
     return call
 
 
-def _silu_fn(dt: np.dtype) -> Callable[[np.ndarray, np.ndarray, list[Any]], None]:
-    """The chain operation for sigmoid then mul by its input: float32 by silu_exp2_into
-    (exp2, ~25% faster; relative error ~|x| * 6e-8 from rounding x log2(e)) when src and buf
-    share no memory, else (and for float64) the silu kernel."""
-    kernel_call = _ew_fn("aten::silu.out", ("u", "aten::silu.out", None, None), dt)
-    if dt != np.dtype(np.float32):
-        return kernel_call
-
-    def silu(src: np.ndarray, buf: np.ndarray, vals: list[Any]) -> None:
-        if src is buf or np.may_share_memory(src, buf):
-            kernel_call(src, buf, vals)
-        else:
-            silu_exp2_into(src, buf)
-    return silu
-
-
 def _ew_step(chain: _EwChain, out: int, label: str) -> Step:
     """One step running ``chain`` in place in value ``out`` (planned, static)."""
     x, dt = chain.x, chain.dtype
@@ -1208,10 +1183,10 @@ def _ew_step(chain: _EwChain, out: int, label: str) -> Step:
     k = 0
     while k < len(ops):
         name, spec = ops[k]
-        # sigmoid(x) then mul by x: silu, one pass fewer (float32: with exp2, see _silu_fn).
+        # sigmoid(x) then mul by x: silu, one pass fewer.
         if (k == 0 and name == "aten::sigmoid.out" and len(ops) > 1 and ops[1][0] == "aten::mul.out"
                 and ops[1][1][2] == x):
-            fns.append(_silu_fn(dt))
+            fns.append(_ew_fn("aten::silu.out", ("u", "aten::silu.out", None, None), dt))
             k += 2
             continue
         fns.append(_ew_fn(name, spec, dt))

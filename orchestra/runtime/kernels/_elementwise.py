@@ -36,8 +36,6 @@ from ._util import (
 __all__: list[str] = []
 
 _SQRT1_2 = math.sqrt(0.5)
-_LOG2E = 1.0 / math.log(2.0)
-_F32_ONE = np.float32(1)
 
 
 def _const(value: float) -> MappingProxyType:
@@ -515,23 +513,6 @@ def sigmoid_out(self: np.ndarray, out: np.ndarray) -> np.ndarray:
     return finish(_sigmoid_into(self, _work(out, self.shape, float_dtype(self.dtype))), out)
 
 
-_F32_NEG_LOG2E = np.float32(-_LOG2E)
-
-
-def silu_exp2_into(x: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """silu(x) = x / (1 + 2**(-x log2 e)) into ``out`` (float32, x's shape, writeable, not
-    sharing memory with x): four passes like silu_out's, with numpy's exp2 (~1.7x faster than
-    exp for float32). The rounding of x log2(e) adds a relative error of about |x| * 6e-8
-    (float32): under 4e-7 for |x| <= 5, 2e-6 for |x| <= 30, against 2.3e-7 with exp. For
-    the fused sigmoid + mul of an elementwise chain (orchestra/runtime/_optimize.py)."""
-    with np.errstate(over="ignore", invalid="ignore"):  # -inf: inf / inf = NaN, as torch gives
-        np.multiply(x, _F32_NEG_LOG2E, out=out)
-        np.exp2(out, out=out)
-        out += _F32_ONE
-        np.divide(x, out, out=out)
-    return out
-
-
 @kernel("aten::silu.out", dtypes=FLOAT_MATH)
 def silu_out(self: np.ndarray, out: np.ndarray) -> np.ndarray:
     w = _work(out, self.shape, float_dtype(self.dtype), self)
@@ -662,13 +643,11 @@ def _gelu_f32_into(x: np.ndarray, out: np.ndarray) -> np.ndarray:
 # (tests/test_kernels.py checks a dense grid against math.erfc). No cancellation in the
 # negative tail (x/2 + |x|/2 is exactly 0 there); x/2 + |x|/2 is exact and never overflows;
 # gelu(inf) = inf, gelu(-inf) = gelu(NaN) = NaN, as 0.5 x (1 + erf(x / sqrt 2)) gives.
-# (exp, not the faster exp2 with log2(e) folded into the coefficients: that costs ~1.5x the
-# tail error, for ~6% of the time.)
 _GELU_K2 = np.float32(2 * 0.27)
 _GELU_G = tuple(np.float32(c) for c in (
     -1.0557681357219344, 0.010790471420860023, 0.08201428691474494, 0.008187478222535955,
     -0.0026227422978653014, -0.0171442958970123, 0.010069450530973684, -0.0017205046768785824))
-_F32_HALF, _F32_M2 = np.float32(0.5), np.float32(-2)
+_F32_HALF, _F32_M2, _F32_ONE = np.float32(0.5), np.float32(-2), np.float32(1)
 
 
 def gelu_fit_f32_into(x: np.ndarray, out: np.ndarray, scratch: np.ndarray | None = None) -> np.ndarray:
