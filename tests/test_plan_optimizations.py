@@ -1108,3 +1108,26 @@ def test_a_constant_copy_read_through_a_value_on_its_memory_is_not_folded() -> N
     got, want = run_both(prog, [randn(1, 3, 8, 8)])
     for g, w_ in zip(got, want, strict=True):
         np.testing.assert_array_equal(g, w_)
+
+
+def test_a_constant_copy_the_kernel_rejects_is_left_to_fail_at_execute() -> None:
+    """A copy whose constant doesn't fit its out (an untrusted program) is not folded at
+    load: the step as written raises at execute, naming the instruction."""
+    b = ProgramBuilder()
+    f = b.method("forward")
+    x = f.input(np.float32, (1, 3))
+    c = f.call(TO_DIM, np.ones(3, np.float32), False, None)
+    f.output(f.call("aten::add.out", x, c, 1))
+    d = b.build()
+    plan = d.execution_plan[0]
+    src = plan.values[c.index].val  # the out: make it (2,) while the constant stays (3,)
+    bad_out = dataclasses.replace(src, sizes=(2,))
+    values = plan.values[: c.index] + (EValue(bad_out),) + plan.values[c.index + 1:]
+    d2 = dataclasses.replace(d, execution_plan=(dataclasses.replace(plan, values=values),))
+    try:
+        prog = load_program(d2)
+    except OrchestraError:
+        pytest.skip("the loader rejects the changed plan already")
+    assert CC not in kinds(prog)
+    with prog.load_method() as m, pytest.raises(OrchestraError):
+        m.execute([randn(1, 3)])

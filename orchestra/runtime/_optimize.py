@@ -126,6 +126,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..errors import OrchestraError
 from ..program import (
     Bool,
     DelegateCall,
@@ -1281,7 +1282,10 @@ def _constant_copy(mt: _Matcher, pc: int) -> tuple[int, np.ndarray, tuple[int, .
     kd = get_kernel(name)
     assert kd is not None
     value = np.empty(meta[1], meta[0])
-    res = kd.fn(const, mt.cp.template[nb], order, value)
+    try:
+        res = kd.fn(const, mt.cp.template[nb], order, value)
+    except (OrchestraError, ValueError, TypeError):  # the step as written reports it, at execute
+        return None
     if res is not value:
         if not isinstance(res, np.ndarray) or res.shape != value.shape:
             return None
