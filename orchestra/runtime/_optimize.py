@@ -1525,12 +1525,19 @@ def optimize_steps(
     nv = len(cp.plan.values)
     derived: list[tuple[int, Any]] = []
     cc_sub: dict[int, int] = {}  # folded copy's out -> its constant (a derived value)
-    cc_readers: set[int] = set()
+    cc_of: dict[int, set[int]] = {}  # reader -> the folded copies it reads
     for pc, (out, value, readers) in ccs.items():
         cc_sub[out] = nv + len(derived)
         derived.append((-1, value))
-        cc_readers.update(readers)
+        for r in readers:
+            cc_of.setdefault(r, set()).add(pc)
         rewrites.append(Rewrite("constant_copy", (pc,), (value,)))
+
+    def with_copies(span: tuple[int, ...]) -> tuple[int, ...]:
+        """``span`` with the folded copies its instructions read: an executor running a
+        step's instructions as written (numpy_cpu's tiling) runs those copies too."""
+        extra = set().union(*(cc_of.get(p, ()) for p in span))
+        return tuple(sorted(extra.union(span))) if extra else span
     gelus = {pc: g for pc in range(n) if pc not in gone and pc not in folds and pc not in pools and pc not in ews
              and pc not in mms and (g := _gelu_scratch(mt, pc)) is not None}
     if gelus:  # one scratch buffer per Method for all of them
@@ -1568,7 +1575,7 @@ def optimize_steps(
             span_t = ew.pcs
             name = " + ".join(op_name(i) for i in span_t) + " (elementwise chain)"
             steps.append(_ew_step(_substituted(ew, cc_sub) if cc_sub else ew, ew.out, f"{label} {name}"))
-            spans.append(span_t)
+            spans.append(with_copies(span_t))
             rewrites.append(Rewrite("elementwise_chain", span_t))
         elif c is not None and c.use:
             params = list(c.params)
@@ -1604,7 +1611,7 @@ def optimize_steps(
                 steps.append(kernel_step(kd.fn, tuple(params), (c.params[-1],), what, f"{label} {name}"))
             spans.append(span_t)
             rewrites.append(Rewrite("matmul_views", span_t, tuple(consts)))
-        elif pc in cc_readers:
+        elif pc in cc_of:
             a = instructions[pc]
             kd = get_kernel(op_name(pc))
             assert kd is not None
@@ -1612,7 +1619,7 @@ def optimize_steps(
             ci, ii = where[pc]
             steps.append(kernel_step(kd.fn, params, rets[pc] or (), f"chains[{ci}].instructions[{ii}] ({op_name(pc)})",
                                      f"{label} {op_name(pc)} (constant operand)"))
-            spans.append((pc,))
+            spans.append(with_copies((pc,)))
         elif pc in gelus:
             x, out, _ = gelus[pc]
             steps.append(_gelu_step(x, out, gelu_scratch, f"{label} {_GELU} (float32 fit, scratch)"))
