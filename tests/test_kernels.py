@@ -670,25 +670,27 @@ def test_matmuls() -> None:
 
 
 def test_addmm_linear_fast_path_out_aliasing() -> None:
-    """The linear-layer path writes the product straight into out: not when out is self (an
-    accumulating addmm), an operand, or not C-contiguous; each gives the reference result."""
+    """The linear-layer path writes a product of 64 KiB or more straight into out: not when
+    out is self (an accumulating addmm), an operand, or not C-contiguous; each gives the
+    reference result, as do small products."""
     addmm = get_kernel("aten::addmm.out").fn
-    a, w, bias = rnd((6, 5)), rnd((4, 5), seed=1), rnd((4,), seed=2)
-    exp = a @ w.T + bias
-    out = np.zeros((6, 4), F32)
-    assert addmm(bias, a, w.T, 1, 1, out) is out
-    np.testing.assert_allclose(out, exp, rtol=1e-6, atol=1e-6)
-    acc = rnd((6, 4), seed=3)
-    exp2 = a @ w.T + acc
-    assert addmm(acc, a, w.T, 1, 1, acc) is acc  # out is self
-    np.testing.assert_allclose(acc, exp2, rtol=1e-6, atol=1e-6)
-    sq = rnd((4, 4), seed=4)
+    for m, n in ((160, 128), (6, 4)):  # 80 KiB out: written directly; 96 bytes: not
+        a, w, bias = rnd((m, 5)), rnd((n, 5), seed=1), rnd((n,), seed=2)
+        exp = a @ w.T + bias
+        out = np.zeros((m, n), F32)
+        assert addmm(bias, a, w.T, 1, 1, out) is out
+        np.testing.assert_allclose(out, exp, rtol=1e-5, atol=1e-5)
+        acc = rnd((m, n), seed=3)
+        exp2 = a @ w.T + acc
+        assert addmm(acc, a, w.T, 1, 1, acc) is acc  # out is self
+        np.testing.assert_allclose(acc, exp2, rtol=1e-5, atol=1e-5)
+        wide = np.zeros((m, 2 * n), F32)
+        addmm(bias, a, w.T, 1, 1, wide[:, ::2])
+        np.testing.assert_allclose(wide[:, ::2], exp, rtol=1e-5, atol=1e-5)
+    sq, bias = rnd((128, 128), seed=4), rnd((128,), seed=5)
     exp3 = sq @ sq + bias
-    res = addmm(bias, sq, sq, 1, 1, sq)  # out is both operands
-    np.testing.assert_allclose(res, exp3, rtol=1e-6, atol=1e-6)
-    wide = np.zeros((6, 8), F32)
-    res = addmm(bias, a, w.T, 1, 1, wide[:, ::2])
-    np.testing.assert_allclose(wide[:, ::2], exp, rtol=1e-6, atol=1e-6)
+    res = addmm(bias, sq, sq, 1, 1, sq)  # out (64 KiB) is both operands
+    np.testing.assert_allclose(res, exp3, rtol=1e-5, atol=1e-4)
 
 
 def test_matmul_shape_mismatch() -> None:
