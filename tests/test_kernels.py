@@ -20,6 +20,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import orchestra.runtime.kernels as kernels  # noqa: E402
+from orchestra.runtime.kernels._elementwise import GELU_TABLE_MAX_SIZE, gelu_fit_f32_into  # noqa: E402
 from orchestra.errors import Error, OrchestraError  # noqa: E402
 from orchestra.program import ScalarType  # noqa: E402
 from orchestra.runtime.kernels import (  # noqa: E402
@@ -544,6 +545,70 @@ def test_gelu_precision() -> None:
     np.testing.assert_allclose(got, exact, rtol=2e-5, atol=1e-30)
 
 
+def _float32_grid(top: float, stride: int) -> np.ndarray:
+    """Every ``stride``-th float32 in [-top, top] by bit pattern (all binades, denormals
+    included), plus 0 and -0."""
+    bits = np.arange(0, int(np.array(top, F32).view(np.int32)) + 1, stride, dtype=np.int32)
+    pos_ = bits.view(F32)
+    return np.concatenate([pos_, -pos_])
+
+
+@pytest.mark.parametrize("chunk", [2048, 1 << 16], ids=["table", "fit"])
+def test_gelu_dense_float32_grid_against_math_erfc(chunk: int) -> None:
+    """Both float32 gelu paths (the table for up to 2048 elements, the float32 fit above)
+    over a dense grid of float32 values in [-15, 15] against x/2 * erfc(-x/sqrt 2) in float64
+    (math.erfc): relative error within the bounds the code states, in the negative tail too;
+    results below float32's smallest normal within 1e-38 absolute."""
+    x = _float32_grid(15.0, 4099)
+    fn = get_kernel("aten::gelu.out").fn
+    got = np.concatenate([fn(x[i:i + chunk], "none", np.empty(len(x[i:i + chunk]), F32))
+                          for i in range(0, len(x), chunk)])
+    xd = x.astype(np.float64)
+    exact = np.array([0.5 * v * math.erfc(-v / math.sqrt(2)) for v in xd.tolist()])
+    err = np.abs(got.astype(np.float64) - exact)
+    normal = np.abs(exact) >= np.finfo(F32).tiny
+    assert np.all(err[~normal] <= 1e-38)
+    rel = err[normal] / np.abs(exact[normal])
+    ax = np.abs(xd[normal])
+    if chunk <= 2048:
+        bounds = [(15.0, 5e-7)]
+    else:
+        bounds = [(2.0, 4e-7), (5.0, 1.2e-6), (10.0, 4.5e-6), (15.0, 1e-5)]
+    lo = 0.0
+    for hi, bound in bounds:
+        sel = (ax >= lo) & (ax <= hi)
+        assert sel.any() and float(rel[sel].max()) <= bound, (lo, hi, float(rel[sel].max()))
+        lo = hi
+
+
+@pytest.mark.parametrize("n", [5, 4097], ids=["table", "fit"])
+def test_gelu_special_values_and_in_place(n: int) -> None:
+    """inf -> inf, -inf and NaN -> NaN (0.5 x (1 + erf(x / sqrt 2))), huge values stay finite,
+    tiny ones halve; in place (out is x) and into a strided out give the same results."""
+    special = np.array([np.inf, -np.inf, np.nan, 3e38, -3e38, 1e-30, -1e-30, 0.0, 20.0, -20.0], F32)
+    x = np.concatenate([special, rnd((n,), lo=-6, hi=6)]).astype(F32)
+    fn = get_kernel("aten::gelu.out").fn
+    got = fn(x, "none", np.empty_like(x))
+    ref = np.array([0.5 * v * math.erfc(-v / math.sqrt(2)) if math.isfinite(v) else v
+                    for v in x[:len(special)].astype(np.float64).tolist()])
+    ref[1] = np.nan
+    np.testing.assert_allclose(got[:len(special)], ref, rtol=1e-6, atol=1e-38, equal_nan=True)
+    y = x.copy()
+    assert fn(y, "none", y) is y
+    np.testing.assert_array_equal(y, got)
+    wide = np.zeros(2 * len(x), F32)
+    fn(x, "none", wide[::2])
+    np.testing.assert_array_equal(wide[::2], got)
+    if len(x) > GELU_TABLE_MAX_SIZE:  # the fit in a caller's scratch (the plan's gelu step)
+        scratch = np.full(3 * len(x) + 5, np.nan, F32)
+        out = np.empty_like(x)
+        assert gelu_fit_f32_into(x, out, scratch) is out
+        np.testing.assert_array_equal(out, got)
+        y = x.copy()
+        assert gelu_fit_f32_into(y, y, scratch) is y
+        np.testing.assert_array_equal(y, got)
+
+
 def test_where_and_masked_fill() -> None:
     cond = rnd(A, BOOL)
     check("aten::where.self_out", cond, rnd(A), rnd((4, 5), seed=1), dts=F32)
@@ -602,6 +667,30 @@ def test_matmuls() -> None:
     check("aten::addmm.out", np.full((5, 3), np.nan, F32), rnd((5, 7), seed=1), rnd((7, 3), seed=2), 0, 1)
     check("aten::linear.out", rnd((2, 4, 7)), rnd((3, 7), seed=1), rnd((3,), seed=2))
     check("aten::linear.out", rnd((4, 7)), rnd((3, 7), seed=1), None)
+
+
+def test_addmm_linear_fast_path_out_aliasing() -> None:
+    """The linear-layer path writes a product of 64 KiB or more straight into out: not when
+    out is self (an accumulating addmm), an operand, or not C-contiguous; each gives the
+    reference result, as do small products."""
+    addmm = get_kernel("aten::addmm.out").fn
+    for m, n in ((160, 128), (6, 4)):  # 80 KiB out: written directly; 96 bytes: not
+        a, w, bias = rnd((m, 5)), rnd((n, 5), seed=1), rnd((n,), seed=2)
+        exp = a @ w.T + bias
+        out = np.zeros((m, n), F32)
+        assert addmm(bias, a, w.T, 1, 1, out) is out
+        np.testing.assert_allclose(out, exp, rtol=1e-5, atol=1e-5)
+        acc = rnd((m, n), seed=3)
+        exp2 = a @ w.T + acc
+        assert addmm(acc, a, w.T, 1, 1, acc) is acc  # out is self
+        np.testing.assert_allclose(acc, exp2, rtol=1e-5, atol=1e-5)
+        wide = np.zeros((m, 2 * n), F32)
+        addmm(bias, a, w.T, 1, 1, wide[:, ::2])
+        np.testing.assert_allclose(wide[:, ::2], exp, rtol=1e-5, atol=1e-5)
+    sq, bias = rnd((128, 128), seed=4), rnd((128,), seed=5)
+    exp3 = sq @ sq + bias
+    res = addmm(bias, sq, sq, 1, 1, sq)  # out (64 KiB) is both operands
+    np.testing.assert_allclose(res, exp3, rtol=1e-5, atol=1e-4)
 
 
 def test_matmul_shape_mismatch() -> None:
@@ -1297,6 +1386,71 @@ def test_softmax_non_finite_rows_and_many_rows() -> None:
             get_kernel(name).fn(y, -1, False, np.empty_like(y))
         check(name, rnd((100, 7)), -1, False)  # many rows
         check(name, rnd((100, 7)), 0, False)
+
+
+@pytest.mark.parametrize("dt", [F32, np.float64], ids=str)
+def test_mean_over_trailing_dims_by_product(dt: Any) -> None:
+    """A global average pool (trailing dims of a C-contiguous x, kept or not, in either
+    order) sums by one product; leading dims, a strided x or out, a 1-element reduction and
+    NaN / inf take or give what torch does."""
+    mean = get_kernel("aten::mean.out").fn
+    x = rnd((2, 5, 7, 9), dt, lo=-4, hi=4)
+    x[1, 3, 2, 2] = np.nan
+    x[0, 1, 0, 0] = np.inf
+    x[0, 2, 0, 0], x[0, 2, 1, 1] = np.inf, -np.inf
+    tx = torch.from_numpy(x)
+    tol = dict(rtol=1e-6 if dt == F32 else 1e-13, atol=1e-6 if dt == F32 else 1e-13, equal_nan=True)
+    for dims, keep in (([-1, -2], True), ([2, 3], False), ([3], True), ([1, 2, 3], False), ([0, 1], True),
+                       ([1, 3], True)):
+        exp = torch.mean(tx, dims, keepdim=keep).numpy()
+        out = np.full(exp.shape, 123, dt)
+        assert mean(x, dims, keep, None, out) is out
+        np.testing.assert_allclose(out, exp, **tol, err_msg=str(dims))
+        wide = np.zeros(exp.shape + (2,), dt)
+        mean(x, dims, keep, None, wide[..., 0])
+        np.testing.assert_allclose(wide[..., 0], exp, **tol)
+        strided_x = np.zeros(x.shape + (2,), dt)
+        strided_x[..., 0] = x
+        np.testing.assert_allclose(mean(strided_x[..., 0], dims, keep, None, np.empty_like(exp)), exp, **tol)
+    one = rnd((3, 4, 1, 1), dt)
+    np.testing.assert_array_equal(mean(one, [2, 3], True, None, np.empty_like(one)), one)
+
+
+@pytest.mark.parametrize("dt", [F32, np.float64], ids=str)
+def test_softmax_large_inputs_in_and_out_of_exp_range(dt: Any) -> None:
+    """Over 4096 elements along the last dim: within +-60 (600 for float64) exp needs no shift
+    by the row maxima; a value past it, -inf (a mask), inf or NaN anywhere takes the shifted
+    path; each matches torch, in place and into a strided out too, with no FP warnings."""
+    lim, span = (60.0, 85.0) if dt == F32 else (600.0, 700.0)
+    base = rnd((2, 3, 40, 41), dt, lo=-1, hi=1)
+    near = (span - math.log(41)) / 2 * 0.99
+    cases = {"in_range": base * near, "wide_span": base * near * 1.1, "past_the_limit": base * lim * 1.5}
+    shifted = (base + 1) * (lim * 0.99) - lim * 0.99 * 0.02  # in (-lim, lim), span ~2 lim: the slow path
+    cases["offset"] = (base * 20 + (lim - 21)).astype(dt)  # near +lim: fast
+    for v in (-np.inf, np.inf, np.nan, -1e9):
+        y = base * 10
+        y[1, 2, 3, :5] = v
+        cases[f"with_{v}"] = y
+    from orchestra.runtime.kernels._reduce import _in_exp_range
+    assert [k for k, x in cases.items() if _in_exp_range(x)] == ["in_range", "offset"]
+    assert not _in_exp_range(shifted)
+    for what, x in cases.items():
+        exp = torch.softmax(torch.from_numpy(x), -1).numpy()
+        with np.errstate(all="raise", under="ignore"):  # underflow: numpy's default, ignored
+            got = get_kernel("aten::_softmax.out").fn(x, -1, False, np.empty_like(x))
+        # torch (and the shifted path) subtract the row max in float32: x - max rounds, ~1e-6
+        # relative for results 40 below the max.
+        np.testing.assert_allclose(got, exp, rtol=1e-5 if dt == F32 else 1e-12, atol=1e-30, equal_nan=True, err_msg=what)
+        if dt == F32 and _in_exp_range(x):  # the unshifted path: within a few ulp of exact
+            ref = torch.softmax(torch.from_numpy(x.astype(np.float64)), -1).numpy()
+            np.testing.assert_allclose(got, ref, rtol=6e-7, atol=1e-37, err_msg=what)
+        y = x.copy()
+        assert get_kernel("aten::_softmax.out").fn(y, -1, False, y) is y
+        np.testing.assert_array_equal(y, got, err_msg=what)
+        wide = np.zeros(x.shape[:-1] + (2 * x.shape[-1],), dt)
+        get_kernel("aten::_softmax.out").fn(x, -1, False, wide[..., ::2])
+        np.testing.assert_array_equal(wide[..., ::2], got)
+    check("aten::_softmax.out", base * 50, 2, False)  # another dim: the shifted path
 
 
 def test_softmax_small_inputs() -> None:

@@ -15,9 +15,11 @@ import numpy as np
 import pytest
 
 from orchestra.aot import MethodBuilder, ProgramBuilder, Value
+from orchestra.errors import OrchestraError
 from orchestra.program import AllocationDetails, Bool, EValue, Instruction, JumpFalseCall, KernelCall, ProgramDef, Tensor
 from orchestra.runtime import Program, load_program
 from orchestra.runtime._method import CompiledPlan, Method
+from orchestra.runtime.kernels import get_kernel
 from orchestra.runtime.kernels._pool import max_pool2d_values_out, max_pool2d_with_indices_out
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
@@ -902,11 +904,12 @@ def test_a_chain_stops_before_an_instruction_that_overwrites_its_input() -> None
     b = ProgramBuilder()
     f = b.method("forward")
     x = f.input(np.float32, (1, 3, 8, 8))
+    sixes = f.input(np.float32, (1, 3, 8, 8))  # not a constant: the copy runs
     y = f.call("aten::abs.out", x)
     a = f.call("aten::add.out", y, three, 1)
     c = f.call("aten::clamp.out", a, 0, 6)
     d = f.call("aten::mul.out", y, c)
-    six = f.call("aten::_to_copy.out", np.full((1, 3, 8, 8), 6, np.float32), False, None)
+    six = f.call("aten::_to_copy.out", sixes, False, None)
     f.output(f.call("aten::div.out", d, six))
     d_ = b.build()
     plan = d_.execution_plan[0]
@@ -921,7 +924,7 @@ def test_a_chain_stops_before_an_instruction_that_overwrites_its_input() -> None
     assert ew_spans(prog2) == [(1, 2, 3, 5)]
     xin = randn(1, 3, 8, 8)
     for p_ in (prog, prog2):
-        got, want = run_both(p_, [xin])
+        got, want = run_both(p_, [xin, np.full((1, 3, 8, 8), 6, np.float32)])
         np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_allclose(got[0], np.abs(xin) * np.clip(np.abs(xin) + 3, 0, 6) / 6, rtol=1e-6)
 
@@ -941,3 +944,192 @@ def test_an_elementwise_chain_stays_within_one_chain_of_the_plan() -> None:
     assert kinds(prog) == []
     got, want = run_both(prog, [randn(1, 3, 8, 8)])
     np.testing.assert_array_equal(got[0], want[0])
+
+
+# -- gelu with a Method-owned scratch buffer -------------------------------------------------
+GELU = "aten::gelu.out"
+
+
+def test_large_float32_gelus_share_one_scratch_per_method_and_match_the_kernel() -> None:
+    """Two exact gelus of different sizes over 2049+ float32 elements run
+    the fit in one scratch buffer per Method (3 x the larger one's elements): the same results
+    as the kernel as written, executes after the first included; two Methods don't share it."""
+    def body(f: MethodBuilder, x: Value) -> None:
+        a = f.call(GELU, x, "none")
+        b = f.call(GELU, f.call("aten::view_copy.out", a, [2, 3 * 24 * 32 // 2]), "none")
+        f.output(a, b)
+
+    prog = build(body, (1, 3, 24, 32))
+    with prog.load_method() as m, prog.load_method() as m2:
+        assert [(r.kind, r.instructions) for r in m._cp.rewrites] == [("gelu_scratch", (0,)), ("gelu_scratch", (2,))]
+        scratch = [v for v in m._vals[len(prog.definition.plan("forward").values):] if isinstance(v, np.ndarray)]
+        assert [s.shape for s in scratch] == [(3 * 3 * 24 * 32,)] and scratch[0].dtype == np.float32
+        other = m2._vals[len(prog.definition.plan("forward").values)]
+        assert not np.shares_memory(scratch[0], other)
+    for scale in (1.0, 6.0):
+        x = randn(1, 3, 24, 32) * scale
+        got, want = run_both(prog, [x])
+        for g, w_ in zip(got, want, strict=True):
+            np.testing.assert_array_equal(g, w_)
+
+
+def gelu_near_misses() -> dict[str, tuple[Callable[..., None], tuple[int, ...], type]]:
+    """name -> (body, input shape, dtype): gelus the scratch step must leave as written."""
+    def tanh(f: MethodBuilder, x: Value) -> None:
+        f.output(f.call(GELU, x, "tanh"))
+
+    def plain(f: MethodBuilder, x: Value) -> None:
+        f.output(f.call(GELU, x, "none"))
+
+    return {
+        "tanh": (tanh, (1, 3, 24, 32), np.float32),
+        "table_size": (plain, (2, 1024), np.float32),  # 2048 elements: the table path
+        "float64": (plain, (1, 3, 24, 32), np.float64),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(gelu_near_misses()))
+def test_gelu_near_misses_keep_the_kernel_step(case: str) -> None:
+    body, shape, dtype = gelu_near_misses()[case]
+    prog = build(body, shape, dtype)
+    with prog.load_method() as m:
+        assert m._cp.rewrites == ()
+        assert all(a is b for a, b in zip(m._cp.steps, m._cp.instruction_steps, strict=True))
+    got, want = run_both(prog, [randn(*shape, dtype=dtype) * 3])
+    np.testing.assert_array_equal(got[0], want[0])
+
+
+def test_gelu_of_a_dynamic_shape_keeps_the_kernel_step() -> None:
+    b = ProgramBuilder()
+    f = b.method("forward")
+    x = f.input(np.float32, (4, 1024), dynamic=True)
+    f.output(f.call(GELU, x, "none"))
+    prog = load_program(b.to_bytes())
+    assert kinds(prog) == []
+    x = randn(3, 1024) * 3
+    with prog.load_method() as m:
+        np.testing.assert_allclose(m.execute([x])[0], get_kernel(GELU).fn(x, "none", np.empty_like(x)), rtol=0, atol=0)
+
+
+# -- constant copies folded --------------------------------------------------------------------
+TO_DIM = "dim_order_ops::_to_dim_order_copy.out"
+CC = "constant_copy"
+
+
+def exporter_hardswish(f: MethodBuilder, x: Value) -> None:
+    """MobileNetV3's hardswish as exported: int64 scalar constants converted to float32 by
+    ``_to_dim_order_copy`` (identity dim order, or none) right before their readers. (The
+    builder makes them 1-element tensors.)"""
+    y = f.call("aten::abs.out", x)
+    three = f.call(TO_DIM, np.array(3, np.int64), False, [0], out_dtype=np.float32)
+    a = f.call("aten::add.out", y, three, 1)
+    c = f.call("aten::clamp.out", f.call("aten::clamp.out", a, 0, None), None, 6)
+    d = f.call("aten::mul.out", y, c)
+    six = f.call(TO_DIM, np.array(6, np.int64), False, None, out_dtype=np.float32)
+    f.output(f.call("aten::div.out", d, six), f.call("aten::mul.out", y, six))
+
+
+def test_constant_copies_are_folded_and_the_hardswish_chain_takes_its_division() -> None:
+    prog = build(exporter_hardswish)
+    with prog.load_method() as m:
+        rw = m._cp.rewrites
+        assert [(r.kind, r.instructions) for r in rw if r.kind == CC] == [(CC, (1,)), (CC, (6,))]
+        assert [r.constants[0].tolist() for r in rw if r.kind == CC] == [[3.0], [6.0]]
+        assert all(not r.constants[0].flags.writeable and r.constants[0].dtype == np.float32 for r in rw if r.kind == CC)
+        assert ew_spans(prog) == [(2, 3, 4, 5, 7)]  # add, clamp, clamp, mul and the division
+        # No step runs a copy; the steps reading one name it in their span (an executor that
+        # runs a step's instructions as written runs it).
+        assert m._cp.step_spans == ((0,), (1, 2, 3, 4, 5, 6, 7), (6, 8))
+        assert "constant operand" in m._cp.steps[-1].__qualname__  # the other reader of six
+    x = randn(1, 3, 8, 8) * 4
+    got, want = run_both(prog, [x])
+    for g, w_ in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w_)
+    np.testing.assert_allclose(got[0], np.abs(x) * np.clip(np.abs(x) + 3, 0, 6) / 6, rtol=1e-6)
+
+
+def cc_near_misses() -> dict[str, tuple[Callable[..., None], tuple[tuple[int, ...], ...]]]:
+    """name -> (body, extra inputs): copies that must run as written."""
+    def copy_is_an_output(f: MethodBuilder, x: Value) -> None:
+        three = f.call(TO_DIM, np.array(3, np.int64), False, None, out_dtype=np.float32)
+        f.output(f.call("aten::add.out", x, three, 1), three)
+
+    def source_is_an_input(f: MethodBuilder, x: Value, s: Value) -> None:
+        f.output(f.call("aten::add.out", x, f.call(TO_DIM, s, False, None, out_dtype=np.float32), 1))
+
+    def read_in_a_list(f: MethodBuilder, x: Value) -> None:
+        c = f.call(TO_DIM, np.ones((1, 3, 8, 8), np.float32), False, [0, 1, 2, 3])
+        f.output(f.call("aten::cat.out", [x, c], 1))
+
+    def channels_last(f: MethodBuilder, x: Value) -> None:
+        c = f.call(TO_DIM, np.ones((1, 3, 8, 8), np.float32), False, [0, 2, 3, 1])
+        f.output(f.call("aten::add.out", x, c, 1))
+
+    def too_large(f: MethodBuilder, x: Value) -> None:  # 9600 elements
+        c = f.call(TO_DIM, np.ones((2, 3, 40, 40), np.float32), False, [0, 1, 2, 3])
+        f.output(f.call("aten::relu.out", x), f.call("aten::add.out", c, c, 1))
+
+    def read_by_a_matmul_chain(f: MethodBuilder, x: Value) -> None:
+        w = f.call("aten::_to_copy.out", randn(8, 8), False, None)
+        f.output(f.call("aten::mm.out", f.call("aten::view_copy.out", x, [24, 8]), f.call(PERMUTE, w, [1, 0])))
+
+    return {
+        "copy_is_an_output": (copy_is_an_output, ()),
+        "source_is_an_input": (source_is_an_input, ((),)),
+        "read_in_a_list": (read_in_a_list, ()),
+        "channels_last": (channels_last, ()),
+        "too_large": (too_large, ()),
+        "read_by_a_matmul_chain": (read_by_a_matmul_chain, ()),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(cc_near_misses()))
+def test_constant_copy_near_misses_run_as_written(case: str) -> None:
+    body, extra = cc_near_misses()[case]
+    try:
+        prog = build(body, extra_inputs=extra)
+    except OrchestraError as exc:  # the builder's own checks (a layout it can't plan)
+        pytest.skip(f"not buildable: {exc}")
+    assert CC not in kinds(prog)
+    inputs = [randn(1, 3, 8, 8)] + [randn(*s) for s in extra]
+    got, want = run_both(prog, inputs)
+    for g, w_ in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w_)
+
+
+def test_a_constant_copy_read_through_a_value_on_its_memory_is_not_folded() -> None:
+    b = ProgramBuilder()
+    f = b.method("forward")
+    x = f.input(np.float32, (1, 3, 8, 8))
+    three = f.call(TO_DIM, np.array(3, np.int64), False, None, out_dtype=np.float32)
+    f.output(f.call("aten::add.out", x, three, 1))
+    assert CC in kinds(load_program(b.build()))
+    d, _ = with_alias(b.build(), three.index, output=True)
+    prog = load_program(d)
+    assert CC not in kinds(prog)
+    got, want = run_both(prog, [randn(1, 3, 8, 8)])
+    for g, w_ in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w_)
+
+
+def test_a_constant_copy_the_kernel_rejects_is_left_to_fail_at_execute() -> None:
+    """A copy whose constant doesn't fit its out (an untrusted program) is not folded at
+    load: the step as written raises at execute, naming the instruction."""
+    b = ProgramBuilder()
+    f = b.method("forward")
+    x = f.input(np.float32, (1, 3))
+    c = f.call(TO_DIM, np.ones(3, np.float32), False, None)
+    f.output(f.call("aten::add.out", x, c, 1))
+    d = b.build()
+    plan = d.execution_plan[0]
+    src = plan.values[c.index].val  # the out: make it (2,) while the constant stays (3,)
+    bad_out = dataclasses.replace(src, sizes=(2,))
+    values = plan.values[: c.index] + (EValue(bad_out),) + plan.values[c.index + 1:]
+    d2 = dataclasses.replace(d, execution_plan=(dataclasses.replace(plan, values=values),))
+    try:
+        prog = load_program(d2)
+    except OrchestraError:
+        pytest.skip("the loader rejects the changed plan already")
+    assert CC not in kinds(prog)
+    with prog.load_method() as m, pytest.raises(OrchestraError):
+        m.execute([randn(1, 3)])

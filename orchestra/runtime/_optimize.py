@@ -61,6 +61,25 @@ the change can't be observed:
   results are bit-identical to the unfused steps. ``sigmoid`` then ``mul`` by the
   sigmoid's input is computed as ``silu`` (``x / (1 + exp(-x))``, one pass fewer; float
   rounding only).
+- **Constant copies folded.** ``_to_dim_order_copy`` / ``_to_copy`` of a constant (literal
+  arguments, the identity dim order or none) into a planned static tensor of at most
+  ``_CONST_COPY_MAX_SIZE`` elements that only it writes, not a method output, read
+  afterwards only by kernel calls naming it directly: the copy is computed once here (the
+  kernel's own conversion, a read-only array) and doesn't run; its readers read that
+  constant (plain kernel steps rebound, or an elementwise chain's other operand). Its write
+  is left out under the same memory checks as the rewrites above, and an elementwise chain
+  may extend over it: MobileNetV3's 56 scalar conversions go, and each hardswish's division
+  joins its chain (the copy of 6 no longer overwrites the chain's input). A readers'
+  instruction another rewrite covers keeps the copy. Results are bit-identical.
+- **Gelu with scratch.** ``aten::gelu.out`` (literal ``approximate="none"``) of a float32
+  tensor of static shape with more than ``GELU_TABLE_MAX_SIZE`` elements, into its planned
+  out of the same shape, runs the kernel's own float32 fit (same results) in a scratch
+  buffer the Method owns (``CompiledPlan.derived``: one per Method, ``3 x`` the largest such
+  gelu's elements, shared by its gelu steps, which never run at once) instead of three fresh
+  temporaries per execute: temporaries of a transformer's size (hundreds of KB) come from
+  fresh pages whenever malloc has handed the last ones back to the system (~550 page faults,
+  ~1 ms, per ViT-tiny gelu measured), a cost planned memory never pays. Nothing is left
+  out, so no use analysis is involved.
 
 Not done: fusing a following ``aten::relu.out`` into the convolution step (in place). It saves
 only one step's dispatch, about 1 µs, lost in the noise on the fixtures (measured on
@@ -96,6 +115,7 @@ the same results: nothing in between writes their data).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import operator
 import re
@@ -106,6 +126,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..errors import OrchestraError
 from ..program import (
     Bool,
     DelegateCall,
@@ -116,11 +137,12 @@ from ..program import (
     KernelCall,
     MoveCall,
     Null,
+    String,
     Tensor,
     numpy_dtype,
 )
 from .kernels import get_kernel
-from .kernels._elementwise import clip_ufunc, hardsigmoid_out, hardswish_out, silu_out
+from .kernels._elementwise import GELU_TABLE_MAX_SIZE, clip_ufunc, gelu_fit_f32_into, hardsigmoid_out, hardswish_out, silu_out
 from .kernels._pool import max_pool2d_values_out
 
 if TYPE_CHECKING:
@@ -131,6 +153,7 @@ __all__ = ["PlanUses", "Rewrite", "analyse_uses", "optimize_steps"]
 _CONV = "aten::convolution.out"
 _BN = "aten::_native_batch_norm_legit_no_training.out"
 _MAXPOOL = "aten::max_pool2d_with_indices.out"
+_GELU = "aten::gelu.out"
 _FOLD_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 # At most this many bytes of folded conv weights per compiled method (each fold copies one
 # convolution's weights; past the budget batch norms stay separate steps).
@@ -226,7 +249,7 @@ class Rewrite:
     constants it computed (``conv_bn``: the folded weight and bias; ``matmul_views``: the
     operands that are views of constants), read-only."""
 
-    kind: str  # "maxpool_values", "conv_bn", "matmul_views" or "elementwise_chain"
+    kind: str  # "maxpool_values", "conv_bn", "matmul_views", "elementwise_chain", "gelu_scratch", "constant_copy"
     instructions: tuple[int, ...]
     constants: tuple[np.ndarray, ...] = field(default=(), compare=False, repr=False)
 
@@ -1194,11 +1217,12 @@ class _Chains:
     use: dict[int, int]
 
 
-def _ew_static_ok(mt: _Matcher, ew: _EwChain) -> bool:
+def _ew_static_ok(mt: _Matcher, ew: _EwChain, skip: frozenset[int] = frozenset()) -> bool:
     """The memory checks of an elementwise chain that don't depend on other rewrites: its
     operands are not written between where they were read and the chain's last instruction
     (except by the chain's own dropped writes), and its output, written from the first
-    operation on, shares no memory with those that later operations read."""
+    operation on, shares no memory with those that later operations read. ``skip``:
+    instructions that won't run (constant copies folded away)."""
     st = mt.storage
     pcs = frozenset(ew.pcs)
     last = ew.pcs[-1]
@@ -1213,9 +1237,115 @@ def _ew_static_ok(mt: _Matcher, ew: _EwChain) -> bool:
         # overlapping its out first); later ones read them after out has been written.
         if p != first and (v == out or st.overlap(v, out)):
             return False
-        if st.written_between(v, p, last, pcs):
+        if st.written_between(v, p, last, pcs | skip):
             return False
     return True
+
+
+_CONST_COPIES = ("dim_order_ops::_to_dim_order_copy.out", "aten::_to_copy.out")
+_CONST_COPY_MAX_SIZE = 4096  # elements of a folded constant copy (the exporter's scalars)
+
+
+def _constant_copy(mt: _Matcher, pc: int) -> tuple[int, np.ndarray, tuple[int, ...]] | None:
+    """(out, value, readers) when instruction ``pc`` converts a constant (``_to_copy`` /
+    ``_to_dim_order_copy``, literal non_blocking, no memory format / the identity dim order) into a
+    planned static out of at most ``_CONST_COPY_MAX_SIZE`` elements that only it writes,
+    not a method output, read afterwards only by kernel calls naming it directly (not in a
+    list): ``value`` is what the copy writes, computed here, read-only."""
+    for name in _CONST_COPIES:
+        call = mt.kernel_call(pc, name, 4)
+        if call is not None:
+            break
+    else:
+        return None
+    (src, nb, fmt, out), results = call
+    const = mt.constant(src)
+    meta = mt.static_tensor(out)
+    if const is None or meta is None or results != {out} or mt.literal(nb, (Bool,)) is None:
+        return None
+    # No memory format / dim order, or (_to_dim_order_copy) the identity dim order.
+    order = None if mt.is_none(fmt) else mt.int_list(fmt) if name != "aten::_to_copy.out" else False
+    if order is not None and order != list(range(len(meta[1]))):
+        return None
+    st, uses = mt.storage, mt.uses
+    if (not st.static(out) or out in uses.outputs or out in st.inputs
+            or uses.writers.get(out) != frozenset({pc}) or int(np.prod(meta[1], dtype=np.int64)) > _CONST_COPY_MAX_SIZE):
+        return None
+    readers = tuple(sorted(uses.mentions.get(out, frozenset()) - {pc}))
+    for r in readers:
+        a = mt.instructions[r]
+        if r < pc or not isinstance(a, KernelCall):
+            return None
+        kd = get_kernel(mt.plan.operators[a.op_index].qualified_name)
+        if kd is None or mt.named_in(r).count(out) != list(a.args[: kd.num_params]).count(out):
+            return None
+    kd = get_kernel(name)
+    assert kd is not None
+    value = np.empty(meta[1], meta[0])
+    try:
+        res = kd.fn(const, mt.cp.template[nb], order, value)
+    except (OrchestraError, ValueError, TypeError):  # the step as written reports it, at execute
+        return None
+    if res is not value:
+        if not isinstance(res, np.ndarray) or res.shape != value.shape:
+            return None
+        np.copyto(value, res, casting="unsafe")
+    value.setflags(write=False)
+    return out, value, readers
+
+
+def _substituted(ew: _EwChain, sub: dict[int, int]) -> _EwChain:
+    """``ew`` with the other operands in ``sub`` read from their substitutes."""
+    ops = tuple((p, name, ("b", spec[1], sub.get(spec[2], spec[2]), spec[3]) if spec[0] == "b" else spec, o)
+                for p, name, spec, o in ew.ops)
+    return _EwChain(ew.x, ops, ew.dtype)
+
+
+def _drop_constant_copy(ccs: dict[int, Any], ews: dict[int, _EwChain], pc: int) -> None:
+    """Drops constant copy ``pc`` and the elementwise chains that step over it (they were
+    checked assuming it doesn't run)."""
+    del ccs[pc]
+    for last, ew in list(ews.items()):
+        if ew.pcs[0] < pc < last:
+            del ews[last]
+
+
+def _gelu_scratch(mt: _Matcher, pc: int) -> tuple[int, int, int] | None:
+    """(x, out, elements) when instruction ``pc`` is a gelu the scratch step may run: exact
+    (literal "none"), float32 of static shape past the kernel's table size, out planned of
+    the same shape and dtype, x constant or planned of static shape (an ndarray of that
+    shape at every execute)."""
+    call = mt.kernel_call(pc, _GELU, 3)
+    if call is None:
+        return None
+    (x, approx, out), results = call
+    if results != {out} or x == approx or out == approx or mt.literal(approx, (String,)) != "none":
+        return None
+    meta = mt.static_tensor(out)
+    if meta is None or meta[0] != np.dtype(np.float32) or mt.static_tensor(x) != meta:
+        return None
+    n = int(np.prod(meta[1], dtype=np.int64))
+    if n <= GELU_TABLE_MAX_SIZE or not mt.storage.static(out):
+        return None
+    if mt.constant(x) is None and not mt.storage.static(x):
+        return None
+    return x, out, n
+
+
+def _new_scratch(size: int, _value: Any) -> np.ndarray:
+    """A Method's float32 scratch buffer of ``size`` elements (a derived value)."""
+    return np.empty(size, np.float32)
+
+
+def _gelu_step(x: int, out: int, scratch: int, label: str) -> Step:
+    """One step running the float32 gelu fit of value ``x`` into ``out`` in scratch value
+    ``scratch``."""
+
+    def step(vals: list[Any], m: Method) -> None:
+        gelu_fit_f32_into(vals[x], vals[out], vals[scratch])
+
+    step.__qualname__ = label
+    return step
 
 
 def optimize_steps(
@@ -1254,6 +1384,10 @@ def optimize_steps(
     mms: dict[int, _Chains] = {}  # matmul pc -> the layout chains of its operands
     ews: dict[int, _EwChain] = {}  # last pc -> elementwise chain
     claimed: set[int] = set()
+    # Constant copies folded to constants their readers read instead (the copies don't run).
+    ccs = {} if st.opaque else {pc: c for pc in range(n) if (c := _constant_copy(mt, pc)) is not None}
+    claimed.update(ccs)
+    cc_skip = frozenset(ccs)
     folded_bytes = 0
     pc = 0
     while pc < n:
@@ -1272,7 +1406,7 @@ def optimize_steps(
         if ew is not None:  # one chain of the plan only (instructions are numbered across chains)
             same = [op for op in ew.ops if where[op[0]][0] == where[pc][0]]
             ew = _EwChain(ew.x, tuple(same), ew.dtype) if len(same) >= 2 else None
-        while ew is not None and not _ew_static_ok(mt, ew):
+        while ew is not None and not _ew_static_ok(mt, ew, cc_skip):
             # The longest prefix that passes (a hardswish's final division reads a scalar
             # the exporter may place on the input's memory once the multiply has read it).
             ew = _EwChain(ew.x, ew.ops[:-1], ew.dtype) if len(ew.ops) > 2 else None
@@ -1304,6 +1438,16 @@ def optimize_steps(
                     mms[pc] = found
         pc += 1
 
+    # A constant copy's readers read its value: as plain kernel steps, or as the other
+    # operand of an elementwise chain's operation (each substituted in step 3).
+    other_rewritten = set(folds) | {pc + 1 for pc in folds} | set(pools) | set(mms)
+    other_rewritten.update(ln.pc for c in mms.values() for ln_list in c.chains.values() for ln in ln_list)
+    for pc, (out, _, readers) in list(ccs.items()):
+        in_ew = {p: spec for ew in ews.values() for p, _, spec, _ in ew.ops}
+        if any(r in other_rewritten or (r in in_ew and (in_ew[r][0] != "b" or in_ew[r][2] != out))
+               or any(ew.x == out for ew in ews.values()) for r in readers):
+            _drop_constant_copy(ccs, ews, pc)
+
     # 2. Leaving out a write must not change what any read sees, given every other write
     # left out: drop the candidates where it would, until none does. A matmul reading a
     # chain's source reads what the chain's first copy read, where it read it (nothing
@@ -1329,8 +1473,15 @@ def optimize_steps(
             for (p0, _, _, v), (p1, _, _, _) in zip(ew.ops, ew.ops[1:]):
                 dropped.add((p0, v))
                 designated.add((p1, v))
+        for pc, (out, _, readers) in ccs.items():
+            dropped.add((pc, out))
+            designated.update((r, out) for r in readers)
         reads = {v: {p for p in ps if (p, v) not in designated} for v, ps in base_reads.items()}
         changed = False
+        for pc, (out, _, _) in list(ccs.items()):
+            if not st.drop_unobserved(out, pc, reads, dropped):
+                _drop_constant_copy(ccs, ews, pc)
+                changed = True
         for pc in list(folds):
             bn = instructions[pc + 1].args
             if not (st.drop_unobserved(instructions[pc].args[9], pc, reads, dropped)
@@ -1366,12 +1517,33 @@ def optimize_steps(
     # 3. The steps.
     gone = {ln.pc for c in mms.values() for k, m in c.use.items() for ln in c.chains[k][:m]}
     gone.update(p for ew in ews.values() for p in ew.pcs[:-1])
+    gone.update(ccs)
 
     def op_name(pc: int) -> str:
         return cp.plan.operators[instructions[pc].op_index].qualified_name
 
     nv = len(cp.plan.values)
     derived: list[tuple[int, Any]] = []
+    cc_sub: dict[int, int] = {}  # folded copy's out -> its constant (a derived value)
+    cc_of: dict[int, set[int]] = {}  # reader -> the folded copies it reads
+    for pc, (out, value, readers) in ccs.items():
+        cc_sub[out] = nv + len(derived)
+        derived.append((-1, value))
+        for r in readers:
+            cc_of.setdefault(r, set()).add(pc)
+        rewrites.append(Rewrite("constant_copy", (pc,), (value,)))
+
+    def with_copies(span: tuple[int, ...]) -> tuple[int, ...]:
+        """``span`` with the folded copies its instructions read: an executor running a
+        step's instructions as written (numpy_cpu's tiling) runs those copies too."""
+        extra = set().union(*(cc_of.get(p, ()) for p in span))
+        return tuple(sorted(extra.union(span))) if extra else span
+    gelus = {pc: g for pc in range(n) if pc not in gone and pc not in folds and pc not in pools and pc not in ews
+             and pc not in mms and (g := _gelu_scratch(mt, pc)) is not None}
+    if gelus:  # one scratch buffer per Method for all of them
+        gelu_scratch = nv + len(derived)
+        first = next(iter(gelus.values()))
+        derived.append((first[1], functools.partial(_new_scratch, 3 * max(g[2] for g in gelus.values()))))
     pc = 0
     while pc < n:
         label = f"step[{pc}]"
@@ -1402,8 +1574,8 @@ def optimize_steps(
         elif ew is not None:
             span_t = ew.pcs
             name = " + ".join(op_name(i) for i in span_t) + " (elementwise chain)"
-            steps.append(_ew_step(ew, ew.out, f"{label} {name}"))
-            spans.append(span_t)
+            steps.append(_ew_step(_substituted(ew, cc_sub) if cc_sub else ew, ew.out, f"{label} {name}"))
+            spans.append(with_copies(span_t))
             rewrites.append(Rewrite("elementwise_chain", span_t))
         elif c is not None and c.use:
             params = list(c.params)
@@ -1439,6 +1611,20 @@ def optimize_steps(
                 steps.append(kernel_step(kd.fn, tuple(params), (c.params[-1],), what, f"{label} {name}"))
             spans.append(span_t)
             rewrites.append(Rewrite("matmul_views", span_t, tuple(consts)))
+        elif pc in cc_of:
+            a = instructions[pc]
+            kd = get_kernel(op_name(pc))
+            assert kd is not None
+            params = tuple(cc_sub.get(i, i) for i in a.args[: kd.num_params])
+            ci, ii = where[pc]
+            steps.append(kernel_step(kd.fn, params, rets[pc] or (), f"chains[{ci}].instructions[{ii}] ({op_name(pc)})",
+                                     f"{label} {op_name(pc)} (constant operand)"))
+            spans.append(with_copies((pc,)))
+        elif pc in gelus:
+            x, out, _ = gelus[pc]
+            steps.append(_gelu_step(x, out, gelu_scratch, f"{label} {_GELU} (float32 fit, scratch)"))
+            spans.append((pc,))
+            rewrites.append(Rewrite("gelu_scratch", (pc,)))
         else:
             steps.append(plain[pc])
             spans.append((pc,))

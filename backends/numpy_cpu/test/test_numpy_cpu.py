@@ -527,3 +527,33 @@ def test_bridge_names_unknown_backends(et) -> None:
     assert cls in BackendDetails.__subclasses__()
     with pytest.raises(OrchestraError, match="compile specs must be CompileSpec"):
         partitioner(NC, compile_specs=[("k", b"v")])
+
+
+def test_a_tiled_matmul_reading_a_folded_constant_copy_runs_the_copy() -> None:
+    """orchestra folds a copy of a constant (the addmm's bias) into a constant the addmm step
+    reads (the copy doesn't run); where the executor tiles that addmm as written, the copy
+    runs too, in its place, so the bias the tiles read is there."""
+    rng = np.random.default_rng(7)
+    shape = (512, 256)
+    w = (rng.standard_normal((256, 384)) * 0.1).astype(np.float32)
+    bias = rng.standard_normal(384).astype(np.float32)
+    b = ProgramBuilder()
+    f = b.method("forward")
+    x = f.input(np.float32, shape)
+    c = f.call("aten::_to_copy.out", bias, False, None)
+    f.output(f.call("aten::addmm.out", c, f.call("aten::relu.out", x), w))
+    sub = b.build()
+    ob = ProgramBuilder()
+    of = ob.method("forward")
+    of.output(*of.delegate(NC, sub, [of.input(np.float32, shape)]))
+    xin = rng.standard_normal(shape).astype(np.float32)
+    with load_program(sub).load_method() as plain:
+        assert [r.kind for r in plain._cp.rewrites] == ["constant_copy"]
+        assert plain._cp.step_spans == ((1,), (0, 2))
+        want = plain.execute([xin])[0]
+    np.testing.assert_allclose(want, np.maximum(xin, 0) @ w + bias, rtol=1e-5, atol=1e-4)
+    with load_program(ob.to_bytes()).load_method(backend_options={NC: {"max_tiles": 3, "num_threads": 2}}) as m:
+        got = m.execute([xin])[0]
+        assert "aten::addmm.out" in {name for name, _ in handle_of(m).statistics().tiled_ops}
+        assert handle_of(m).executor._spans == ((0,), (1,), (2,))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)

@@ -579,13 +579,13 @@ def erf_out(self: np.ndarray, out: np.ndarray) -> np.ndarray:
 # |(log Phi)''| ~ 1.2e-7, so ~2e-7 relative in Phi all the way into the negative tail, where
 # torch's 1 + erf cancels), then exponentiated. Below -14, Phi is 0 (x * Phi(x) is under
 # 1e-43 there); above 6, Phi is 1 to float32's precision. Index and interpolation are
-# computed in float64: ~10 numpy calls in all, against ~30 for the polynomial erfc below.
+# computed in float64: ~10 numpy calls in all (the fewest: the fastest for small tensors).
 _GELU_X0 = -14.0
 _GELU_SCALE = 1024.0
 _GELU_N = int((6.0 - _GELU_X0) * _GELU_SCALE) + 1
-# Above this many elements the float32 polynomial below is faster (float64 passes and the
-# table gather cost more than call overhead saves).
-_GELU_TABLE_MAX_SIZE = 1 << 15
+# Above this many elements the float32 fit below is faster (the table's float64 passes and
+# gather cost more than its fewer calls save; measured crossover ~3000).
+GELU_TABLE_MAX_SIZE = 2048
 
 
 def _gelu_table() -> np.ndarray:
@@ -631,12 +631,65 @@ def _gelu_f32_into(x: np.ndarray, out: np.ndarray) -> np.ndarray:
     return np.multiply(s, x, out=out)
 
 
+# gelu(x) = x * Phi(x) for larger float32 tensors, in float32 throughout, ~25 in-place passes:
+#   gelu(x) = x/2 + |x|/2 - v * exp(G(v) - x**2 / 2),  v = h / (1 + 2K h),  h = |x| / 2,
+# since x * Phi(x) = relu(x) - |x| * erfc(|x| / sqrt 2) / 2 and |x| erfc(|x| / sqrt 2) / 2 =
+# v * erfcx(|x| / sqrt 2) * (1 + K |x|) * exp(-x**2 / 2). G(v) = ln(erfcx(a / sqrt 2) (1 + K a)),
+# a = |x|, is smooth on v in [0, 1 / (2K)); G(0) = 0. Its degree-8 minimax fit without
+# constant term (linear programming over |x| in [0, 14.5], past which the result underflows;
+# the polynomial stays below -1.3 beyond) is within 5.8e-8 of G: the relative error of the
+# result comes from float32 rounding, mostly of x**2 / 2 in the exponent: <= 4e-7 for |x| <= 2,
+# 1.1e-6 for |x| <= 5, 4e-6 for |x| <= 10, 8e-6 down to float32's smallest normal result
+# (tests/test_kernels.py checks a dense grid against math.erfc). No cancellation in the
+# negative tail (x/2 + |x|/2 is exactly 0 there); x/2 + |x|/2 is exact and never overflows;
+# gelu(inf) = inf, gelu(-inf) = gelu(NaN) = NaN, as 0.5 x (1 + erf(x / sqrt 2)) gives.
+_GELU_K2 = np.float32(2 * 0.27)
+_GELU_G = tuple(np.float32(c) for c in (
+    -1.0557681357219344, 0.010790471420860023, 0.08201428691474494, 0.008187478222535955,
+    -0.0026227422978653014, -0.0171442958970123, 0.010069450530973684, -0.0017205046768785824))
+_F32_HALF, _F32_M2, _F32_ONE = np.float32(0.5), np.float32(-2), np.float32(1)
+
+
+def gelu_fit_f32_into(x: np.ndarray, out: np.ndarray, scratch: np.ndarray | None = None) -> np.ndarray:
+    """gelu(x) (approximate "none") by the float32 fit above into ``out`` (x's shape,
+    float32, writeable; may be x itself or overlap it). ``scratch``: a flat float32 array of
+    at least ``3 * x.size`` elements to compute in (else three temporaries are allocated), for
+    a step that owns one (see orchestra/runtime/_optimize.py)."""
+    n = x.size
+    if scratch is not None and scratch.size >= 3 * n:
+        h, v, g = (scratch[k * n:(k + 1) * n].reshape(x.shape) for k in range(3))
+        np.multiply(x, _F32_HALF, out=h)
+    else:
+        h = np.multiply(x, _F32_HALF)
+        v = g = None
+    with np.errstate(all="ignore"):  # 1/0, inf/inf, exp underflow: all give the right limit
+        np.abs(h, out=h)
+        v = np.divide(_F32_ONE, h, out=v)
+        v += _GELU_K2
+        np.divide(_F32_ONE, v, out=v)  # h / (1 + 2K h), 0 at h = 0
+        g = np.multiply(v, _GELU_G[-1], out=g)
+        for c in _GELU_G[-2::-1]:
+            g += c
+            g *= v
+        # -x**2 / 2 into out, unless x is read from there at the end.
+        sq = np.multiply(h, _F32_M2, out=None if np.may_share_memory(out, x) else out)
+        sq *= h
+        g += sq
+        np.exp(g, out=g)
+        g *= v
+        np.multiply(x, _F32_HALF, out=out)
+        out += h
+        out -= g
+    return out
+
+
 @kernel("aten::gelu.out", dtypes=FLOAT_MATH)
 def gelu_out(self: np.ndarray, approximate: str, out: np.ndarray) -> np.ndarray:
-    if approximate == "none" and self.dtype == _F32 and self.size <= _GELU_TABLE_MAX_SIZE:
+    if approximate == "none" and self.dtype == _F32:
+        into = _gelu_f32_into if self.size <= GELU_TABLE_MAX_SIZE else gelu_fit_f32_into
         if _fast_out(out, self) and out.flags.writeable:
-            return _gelu_f32_into(self, out)
-        return finish(_gelu_f32_into(self, np.empty(self.shape, _F32)), out)
+            return into(self, out)
+        return finish(into(self, np.empty(self.shape, _F32)), out)
     dt = float_dtype(self.dtype)
     w = _work(out, self.shape, dt, self)
     if approximate == "tanh":

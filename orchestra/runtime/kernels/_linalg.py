@@ -28,6 +28,10 @@ def _matmul(op: str, a: np.ndarray, b: np.ndarray, out: Any) -> np.ndarray:
     return np.matmul(a, b, out=o)
 
 
+# Products of at least this many bytes are written straight into addmm's out.
+_DIRECT_OUT_BYTES = 1 << 16
+
+
 def _fits(out: Any, shape: tuple[int, ...], a: np.ndarray, b: np.ndarray) -> bool:
     """Whether the fast path may write ``a @ b`` straight into ``out``: same dtypes, right
     shape. (np.dot and np.matmul copy inputs that overlap ``out``; np.dot, cheaper to call
@@ -85,8 +89,18 @@ def addmm_out(
         and _fits(out, (mat1.shape[0], mat2.shape[1]), mat1, mat2)
         and self.dtype == out.dtype
     ):
-        # Fast path (a linear layer): one product, one add that broadcasts self into out.
+        # Fast path (a linear layer): one product, one add that broadcasts self into out. A
+        # large product goes straight into out (C-contiguous, sharing no memory with an
+        # operand or self: np.dot would copy, and self is read after), then self is added in
+        # place: a temporary of a transformer's size (hundreds of KB) comes from fresh pages
+        # each time malloc has given the last one back to the system. (Small ones come from
+        # malloc's free lists: there the checks would cost more than they save.)
         try:
+            if (out.nbytes >= _DIRECT_OUT_BYTES and out.flags.c_contiguous and out.flags.writeable
+                    and not np.may_share_memory(out, mat1) and not np.may_share_memory(out, mat2)
+                    and not np.may_share_memory(out, self)):
+                np.dot(mat1, mat2, out=out)
+                return np.add(out, self, out=out)
             return np.add(np.dot(mat1, mat2), self, out=out)
         except ValueError:
             pass

@@ -83,6 +83,20 @@ def _mean(op: str, x: np.ndarray, dim: Any, keepdim: bool, dtype: int | None, ou
             n = 1
             for a in axes:
                 n *= x.shape[a]
+            lead = x.ndim - len(axes)
+            if (n > 1 and lead and sorted(axes) == list(range(lead, x.ndim)) and x.flags.c_contiguous
+                    and out.flags.c_contiguous and out.flags.writeable
+                    and out.shape == x.shape[:lead] + ((1,) * len(axes) if keepdim else ())):
+                # The trailing dims of a C-contiguous x (a global average pool): each row's
+                # sum as one product with a vector of ones, straight into out (3-6x faster
+                # than np.add.reduce over them), then the division by the count.
+                rows = x.size // n
+                try:
+                    np.dot(x.reshape(rows, n), np.ones(n, x.dtype), out=out.reshape(rows))
+                except ValueError:
+                    pass
+                else:
+                    return np.true_divide(out, n, out=out)
             try:
                 res = np.add.reduce(x, axis=axes, keepdims=bool(keepdim), out=out)
             except ValueError:  # out has another shape, or is read-only
@@ -337,6 +351,17 @@ def _softmax_into(
     return w
 
 
+def _in_exp_range(x: np.ndarray) -> bool:
+    """Whether softmax along the last dim of float32/64 ``x`` may skip the shift by the row
+    maxima: every element within +-60 (+-600 for float64), so exp and the row sums are normal
+    and finite, and max - min + ln(row length) under 85 (700), so no result underflows.
+    NaN and inf fail."""
+    lim, span = (60.0, 85.0) if x.dtype.itemsize == 4 else (600.0, 700.0)
+    lo = float(np.minimum.reduce(x, axis=None))
+    hi = float(np.maximum.reduce(x, axis=None))
+    return -lim < lo and hi < lim and hi - lo + math.log(x.shape[-1]) < span
+
+
 def _softmax(op: str, x: np.ndarray, dim: int, log: bool, out: Any) -> Any:
     nd = x.ndim
     if x.dtype.kind == "f" and x.size and -nd <= dim < nd:
@@ -355,6 +380,20 @@ def _softmax(op: str, x: np.ndarray, dim: int, log: bool, out: Any) -> Any:
             else:
                 np.exp(x, out=w)
                 np.true_divide(w, np.add.reduce(w, axis=d, keepdims=True), out=w)
+        elif not log and d == nd - 1 and x.dtype.itemsize >= 4 and _in_exp_range(x):
+            # x in a range where exp(x), the row sums and the results are normal and finite
+            # (_in_exp_range): the shift by the row maxima (a slow row-wise reduction plus a
+            # pass) is not needed; the two whole-array reductions that show it are fast. Row
+            # sums by one product with a column of ones (faster than np.add.reduce over
+            # short rows), then one multiply by their reciprocals: float rounding only.
+            c = w if w.flags.c_contiguous else np.empty(x.shape, x.dtype)
+            np.exp(x, out=c)
+            rows = c.reshape(-1, x.shape[-1])
+            s = np.dot(rows, np.ones((x.shape[-1], 1), x.dtype))
+            np.reciprocal(s, out=s)
+            np.multiply(rows, s, out=rows)
+            if c is not w:
+                np.copyto(w, c)
         else:
             m = np.maximum.reduce(x, axis=d, keepdims=True) if x.size <= 64 * x.shape[d] else None
             if m is not None and math.isfinite(sum(m.ravel().tolist())):
