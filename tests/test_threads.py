@@ -23,6 +23,7 @@ import threadpoolctl
 
 from orchestra import InvalidArgumentError
 from orchestra.orchestrator import CpuResource, InstanceSpec, Orchestrator, ThreadBudget
+from orchestra.orchestrator._threads import worker_blas_env
 from orchestra.runtime import load_program
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
@@ -256,3 +257,43 @@ async def test_an_unbound_worker_process_started_alone_shares_once_another_joins
                 except (ValueError, OSError):  # caught mid-write
                     pass
                 await anyio.sleep(0.02)
+
+
+# -- BLAS kernels of worker processes -------------------------------------------------------
+
+_HASWELL = [{"internal_api": "openblas", "architecture": "Haswell"}]
+_AVX512 = {"fpu", "avx2", "fma", "avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"}
+
+
+def test_workers_get_openblas_avx512_kernels_only_where_openblas_fell_back_and_the_cpu_has_them() -> None:
+    assert worker_blas_env({}, _AVX512, _HASWELL) == {"OPENBLAS_CORETYPE": "SkylakeX"}
+    assert worker_blas_env({"OPENBLAS_CORETYPE": "Haswell"}, _AVX512, _HASWELL) == {}  # the user's choice wins
+    assert worker_blas_env({}, _AVX512 - {"avx512vl"}, _HASWELL) == {}  # a subset the kernels use is missing
+    assert worker_blas_env({}, _AVX512, [{"internal_api": "openblas", "architecture": "SkylakeX"}]) == {}
+    assert worker_blas_env({}, _AVX512, [{"internal_api": "openblas", "architecture": "Cooperlake"}]) == {}
+    assert worker_blas_env({}, _AVX512, [{"internal_api": "mkl", "architecture": None}]) == {}  # not OpenBLAS
+
+
+def record_arch(folder: str) -> None:
+    """process_initializer: writes the worker's OpenBLAS architecture to FOLDER/arch-PID."""
+    import threadpoolctl
+
+    arch = next((i.get("architecture") for i in threadpoolctl.threadpool_info() if i.get("internal_api") == "openblas"), None)
+    (pathlib.Path(folder) / f"arch-{os.getpid()}").write_text(str(arch), encoding="utf-8")
+
+
+@pytest.mark.anyio
+async def test_a_worker_process_loads_the_kernels_worker_blas_env_chose(tmp_path: pathlib.Path) -> None:
+    want = worker_blas_env().get("OPENBLAS_CORETYPE")
+    before = os.environ.get("OPENBLAS_CORETYPE")
+    async with Orchestrator(period=None, process_initializer=functools.partial(record_arch, str(tmp_path))) as orch:
+        got = await _run(orch, [InstanceSpec("w", placement="process")])
+    arch = (tmp_path / f"arch-{got['w'][1]}").read_text(encoding="utf-8")
+    if want is None:  # this OpenBLAS recognised the CPU (or the user chose): the worker's kernels are this process's
+        import threadpoolctl
+
+        mine = next((i.get("architecture") for i in threadpoolctl.threadpool_info() if i.get("internal_api") == "openblas"), None)
+        assert arch == str(mine)
+    else:
+        assert arch == want
+    assert os.environ.get("OPENBLAS_CORETYPE") == before  # this process's environment is left as it was

@@ -50,7 +50,7 @@ from ..errors import Error, OrchestraError
 from ..program import dumps
 from ..runtime import MethodMeta, Program, TensorInfo, load_program
 from ._methods import Routed, load_for_worker
-from ._threads import apply_blas_limit
+from ._threads import apply_blas_limit, worker_blas_env
 
 __all__ = ["PIPELINE_DEPTH", "WorkerProcess"]
 
@@ -402,6 +402,29 @@ def _child(requests: Any, replies: Any, program_ref: Any, method_name: str, opti
             pass
 
 
+_env_lock = threading.Lock()
+
+
+def _start_with_env(proc: Any, extra: Mapping[str, str]) -> None:
+    """Starts ``proc`` (spawn: a fresh interpreter inheriting ``os.environ``) with ``extra``
+    in its environment, which must be there before the child loads numpy; this process's
+    environment is restored at once (other workers started meanwhile wait on the lock)."""
+    if not extra:
+        proc.start()
+        return
+    with _env_lock:
+        saved = {k: os.environ.get(k) for k in extra}
+        os.environ.update(extra)
+        try:
+            proc.start()
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+
 class WorkerProcess:
     """The parent's handle of one worker process (see the module docstring).
 
@@ -445,7 +468,7 @@ class WorkerProcess:
         self.fd = self._rep.fileno()
         self._wfd = self._req.fileno()
         try:
-            self._proc.start()
+            _start_with_env(self._proc, worker_blas_env())
             req_r.close()
             rep_w.close()
             reply = self._first_reply()

@@ -16,6 +16,15 @@ through ``threadpoolctl``:
   ``OMP_NUM_THREADS`` in the environment (the libraries read them at load; orchestra leaves
   them alone), or ``Orchestrator(blas_threads=n)``. Either way the value in force is reported
   in each instance's ``statistics().threads``.
+
+BLAS kernels: OpenBLAS picks its kernels from the CPU model it recognises; a CPU newer than
+the OpenBLAS build (e.g. AMD family 26 under OpenBLAS 0.3.31) falls back to the Haswell
+(AVX2) kernels even when the CPU has AVX-512. For the worker processes it starts, the
+orchestrator then sets ``OPENBLAS_CORETYPE=SkylakeX`` (the AVX-512 kernels, what newer
+OpenBLAS builds pick for such CPUs) when the CPU reports every AVX-512 subset those kernels
+use and the user has not set ``OPENBLAS_CORETYPE`` (:func:`worker_blas_env`). Measured on
+such a VM: sgemm 1.5x, transformer executes 1.4x faster. This process's own OpenBLAS is
+loaded already and is left as it is.
 """
 
 from __future__ import annotations
@@ -30,12 +39,63 @@ from ..errors import InvalidArgumentError
 from ..telemetry import get_logger
 from ._stats import ThreadBudget
 
-__all__ = ["ENV_VARS", "ThreadLimits", "apply_blas_limit", "blas_in_force", "thread_budget", "user_setting"]
+__all__ = ["ENV_VARS", "ThreadLimits", "apply_blas_limit", "blas_in_force", "thread_budget", "user_setting",
+           "worker_blas_env"]
 
 _log = get_logger(__name__)
 
 ENV_VARS = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")
 _USER_APIS = ("blas", "openmp")
+
+
+_AVX512 = ("avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl")  # what OpenBLAS's SkylakeX kernels use
+_GENERIC_ARCHS = ("haswell", "zen", "sandybridge", "prescott", "nehalem", "core2", "atom", "barcelona",
+                  "bulldozer", "piledriver", "steamroller", "excavator")
+_worker_env: dict[str, str] | None = None
+
+
+def _cpu_flags(path: str = "/proc/cpuinfo") -> set[str]:
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.partition(":")[2].split())
+    except OSError:
+        pass
+    return set()
+
+
+def worker_blas_env(environ: Mapping[str, str] | None = None, flags: set[str] | None = None,
+                    info: list[dict[str, Any]] | None = None) -> dict[str, str]:
+    """Environment variables a worker process should start with to get the BLAS kernels this
+    CPU supports: ``{"OPENBLAS_CORETYPE": "SkylakeX"}`` when numpy's OpenBLAS fell back to
+    AVX2-or-older kernels on a CPU with every AVX-512 subset the SkylakeX kernels use, and
+    the user set no ``OPENBLAS_CORETYPE``; else ``{}``. ``environ``/``flags``/``info``
+    (threadpoolctl's ``threadpool_info()``) default to this process's; the default answer is
+    computed once."""
+    global _worker_env
+    default = environ is None and flags is None and info is None
+    if default and _worker_env is not None:
+        return dict(_worker_env)
+    env = os.environ if environ is None else environ
+    out: dict[str, str] = {}
+    if "OPENBLAS_CORETYPE" not in env:
+        if info is None:
+            try:
+                import threadpoolctl
+
+                info = threadpoolctl.threadpool_info()
+            except Exception:  # noqa: BLE001 - no answer: leave the kernels alone
+                info = []
+        arch = next((str(i.get("architecture") or "") for i in info if i.get("internal_api") == "openblas"), "")
+        cpu = _cpu_flags() if flags is None else flags
+        if arch.lower() in _GENERIC_ARCHS and all(f in cpu for f in _AVX512):
+            out["OPENBLAS_CORETYPE"] = "SkylakeX"
+            _log.info("worker processes get OpenBLAS's AVX-512 kernels (OPENBLAS_CORETYPE=SkylakeX): this "
+                      "OpenBLAS did not recognise the CPU and chose older ones", detected=arch)
+    if default:
+        _worker_env = dict(out)
+    return out
 
 
 def _env_threads(name: str, environ: Mapping[str, str]) -> int | None:
