@@ -84,7 +84,7 @@ def npu() -> Iterator[NpuDevice]:
     try:
         yield dev
     finally:
-        unregister_device("npu0")
+        dev.close()  # stops its core threads (named like every npu0's: a leak confuses later tests) and unregisters
 
 
 def _nodes(address: str) -> dict[str, str]:
@@ -365,4 +365,6 @@ async def test_after_its_node_dies_an_instance_restarts_on_another_node_with_its
         for x, y in zip(frames, want):
             np.testing.assert_array_equal((await pool["rear"].execute([x]))[0], y)
         s = pool["rear"].statistics()
-        assert s.state == "running" and s.restarts == 1 and s.node in by_node and s.node != before
+        # one restart, or two when the first was placed on the dying node before Ray marked it dead
+        # (its actor then dies while loading; seen on a loaded machine)
+        assert s.state == "running" and s.restarts in (1, 2) and s.node in by_node and s.node != before
