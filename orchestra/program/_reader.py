@@ -224,6 +224,207 @@ class _FlatReader:
 
 
 # ---------------------------------------------------------------------------------------
+# The fast path. A plan's values and instructions are most of a program; decoding them with
+# a path string per field made loading slow. ``_Fast`` decodes them with every check of the
+# checked decoders below (bounds, alignment, vtable and table sizes, null-terminated UTF-8
+# strings, value and instruction tags, the object budget) but builds no path: on anything
+# unusual it raises ``_Fallback`` and ``loads`` decodes the whole program again on the
+# checked path, whose error names the place. Only well-formed programs stay on it.
+
+
+class _Fallback(Exception):
+    """The fast path met something it does not decode: decode again on the checked path."""
+
+
+_u16x2 = struct.Struct("<HH").unpack_from
+_VT_UNPACK: dict[int, object] = {}  # number of vtable entries -> their unpack_from
+
+
+def _vt_unpack(k: int):  # noqa: ANN202 - a struct unpack_from
+    f = _VT_UNPACK.get(k)
+    if f is None:
+        f = _VT_UNPACK[k] = struct.Struct(f"<{k}H").unpack_from
+    return f
+
+
+class _Fast:
+    """Path-free bounds-checked decoding of values and instructions (see above)."""
+
+    __slots__ = ("buf", "end", "spent", "vts")
+
+    def __init__(self, r: _FlatReader) -> None:
+        self.buf = r.buf
+        self.end = r.end
+        self.spent = 0  # object budget used, charged to the reader at the end
+        # vtable position -> (field offsets, table size): tables of one type share vtables.
+        self.vts: dict[int, tuple[tuple[int, ...], int]] = {}
+
+    def table(self, pos: int) -> tuple[int, tuple[int, ...], int]:
+        """(position, field offsets, table size) of the table at ``pos``."""
+        buf, end = self.buf, self.end
+        if pos < 0 or pos + 4 > end or pos & 3:
+            raise _Fallback
+        vt = pos - _i32(buf, pos)[0]
+        self.spent += 1
+        e = self.vts.get(vt)
+        if e is None:
+            if vt < 0 or vt + 4 > end or vt & 1:
+                raise _Fallback
+            vtsize, objsize = _u16x2(buf, vt)
+            if vtsize < 4 or vtsize & 1 or vt + vtsize > end or objsize < 4:
+                raise _Fallback
+            e = self.vts[vt] = (_vt_unpack((vtsize - 4) // 2)(buf, vt + 4), objsize)
+        if pos + e[1] > end:
+            raise _Fallback
+        return pos, e[0], e[1]
+
+    @staticmethod
+    def field(t: tuple[int, tuple[int, ...], int], slot: int, size: int) -> int:
+        """Absolute position of field ``slot`` (``size`` bytes), 0 when absent."""
+        f = t[1]
+        if slot >= len(f):
+            return 0
+        o = f[slot]
+        if o == 0:
+            return 0
+        if o < 4 or o + size > t[2]:
+            raise _Fallback
+        return t[0] + o
+
+    def deref(self, p: int) -> int:
+        target = p + _u32(self.buf, p)[0]
+        if target + 4 > self.end:
+            raise _Fallback
+        return target
+
+    def sub_table(self, t: tuple[int, tuple[int, ...], int], slot: int) -> tuple[int, tuple[int, ...], int] | None:
+        p = self.field(t, slot, 4)
+        return None if not p else self.table(self.deref(p))
+
+    def vector(self, t: tuple[int, tuple[int, ...], int], slot: int, elem: int, decoded: bool = True) -> tuple[int, int] | None:
+        p = self.field(t, slot, 4)
+        if not p:
+            return None
+        v = self.deref(p)
+        if v & 3:
+            raise _Fallback
+        n = _u32(self.buf, v)[0]
+        if v + 4 + n * elem > self.end:
+            raise _Fallback
+        self.spent += n if decoded else 1
+        return v + 4, n
+
+    def ints(self, t: tuple[int, tuple[int, ...], int], slot: int, fmt: str, size: int) -> tuple:
+        r = self.vector(t, slot, size)
+        if r is None:
+            return ()
+        return struct.unpack_from(f"<{r[1]}{fmt}", self.buf, r[0])
+
+    def string(self, t: tuple[int, tuple[int, ...], int], slot: int) -> str | None:
+        r = self.vector(t, slot, 1, False)
+        if r is None:
+            return None
+        start, n = r
+        if start + n >= self.end or self.buf[start + n] != 0:
+            raise _Fallback
+        try:
+            return str(self.buf[start : start + n], "utf-8")
+        except UnicodeDecodeError:
+            raise _Fallback from None
+
+    def scalar(self, t: tuple[int, tuple[int, ...], int], slot: int, unpack, size: int):  # noqa: ANN001, ANN201
+        p = self.field(t, slot, size)
+        return unpack(self.buf, p)[0] if p else 0
+
+    def tables(self, start: int, n: int) -> list[tuple[int, tuple[int, ...], int]]:
+        """The tables a vector of ``n`` offsets at ``start`` points to."""
+        buf = self.buf
+        offs = struct.unpack_from(f"<{n}I", buf, start)
+        return [self.table(start + 4 * i + o) for i, o in enumerate(offs)]
+
+    def evalue(self, t: tuple[int, tuple[int, ...], int]) -> S.EValue:
+        tag = self.scalar(t, 0, _u8, 1)
+        if tag == 0:
+            return S.EValue(None)
+        if tag >= len(S.KERNEL_TYPES) + 1:
+            raise _Fallback
+        v = self.sub_table(t, 1)
+        if v is None:
+            raise _Fallback
+        kind = S.KERNEL_TYPES[tag - 1]
+        if kind is S.Tensor:
+            return S.EValue(self.tensor(v))
+        if kind is S.Int:
+            return S.EValue(S.Int(self.scalar(v, 0, _i64, 8)))
+        if kind is S.IntList:
+            return S.EValue(S.IntList(self.ints(v, 0, "q", 8)))
+        if kind is S.Bool:
+            return S.EValue(S.Bool(self.scalar(v, 0, _u8, 1) != 0))
+        if kind is S.Double:
+            p = self.field(v, 0, 8)
+            return S.EValue(S.Double(_f64(self.buf, p)[0] if p else 0.0))
+        if kind is S.String:
+            return S.EValue(S.String(self.string(v, 0)))
+        if kind is S.DoubleList:
+            return S.EValue(S.DoubleList(self.ints(v, 0, "d", 8)))
+        if kind is S.BoolList:
+            return S.EValue(S.BoolList(tuple(bool(b) for b in self.ints(v, 0, "B", 1))))
+        if kind is S.TensorList:
+            return S.EValue(S.TensorList(self.ints(v, 0, "i", 4)))
+        if kind is S.OptionalTensorList:
+            return S.EValue(S.OptionalTensorList(self.ints(v, 0, "i", 4)))
+        return S.EValue(S.Null())
+
+    def tensor(self, t: tuple[int, tuple[int, ...], int]) -> S.Tensor:
+        sizes = self.ints(t, 2, "i", 4)
+        dim_order = self.ints(t, 3, "B", 1)
+        alloc = self.sub_table(t, 6)
+        extra = self.sub_table(t, 9)
+        st = self.scalar(t, 0, _u8, 1)
+        layout = self.scalar(t, 7, _u8, 1)
+        dyn = self.scalar(t, 8, _u8, 1)
+        return S.Tensor(
+            scalar_type=st - 256 if st > 127 else st,
+            storage_offset=self.scalar(t, 1, _i32, 4),
+            sizes=sizes,
+            dim_order=dim_order,
+            requires_grad=self.scalar(t, 4, _u8, 1) != 0,
+            data_buffer_idx=self.scalar(t, 5, _u32, 4),
+            allocation_info=None
+            if alloc is None
+            else S.AllocationDetails(self.scalar(alloc, 0, _u32, 4), self.scalar(alloc, 1, _u32, 4),
+                                     self.scalar(alloc, 2, _u32, 4)),
+            layout=layout - 256 if layout > 127 else layout,
+            shape_dynamism=dyn - 256 if dyn > 127 else dyn,
+            extra_tensor_info=None if extra is None else self.extra(extra),
+        )
+
+    def extra(self, t: tuple[int, tuple[int, ...], int]) -> S.ExtraTensorInfo:
+        loc = self.scalar(t, 2, _u8, 1)
+        return S.ExtraTensorInfo(self.scalar(t, 0, _u64, 8), self.string(t, 1), loc - 256 if loc > 127 else loc)
+
+    def instruction(self, t: tuple[int, tuple[int, ...], int]) -> S.Instruction:
+        tag = self.scalar(t, 0, _u8, 1)
+        if tag == 0 or tag > len(S.INSTRUCTION_TYPES):
+            raise _Fallback
+        v = self.sub_table(t, 1)
+        if v is None:
+            raise _Fallback
+        kind = S.INSTRUCTION_TYPES[tag - 1]
+        if kind is S.KernelCall:
+            args = S.KernelCall(self.scalar(v, 0, _i32, 4), self.ints(v, 1, "i", 4))
+        elif kind is S.DelegateCall:
+            args = S.DelegateCall(self.scalar(v, 0, _i32, 4), self.ints(v, 1, "i", 4))
+        elif kind is S.MoveCall:
+            args = S.MoveCall(self.scalar(v, 0, _i32, 4), self.scalar(v, 1, _i32, 4))
+        elif kind is S.JumpFalseCall:
+            args = S.JumpFalseCall(self.scalar(v, 0, _i32, 4), self.scalar(v, 1, _i32, 4))
+        else:
+            args = S.FreeCall(self.scalar(v, 0, _i32, 4))
+        return S.Instruction(args)
+
+
+# ---------------------------------------------------------------------------------------
 # Schema decoding. Slot numbers follow the field order of ExecuTorch's program.fbs
 # (a union takes two slots).
 
@@ -332,13 +533,17 @@ def _frame(r: _FlatReader, t: _Table, path: str) -> S.Frame:
     )
 
 
-def _chain(r: _FlatReader, t: _Table, path: str) -> S.Chain:
-    instrs = r.tables(t, 2, path + ".instructions") or []
+def _chain(r: _FlatReader, t: _Table, path: str, fast: _Fast | None = None) -> S.Chain:
+    if fast is not None:
+        iv = fast.vector(fast.table(t.pos), 2, 4)
+        instructions = () if iv is None else tuple(fast.instruction(x) for x in fast.tables(*iv))
+    else:
+        instructions = tuple(_instruction(r, it, p) for it, p in r.tables(t, 2, path + ".instructions") or [])
     st = r.tables(t, 3, path + ".stacktrace")
     return S.Chain(
         inputs=_ints(r, t, 0, "i", 4, path + ".inputs"),
         outputs=_ints(r, t, 1, "i", 4, path + ".outputs"),
-        instructions=tuple(_instruction(r, it, p) for it, p in instrs),
+        instructions=instructions,
         stacktrace=None
         if st is None
         else tuple(
@@ -369,14 +574,21 @@ def _delegate(r: _FlatReader, t: _Table, path: str) -> S.BackendDelegate:
     )
 
 
-def _plan(r: _FlatReader, t: _Table, path: str, limits: Limits) -> S.ExecutionPlan:
+def _plan(r: _FlatReader, t: _Table, path: str, limits: Limits, fast: _Fast | None = None) -> S.ExecutionPlan:
     name = r.string(t, 0, path + ".name")
     if name is None:
         _fail(path + ".name", "execution plan has no name")
     cm = r.sub_table(t, 1, path + ".container_meta_type")
-    vtabs = r.tables(t, 2, path + ".values") or []
-    if limits.max_values is not None and len(vtabs) > limits.max_values:
-        _fail(path + ".values", f"{len(vtabs)} values exceed the cap of {limits.max_values}")
+    if fast is not None:
+        vv = fast.vector(fast.table(t.pos), 2, 4)
+        nvalues = 0 if vv is None else vv[1]
+        if limits.max_values is not None and nvalues > limits.max_values:
+            raise _Fallback
+        vtabs = [] if vv is None else fast.tables(*vv)
+    else:
+        vtabs = r.tables(t, 2, path + ".values") or []
+        if limits.max_values is not None and len(vtabs) > limits.max_values:
+            _fail(path + ".values", f"{len(vtabs)} values exceed the cap of {limits.max_values}")
     chains = r.tables(t, 5, path + ".chains") or []
     if limits.max_instructions is not None:
         # Cheap pre-check before decoding: count instruction vectors' lengths.
@@ -400,10 +612,11 @@ def _plan(r: _FlatReader, t: _Table, path: str, limits: Limits) -> S.ExecutionPl
             r.string(cm, 0, path + ".container_meta_type.encoded_inp_str"),
             r.string(cm, 1, path + ".container_meta_type.encoded_out_str"),
         ),
-        values=tuple(_evalue(r, vt, vp) for vt, vp in vtabs),
+        values=tuple(fast.evalue(vt) for vt in vtabs) if fast is not None
+        else tuple(_evalue(r, vt, vp) for vt, vp in vtabs),
         inputs=_ints(r, t, 3, "i", 4, path + ".inputs"),
         outputs=_ints(r, t, 4, "i", 4, path + ".outputs"),
-        chains=tuple(_chain(r, ct, cp) for ct, cp in chains),
+        chains=tuple(_chain(r, ct, cp, fast) for ct, cp in chains),
         operators=tuple(ops),
         delegates=tuple(_delegate(r, dt, dp) for dt, dp in r.tables(t, 7, path + ".delegates") or []),
         non_const_buffer_sizes=_ints(r, t, 8, "q", 8, path + ".non_const_buffer_sizes"),
@@ -610,6 +823,16 @@ def loads(data: bytes | bytearray | memoryview, *, limits: Limits | None = None)
     """
     limits = limits or Limits()
     try:
+        return _loads(data, limits, True)
+    except (_Fallback, ProgramError, struct.error, IndexError, ValueError, OverflowError):
+        # Something is unusual or wrong: decode again on the checked path, which raises the
+        # error naming the place (or, for an unusual but valid program, returns it).
+        pass
+    return _loads(data, limits, False)
+
+
+def _loads(data: bytes | bytearray | memoryview, limits: Limits, fast: bool) -> S.ProgramDef:
+    try:
         mv = _as_memoryview(data)
     except TypeError as exc:
         raise ProgramError(f"program data must be bytes-like, not {type(data).__name__}") from exc
@@ -640,6 +863,7 @@ def loads(data: bytes | bytearray | memoryview, *, limits: Limits | None = None)
 
     fb = mv[:program_size]
     r = _FlatReader(fb, limits.max_objects)
+    f = _Fast(r) if fast else None
     root = _u32(fb, 0)[0]
     t = r.table(root, "program")
 
@@ -678,7 +902,7 @@ def loads(data: bytes | bytearray | memoryview, *, limits: Limits | None = None)
         named.append(S.NamedData(key, r.u32(nt, 1, np_ + ".segment_index")))
     prog = S.ProgramDef(
         version=r.u32(t, 0, "version"),
-        execution_plan=tuple(_plan(r, pt, pp, limits) for pt, pp in r.tables(t, 1, "execution_plan") or []),
+        execution_plan=tuple(_plan(r, pt, pp, limits, f) for pt, pp in r.tables(t, 1, "execution_plan") or []),
         constant_buffer=tuple(cbuf),
         backend_delegate_data=tuple(ddata),
         segments=tuple(segs),
@@ -688,6 +912,8 @@ def loads(data: bytes | bytearray | memoryview, *, limits: Limits | None = None)
         ),
         named_data=tuple(named),
     )
+    if f is not None:
+        r.spend(f.spent, "program")
     _verify(prog, limits, based=bool(segment_base))
     return prog
 
