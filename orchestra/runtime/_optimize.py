@@ -355,6 +355,9 @@ class _Storage:
         self._overlapping: dict[int, list[int]] = {}
         self._same_bytes: dict[int, list[int]] | None = None
         self._whole_writes: dict[int, list[tuple[int, int, int]]] = {}
+        # memory id -> its whole writes (position, first byte, end byte; index by (position,
+        # value)) and which of them a dropped set leaves out (see _defs).
+        self._mem_writes: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, dict[tuple[int, int], int], dict[int, Any]]] = {}
         self._mem_arrays: dict[int, tuple[np.ndarray, np.ndarray, list[int]]] = {}
         self.writes_at: list[list[int]] = [[] for _ in range(n)]
         for i, pcs in uses.writers.items():
@@ -467,8 +470,11 @@ class _Storage:
         # The writes of whole values that still run, nearest after pc first: a read at p is
         # covered when the first of them (going forward from pc) that covers its bytes
         # comes before p (the same test as _between, in one pass).
-        defs = sorted(((w - pc) % size, lo, hi) for d in near for w, lo, hi in self.whole_writes(d)
-                      if (w, d) not in dropped)
+        if len(near) <= 32:
+            defs = sorted(((w - pc) % size, lo, hi) for d in near for w, lo, hi in self.whole_writes(d)
+                          if (w, d) not in dropped)
+        else:  # the same list, selected from the memory's writes with numpy
+            defs = self._defs(m, lo_r, hi_r, pc, dropped)
         for a in near:
             _, a_lo, a_hi = self.regions[a]
             lo, hi = max(lo_r, a_lo), min(hi_r, a_hi)
@@ -482,6 +488,32 @@ class _Storage:
                 else:
                     return False
         return True
+
+    def _defs(self, m: int, lo_r: int, hi_r: int, pc: int, dropped: set[tuple[int, int]]) -> list[tuple[int, int, int]]:
+        """(distance from pc, first byte, end byte) of the writes of whole values in memory
+        ``m`` that overlap bytes [lo_r, hi_r) and are not in ``dropped``, sorted. Which
+        writes ``dropped`` leaves out is worked out once per set (a caller changing a set
+        between calls must change its size)."""
+        arrays = self._mem_writes.get(m)
+        if arrays is None:
+            entries = [(w, lo, hi, d) for _, _, d in self.by_mem.get(m, []) for w, lo, hi in self.whole_writes(d)]
+            index = {(e[0], e[3]): k for k, e in enumerate(entries)}
+            arrays = self._mem_writes[m] = (np.array([e[0] for e in entries], np.int64).reshape(-1),
+                                            np.array([e[1] for e in entries], np.int64).reshape(-1),
+                                            np.array([e[2] for e in entries], np.int64).reshape(-1), index, {})
+        ws, los, his, index, gone = arrays
+        mask = gone.get(id(dropped))
+        if mask is None or mask[0] is not dropped or mask[2] != len(dropped):
+            keep = np.ones(len(ws), bool)
+            for key in dropped:
+                k = index.get(key)
+                if k is not None:
+                    keep[k] = False
+            gone.clear()
+            mask = gone[id(dropped)] = (dropped, keep, len(dropped))
+        sel = np.flatnonzero(mask[1] & (los < hi_r) & (his > lo_r))
+        kw = (ws[sel] - pc) % (self.n + 2)
+        return sorted(zip(kw.tolist(), los[sel].tolist(), his[sel].tolist()))
 
 
 @dataclass(frozen=True, slots=True)

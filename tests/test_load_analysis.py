@@ -1,0 +1,60 @@
+"""The plan analysis done at load time: its fast paths give what the plain ones give."""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import pytest
+
+from orchestra.runtime import load_program
+from orchestra.runtime._method import CompiledPlan
+from orchestra.runtime._optimize import _Storage, analyse_uses
+
+FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+
+
+def _storage(cp: CompiledPlan) -> _Storage:
+    instructions, rets = [], []
+    for ci, chain in enumerate(cp.plan.chains):
+        for ii, ins in enumerate(chain.instructions):
+            a = ins.instr_args
+            instructions.append(a)
+            rets.append(cp._bind_kernel(a, f"chains[{ci}].instructions[{ii}]")[3] if hasattr(a, "op_index") else None)
+    return _Storage(cp, analyse_uses(cp, instructions, rets), len(instructions))
+
+
+def _plain_defs(st: _Storage, value: int, pc: int, dropped: set[tuple[int, int]]) -> list[tuple[int, int, int]]:
+    size = st.n + 2
+    return sorted(((w - pc) % size, lo, hi) for d in st.overlapping(value) for w, lo, hi in st.whole_writes(d)
+                  if (w, d) not in dropped)
+
+
+@pytest.mark.parametrize("name", ["cnn", "convnet", "dwsep", "transformer", "mlp"])
+def test_the_writes_over_a_value_selected_with_numpy_are_the_plain_ones(name: str) -> None:
+    cp = load_program(FIXTURES / f"{name}.pte")._compiled_plan("forward")
+    st = _storage(cp)
+    rng = np.random.default_rng(3)
+    writes = [(w, d) for d in st.regions for w, _, _ in st.whole_writes(d)]
+    assert writes
+    checked = 0
+    for k in range(3):  # no write left out, some, most
+        dropped = {writes[j] for j in rng.permutation(len(writes))[: len(writes) * k // 3]}
+        for value, (m, lo, hi) in st.regions.items():
+            if hi <= lo:
+                continue
+            for pc in (0, st.n // 2, st.n - 1, int(rng.integers(0, st.n))):
+                assert st._defs(m, lo, hi, pc, dropped) == _plain_defs(st, value, pc, dropped)
+                checked += 1
+    assert checked > 30
+
+
+def test_a_dropped_set_changed_between_calls_is_seen() -> None:
+    cp = load_program(FIXTURES / "cnn.pte")._compiled_plan("forward")
+    st = _storage(cp)
+    value, (m, lo, hi) = next((v, r) for v, r in st.regions.items() if r[2] > r[1] and st.whole_writes(v))
+    dropped: set[tuple[int, int]] = set()
+    before = st._defs(m, lo, hi, 0, dropped)
+    dropped.add((st.whole_writes(value)[0][0], value))
+    after = st._defs(m, lo, hi, 0, dropped)
+    assert after == _plain_defs(st, value, 0, dropped) and len(after) == len(before) - 1
