@@ -357,6 +357,9 @@ class _Storage:
         self._whole_writes: dict[int, list[tuple[int, int, int]]] = {}
         # memory id -> its whole writes (position, first byte, end byte; index by (position,
         # value)) and which of them a dropped set leaves out (see _defs).
+        # drop_unobserved tests values sharing memory with more than this many with numpy.
+        self.numpy_from = 32
+        self._reads: tuple[dict[int, set[int]], int, dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]] | None = None
         self._mem_writes: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, dict[tuple[int, int], int], dict[int, Any]]] = {}
         self._mem_arrays: dict[int, tuple[np.ndarray, np.ndarray, list[int]]] = {}
         self.writes_at: list[list[int]] = [[] for _ in range(n)]
@@ -470,11 +473,12 @@ class _Storage:
         # The writes of whole values that still run, nearest after pc first: a read at p is
         # covered when the first of them (going forward from pc) that covers its bytes
         # comes before p (the same test as _between, in one pass).
-        if len(near) <= 32:
-            defs = sorted(((w - pc) % size, lo, hi) for d in near for w, lo, hi in self.whole_writes(d)
-                          if (w, d) not in dropped)
-        else:  # the same list, selected from the memory's writes with numpy
-            defs = self._defs(m, lo_r, hi_r, pc, dropped)
+        if len(near) > self.numpy_from:
+            covered = self._covered(m, lo_r, hi_r, pc, reads, dropped)
+            if covered is not None:
+                return covered
+        defs = sorted(((w - pc) % size, lo, hi) for d in near for w, lo, hi in self.whole_writes(d)
+                      if (w, d) not in dropped)
         for a in near:
             _, a_lo, a_hi = self.regions[a]
             lo, hi = max(lo_r, a_lo), min(hi_r, a_hi)
@@ -489,9 +493,54 @@ class _Storage:
                     return False
         return True
 
-    def _defs(self, m: int, lo_r: int, hi_r: int, pc: int, dropped: set[tuple[int, int]]) -> list[tuple[int, int, int]]:
-        """(distance from pc, first byte, end byte) of the writes of whole values in memory
-        ``m`` that overlap bytes [lo_r, hi_r) and are not in ``dropped``, sorted. Which
+    def _covered(self, m: int, lo_r: int, hi_r: int, pc: int, reads: dict[int, set[int]],
+                 dropped: set[tuple[int, int]]) -> bool | None:
+        """drop_unobserved's test for bytes [lo_r, hi_r) of memory ``m`` with numpy, for a
+        value sharing memory with many: a read is covered when some write of a whole value
+        that still runs covers its bytes and comes strictly after ``pc`` and strictly before
+        it (forward from ``pc``, wrapping). None when the matrix would be too large."""
+        size = self.n + 2
+        rp, rlo, rhi = self._mem_reads(m, reads)
+        sel = np.flatnonzero((rlo < hi_r) & (rhi > lo_r))
+        if not len(sel):
+            return True
+        kw, dlo, dhi = self._defs(m, lo_r, hi_r, pc, dropped)
+        if not len(kw):
+            return False
+        if len(sel) * len(kw) > 1 << 20:
+            return None
+        kr = (rp[sel] - pc) % size
+        kr[kr == 0] = size
+        lo = np.maximum(rlo[sel], lo_r)[:, None]
+        hi = np.minimum(rhi[sel], hi_r)[:, None]
+        cover = (kw > 0) & (dlo <= lo) & (hi <= dhi)
+        return bool((np.where(cover, kw, size + 1).min(axis=1) < kr).all())
+
+    def _mem_reads(self, m: int, reads: dict[int, set[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The reads (``reads``: value -> positions) of planned values of memory ``m`` as
+        arrays: position, first and end byte of the value read; once per ``reads`` dict (a
+        caller changing a dict between calls must change its size)."""
+        cached = self._reads
+        if cached is None or cached[0] is not reads or cached[1] != len(reads):
+            cached = self._reads = (reads, len(reads), {})
+        found = cached[2].get(m)
+        if found is None:
+            pos: list[int] = []
+            lo: list[int] = []
+            hi: list[int] = []
+            for _, _, a in self.by_mem.get(m, []):
+                ps = reads.get(a)
+                if ps:
+                    _, a_lo, a_hi = self.regions[a]
+                    pos.extend(ps)
+                    lo.extend((a_lo,) * len(ps))
+                    hi.extend((a_hi,) * len(ps))
+            found = cached[2][m] = (np.array(pos, np.int64), np.array(lo, np.int64), np.array(hi, np.int64))
+        return found
+
+    def _defs(self, m: int, lo_r: int, hi_r: int, pc: int, dropped: set[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Distance from pc, first byte and end byte (arrays) of the writes of whole values
+        in memory ``m`` that overlap bytes [lo_r, hi_r) and are not in ``dropped``. Which
         writes ``dropped`` leaves out is worked out once per set (a caller changing a set
         between calls must change its size)."""
         arrays = self._mem_writes.get(m)
@@ -512,8 +561,7 @@ class _Storage:
             gone.clear()
             mask = gone[id(dropped)] = (dropped, keep, len(dropped))
         sel = np.flatnonzero(mask[1] & (los < hi_r) & (his > lo_r))
-        kw = (ws[sel] - pc) % (self.n + 2)
-        return sorted(zip(kw.tolist(), los[sel].tolist(), his[sel].tolist()))
+        return (ws[sel] - pc) % (self.n + 2), los[sel], his[sel]
 
 
 @dataclass(frozen=True, slots=True)
