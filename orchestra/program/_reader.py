@@ -237,7 +237,16 @@ class _Fallback(Exception):
 
 
 _u16x2 = struct.Struct("<HH").unpack_from
+_i8 = struct.Struct("<b").unpack_from
 _VT_UNPACK: dict[int, object] = {}  # number of vtable entries -> their unpack_from
+
+# Field specs: (slot, size) of the fields a decoder reads from one table type.
+_F_UNION = ((0, 1), (1, 4))  # EValue, Instruction: type tag, value
+_F_TENSOR = ((0, 1), (1, 4), (2, 4), (3, 4), (4, 1), (5, 4), (6, 4), (7, 1), (8, 1), (9, 4))
+_F_ONE = {1: ((0, 1),), 4: ((0, 4),), 8: ((0, 8),)}
+_F_TWO_I32 = ((0, 4), (1, 4))
+_F_ALLOC = ((0, 4), (1, 4), (2, 4))
+_F_EXTRA = ((0, 8), (1, 4), (2, 1))
 
 
 def _vt_unpack(k: int):  # noqa: ANN202 - a struct unpack_from
@@ -247,8 +256,33 @@ def _vt_unpack(k: int):  # noqa: ANN202 - a struct unpack_from
     return f
 
 
+class _VTable:
+    """One decoded vtable: its field offsets, its table size, and per field spec the
+    offsets of those fields (0 when absent), checked to lie inside the table once."""
+
+    __slots__ = ("fields", "objsize", "layouts")
+
+    def __init__(self, fields: tuple[int, ...], objsize: int) -> None:
+        self.fields = fields
+        self.objsize = objsize
+        self.layouts: dict[tuple[tuple[int, int], ...], tuple[int, ...]] = {}
+
+    def layout(self, spec: tuple[tuple[int, int], ...]) -> tuple[int, ...]:
+        found = self.layouts.get(spec)
+        if found is None:
+            f, out = self.fields, []
+            for slot, size in spec:
+                o = f[slot] if slot < len(f) else 0
+                if o and (o < 4 or o + size > self.objsize):
+                    raise _Fallback
+                out.append(o)
+            found = self.layouts[spec] = tuple(out)
+        return found
+
+
 class _Fast:
-    """Path-free bounds-checked decoding of values and instructions (see above)."""
+    """Path-free bounds-checked decoding of values and instructions (see above). A table
+    is (position, its _VTable)."""
 
     __slots__ = ("buf", "end", "spent", "vts")
 
@@ -256,11 +290,9 @@ class _Fast:
         self.buf = r.buf
         self.end = r.end
         self.spent = 0  # object budget used, charged to the reader at the end
-        # vtable position -> (field offsets, table size): tables of one type share vtables.
-        self.vts: dict[int, tuple[tuple[int, ...], int]] = {}
+        self.vts: dict[int, _VTable] = {}  # by position: tables of one type share vtables
 
-    def table(self, pos: int) -> tuple[int, tuple[int, ...], int]:
-        """(position, field offsets, table size) of the table at ``pos``."""
+    def table(self, pos: int) -> tuple[int, _VTable]:
         buf, end = self.buf, self.end
         if pos < 0 or pos + 4 > end or pos & 3:
             raise _Fallback
@@ -273,58 +305,36 @@ class _Fast:
             vtsize, objsize = _u16x2(buf, vt)
             if vtsize < 4 or vtsize & 1 or vt + vtsize > end or objsize < 4:
                 raise _Fallback
-            e = self.vts[vt] = (_vt_unpack((vtsize - 4) // 2)(buf, vt + 4), objsize)
-        if pos + e[1] > end:
+            e = self.vts[vt] = _VTable(_vt_unpack((vtsize - 4) // 2)(buf, vt + 4), objsize)
+        if pos + e.objsize > end:
             raise _Fallback
-        return pos, e[0], e[1]
+        return pos, e
 
-    @staticmethod
-    def field(t: tuple[int, tuple[int, ...], int], slot: int, size: int) -> int:
-        """Absolute position of field ``slot`` (``size`` bytes), 0 when absent."""
-        f = t[1]
-        if slot >= len(f):
-            return 0
-        o = f[slot]
-        if o == 0:
-            return 0
-        if o < 4 or o + size > t[2]:
-            raise _Fallback
-        return t[0] + o
-
-    def deref(self, p: int) -> int:
+    def ref(self, p: int) -> tuple[int, _VTable]:
+        """The table the offset at ``p`` points to."""
         target = p + _u32(self.buf, p)[0]
         if target + 4 > self.end:
             raise _Fallback
-        return target
+        return self.table(target)
 
-    def sub_table(self, t: tuple[int, tuple[int, ...], int], slot: int) -> tuple[int, tuple[int, ...], int] | None:
-        p = self.field(t, slot, 4)
-        return None if not p else self.table(self.deref(p))
-
-    def vector(self, t: tuple[int, tuple[int, ...], int], slot: int, elem: int, decoded: bool = True) -> tuple[int, int] | None:
-        p = self.field(t, slot, 4)
-        if not p:
-            return None
-        v = self.deref(p)
-        if v & 3:
+    def vector(self, p: int, elem: int, decoded: bool = True) -> tuple[int, int]:
+        """(start, length) of the vector the offset at ``p`` points to."""
+        buf = self.buf
+        v = p + _u32(buf, p)[0]
+        if v + 4 > self.end or v & 3:
             raise _Fallback
-        n = _u32(self.buf, v)[0]
+        n = _u32(buf, v)[0]
         if v + 4 + n * elem > self.end:
             raise _Fallback
         self.spent += n if decoded else 1
         return v + 4, n
 
-    def ints(self, t: tuple[int, tuple[int, ...], int], slot: int, fmt: str, size: int) -> tuple:
-        r = self.vector(t, slot, size)
-        if r is None:
-            return ()
-        return struct.unpack_from(f"<{r[1]}{fmt}", self.buf, r[0])
+    def ints(self, p: int, fmt: str, size: int) -> tuple:
+        start, n = self.vector(p, size)
+        return struct.unpack_from(f"<{n}{fmt}", self.buf, start)
 
-    def string(self, t: tuple[int, tuple[int, ...], int], slot: int) -> str | None:
-        r = self.vector(t, slot, 1, False)
-        if r is None:
-            return None
-        start, n = r
+    def string(self, p: int) -> str:
+        start, n = self.vector(p, 1, False)
         if start + n >= self.end or self.buf[start + n] != 0:
             raise _Fallback
         try:
@@ -332,96 +342,101 @@ class _Fast:
         except UnicodeDecodeError:
             raise _Fallback from None
 
-    def scalar(self, t: tuple[int, tuple[int, ...], int], slot: int, unpack, size: int):  # noqa: ANN001, ANN201
-        p = self.field(t, slot, size)
-        return unpack(self.buf, p)[0] if p else 0
-
-    def tables(self, start: int, n: int) -> list[tuple[int, tuple[int, ...], int]]:
+    def tables(self, start: int, n: int) -> list[tuple[int, _VTable]]:
         """The tables a vector of ``n`` offsets at ``start`` points to."""
-        buf = self.buf
-        offs = struct.unpack_from(f"<{n}I", buf, start)
+        offs = struct.unpack_from(f"<{n}I", self.buf, start)
         return [self.table(start + 4 * i + o) for i, o in enumerate(offs)]
 
-    def evalue(self, t: tuple[int, tuple[int, ...], int]) -> S.EValue:
-        tag = self.scalar(t, 0, _u8, 1)
+    def field_vector(self, t: tuple[int, _VTable], slot: int, elem: int) -> tuple[int, int] | None:
+        (o,) = t[1].layout(((slot, 4),))
+        return self.vector(t[0] + o, elem) if o else None
+
+    def evalue(self, t: tuple[int, _VTable]) -> S.EValue:
+        pos, e = t
+        o_tag, o_val = e.layout(_F_UNION)
+        buf = self.buf
+        tag = buf[pos + o_tag] if o_tag else 0
         if tag == 0:
             return S.EValue(None)
-        if tag >= len(S.KERNEL_TYPES) + 1:
+        if tag >= len(S.KERNEL_TYPES) + 1 or not o_val:
             raise _Fallback
-        v = self.sub_table(t, 1)
-        if v is None:
-            raise _Fallback
+        vpos, ve = self.ref(pos + o_val)
         kind = S.KERNEL_TYPES[tag - 1]
         if kind is S.Tensor:
-            return S.EValue(self.tensor(v))
+            return S.EValue(self.tensor(vpos, ve))
+        if kind is S.Null:
+            return S.EValue(S.Null())
+        size = 1 if kind is S.Bool else 8 if kind in (S.Int, S.Double) else 4
+        (o,) = ve.layout(_F_ONE[size])
+        p = vpos + o
         if kind is S.Int:
-            return S.EValue(S.Int(self.scalar(v, 0, _i64, 8)))
+            return S.EValue(S.Int(_i64(buf, p)[0] if o else 0))
         if kind is S.IntList:
-            return S.EValue(S.IntList(self.ints(v, 0, "q", 8)))
+            return S.EValue(S.IntList(self.ints(p, "q", 8) if o else ()))
         if kind is S.Bool:
-            return S.EValue(S.Bool(self.scalar(v, 0, _u8, 1) != 0))
+            return S.EValue(S.Bool(buf[p] != 0 if o else False))
         if kind is S.Double:
-            p = self.field(v, 0, 8)
-            return S.EValue(S.Double(_f64(self.buf, p)[0] if p else 0.0))
+            return S.EValue(S.Double(_f64(buf, p)[0] if o else 0.0))
         if kind is S.String:
-            return S.EValue(S.String(self.string(v, 0)))
+            return S.EValue(S.String(self.string(p) if o else None))
         if kind is S.DoubleList:
-            return S.EValue(S.DoubleList(self.ints(v, 0, "d", 8)))
+            return S.EValue(S.DoubleList(self.ints(p, "d", 8) if o else ()))
         if kind is S.BoolList:
-            return S.EValue(S.BoolList(tuple(bool(b) for b in self.ints(v, 0, "B", 1))))
+            return S.EValue(S.BoolList(tuple(bool(b) for b in self.ints(p, "B", 1)) if o else ()))
         if kind is S.TensorList:
-            return S.EValue(S.TensorList(self.ints(v, 0, "i", 4)))
-        if kind is S.OptionalTensorList:
-            return S.EValue(S.OptionalTensorList(self.ints(v, 0, "i", 4)))
-        return S.EValue(S.Null())
+            return S.EValue(S.TensorList(self.ints(p, "i", 4) if o else ()))
+        return S.EValue(S.OptionalTensorList(self.ints(p, "i", 4) if o else ()))
 
-    def tensor(self, t: tuple[int, tuple[int, ...], int]) -> S.Tensor:
-        sizes = self.ints(t, 2, "i", 4)
-        dim_order = self.ints(t, 3, "B", 1)
-        alloc = self.sub_table(t, 6)
-        extra = self.sub_table(t, 9)
-        st = self.scalar(t, 0, _u8, 1)
-        layout = self.scalar(t, 7, _u8, 1)
-        dyn = self.scalar(t, 8, _u8, 1)
+    def tensor(self, pos: int, e: _VTable) -> S.Tensor:
+        o_st, o_so, o_sz, o_do, o_rg, o_db, o_al, o_ly, o_dy, o_ex = e.layout(_F_TENSOR)
+        buf = self.buf
+        alloc = None
+        if o_al:
+            apos, ae = self.ref(pos + o_al)
+            a0, a1, a2 = ae.layout(_F_ALLOC)
+            alloc = S.AllocationDetails(_u32(buf, apos + a0)[0] if a0 else 0, _u32(buf, apos + a1)[0] if a1 else 0,
+                                        _u32(buf, apos + a2)[0] if a2 else 0)
+        extra = None
+        if o_ex:
+            xpos, xe = self.ref(pos + o_ex)
+            x0, x1, x2 = xe.layout(_F_EXTRA)
+            extra = S.ExtraTensorInfo(_u64(buf, xpos + x0)[0] if x0 else 0, self.string(xpos + x1) if x1 else None,
+                                      _i8(buf, xpos + x2)[0] if x2 else 0)
         return S.Tensor(
-            scalar_type=st - 256 if st > 127 else st,
-            storage_offset=self.scalar(t, 1, _i32, 4),
-            sizes=sizes,
-            dim_order=dim_order,
-            requires_grad=self.scalar(t, 4, _u8, 1) != 0,
-            data_buffer_idx=self.scalar(t, 5, _u32, 4),
-            allocation_info=None
-            if alloc is None
-            else S.AllocationDetails(self.scalar(alloc, 0, _u32, 4), self.scalar(alloc, 1, _u32, 4),
-                                     self.scalar(alloc, 2, _u32, 4)),
-            layout=layout - 256 if layout > 127 else layout,
-            shape_dynamism=dyn - 256 if dyn > 127 else dyn,
-            extra_tensor_info=None if extra is None else self.extra(extra),
+            scalar_type=_i8(buf, pos + o_st)[0] if o_st else 0,
+            storage_offset=_i32(buf, pos + o_so)[0] if o_so else 0,
+            sizes=self.ints(pos + o_sz, "i", 4) if o_sz else (),
+            dim_order=self.ints(pos + o_do, "B", 1) if o_do else (),
+            requires_grad=buf[pos + o_rg] != 0 if o_rg else False,
+            data_buffer_idx=_u32(buf, pos + o_db)[0] if o_db else 0,
+            allocation_info=alloc,
+            layout=_i8(buf, pos + o_ly)[0] if o_ly else 0,
+            shape_dynamism=_i8(buf, pos + o_dy)[0] if o_dy else 0,
+            extra_tensor_info=extra,
         )
 
-    def extra(self, t: tuple[int, tuple[int, ...], int]) -> S.ExtraTensorInfo:
-        loc = self.scalar(t, 2, _u8, 1)
-        return S.ExtraTensorInfo(self.scalar(t, 0, _u64, 8), self.string(t, 1), loc - 256 if loc > 127 else loc)
-
-    def instruction(self, t: tuple[int, tuple[int, ...], int]) -> S.Instruction:
-        tag = self.scalar(t, 0, _u8, 1)
-        if tag == 0 or tag > len(S.INSTRUCTION_TYPES):
+    def instruction(self, t: tuple[int, _VTable]) -> S.Instruction:
+        pos, e = t
+        o_tag, o_val = e.layout(_F_UNION)
+        tag = self.buf[pos + o_tag] if o_tag else 0
+        if tag == 0 or tag > len(S.INSTRUCTION_TYPES) or not o_val:
             raise _Fallback
-        v = self.sub_table(t, 1)
-        if v is None:
-            raise _Fallback
+        vpos, ve = self.ref(pos + o_val)
         kind = S.INSTRUCTION_TYPES[tag - 1]
+        buf = self.buf
+        if kind is S.FreeCall:
+            (o,) = ve.layout(_F_ONE[4])
+            return S.Instruction(S.FreeCall(_i32(buf, vpos + o)[0] if o else 0))
+        o0, o1 = ve.layout(_F_TWO_I32)
+        first = _i32(buf, vpos + o0)[0] if o0 else 0
         if kind is S.KernelCall:
-            args = S.KernelCall(self.scalar(v, 0, _i32, 4), self.ints(v, 1, "i", 4))
-        elif kind is S.DelegateCall:
-            args = S.DelegateCall(self.scalar(v, 0, _i32, 4), self.ints(v, 1, "i", 4))
-        elif kind is S.MoveCall:
-            args = S.MoveCall(self.scalar(v, 0, _i32, 4), self.scalar(v, 1, _i32, 4))
-        elif kind is S.JumpFalseCall:
-            args = S.JumpFalseCall(self.scalar(v, 0, _i32, 4), self.scalar(v, 1, _i32, 4))
-        else:
-            args = S.FreeCall(self.scalar(v, 0, _i32, 4))
-        return S.Instruction(args)
+            return S.Instruction(S.KernelCall(first, self.ints(vpos + o1, "i", 4) if o1 else ()))
+        if kind is S.DelegateCall:
+            return S.Instruction(S.DelegateCall(first, self.ints(vpos + o1, "i", 4) if o1 else ()))
+        second = _i32(buf, vpos + o1)[0] if o1 else 0
+        if kind is S.MoveCall:
+            return S.Instruction(S.MoveCall(first, second))
+        return S.Instruction(S.JumpFalseCall(first, second))
 
 
 # ---------------------------------------------------------------------------------------
@@ -535,7 +550,7 @@ def _frame(r: _FlatReader, t: _Table, path: str) -> S.Frame:
 
 def _chain(r: _FlatReader, t: _Table, path: str, fast: _Fast | None = None) -> S.Chain:
     if fast is not None:
-        iv = fast.vector(fast.table(t.pos), 2, 4)
+        iv = fast.field_vector(fast.table(t.pos), 2, 4)
         instructions = () if iv is None else tuple(fast.instruction(x) for x in fast.tables(*iv))
     else:
         instructions = tuple(_instruction(r, it, p) for it, p in r.tables(t, 2, path + ".instructions") or [])
@@ -580,7 +595,7 @@ def _plan(r: _FlatReader, t: _Table, path: str, limits: Limits, fast: _Fast | No
         _fail(path + ".name", "execution plan has no name")
     cm = r.sub_table(t, 1, path + ".container_meta_type")
     if fast is not None:
-        vv = fast.vector(fast.table(t.pos), 2, 4)
+        vv = fast.field_vector(fast.table(t.pos), 2, 4)
         nvalues = 0 if vv is None else vv[1]
         if limits.max_values is not None and nvalues > limits.max_values:
             raise _Fallback
