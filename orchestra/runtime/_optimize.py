@@ -1409,14 +1409,7 @@ def optimize_steps(
             for (p0, _, _, v), (p1, _, _, _) in zip(ew.ops, ew.ops[1:]):
                 dropped.add((p0, v))
                 designated.add((p1, v))
-        # base_reads less the designated reads (only the values those name get new sets).
-        undone: dict[int, set[int]] = {}
-        for p, v in designated:
-            undone.setdefault(v, set()).add(p)
-        reads = dict(base_reads)
-        for v, ps in undone.items():
-            if v in reads:
-                reads[v] = reads[v] - ps
+        reads = {v: {p for p in ps if (p, v) not in designated} for v, ps in base_reads.items()}
         changed = False
         for pc in list(folds):
             bn = instructions[pc + 1].args
