@@ -33,7 +33,9 @@ in one run; every ratio compares numbers taken in that run.
    the timing), its default verification (InternalConsistency); then orchestra's first and
    second execute after that load (work moved from load into the first execute shows as a
    first slower than the second) and ExecuTorch's first execute (portable kernels: slow,
-   for information only). Rounds
+   for information only), and a second ``load_method`` on the same program: orchestra makes a new
+   independent Method sharing the Program's compiled plan; ExecuTorch's Python ``Program``
+   caches the Method it loaded and returns that one again (not like with like). Rounds
    interleaved (``--load-rounds``), medians; 1 BLAS thread.
 
     python benchmarks/bench_models.py [--models mobilenet_v3,bert] [--seconds 0.4]
@@ -210,18 +212,19 @@ def section_load(args: argparse.Namespace) -> None:
     print("== load: median ms to a runnable Method (load_program + first load_method), and the first execute after it;"
           " interleaved rounds, a fresh program each round; ratios orchestra / ExecuTorch (same run)")
     print(f"{'model':<13}{'MB':>6}{'orch':>8}{'ET path':>9}{'ET bytes':>9}{'o/path':>8}{'o/bytes':>8}"
-          f"{'o 1st ex':>9}{'o 2nd ex':>9}{'ET 1st ex':>10}")
+          f"{'o 1st ex':>9}{'o 2nd ex':>9}{'ET 1st ex':>10}{'o 2nd lm':>9}{'ET 2nd (cached)':>16}")
     perf = time.perf_counter
     for name in args.models:
         portable = real_models.export(name, "portable", args.cache_dir)
         inputs, _ = real_models.load_io(name, "portable", args.cache_dir)
         tin = [torch.from_numpy(a) for a in inputs]
         data = portable.read_bytes()
-        times: dict[str, list[float]] = {k: [] for k in ("orch", "path", "bytes", "orch1", "orch2", "et1")}
+        times: dict[str, list[float]] = {k: [] for k in ("orch", "path", "bytes", "orch1", "orch2", "et1", "olm2", "elm2")}
 
         def orch() -> None:
             t = perf()
-            m = load_program(portable).load_method("forward")
+            prog = load_program(portable)
+            m = prog.load_method("forward")
             t1 = perf()
             m.execute(inputs)
             t2 = perf()
@@ -229,6 +232,10 @@ def section_load(args: argparse.Namespace) -> None:
             times["orch"].append(t1 - t)
             times["orch1"].append(t2 - t1)
             times["orch2"].append(perf() - t2)
+            t3 = perf()
+            m2 = prog.load_method("forward")
+            times["olm2"].append(perf() - t3)
+            m2.close()
             m.close()
 
         def et(kind: str) -> None:
@@ -240,6 +247,9 @@ def section_load(args: argparse.Namespace) -> None:
             if kind == "path":
                 m.execute(tin)
                 times["et1"].append(perf() - t1)
+                t2 = perf()
+                prog.load_method("forward")
+                times["elm2"].append(perf() - t2)
 
         with threadpool_limits(limits=1):
             orch(), et("path"), et("bytes")  # warm-up: imports, kernel registries, page cache
@@ -253,7 +263,7 @@ def section_load(args: argparse.Namespace) -> None:
         med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
         print(f"{name:<13}{len(data) / 1e6:6.1f}{med['orch']:8.2f}{med['path']:9.2f}{med['bytes']:9.2f}"
               f"{med['orch'] / med['path']:8.1f}{med['orch'] / med['bytes']:8.1f}{med['orch1']:9.2f}{med['orch2']:9.2f}"
-              f"{med['et1']:10.2f}", flush=True)
+              f"{med['et1']:10.2f}{med['olm2']:9.2f}{med['elm2']:16.2f}", flush=True)
 
 
 # -- bare processes (no orchestrator) ------------------------------------------------------------
