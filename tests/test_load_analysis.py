@@ -80,3 +80,70 @@ def test_drop_unobserved_gives_the_same_answers_with_numpy(name: str) -> None:
                 assert vec.drop_unobserved(value, pc, reads, dropped) == want, (value, pc)
                 answers.append(want)
     assert True in answers and False in answers
+
+
+def _reference_uses(cp: CompiledPlan, instructions: list, rets: list) -> tuple:
+    """The use analysis written plainly (as it was before it was made faster)."""
+    from orchestra.program import DelegateCall, FreeCall, JumpFalseCall, KernelCall, MoveCall
+    from orchestra.runtime._optimize import _expand, _out_params
+    from orchestra.runtime.kernels import get_kernel
+
+    lists = cp.lists
+    mentions: dict = {}
+    writers: dict = {}
+    defines: dict = {}
+    straight = True
+    for pc, a in enumerate(instructions):
+        wrote: list = []
+        if isinstance(a, KernelCall):
+            named = _expand(a.args, lists)
+            wrote = _expand(rets[pc] or a.args, lists)
+            name = cp.plan.operators[a.op_index].qualified_name
+            kd = get_kernel(name)
+            if kd is not None and len(a.args) > kd.num_params:
+                outs = _out_params(name)
+                where_named: dict = {}
+                for p, i in enumerate(a.args[: kd.num_params]):
+                    for j in _expand((i,), lists):
+                        where_named.setdefault(j, []).append(p)
+                for i in wrote:
+                    at = where_named.get(i, [])
+                    if i not in lists and (not at or (len(at) == 1 and at[0] in outs)):
+                        defines.setdefault(i, set()).add(pc)
+        elif isinstance(a, DelegateCall):
+            named = wrote = _expand(a.args, lists)
+        elif isinstance(a, MoveCall):
+            named = wrote = _expand((a.move_from, a.move_to), lists)
+        elif isinstance(a, FreeCall):
+            named = wrote = _expand((a.value_index,), lists)
+        elif isinstance(a, JumpFalseCall):
+            named = _expand((a.cond_value_index,), lists)
+            straight = False
+        else:
+            named = []
+            straight = False
+        for i in named:
+            mentions.setdefault(i, set()).add(pc)
+        for i in wrote:
+            writers.setdefault(i, set()).add(pc)
+    return mentions, writers, defines, straight
+
+
+@pytest.mark.parametrize("pte", sorted(p.name for p in FIXTURES.rglob("*.pte")))
+def test_the_use_analysis_matches_the_plain_one(pte: str) -> None:
+    path = next(FIXTURES.rglob(pte))
+    prog = load_program(path)
+    for name in prog.method_names:
+        cp = prog._compiled_plan(name)
+        instructions, rets = [], []
+        for ci, chain in enumerate(cp.plan.chains):
+            for ii, ins in enumerate(chain.instructions):
+                a = ins.instr_args
+                instructions.append(a)
+                rets.append(cp._bind_kernel(a, f"chains[{ci}].instructions[{ii}]")[3] if hasattr(a, "op_index") else None)
+        uses = analyse_uses(cp, instructions, rets)
+        mentions, writers, defines, straight = _reference_uses(cp, instructions, rets)
+        assert uses.mentions == {i: frozenset(s) for i, s in mentions.items()}
+        assert uses.writers == {i: frozenset(s) for i, s in writers.items()}
+        assert uses.defines == {i: frozenset(s) for i, s in defines.items()}
+        assert uses.straight == straight

@@ -267,23 +267,31 @@ def analyse_uses(cp: CompiledPlan, instructions: Sequence[Any], rets: Sequence[t
     mentions: dict[int, set[int]] = {}
     writers: dict[int, set[int]] = {}
     defines: dict[int, set[int]] = {}
-    out_params: dict[str, frozenset[int]] = {}
+    # Per operator (index): its kernel's parameter count and out parameters, once.
+    ops: dict[int, tuple[int, frozenset[int]] | None] = {}
+    operators = cp.plan.operators
     straight = True
     for pc, a in enumerate(instructions):
         wrote: list[int] = []
         if isinstance(a, KernelCall):
-            named = _expand(a.args, lists)
-            wrote = _expand(rets[pc] or a.args, lists)
-            name = cp.plan.operators[a.op_index].qualified_name
-            kd = get_kernel(name)
-            if kd is not None and len(a.args) > kd.num_params:
-                outs = out_params.get(name)
-                if outs is None:
-                    outs = out_params[name] = _out_params(name)
+            args = a.args
+            named = _expand(args, lists) if lists else list(args)
+            wrote = _expand(rets[pc] or args, lists) if lists else list(rets[pc] or args)
+            op = ops.get(a.op_index, False)
+            if op is False:
+                name = operators[a.op_index].qualified_name
+                kd = get_kernel(name)
+                op = ops[a.op_index] = None if kd is None else (kd.num_params, _out_params(name))
+            if op is not None and len(args) > op[0]:
+                outs = op[1]
                 where_named: dict[int, list[int]] = {}
-                for p, i in enumerate(a.args[: kd.num_params]):
-                    for j in _expand((i,), lists):
-                        where_named.setdefault(j, []).append(p)
+                for p, i in enumerate(args[: op[0]]):
+                    where_named.setdefault(i, []).append(p)
+                    lst = lists.get(i)
+                    if lst is not None:
+                        for j in lst[1]:
+                            if j >= 0:
+                                where_named.setdefault(j, []).append(p)
                 for i in wrote:
                     at = where_named.get(i, [])
                     if i not in lists and (not at or (len(at) == 1 and at[0] in outs)):
