@@ -724,7 +724,12 @@ def _verify_plan(prog: S.ProgramDef, pi: int, plan: S.ExecutionPlan, limits: Lim
     inputs = frozenset(plan.inputs)
     for vi, ev in enumerate(plan.values):
         v = ev.val
-        if isinstance(v, S.Tensor) and _plain_tensor_ok(v, limits, arenas, nconst, prog):
+        if isinstance(v, S.Tensor):
+            if _plain_tensor_ok(v, limits, arenas, nconst, prog):
+                continue
+        elif not isinstance(v, (S.TensorList, S.OptionalTensorList)):
+            continue  # nothing to check (IntList items are literal ints or SymInt indices, checked when used)
+        elif all(0 <= item < nv or (item == -1 and isinstance(v, S.OptionalTensorList)) for item in v.items):
             continue
         vp = f"{path}.values[{vi}]"
         if isinstance(v, S.Tensor):
@@ -795,6 +800,9 @@ def _verify_plan(prog: S.ProgramDef, pi: int, plan: S.ExecutionPlan, limits: Lim
             _fail(cp + ".stacktrace", f"{len(c.stacktrace)} frame lists for {n} instructions")
         for ii, ins in enumerate(c.instructions):
             a = ins.instr_args
+            if (isinstance(a, S.KernelCall) and 0 <= a.op_index < nops and all(0 <= x < nv for x in a.args)) or (
+                    isinstance(a, S.FreeCall) and 0 <= a.value_index < nv):
+                continue  # the common cases, checked without building paths
             ip = f"{cp}.instructions[{ii}]"
             if isinstance(a, S.KernelCall):
                 _check_index(a.op_index, nops, ip + ".KernelCall.op_index", "operator")
