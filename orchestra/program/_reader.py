@@ -347,6 +347,27 @@ class _Fast:
         offs = struct.unpack_from(f"<{n}I", self.buf, start)
         return [self.table(start + 4 * i + o) for i, o in enumerate(offs)]
 
+    def evalues(self, start: int, n: int) -> tuple[S.EValue, ...]:
+        """The EValues of a vector of ``n`` table offsets at ``start`` (tables() then
+        evalue() on each, with the table checks inlined)."""
+        buf, end, vts = self.buf, self.end, self.vts
+        offs = struct.unpack_from(f"<{n}I", buf, start)
+        out = []
+        append = out.append
+        for i, o in enumerate(offs):
+            pos = start + 4 * i + o
+            if pos + 4 > end or pos & 3:
+                raise _Fallback
+            vt = pos - _i32(buf, pos)[0]
+            e = vts.get(vt)
+            if e is None or pos + e.objsize > end:
+                t = self.table(pos)  # checks (and caches) the vtable, or raises
+            else:
+                self.spent += 1
+                t = (pos, e)
+            append(self.evalue(t))
+        return tuple(out)
+
     def field_vector(self, t: tuple[int, _VTable], slot: int, elem: int) -> tuple[int, int] | None:
         (o,) = t[1].layout(((slot, 4),))
         return self.vector(t[0] + o, elem) if o else None
@@ -599,7 +620,7 @@ def _plan(r: _FlatReader, t: _Table, path: str, limits: Limits, fast: _Fast | No
         nvalues = 0 if vv is None else vv[1]
         if limits.max_values is not None and nvalues > limits.max_values:
             raise _Fallback
-        vtabs = [] if vv is None else fast.tables(*vv)
+        fast_values = () if vv is None else fast.evalues(*vv)
     else:
         vtabs = r.tables(t, 2, path + ".values") or []
         if limits.max_values is not None and len(vtabs) > limits.max_values:
@@ -627,8 +648,7 @@ def _plan(r: _FlatReader, t: _Table, path: str, limits: Limits, fast: _Fast | No
             r.string(cm, 0, path + ".container_meta_type.encoded_inp_str"),
             r.string(cm, 1, path + ".container_meta_type.encoded_out_str"),
         ),
-        values=tuple(fast.evalue(vt) for vt in vtabs) if fast is not None
-        else tuple(_evalue(r, vt, vp) for vt, vp in vtabs),
+        values=fast_values if fast is not None else tuple(_evalue(r, vt, vp) for vt, vp in vtabs),
         inputs=_ints(r, t, 3, "i", 4, path + ".inputs"),
         outputs=_ints(r, t, 4, "i", 4, path + ".outputs"),
         chains=tuple(_chain(r, ct, cp, fast) for ct, cp in chains),
