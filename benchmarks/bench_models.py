@@ -26,10 +26,21 @@ in one run; every ratio compares numbers taken in that run.
    thread rule), orchestra as it was before the rule (``blas_threads`` = every CPU per
    process, what OpenBLAS does by default), and ExecuTorch+XNNPACK (two bare processes, its
    default threads). Prints each one's degradation (busy p50 / alone p50).
+4. ``load``: per model (portable ``.pte``), the time to a runnable Method: orchestra's
+   ``load_program(path)`` + first ``load_method`` (a fresh Program each round, so nothing
+   compiled by an earlier round is reused), against ExecuTorch's ``Runtime.load_program`` +
+   ``load_method`` from the path and from bytes already in memory (the bytes read outside
+   the timing), its default verification (InternalConsistency); then orchestra's first and
+   second execute after that load (work moved from load into the first execute shows as a
+   first slower than the second) and ExecuTorch's first execute (portable kernels: slow,
+   for information only), and a second ``load_method`` on the same program: orchestra makes a new
+   independent Method sharing the Program's compiled plan; ExecuTorch's Python ``Program``
+   caches the Method it loaded and returns that one again (not like with like). Rounds
+   interleaved (``--load-rounds``), medians; 1 BLAS thread.
 
     python benchmarks/bench_models.py [--models mobilenet_v3,bert] [--seconds 0.4]
-        [--sections models,scaling,busy] [--ns 1,2,4] [--scale-seconds 2] [--busy-seconds 2]
-        [--threads 1,2] [--cache-dir DIR]
+        [--sections models,scaling,busy,load] [--ns 1,2,4] [--scale-seconds 2] [--busy-seconds 2]
+        [--threads 1,2] [--load-rounds 7] [--cache-dir DIR]
 
 Needs torch and executorch (the ``export`` extra); exits with a message without them.
 Timings on a shared machine are noisy: read the ratios, and run it twice before believing
@@ -187,6 +198,72 @@ def section_models(args: argparse.Namespace) -> None:
     for n, rs in geo.items():
         print(f"   {n} thread(s): geometric mean orchestra / ExecuTorch+XNNPACK = {float(np.exp(np.mean(np.log(rs)))):.2f}x")
     _et_threads(CPUS)
+
+
+# -- 4. load -------------------------------------------------------------------------------------
+def section_load(args: argparse.Namespace) -> None:
+    import torch
+    from executorch.runtime import Runtime
+    from threadpoolctl import threadpool_limits
+
+    from orchestra.runtime import load_program
+
+    rt = Runtime.get()
+    print("== load: median ms to a runnable Method (load_program + first load_method), and the first execute after it;"
+          " interleaved rounds, a fresh program each round; ratios orchestra / ExecuTorch (same run)")
+    print(f"{'model':<13}{'MB':>6}{'orch':>8}{'ET path':>9}{'ET bytes':>9}{'o/path':>8}{'o/bytes':>8}"
+          f"{'o 1st ex':>9}{'o 2nd ex':>9}{'ET 1st ex':>10}{'o 2nd lm':>9}{'ET 2nd (cached)':>16}")
+    perf = time.perf_counter
+    for name in args.models:
+        portable = real_models.export(name, "portable", args.cache_dir)
+        inputs, _ = real_models.load_io(name, "portable", args.cache_dir)
+        tin = [torch.from_numpy(a) for a in inputs]
+        data = portable.read_bytes()
+        times: dict[str, list[float]] = {k: [] for k in ("orch", "path", "bytes", "orch1", "orch2", "et1", "olm2", "elm2")}
+
+        def orch() -> None:
+            t = perf()
+            prog = load_program(portable)
+            m = prog.load_method("forward")
+            t1 = perf()
+            m.execute(inputs)
+            t2 = perf()
+            m.execute(inputs)
+            times["orch"].append(t1 - t)
+            times["orch1"].append(t2 - t1)
+            times["orch2"].append(perf() - t2)
+            t3 = perf()
+            m2 = prog.load_method("forward")
+            times["olm2"].append(perf() - t3)
+            m2.close()
+            m.close()
+
+        def et(kind: str) -> None:
+            t = perf()
+            prog = rt.load_program(str(portable) if kind == "path" else data)
+            m = prog.load_method("forward")
+            t1 = perf()
+            times[kind].append(t1 - t)
+            if kind == "path":
+                m.execute(tin)
+                times["et1"].append(perf() - t1)
+                t2 = perf()
+                prog.load_method("forward")
+                times["elm2"].append(perf() - t2)
+
+        with threadpool_limits(limits=1):
+            orch(), et("path"), et("bytes")  # warm-up: imports, kernel registries, page cache
+            for v in times.values():
+                v.clear()
+            for _ in range(args.load_rounds):
+                orch()
+                et("path")
+                et("bytes")
+                gc.collect()
+        med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+        print(f"{name:<13}{len(data) / 1e6:6.1f}{med['orch']:8.2f}{med['path']:9.2f}{med['bytes']:9.2f}"
+              f"{med['orch'] / med['path']:8.1f}{med['orch'] / med['bytes']:8.1f}{med['orch1']:9.2f}{med['orch2']:9.2f}"
+              f"{med['et1']:10.2f}{med['olm2']:9.2f}{med['elm2']:16.2f}", flush=True)
 
 
 # -- bare processes (no orchestrator) ------------------------------------------------------------
@@ -358,6 +435,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ns", default="1,2,4", help="instance counts for section scaling")
     ap.add_argument("--scale-seconds", type=float, default=2.0)
     ap.add_argument("--busy-seconds", type=float, default=2.0)
+    ap.add_argument("--load-rounds", type=int, default=7, help="interleaved rounds for section load")
     ap.add_argument("--cache-dir", default=None)
     args = ap.parse_args(argv)
     args.models = [m for m in args.models.split(",") if m]
@@ -367,9 +445,11 @@ def main(argv: list[str] | None = None) -> int:
     args.threads = _csv_ints(args.threads)
     args.ns = _csv_ints(args.ns)
     sections = [s for s in args.sections.split(",") if s]
-    bad = [s for s in sections if s not in ("models", "scaling", "busy")]
+    bad = [s for s in sections if s not in ("models", "scaling", "busy", "load")]
     if bad:
-        ap.error(f"unknown section(s) {', '.join(bad)}; known: models, scaling, busy")
+        ap.error(f"unknown section(s) {', '.join(bad)}; known: models, scaling, busy, load")
+    if args.load_rounds < 1:
+        ap.error("--load-rounds must be at least 1")
     try:
         import executorch  # noqa: F401
         import torch  # noqa: F401
@@ -384,6 +464,8 @@ def main(argv: list[str] | None = None) -> int:
         section_scaling(args)
     if "busy" in sections:
         section_busy(args)
+    if "load" in sections:
+        section_load(args)
     return 0
 
 

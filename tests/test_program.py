@@ -262,3 +262,53 @@ def test_large_inline_payloads_cost_nothing_per_byte() -> None:
     big = dataclasses.replace(prog, backend_delegate_data=(dataclasses.replace(prog.backend_delegate_data[0], data=blob),))
     again = loads(dumps(big), limits=Limits(max_objects=100_000))
     assert len(again.backend_delegate_data[0].data) == 16 << 20
+
+
+# -- the fast path of the reader (values and instructions without path strings) -------------------
+@pytest.mark.parametrize("name", ALL)
+def test_fast_and_checked_decoding_agree_on_every_fixture(name: str) -> None:
+    data = _bytes(name)
+    assert _reader._loads(data, Limits(), True) == _reader._loads(data, Limits(), False)
+
+
+def _decode(data: bytes, fast: bool) -> object:
+    try:
+        return _reader._loads(data, Limits(), fast)
+    except (ProgramError, _reader._Fallback, struct.error, IndexError, ValueError, OverflowError) as exc:
+        return type(exc)
+
+
+@pytest.mark.parametrize("name", ["mlp", "transformer"])
+def test_fast_decoding_never_accepts_what_the_checked_path_refuses(name: str) -> None:
+    # Byte mutations in the flatbuffer (tables, vtables, vectors, values, instructions): the
+    # fast path either decodes the same program as the checked path or gives up (loads then
+    # decodes again on the checked path, whose error names the place).
+    data = _bytes(name)
+    fb_size = struct.unpack_from("<Q", data, 16)[0]
+    rng = np.random.default_rng(12)
+    refused = 0
+    for _ in range(400):
+        bad = bytearray(data)
+        for pos in rng.integers(8, fb_size, size=int(rng.integers(1, 4))):
+            bad[pos] = int(rng.integers(0, 256)) if rng.random() < 0.7 else bad[pos] ^ (1 << int(rng.integers(0, 8)))
+        checked = _decode(bytes(bad), False)
+        fast = _decode(bytes(bad), True)
+        if isinstance(checked, type):
+            refused += 1
+            assert isinstance(fast, type), "the fast path accepted a program the checked path refuses"
+            with pytest.raises(ProgramError):  # what a caller sees: the checked path's error
+                loads(bytes(bad))
+        else:
+            assert fast == checked or fast is _reader._Fallback
+    assert refused > 50
+
+
+def test_a_bad_value_found_on_the_fast_path_is_reported_with_its_path() -> None:
+    data = _bytes("mlp")
+    idx = _first_tensor(loads(data))
+    bad = bytearray(data)
+    struct.pack_into("<I", bad, _locate_sizes_vector(data, idx), 0x3FFFFFFF)
+    with pytest.raises(_reader._Fallback):
+        _reader._loads(bytes(bad), Limits(), True)
+    with pytest.raises(ProgramError, match=rf"^execution_plan\[0\]\.values\[{idx}\]\.tensor\.sizes: vector runs past"):
+        loads(bytes(bad))

@@ -224,6 +224,243 @@ class _FlatReader:
 
 
 # ---------------------------------------------------------------------------------------
+# The fast path. A plan's values and instructions are most of a program; decoding them with
+# a path string per field made loading slow. ``_Fast`` decodes them with every check of the
+# checked decoders below (bounds, alignment, vtable and table sizes, null-terminated UTF-8
+# strings, value and instruction tags, the object budget) but builds no path: on anything
+# unusual it raises ``_Fallback`` and ``loads`` decodes the whole program again on the
+# checked path, whose error names the place. Only well-formed programs stay on it.
+
+
+class _Fallback(Exception):
+    """The fast path met something it does not decode: decode again on the checked path."""
+
+
+_u16x2 = struct.Struct("<HH").unpack_from
+_i8 = struct.Struct("<b").unpack_from
+_VT_UNPACK: dict[int, object] = {}  # number of vtable entries -> their unpack_from
+
+# Field specs: (slot, size) of the fields a decoder reads from one table type.
+_F_UNION = ((0, 1), (1, 4))  # EValue, Instruction: type tag, value
+_F_TENSOR = ((0, 1), (1, 4), (2, 4), (3, 4), (4, 1), (5, 4), (6, 4), (7, 1), (8, 1), (9, 4))
+_F_ONE = {1: ((0, 1),), 4: ((0, 4),), 8: ((0, 8),)}
+_F_TWO_I32 = ((0, 4), (1, 4))
+_F_ALLOC = ((0, 4), (1, 4), (2, 4))
+_F_EXTRA = ((0, 8), (1, 4), (2, 1))
+
+
+def _vt_unpack(k: int):  # noqa: ANN202 - a struct unpack_from
+    f = _VT_UNPACK.get(k)
+    if f is None:
+        f = _VT_UNPACK[k] = struct.Struct(f"<{k}H").unpack_from
+    return f
+
+
+class _VTable:
+    """One decoded vtable: its field offsets, its table size, and per field spec the
+    offsets of those fields (0 when absent), checked to lie inside the table once."""
+
+    __slots__ = ("fields", "objsize", "layouts")
+
+    def __init__(self, fields: tuple[int, ...], objsize: int) -> None:
+        self.fields = fields
+        self.objsize = objsize
+        self.layouts: dict[tuple[tuple[int, int], ...], tuple[int, ...]] = {}
+
+    def layout(self, spec: tuple[tuple[int, int], ...]) -> tuple[int, ...]:
+        found = self.layouts.get(spec)
+        if found is None:
+            f, out = self.fields, []
+            for slot, size in spec:
+                o = f[slot] if slot < len(f) else 0
+                if o and (o < 4 or o + size > self.objsize):
+                    raise _Fallback
+                out.append(o)
+            found = self.layouts[spec] = tuple(out)
+        return found
+
+
+class _Fast:
+    """Path-free bounds-checked decoding of values and instructions (see above). A table
+    is (position, its _VTable)."""
+
+    __slots__ = ("buf", "end", "spent", "vts")
+
+    def __init__(self, r: _FlatReader) -> None:
+        self.buf = r.buf
+        self.end = r.end
+        self.spent = 0  # object budget used, charged to the reader at the end
+        self.vts: dict[int, _VTable] = {}  # by position: tables of one type share vtables
+
+    def table(self, pos: int) -> tuple[int, _VTable]:
+        buf, end = self.buf, self.end
+        if pos < 0 or pos + 4 > end or pos & 3:
+            raise _Fallback
+        vt = pos - _i32(buf, pos)[0]
+        self.spent += 1
+        e = self.vts.get(vt)
+        if e is None:
+            if vt < 0 or vt + 4 > end or vt & 1:
+                raise _Fallback
+            vtsize, objsize = _u16x2(buf, vt)
+            if vtsize < 4 or vtsize & 1 or vt + vtsize > end or objsize < 4:
+                raise _Fallback
+            e = self.vts[vt] = _VTable(_vt_unpack((vtsize - 4) // 2)(buf, vt + 4), objsize)
+        if pos + e.objsize > end:
+            raise _Fallback
+        return pos, e
+
+    def ref(self, p: int) -> tuple[int, _VTable]:
+        """The table the offset at ``p`` points to."""
+        target = p + _u32(self.buf, p)[0]
+        if target + 4 > self.end:
+            raise _Fallback
+        return self.table(target)
+
+    def vector(self, p: int, elem: int, decoded: bool = True) -> tuple[int, int]:
+        """(start, length) of the vector the offset at ``p`` points to."""
+        buf = self.buf
+        v = p + _u32(buf, p)[0]
+        if v + 4 > self.end or v & 3:
+            raise _Fallback
+        n = _u32(buf, v)[0]
+        if v + 4 + n * elem > self.end:
+            raise _Fallback
+        self.spent += n if decoded else 1
+        return v + 4, n
+
+    def ints(self, p: int, fmt: str, size: int) -> tuple:
+        start, n = self.vector(p, size)
+        return struct.unpack_from(f"<{n}{fmt}", self.buf, start)
+
+    def string(self, p: int) -> str:
+        start, n = self.vector(p, 1, False)
+        if start + n >= self.end or self.buf[start + n] != 0:
+            raise _Fallback
+        try:
+            return str(self.buf[start : start + n], "utf-8")
+        except UnicodeDecodeError:
+            raise _Fallback from None
+
+    def tables(self, start: int, n: int) -> list[tuple[int, _VTable]]:
+        """The tables a vector of ``n`` offsets at ``start`` points to."""
+        offs = struct.unpack_from(f"<{n}I", self.buf, start)
+        return [self.table(start + 4 * i + o) for i, o in enumerate(offs)]
+
+    def evalues(self, start: int, n: int) -> tuple[S.EValue, ...]:
+        """The EValues of a vector of ``n`` table offsets at ``start`` (tables() then
+        evalue() on each, with the table checks inlined)."""
+        buf, end, vts = self.buf, self.end, self.vts
+        offs = struct.unpack_from(f"<{n}I", buf, start)
+        out = []
+        append = out.append
+        for i, o in enumerate(offs):
+            pos = start + 4 * i + o
+            if pos + 4 > end or pos & 3:
+                raise _Fallback
+            vt = pos - _i32(buf, pos)[0]
+            e = vts.get(vt)
+            if e is None or pos + e.objsize > end:
+                t = self.table(pos)  # checks (and caches) the vtable, or raises
+            else:
+                self.spent += 1
+                t = (pos, e)
+            append(self.evalue(t))
+        return tuple(out)
+
+    def field_vector(self, t: tuple[int, _VTable], slot: int, elem: int) -> tuple[int, int] | None:
+        (o,) = t[1].layout(((slot, 4),))
+        return self.vector(t[0] + o, elem) if o else None
+
+    def evalue(self, t: tuple[int, _VTable]) -> S.EValue:
+        pos, e = t
+        o_tag, o_val = e.layout(_F_UNION)
+        buf = self.buf
+        tag = buf[pos + o_tag] if o_tag else 0
+        if tag == 0:
+            return S.EValue(None)
+        if tag >= len(S.KERNEL_TYPES) + 1 or not o_val:
+            raise _Fallback
+        vpos, ve = self.ref(pos + o_val)
+        kind = S.KERNEL_TYPES[tag - 1]
+        if kind is S.Tensor:
+            return S.EValue(self.tensor(vpos, ve))
+        if kind is S.Null:
+            return S.EValue(S.Null())
+        size = 1 if kind is S.Bool else 8 if kind in (S.Int, S.Double) else 4
+        (o,) = ve.layout(_F_ONE[size])
+        p = vpos + o
+        if kind is S.Int:
+            return S.EValue(S.Int(_i64(buf, p)[0] if o else 0))
+        if kind is S.IntList:
+            return S.EValue(S.IntList(self.ints(p, "q", 8) if o else ()))
+        if kind is S.Bool:
+            return S.EValue(S.Bool(buf[p] != 0 if o else False))
+        if kind is S.Double:
+            return S.EValue(S.Double(_f64(buf, p)[0] if o else 0.0))
+        if kind is S.String:
+            return S.EValue(S.String(self.string(p) if o else None))
+        if kind is S.DoubleList:
+            return S.EValue(S.DoubleList(self.ints(p, "d", 8) if o else ()))
+        if kind is S.BoolList:
+            return S.EValue(S.BoolList(tuple(bool(b) for b in self.ints(p, "B", 1)) if o else ()))
+        if kind is S.TensorList:
+            return S.EValue(S.TensorList(self.ints(p, "i", 4) if o else ()))
+        return S.EValue(S.OptionalTensorList(self.ints(p, "i", 4) if o else ()))
+
+    def tensor(self, pos: int, e: _VTable) -> S.Tensor:
+        o_st, o_so, o_sz, o_do, o_rg, o_db, o_al, o_ly, o_dy, o_ex = e.layout(_F_TENSOR)
+        buf = self.buf
+        alloc = None
+        if o_al:
+            apos, ae = self.ref(pos + o_al)
+            a0, a1, a2 = ae.layout(_F_ALLOC)
+            alloc = S.AllocationDetails(_u32(buf, apos + a0)[0] if a0 else 0, _u32(buf, apos + a1)[0] if a1 else 0,
+                                        _u32(buf, apos + a2)[0] if a2 else 0)
+        extra = None
+        if o_ex:
+            xpos, xe = self.ref(pos + o_ex)
+            x0, x1, x2 = xe.layout(_F_EXTRA)
+            extra = S.ExtraTensorInfo(_u64(buf, xpos + x0)[0] if x0 else 0, self.string(xpos + x1) if x1 else None,
+                                      _i8(buf, xpos + x2)[0] if x2 else 0)
+        return S.Tensor(
+            scalar_type=_i8(buf, pos + o_st)[0] if o_st else 0,
+            storage_offset=_i32(buf, pos + o_so)[0] if o_so else 0,
+            sizes=self.ints(pos + o_sz, "i", 4) if o_sz else (),
+            dim_order=self.ints(pos + o_do, "B", 1) if o_do else (),
+            requires_grad=buf[pos + o_rg] != 0 if o_rg else False,
+            data_buffer_idx=_u32(buf, pos + o_db)[0] if o_db else 0,
+            allocation_info=alloc,
+            layout=_i8(buf, pos + o_ly)[0] if o_ly else 0,
+            shape_dynamism=_i8(buf, pos + o_dy)[0] if o_dy else 0,
+            extra_tensor_info=extra,
+        )
+
+    def instruction(self, t: tuple[int, _VTable]) -> S.Instruction:
+        pos, e = t
+        o_tag, o_val = e.layout(_F_UNION)
+        tag = self.buf[pos + o_tag] if o_tag else 0
+        if tag == 0 or tag > len(S.INSTRUCTION_TYPES) or not o_val:
+            raise _Fallback
+        vpos, ve = self.ref(pos + o_val)
+        kind = S.INSTRUCTION_TYPES[tag - 1]
+        buf = self.buf
+        if kind is S.FreeCall:
+            (o,) = ve.layout(_F_ONE[4])
+            return S.Instruction(S.FreeCall(_i32(buf, vpos + o)[0] if o else 0))
+        o0, o1 = ve.layout(_F_TWO_I32)
+        first = _i32(buf, vpos + o0)[0] if o0 else 0
+        if kind is S.KernelCall:
+            return S.Instruction(S.KernelCall(first, self.ints(vpos + o1, "i", 4) if o1 else ()))
+        if kind is S.DelegateCall:
+            return S.Instruction(S.DelegateCall(first, self.ints(vpos + o1, "i", 4) if o1 else ()))
+        second = _i32(buf, vpos + o1)[0] if o1 else 0
+        if kind is S.MoveCall:
+            return S.Instruction(S.MoveCall(first, second))
+        return S.Instruction(S.JumpFalseCall(first, second))
+
+
+# ---------------------------------------------------------------------------------------
 # Schema decoding. Slot numbers follow the field order of ExecuTorch's program.fbs
 # (a union takes two slots).
 
@@ -332,13 +569,17 @@ def _frame(r: _FlatReader, t: _Table, path: str) -> S.Frame:
     )
 
 
-def _chain(r: _FlatReader, t: _Table, path: str) -> S.Chain:
-    instrs = r.tables(t, 2, path + ".instructions") or []
+def _chain(r: _FlatReader, t: _Table, path: str, fast: _Fast | None = None) -> S.Chain:
+    if fast is not None:
+        iv = fast.field_vector(fast.table(t.pos), 2, 4)
+        instructions = () if iv is None else tuple(fast.instruction(x) for x in fast.tables(*iv))
+    else:
+        instructions = tuple(_instruction(r, it, p) for it, p in r.tables(t, 2, path + ".instructions") or [])
     st = r.tables(t, 3, path + ".stacktrace")
     return S.Chain(
         inputs=_ints(r, t, 0, "i", 4, path + ".inputs"),
         outputs=_ints(r, t, 1, "i", 4, path + ".outputs"),
-        instructions=tuple(_instruction(r, it, p) for it, p in instrs),
+        instructions=instructions,
         stacktrace=None
         if st is None
         else tuple(
@@ -369,14 +610,21 @@ def _delegate(r: _FlatReader, t: _Table, path: str) -> S.BackendDelegate:
     )
 
 
-def _plan(r: _FlatReader, t: _Table, path: str, limits: Limits) -> S.ExecutionPlan:
+def _plan(r: _FlatReader, t: _Table, path: str, limits: Limits, fast: _Fast | None = None) -> S.ExecutionPlan:
     name = r.string(t, 0, path + ".name")
     if name is None:
         _fail(path + ".name", "execution plan has no name")
     cm = r.sub_table(t, 1, path + ".container_meta_type")
-    vtabs = r.tables(t, 2, path + ".values") or []
-    if limits.max_values is not None and len(vtabs) > limits.max_values:
-        _fail(path + ".values", f"{len(vtabs)} values exceed the cap of {limits.max_values}")
+    if fast is not None:
+        vv = fast.field_vector(fast.table(t.pos), 2, 4)
+        nvalues = 0 if vv is None else vv[1]
+        if limits.max_values is not None and nvalues > limits.max_values:
+            raise _Fallback
+        fast_values = () if vv is None else fast.evalues(*vv)
+    else:
+        vtabs = r.tables(t, 2, path + ".values") or []
+        if limits.max_values is not None and len(vtabs) > limits.max_values:
+            _fail(path + ".values", f"{len(vtabs)} values exceed the cap of {limits.max_values}")
     chains = r.tables(t, 5, path + ".chains") or []
     if limits.max_instructions is not None:
         # Cheap pre-check before decoding: count instruction vectors' lengths.
@@ -400,10 +648,10 @@ def _plan(r: _FlatReader, t: _Table, path: str, limits: Limits) -> S.ExecutionPl
             r.string(cm, 0, path + ".container_meta_type.encoded_inp_str"),
             r.string(cm, 1, path + ".container_meta_type.encoded_out_str"),
         ),
-        values=tuple(_evalue(r, vt, vp) for vt, vp in vtabs),
+        values=fast_values if fast is not None else tuple(_evalue(r, vt, vp) for vt, vp in vtabs),
         inputs=_ints(r, t, 3, "i", 4, path + ".inputs"),
         outputs=_ints(r, t, 4, "i", 4, path + ".outputs"),
-        chains=tuple(_chain(r, ct, cp) for ct, cp in chains),
+        chains=tuple(_chain(r, ct, cp, fast) for ct, cp in chains),
         operators=tuple(ops),
         delegates=tuple(_delegate(r, dt, dp) for dt, dp in r.tables(t, 7, path + ".delegates") or []),
         non_const_buffer_sizes=_ints(r, t, 8, "q", 8, path + ".non_const_buffer_sizes"),
@@ -446,6 +694,36 @@ def _tensor_nbytes(t: S.Tensor, path: str, limits: Limits) -> int | None:
     return numel * ScalarType(t.scalar_type).itemsize
 
 
+_ITEMSIZE = {int(t): t.itemsize for t in ScalarType}
+
+
+def _plain_tensor_ok(t: S.Tensor, limits: Limits, arenas: tuple[int, ...], nconst: int, prog: S.ProgramDef) -> bool:
+    """True when tensor ``t`` has no extra info (no mutable data, no name) and passes every
+    check _verify_plan makes of a tensor; False sends it through those checks, which name
+    what is wrong (or handle the rarer kinds)."""
+    if t.extra_tensor_info is not None or t.storage_offset != 0 or t.shape_dynamism not in (0, 1, 2):
+        return False
+    itemsize = _ITEMSIZE.get(t.scalar_type)
+    if itemsize is None:
+        return False
+    sizes = t.sizes
+    if t.dim_order and sorted(t.dim_order) != list(range(len(sizes))):
+        return False
+    numel = 1
+    for s in sizes:
+        if s < 0:
+            return False
+        numel *= s
+    if limits.max_numel is not None and numel > limits.max_numel:
+        return False
+    nbytes = numel * itemsize
+    a = t.allocation_info
+    idx = t.data_buffer_idx
+    if a is not None:
+        return idx == 0 and 0 < a.memory_id < len(arenas) and a.offset + nbytes <= arenas[a.memory_id]
+    return idx <= 0 or (idx < nconst and nbytes <= len(prog.constant_data(idx)))
+
+
 def _verify_plan(prog: S.ProgramDef, pi: int, plan: S.ExecutionPlan, limits: Limits, based: bool) -> None:
     path = f"execution_plan[{pi}]"
     nv = len(plan.values)
@@ -466,6 +744,13 @@ def _verify_plan(prog: S.ProgramDef, pi: int, plan: S.ExecutionPlan, limits: Lim
     inputs = frozenset(plan.inputs)
     for vi, ev in enumerate(plan.values):
         v = ev.val
+        if isinstance(v, S.Tensor):
+            if _plain_tensor_ok(v, limits, arenas, nconst, prog):
+                continue
+        elif not isinstance(v, (S.TensorList, S.OptionalTensorList)):
+            continue  # nothing to check (IntList items are literal ints or SymInt indices, checked when used)
+        elif all(0 <= item < nv or (item == -1 and isinstance(v, S.OptionalTensorList)) for item in v.items):
+            continue
         vp = f"{path}.values[{vi}]"
         if isinstance(v, S.Tensor):
             tp = vp + ".tensor"
@@ -535,6 +820,9 @@ def _verify_plan(prog: S.ProgramDef, pi: int, plan: S.ExecutionPlan, limits: Lim
             _fail(cp + ".stacktrace", f"{len(c.stacktrace)} frame lists for {n} instructions")
         for ii, ins in enumerate(c.instructions):
             a = ins.instr_args
+            if (isinstance(a, S.KernelCall) and 0 <= a.op_index < nops and all(0 <= x < nv for x in a.args)) or (
+                    isinstance(a, S.FreeCall) and 0 <= a.value_index < nv):
+                continue  # the common cases, checked without building paths
             ip = f"{cp}.instructions[{ii}]"
             if isinstance(a, S.KernelCall):
                 _check_index(a.op_index, nops, ip + ".KernelCall.op_index", "operator")
@@ -610,6 +898,16 @@ def loads(data: bytes | bytearray | memoryview, *, limits: Limits | None = None)
     """
     limits = limits or Limits()
     try:
+        return _loads(data, limits, True)
+    except (_Fallback, ProgramError, struct.error, IndexError, ValueError, OverflowError):
+        # Something is unusual or wrong: decode again on the checked path, which raises the
+        # error naming the place (or, for an unusual but valid program, returns it).
+        pass
+    return _loads(data, limits, False)
+
+
+def _loads(data: bytes | bytearray | memoryview, limits: Limits, fast: bool) -> S.ProgramDef:
+    try:
         mv = _as_memoryview(data)
     except TypeError as exc:
         raise ProgramError(f"program data must be bytes-like, not {type(data).__name__}") from exc
@@ -640,6 +938,7 @@ def loads(data: bytes | bytearray | memoryview, *, limits: Limits | None = None)
 
     fb = mv[:program_size]
     r = _FlatReader(fb, limits.max_objects)
+    f = _Fast(r) if fast else None
     root = _u32(fb, 0)[0]
     t = r.table(root, "program")
 
@@ -678,7 +977,7 @@ def loads(data: bytes | bytearray | memoryview, *, limits: Limits | None = None)
         named.append(S.NamedData(key, r.u32(nt, 1, np_ + ".segment_index")))
     prog = S.ProgramDef(
         version=r.u32(t, 0, "version"),
-        execution_plan=tuple(_plan(r, pt, pp, limits) for pt, pp in r.tables(t, 1, "execution_plan") or []),
+        execution_plan=tuple(_plan(r, pt, pp, limits, f) for pt, pp in r.tables(t, 1, "execution_plan") or []),
         constant_buffer=tuple(cbuf),
         backend_delegate_data=tuple(ddata),
         segments=tuple(segs),
@@ -688,6 +987,8 @@ def loads(data: bytes | bytearray | memoryview, *, limits: Limits | None = None)
         ),
         named_data=tuple(named),
     )
+    if f is not None:
+        r.spend(f.spent, "program")
     _verify(prog, limits, based=bool(segment_base))
     return prog
 

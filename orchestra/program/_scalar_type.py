@@ -73,10 +73,8 @@ _FROM_NUMPY: dict[np.dtype, ScalarType] = {v: k for k, v in _TO_NUMPY.items()}
 
 def numpy_dtype(scalar_type: int) -> np.dtype | None:
     """The numpy dtype for an ExecuTorch scalar type, or None if numpy has none."""
-    try:
-        return _TO_NUMPY.get(ScalarType(scalar_type))
-    except ValueError:
-        return None
+    # ScalarType is an IntEnum: a plain int finds its member's entry (hash and == agree).
+    return _TO_NUMPY.get(scalar_type) if isinstance(scalar_type, int) else None
 
 
 def scalar_type_of(dtype: np.dtype) -> ScalarType | None:

@@ -185,7 +185,7 @@ class _Slot:
         self.bound = bound
         self.dim_order = dim_order
         self.dynamic = dynamic
-        self.capacity = int(np.prod(bound, dtype=object))  # elements planned
+        self.capacity = math.prod(bound)  # elements planned
 
     def view(self, arenas: list[np.ndarray], shape: tuple[int, ...]) -> np.ndarray:
         n = 1
@@ -403,7 +403,7 @@ class CompiledPlan:
         if external:
             raise OrchestraError(f"{where}: tensor data stored outside the program ({t.extra_tensor_info.fully_qualified_name!r}) is not supported yet", Error.NotSupported)
         if t.is_constant:
-            n = int(np.prod(sizes, dtype=np.int64))
+            n = math.prod(sizes)
             flat = np.frombuffer(self.program.constant_data(t.data_buffer_idx), dtype=dtype, count=n)
             return _strided_view(flat, sizes, t.dim_order), None
         if t.allocation_info is not None:

@@ -290,23 +290,31 @@ def analyse_uses(cp: CompiledPlan, instructions: Sequence[Any], rets: Sequence[t
     mentions: dict[int, set[int]] = {}
     writers: dict[int, set[int]] = {}
     defines: dict[int, set[int]] = {}
-    out_params: dict[str, frozenset[int]] = {}
+    # Per operator (index): its kernel's parameter count and out parameters, once.
+    ops: dict[int, tuple[int, frozenset[int]] | None] = {}
+    operators = cp.plan.operators
     straight = True
     for pc, a in enumerate(instructions):
         wrote: list[int] = []
         if isinstance(a, KernelCall):
-            named = _expand(a.args, lists)
-            wrote = _expand(rets[pc] or a.args, lists)
-            name = cp.plan.operators[a.op_index].qualified_name
-            kd = get_kernel(name)
-            if kd is not None and len(a.args) > kd.num_params:
-                outs = out_params.get(name)
-                if outs is None:
-                    outs = out_params[name] = _out_params(name)
+            args = a.args
+            named = _expand(args, lists) if lists else list(args)
+            wrote = _expand(rets[pc] or args, lists) if lists else list(rets[pc] or args)
+            op = ops.get(a.op_index, False)
+            if op is False:
+                name = operators[a.op_index].qualified_name
+                kd = get_kernel(name)
+                op = ops[a.op_index] = None if kd is None else (kd.num_params, _out_params(name))
+            if op is not None and len(args) > op[0]:
+                outs = op[1]
                 where_named: dict[int, list[int]] = {}
-                for p, i in enumerate(a.args[: kd.num_params]):
-                    for j in _expand((i,), lists):
-                        where_named.setdefault(j, []).append(p)
+                for p, i in enumerate(args[: op[0]]):
+                    where_named.setdefault(i, []).append(p)
+                    lst = lists.get(i)
+                    if lst is not None:
+                        for j in lst[1]:
+                            if j >= 0:
+                                where_named.setdefault(j, []).append(p)
                 for i in wrote:
                     at = where_named.get(i, [])
                     if i not in lists and (not at or (len(at) == 1 and at[0] in outs)):
@@ -378,6 +386,12 @@ class _Storage:
         self._overlapping: dict[int, list[int]] = {}
         self._same_bytes: dict[int, list[int]] | None = None
         self._whole_writes: dict[int, list[tuple[int, int, int]]] = {}
+        # memory id -> its whole writes (position, first byte, end byte; index by (position,
+        # value)) and which of them a dropped set leaves out (see _defs).
+        # drop_unobserved tests values sharing memory with more than this many with numpy.
+        self.numpy_from = 32
+        self._reads: tuple[dict[int, set[int]], int, dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]] | None = None
+        self._mem_writes: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, dict[tuple[int, int], int], dict[int, Any]]] = {}
         self._mem_arrays: dict[int, tuple[np.ndarray, np.ndarray, list[int]]] = {}
         self.writes_at: list[list[int]] = [[] for _ in range(n)]
         for i, pcs in uses.writers.items():
@@ -490,6 +504,10 @@ class _Storage:
         # The writes of whole values that still run, nearest after pc first: a read at p is
         # covered when the first of them (going forward from pc) that covers its bytes
         # comes before p (the same test as _between, in one pass).
+        if len(near) > self.numpy_from:
+            covered = self._covered(m, lo_r, hi_r, pc, reads, dropped)
+            if covered is not None:
+                return covered
         defs = sorted(((w - pc) % size, lo, hi) for d in near for w, lo, hi in self.whole_writes(d)
                       if (w, d) not in dropped)
         for a in near:
@@ -505,6 +523,76 @@ class _Storage:
                 else:
                     return False
         return True
+
+    def _covered(self, m: int, lo_r: int, hi_r: int, pc: int, reads: dict[int, set[int]],
+                 dropped: set[tuple[int, int]]) -> bool | None:
+        """drop_unobserved's test for bytes [lo_r, hi_r) of memory ``m`` with numpy, for a
+        value sharing memory with many: a read is covered when some write of a whole value
+        that still runs covers its bytes and comes strictly after ``pc`` and strictly before
+        it (forward from ``pc``, wrapping). None when the matrix would be too large."""
+        size = self.n + 2
+        rp, rlo, rhi = self._mem_reads(m, reads)
+        sel = np.flatnonzero((rlo < hi_r) & (rhi > lo_r))
+        if not len(sel):
+            return True
+        kw, dlo, dhi = self._defs(m, lo_r, hi_r, pc, dropped)
+        if not len(kw):
+            return False
+        if len(sel) * len(kw) > 1 << 20:
+            return None
+        kr = (rp[sel] - pc) % size
+        kr[kr == 0] = size
+        lo = np.maximum(rlo[sel], lo_r)[:, None]
+        hi = np.minimum(rhi[sel], hi_r)[:, None]
+        cover = (kw > 0) & (dlo <= lo) & (hi <= dhi)
+        return bool((np.where(cover, kw, size + 1).min(axis=1) < kr).all())
+
+    def _mem_reads(self, m: int, reads: dict[int, set[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The reads (``reads``: value -> positions) of planned values of memory ``m`` as
+        arrays: position, first and end byte of the value read; once per ``reads`` dict (a
+        caller changing a dict between calls must change its size)."""
+        cached = self._reads
+        if cached is None or cached[0] is not reads or cached[1] != len(reads):
+            cached = self._reads = (reads, len(reads), {})
+        found = cached[2].get(m)
+        if found is None:
+            pos: list[int] = []
+            lo: list[int] = []
+            hi: list[int] = []
+            for _, _, a in self.by_mem.get(m, []):
+                ps = reads.get(a)
+                if ps:
+                    _, a_lo, a_hi = self.regions[a]
+                    pos.extend(ps)
+                    lo.extend((a_lo,) * len(ps))
+                    hi.extend((a_hi,) * len(ps))
+            found = cached[2][m] = (np.array(pos, np.int64), np.array(lo, np.int64), np.array(hi, np.int64))
+        return found
+
+    def _defs(self, m: int, lo_r: int, hi_r: int, pc: int, dropped: set[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Distance from pc, first byte and end byte (arrays) of the writes of whole values
+        in memory ``m`` that overlap bytes [lo_r, hi_r) and are not in ``dropped``. Which
+        writes ``dropped`` leaves out is worked out once per set (a caller changing a set
+        between calls must change its size)."""
+        arrays = self._mem_writes.get(m)
+        if arrays is None:
+            entries = [(w, lo, hi, d) for _, _, d in self.by_mem.get(m, []) for w, lo, hi in self.whole_writes(d)]
+            index = {(e[0], e[3]): k for k, e in enumerate(entries)}
+            arrays = self._mem_writes[m] = (np.array([e[0] for e in entries], np.int64).reshape(-1),
+                                            np.array([e[1] for e in entries], np.int64).reshape(-1),
+                                            np.array([e[2] for e in entries], np.int64).reshape(-1), index, {})
+        ws, los, his, index, gone = arrays
+        mask = gone.get(id(dropped))
+        if mask is None or mask[0] is not dropped or mask[2] != len(dropped):
+            keep = np.ones(len(ws), bool)
+            for key in dropped:
+                k = index.get(key)
+                if k is not None:
+                    keep[k] = False
+            gone.clear()
+            mask = gone[id(dropped)] = (dropped, keep, len(dropped))
+        sel = np.flatnonzero(mask[1] & (los < hi_r) & (his > lo_r))
+        return (ws[sel] - pc) % (self.n + 2), los[sel], his[sel]
 
 
 @dataclass(frozen=True, slots=True)

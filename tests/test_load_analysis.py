@@ -1,0 +1,149 @@
+"""The plan analysis done at load time: its fast paths give what the plain ones give."""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import pytest
+
+from orchestra.runtime import load_program
+from orchestra.runtime._method import CompiledPlan
+from orchestra.runtime._optimize import _Storage, analyse_uses
+
+FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+
+
+def _storage(cp: CompiledPlan) -> _Storage:
+    instructions, rets = [], []
+    for ci, chain in enumerate(cp.plan.chains):
+        for ii, ins in enumerate(chain.instructions):
+            a = ins.instr_args
+            instructions.append(a)
+            rets.append(cp._bind_kernel(a, f"chains[{ci}].instructions[{ii}]")[3] if hasattr(a, "op_index") else None)
+    return _Storage(cp, analyse_uses(cp, instructions, rets), len(instructions))
+
+
+def _plain_defs(st: _Storage, value: int, pc: int, dropped: set[tuple[int, int]]) -> list[tuple[int, int, int]]:
+    size = st.n + 2
+    return sorted(((w - pc) % size, lo, hi) for d in st.overlapping(value) for w, lo, hi in st.whole_writes(d)
+                  if (w, d) not in dropped)
+
+
+@pytest.mark.parametrize("name", ["cnn", "convnet", "dwsep", "transformer", "mlp"])
+def test_the_writes_over_a_value_selected_with_numpy_are_the_plain_ones(name: str) -> None:
+    cp = load_program(FIXTURES / f"{name}.pte")._compiled_plan("forward")
+    st = _storage(cp)
+    rng = np.random.default_rng(3)
+    writes = [(w, d) for d in st.regions for w, _, _ in st.whole_writes(d)]
+    assert writes
+    checked = 0
+    for k in range(3):  # no write left out, some, most
+        dropped = {writes[j] for j in rng.permutation(len(writes))[: len(writes) * k // 3]}
+        for value, (m, lo, hi) in st.regions.items():
+            if hi <= lo:
+                continue
+            for pc in (0, st.n // 2, st.n - 1, int(rng.integers(0, st.n))):
+                kw, dlo, dhi = st._defs(m, lo, hi, pc, dropped)
+                assert sorted(zip(kw.tolist(), dlo.tolist(), dhi.tolist())) == _plain_defs(st, value, pc, dropped)
+                checked += 1
+    assert checked > 30
+
+
+def test_a_dropped_set_changed_between_calls_is_seen() -> None:
+    cp = load_program(FIXTURES / "cnn.pte")._compiled_plan("forward")
+    st = _storage(cp)
+    value, (m, lo, hi) = next((v, r) for v, r in st.regions.items() if r[2] > r[1] and st.whole_writes(v))
+    dropped: set[tuple[int, int]] = set()
+    before = st._defs(m, lo, hi, 0, dropped)[0]
+    dropped.add((st.whole_writes(value)[0][0], value))
+    kw, dlo, dhi = st._defs(m, lo, hi, 0, dropped)
+    assert sorted(zip(kw.tolist(), dlo.tolist(), dhi.tolist())) == _plain_defs(st, value, 0, dropped)
+    assert len(kw) == len(before) - 1
+
+
+@pytest.mark.parametrize("name", ["cnn", "convnet", "dwsep", "transformer"])
+def test_drop_unobserved_gives_the_same_answers_with_numpy(name: str) -> None:
+    cp = load_program(FIXTURES / f"{name}.pte")._compiled_plan("forward")
+    plain, vec = _storage(cp), _storage(cp)
+    plain.numpy_from, vec.numpy_from = 1 << 30, 0
+    rng = np.random.default_rng(5)
+    writes = [(w, d) for d in plain.regions for w, _, _ in plain.whole_writes(d)]
+    base = plain.reads()
+    answers = []
+    for k in range(4):
+        dropped = {writes[j] for j in rng.permutation(len(writes))[: len(writes) * k // 4]}
+        reads = {v: {p for p in ps if rng.random() < 0.8} for v, ps in base.items()}
+        for value in plain.regions:
+            for pc in {0, plain.n // 2, plain.n - 1, int(rng.integers(0, plain.n))}:
+                want = plain.drop_unobserved(value, pc, reads, dropped)
+                assert vec.drop_unobserved(value, pc, reads, dropped) == want, (value, pc)
+                answers.append(want)
+    assert True in answers and False in answers
+
+
+def _reference_uses(cp: CompiledPlan, instructions: list, rets: list) -> tuple:
+    """The use analysis written plainly (as it was before it was made faster)."""
+    from orchestra.program import DelegateCall, FreeCall, JumpFalseCall, KernelCall, MoveCall
+    from orchestra.runtime._optimize import _expand, _out_params
+    from orchestra.runtime.kernels import get_kernel
+
+    lists = cp.lists
+    mentions: dict = {}
+    writers: dict = {}
+    defines: dict = {}
+    straight = True
+    for pc, a in enumerate(instructions):
+        wrote: list = []
+        if isinstance(a, KernelCall):
+            named = _expand(a.args, lists)
+            wrote = _expand(rets[pc] or a.args, lists)
+            name = cp.plan.operators[a.op_index].qualified_name
+            kd = get_kernel(name)
+            if kd is not None and len(a.args) > kd.num_params:
+                outs = _out_params(name)
+                where_named: dict = {}
+                for p, i in enumerate(a.args[: kd.num_params]):
+                    for j in _expand((i,), lists):
+                        where_named.setdefault(j, []).append(p)
+                for i in wrote:
+                    at = where_named.get(i, [])
+                    if i not in lists and (not at or (len(at) == 1 and at[0] in outs)):
+                        defines.setdefault(i, set()).add(pc)
+        elif isinstance(a, DelegateCall):
+            named = wrote = _expand(a.args, lists)
+        elif isinstance(a, MoveCall):
+            named = wrote = _expand((a.move_from, a.move_to), lists)
+        elif isinstance(a, FreeCall):
+            named = wrote = _expand((a.value_index,), lists)
+        elif isinstance(a, JumpFalseCall):
+            named = _expand((a.cond_value_index,), lists)
+            straight = False
+        else:
+            named = []
+            straight = False
+        for i in named:
+            mentions.setdefault(i, set()).add(pc)
+        for i in wrote:
+            writers.setdefault(i, set()).add(pc)
+    return mentions, writers, defines, straight
+
+
+@pytest.mark.parametrize("pte", sorted(p.name for p in FIXTURES.rglob("*.pte")))
+def test_the_use_analysis_matches_the_plain_one(pte: str) -> None:
+    path = next(FIXTURES.rglob(pte))
+    prog = load_program(path)
+    for name in prog.method_names:
+        cp = prog._compiled_plan(name)
+        instructions, rets = [], []
+        for ci, chain in enumerate(cp.plan.chains):
+            for ii, ins in enumerate(chain.instructions):
+                a = ins.instr_args
+                instructions.append(a)
+                rets.append(cp._bind_kernel(a, f"chains[{ci}].instructions[{ii}]")[3] if hasattr(a, "op_index") else None)
+        uses = analyse_uses(cp, instructions, rets)
+        mentions, writers, defines, straight = _reference_uses(cp, instructions, rets)
+        assert uses.mentions == {i: frozenset(s) for i, s in mentions.items()}
+        assert uses.writers == {i: frozenset(s) for i, s in writers.items()}
+        assert uses.defines == {i: frozenset(s) for i, s in defines.items()}
+        assert uses.straight == straight
