@@ -11,8 +11,6 @@ import json
 import os
 import pathlib
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,6 +19,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from _ray_cluster import RayCluster, free_port
 from orchestra.cluster import CameraJob, NodeInfo, PlacementError, camera_resources, check_placement
 from orchestra.config import load_config, validate_config
 
@@ -38,80 +37,10 @@ pytestmark = pytest.mark.timeout(120)
 needs_ray = pytest.mark.skipif(ray is None, reason="needs Ray (pip install 'orchestra[ray]')")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class _Cluster:
-    def __init__(self, tmp: pathlib.Path) -> None:
-        self.tmp = tmp
-        self.port = _free_port()
-        self.address = f"127.0.0.1:{self.port}"
-        self.procs: list[subprocess.Popen[bytes]] = []
-        self.env = dict(os.environ, RAY_DISABLE_USAGE_STATS="1")
-
-    def start(self, resources: dict[str, float], *, head: bool) -> subprocess.Popen[bytes]:
-        args = [sys.executable, "-m", "ray.scripts.scripts", "start", "--block", "--disable-usage-stats",
-                "--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--object-store-memory", "80000000",
-                "--resources", json.dumps(resources)]
-        if head:
-            args += ["--head", "--port", str(self.port), "--include-dashboard=false", "--temp-dir", str(self.tmp / "ray")]
-        else:
-            args += ["--address", self.address]
-        log = open(self.tmp / f"node{len(self.procs)}.log", "wb")  # noqa: SIM115 - kept for the session
-        p = subprocess.Popen(args, env=self.env, start_new_session=True, stdout=log, stderr=subprocess.STDOUT)
-        self.procs.append(p)
-        return p
-
-    def wait_nodes(self, n: int, timeout: float = 60.0) -> list[dict]:
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < timeout:
-            for p in self.procs:
-                if p.poll() is not None:
-                    raise RuntimeError(f"ray start exited {p.returncode}: {(self.tmp / 'node0.log').read_text()[-2000:]}")
-            try:
-                if not ray.is_initialized():
-                    socket.create_connection(("127.0.0.1", self.port), timeout=1).close()  # the head's GCS is up
-                    ray.init(address=self.address, logging_level="ERROR", log_to_driver=False,
-                             configure_logging=False)
-                alive = [x for x in ray.nodes() if x["Alive"]]
-                if len(alive) >= n:
-                    return alive
-            except Exception:  # noqa: BLE001 - the head is still starting
-                pass
-            time.sleep(0.3)
-        raise RuntimeError(f"the Ray cluster did not reach {n} nodes in {timeout} s")
-
-    def kill(self, p: subprocess.Popen[bytes]) -> None:
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(p.pid, sig)
-            except ProcessLookupError:
-                return
-            try:
-                p.wait(3)
-                if sig == signal.SIGKILL:
-                    return
-            except subprocess.TimeoutExpired:
-                pass
-        try:  # the whole group: gcs, raylet, workers may outlive `ray start`
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-    def stop(self) -> None:
-        if ray.is_initialized():
-            ray.shutdown()
-        for p in reversed(self.procs):
-            self.kill(p)
-
-
 @pytest.fixture(scope="session")
-def cluster() -> Iterator[_Cluster]:
+def cluster() -> Iterator[RayCluster]:
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="orc-ray-", dir="/tmp"))  # Ray's socket paths must stay short
-    c = _Cluster(tmp)
+    c = RayCluster(tmp)
     try:
         c.start({"camera.front": 1, "npu0.core.0": 1, "node.edge-a": 1}, head=True)
         c.wait_nodes(1)
@@ -229,7 +158,7 @@ def test_an_address_nobody_listens_on_fails_at_once(tmp_path: pathlib.Path) -> N
     from orchestra._run import RunOptions, run_cluster
     from orchestra.cluster import ClusterError
 
-    port = _free_port()
+    port = free_port()
     cfg = load_config(_config(tmp_path, extra=f'[cluster]\naddress = "127.0.0.1:{port}"\n'))
     with pytest.raises(ClusterError, match=rf"can't connect to the Ray cluster at '127.0.0.1:{port}': .*refused.* "
                                            rf"\(is its head node started\? ray start --head --port {port}\)"):
@@ -247,7 +176,7 @@ def test_batches_cannot_run_on_a_cluster_yet(tmp_path: pathlib.Path) -> None:
 
 
 @needs_ray
-def test_each_camera_runs_on_the_node_wired_to_it(cluster: _Cluster, tmp_path: pathlib.Path) -> None:
+def test_each_camera_runs_on_the_node_wired_to_it(cluster: RayCluster, tmp_path: pathlib.Path) -> None:
     from orchestra._run import RunOptions, render_cluster_summary, run_cluster
 
     cfg = load_config(_config(tmp_path, extra=f'[cluster]\naddress = "{cluster.address}"\n'))
@@ -279,7 +208,7 @@ def test_each_camera_runs_on_the_node_wired_to_it(cluster: _Cluster, tmp_path: p
 
 
 @needs_ray
-def test_a_binding_no_node_has_fails_before_running(cluster: _Cluster, tmp_path: pathlib.Path) -> None:
+def test_a_binding_no_node_has_fails_before_running(cluster: RayCluster, tmp_path: pathlib.Path) -> None:
     from orchestra._run import RunOptions, run_cluster
 
     cfg = load_config(_config(tmp_path, rear="side", extra=f'[cluster]\naddress = "{cluster.address}"\n'))
@@ -293,7 +222,7 @@ def test_a_binding_no_node_has_fails_before_running(cluster: _Cluster, tmp_path:
 
 
 @needs_ray
-def test_orchestra_run_uses_the_cluster_table(cluster: _Cluster, tmp_path: pathlib.Path) -> None:
+def test_orchestra_run_uses_the_cluster_table(cluster: RayCluster, tmp_path: pathlib.Path) -> None:
     path = _config(tmp_path, extra=f'[cluster]\naddress = "{cluster.address}"\n')
     summary = tmp_path / "summary.json"
     env = dict(os.environ, RAY_DISABLE_USAGE_STATS="1")
@@ -315,7 +244,7 @@ def test_orchestra_run_uses_the_cluster_table(cluster: _Cluster, tmp_path: pathl
 
 
 @needs_ray
-def test_a_node_that_dies_fails_its_camera_and_the_other_runs_on(cluster: _Cluster, tmp_path: pathlib.Path) -> None:
+def test_a_node_that_dies_fails_its_camera_and_the_other_runs_on(cluster: RayCluster, tmp_path: pathlib.Path) -> None:
     """The second node's process group (raylet, its workers) is killed while its camera runs:
     that camera is reported failed, naming its dead actor; the head's camera completes with
     exact accounting. The node is started again afterwards (the session's cluster)."""
@@ -430,7 +359,7 @@ address = "{address}"
     return path
 
 
-def test_a_policy_acting_on_one_node_only(cluster: _Cluster, tmp_path: pathlib.Path) -> None:
+def test_a_policy_acting_on_one_node_only(cluster: RayCluster, tmp_path: pathlib.Path) -> None:
     from orchestra._run import RunOptions, cluster_decisions, render_cluster_summary, run_cluster
 
     cfg = load_config(_policy_config(tmp_path, cluster.address))
