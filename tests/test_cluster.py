@@ -88,11 +88,24 @@ duration_s = 30
     return path
 
 
-def _node_ids(address: str) -> dict[str, str]:
-    """camera resource -> node id, from Ray's own view of the cluster."""
+def _node_ids(address: str, timeout: float = 60.0) -> dict[str, str]:
+    """camera resource -> node id, from Ray's own view of the cluster. A node killed by an
+    earlier test can stay listed alive (with its cameras) for a while after its replacement
+    joined, so this waits until every camera is held by exactly one live node."""
     ray.init(address=address, logging_level="ERROR", log_to_driver=False, configure_logging=False)
     try:
-        return {k: n["NodeID"] for n in ray.nodes() if n["Alive"] for k in n["Resources"] if k.startswith("camera.")}
+        t0 = time.monotonic()
+        while True:
+            held: dict[str, list[str]] = {}
+            for n in ray.nodes():
+                if n["Alive"]:
+                    for k in n["Resources"]:
+                        if k.startswith("camera."):
+                            held.setdefault(k, []).append(n["NodeID"])
+            if all(len(v) == 1 for v in held.values()):
+                return {k: v[0] for k, v in held.items()}
+            assert time.monotonic() - t0 < timeout, f"cameras held by several live nodes: {held}"
+            time.sleep(0.3)
     finally:
         ray.shutdown()
 
@@ -304,9 +317,10 @@ def test_a_node_that_dies_fails_its_camera_and_the_other_runs_on(cluster: RayClu
         cluster.start(EDGE_B, head=False)
         dead = out[0].runs[1].node_id if out and not isinstance(out[0], BaseException) else None
         t0 = time.monotonic()
-        while True:  # a new node holds camera.rear (the dead one may still be listed for a moment)
+        while True:  # only the new node holds camera.rear (the dead one may stay listed alive for a while)
             alive = cluster.wait_nodes(2)
-            if [n["NodeID"] for n in alive if "camera.rear" in n["Resources"]] not in ([], [dead]):
+            rear_nodes = [n["NodeID"] for n in alive if "camera.rear" in n["Resources"]]
+            if len(rear_nodes) == 1 and rear_nodes != [dead]:
                 break
             assert time.monotonic() - t0 < 60, "node b did not come back"
             time.sleep(0.3)
