@@ -148,15 +148,34 @@ def section_models(args: argparse.Namespace) -> None:
 
     from orchestra.runtime import load_program
 
+    from orchestra.runtime import kernels
+    from orchestra.runtime.kernels import _conv, _elementwise
+
     with_xnn = _orch_xnnpack_available()
+    with_np = kernels.NATIVE_KERNELS  # orchestra with its numpy kernels only, for comparison
+
+    def numpy_only(fn: Callable[[], object]) -> Callable[[], object]:
+        def run() -> object:
+            saved = _conv._native, _elementwise._native
+            _conv._native = _elementwise._native = None
+            try:
+                return fn()
+            finally:
+                _conv._native, _elementwise._native = saved
+        return run
+
     print("== models: median execute ms, interleaved; ratios are orchestra / the column's runtime (same run)")
+    if with_np:
+        print("   'orch np': orchestra with its compiled kernels switched off (numpy paths only); 'np/o' its time over orchestra's")
+    else:
+        print("   orchestra's compiled kernels are not built here: numpy paths only")
     print(f"   orchestra BLAS threads via threadpoolctl; ExecuTorch XNNPACK threads via {_et_threads(1).split(' ', 1)[1]}"
           f"; ExecuTorch portable kernels are single-threaded"
           + ("" if with_xnn else "; orchestra XNNPACK column skipped (orchestra.backends.xnnpack not importable)"))
-    head = f"{'model':<13}{'thr':>4}{'orch':>9}{'ET port':>9}{'ET xnn':>9}"
+    head = f"{'model':<13}{'thr':>4}{'orch':>9}" + (f"{'orch np':>9}" if with_np else "") + f"{'ET port':>9}{'ET xnn':>9}"
     if with_xnn:
         head += f"{'orch xnn':>9}"
-    head += f"{'o/port':>8}{'o/xnn':>8}" + (f"{'ox/xnn':>8}" if with_xnn else "") + f"{'maxrel':>9}"
+    head += f"{'o/port':>8}{'o/xnn':>8}" + (f"{'np/o':>7}" if with_np else "") + (f"{'ox/xnn':>8}" if with_xnn else "") + f"{'maxrel':>9}"
     print(head)
     geo: dict[int, list[float]] = {}
     # One thread count at a time, ExecuTorch's pool reset while none of its Methods is alive:
@@ -178,14 +197,19 @@ def section_models(args: argparse.Namespace) -> None:
                 "port": lambda: et_port.execute(tin),
                 "xnn": lambda: et_xnn.execute(tin),
             }
+            if with_np:
+                fns["np"] = numpy_only(lambda: method.execute(inputs))
             if oxm is not None:
                 fns["oxnn"] = lambda: oxm.execute(inputs)
             with threadpool_limits(limits=n):
                 med = _median_round_robin(fns, args.seconds)
-            row = f"{name:<13}{n:>4}{med['orch'] * 1e3:9.2f}{med['port'] * 1e3:9.2f}{med['xnn'] * 1e3:9.2f}"
+            row = f"{name:<13}{n:>4}{med['orch'] * 1e3:9.2f}" + (f"{med['np'] * 1e3:9.2f}" if with_np else "")
+            row += f"{med['port'] * 1e3:9.2f}{med['xnn'] * 1e3:9.2f}"
             if oxm is not None:
                 row += f"{med['oxnn'] * 1e3:9.2f}"
             row += f"{med['orch'] / med['port']:8.2f}{med['orch'] / med['xnn']:8.2f}"
+            if with_np:
+                row += f"{med['np'] / med['orch']:7.2f}"
             if oxm is not None:
                 row += f"{med['oxnn'] / med['xnn']:8.2f}"
             print(row + f"{maxrel:9.1e}", flush=True)

@@ -220,7 +220,7 @@ def raises(code: Error, fn: Callable[..., Any], *args: Any) -> OrchestraError:
 def test_public_surface() -> None:
     for name in kernels.__all__:
         assert hasattr(kernels, name)
-    assert set(kernels.__all__) == {"KernelDef", "get_kernel", "kernel", "kernel_names", "nearest_kernel_names"}
+    assert set(kernels.__all__) == {"NATIVE_KERNELS", "KernelDef", "get_kernel", "kernel", "kernel_names", "nearest_kernel_names"}
 
 
 def test_registry_contents() -> None:
@@ -740,6 +740,7 @@ def test_depthwise_conv_in_channel_blocks(monkeypatch: pytest.MonkeyPatch, strid
     from orchestra.runtime.kernels import _conv
 
     monkeypatch.setattr(_conv, "_DW_BLOCK_BYTES", 3 * 9 * 30 * 30 * 4)
+    monkeypatch.setattr(_conv, "_native", None)  # the numpy path (float32 otherwise runs compiled)
     x, w, b = rnd((2, 20, 30, 30)), rnd((20, 1, 3, 3), seed=1), rnd((20,), seed=2)
     check("aten::convolution.out", x, w, b, [stride] * 2, [padding] * 2, [dilation] * 2, False, [0, 0], 20,
           rtol=1e-4, atol=1e-4)

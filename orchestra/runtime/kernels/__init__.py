@@ -16,8 +16,11 @@ Calling convention (what the interpreter relies on):
 - View ops (``executorch_prim::et_view.default``, ``aten::alias``) return a view of their
   input, which the interpreter aliases.
 
-Kernels are pure numpy, vectorised, and keep no state, so they may run on several threads at
-once.
+Kernels are numpy, vectorised, and keep no state, so they may run on several threads at
+once. A few steps numpy can't do at speed (depthwise convolution) also have a compiled
+version in the optional extension ``_native`` (built by ``pip install`` where a C compiler
+is available; it releases the GIL while it computes): :data:`NATIVE_KERNELS` says whether
+it is there. Without it the numpy path runs, with the same results to float rounding.
 """
 
 from . import (  # noqa: F401  (imported to register their kernels)
@@ -34,4 +37,7 @@ from . import (  # noqa: F401  (imported to register their kernels)
 )
 from ._registry import KernelDef, get_kernel, kernel, kernel_names, nearest_kernel_names
 
-__all__ = ["KernelDef", "get_kernel", "kernel", "kernel_names", "nearest_kernel_names"]
+#: True when orchestra's compiled kernels (the ``_native`` extension) were built and load.
+NATIVE_KERNELS: bool = _conv._native is not None
+
+__all__ = ["NATIVE_KERNELS", "KernelDef", "get_kernel", "kernel", "kernel_names", "nearest_kernel_names"]

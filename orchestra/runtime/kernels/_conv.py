@@ -8,7 +8,9 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ._registry import kernel
-from ._util import F32_64, bad, check_fits, check_scratch, finish, int_list, unsupported
+from ._util import F32_64, bad, check_fits, check_scratch, finish, int_list, load_native, unsupported
+
+_native = load_native()  # orchestra's compiled kernels, or None (numpy paths only)
 
 __all__: list[str] = []
 
@@ -223,6 +225,15 @@ def conv2d(
     wp = wd + 2 * pw
     hw = ho * wo
 
+    if cg == 1 and o == c and groups == c and dt == np.float32 and _native is not None:
+        # Compiled: each plane padded into a small scratch, 8-column tiles, GIL released.
+        xc = np.ascontiguousarray(x)
+        if np.may_share_memory(xc, res):  # the planes are read while the output is written
+            xc = xc.copy()
+        wc = np.ascontiguousarray(w)
+        bc = None if bias is None else np.ascontiguousarray(bias, dt)
+        _native.depthwise_f32(xc, wc, bc, res, n, c, h, wd, kh, kw, sh, sw, ph, pw, dh, dw, ho, wo)
+        return res
     if cg == 1 and o == c and groups == c and c >= 16 and kh * kw > 1 and o * hw >= _PHASES_MIN_OUT:
         return _depthwise_blocked(x, w, b3, stride, padding, dilation, res)
     if (cg == 1 and groups > 1 and c >= 16 and kh * kw > 1 and o * hw >= _PHASES_MIN_OUT

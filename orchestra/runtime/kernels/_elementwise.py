@@ -26,12 +26,15 @@ from ._util import (
     dest,
     finish,
     float_dtype,
+    load_native,
     numel,
     result_dtype,
     shape_of,
     unsupported,
     wrap_dim,
 )
+
+_native = load_native()  # orchestra's compiled kernels, or None (numpy paths only)
 
 __all__: list[str] = []
 
@@ -118,6 +121,21 @@ def _work(out: Any, shape: tuple[int, ...], dt: np.dtype, *inputs: Any) -> np.nd
     if o is None:
         check_fits("elementwise", shape, out)
         return np.empty(shape, dt)
+    return o
+
+
+def _native_unary(fn_name: str, x: np.ndarray, out: Any) -> np.ndarray | None:
+    """The compiled float32 loop ``fn_name`` of x into ``out`` (or a new array) when both are
+    C-contiguous float32 and ``out`` is ``x`` or apart from it; None otherwise (numpy path)."""
+    if _native is None or type(x) is not np.ndarray or x.dtype != np.float32 or not x.flags.c_contiguous:
+        return None
+    o = dest(out, x.shape, x.dtype)
+    if o is None or not o.flags.c_contiguous:
+        check_fits("elementwise", x.shape, out)
+        o = np.empty(x.shape, x.dtype)
+    elif o.ctypes.data != x.ctypes.data and np.may_share_memory(o, x):
+        return None
+    getattr(_native, fn_name)(x, o, x.size)
     return o
 
 
@@ -515,6 +533,8 @@ def sigmoid_out(self: np.ndarray, out: np.ndarray) -> np.ndarray:
 
 @kernel("aten::silu.out", dtypes=FLOAT_MATH)
 def silu_out(self: np.ndarray, out: np.ndarray) -> np.ndarray:
+    if (res := _native_unary("silu_f32", self, out)) is not None:
+        return finish(res, out)
     w = _work(out, self.shape, float_dtype(self.dtype), self)
     # x / (1 + exp(-x)): one pass fewer than x * sigmoid(x).
     with np.errstate(over="ignore", invalid="ignore"):  # silu(-inf) is -inf / inf = NaN, as in torch
@@ -843,6 +863,8 @@ def hardsigmoid_out(self: np.ndarray, out: np.ndarray) -> np.ndarray:
 
 @kernel("aten::hardswish.out", dtypes=FLOAT_MATH)
 def hardswish_out(self: np.ndarray, out: np.ndarray) -> np.ndarray:
+    if (res := _native_unary("hardswish_f32", self, out)) is not None:
+        return finish(res, out)
     w = _work(out, self.shape, self.dtype, self)
     # x * min(max(x + 3, 0), 6) / 6
     np.add(self, 3, out=w, casting="unsafe")

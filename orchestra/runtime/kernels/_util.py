@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,6 +23,19 @@ REAL_MATH = F32_64 + INTS
 _F32 = np.dtype(np.float32)
 _I64 = np.dtype(np.int64)
 _BOOL = np.dtype(np.bool_)
+
+
+def load_native() -> Any:
+    """orchestra's compiled kernels (the ``_native`` extension), or None where they were not
+    built (no C compiler at install) or ``ORCHESTRA_NATIVE_KERNELS=0`` is set (every kernel then
+    runs its numpy path: for comparisons, or to rule the compiled code out)."""
+    if os.environ.get("ORCHESTRA_NATIVE_KERNELS", "").strip() == "0":
+        return None
+    try:
+        from . import _native
+    except ImportError:  # pragma: no cover - built wherever a C compiler was available at install
+        return None
+    return _native
 
 
 def bad(op: str, message: str) -> InvalidArgumentError:

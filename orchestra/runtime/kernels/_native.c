@@ -1,0 +1,306 @@
+/* orchestra's compiled kernels: the few steps of real models that numpy can't do at speed.
+ *
+ * Built as the optional extension module orchestra.runtime.kernels._native (setup.py); where
+ * it could not be built (no C compiler when orchestra was installed) every kernel has a numpy
+ * path and orchestra.runtime.kernels.NATIVE_KERNELS is False.
+ *
+ * The functions take Python buffers (no numpy C API, so the build needs no numpy headers) and
+ * trust nothing: the caller (_conv.py) checks shapes, dtypes and contiguity, and every
+ * function here checks again that each buffer holds the elements its sizes reach before it
+ * touches memory. The computation runs with the GIL released.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && !defined(__clang__)
+/* one copy of the loop per instruction set, picked once by the loader (ifunc) */
+#define ORCH_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define ORCH_CLONES
+#endif
+
+typedef float v8f __attribute__((vector_size(32)));
+
+/* Output tiles of one plane are runs of 8 output columns of one row; TILES of them are
+ * accumulated at once, so the multiply-adds of one tap are independent of each other. */
+#define TILES 4
+
+/* Depthwise 2-d convolution of one (image, channel) plane, float32: out = bias + sum_ij
+ * w[i, j] * x[oy * sh - ph + i * dh, ox * sw - pw + j * dw] (zero outside the image).
+ *
+ * ``scratch`` receives the zero-padded plane split into its ``sw`` column phases (phase b
+ * holds padded columns b, b + sw, ...), ``hp`` rows each ``row`` floats (the phase's width
+ * plus at least 8 zeros), so every tap of an output tile is one unaligned 8-float load at
+ * ``toff[tap]`` from the tile's base. */
+ORCH_CLONES
+static void depthwise_plane(const float *restrict plane, const float *restrict wc, float b, float *restrict op,
+                            float *restrict scratch, const Py_ssize_t *restrict toff, Py_ssize_t h, Py_ssize_t wd,
+                            Py_ssize_t taps, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t ph, Py_ssize_t pw,
+                            Py_ssize_t ho, Py_ssize_t wo, Py_ssize_t hp, Py_ssize_t row) {
+    const Py_ssize_t phase = hp * row;
+    /* zeros: the padding rows whole, and in the image rows each phase's cells left and right
+     * of the image's columns */
+    for (Py_ssize_t bb = 0; bb < sw; bb++) {
+        float *restrict ph0 = scratch + bb * phase;
+        for (Py_ssize_t k = 0; k < ph * row; k++) ph0[k] = 0.0f;
+        for (Py_ssize_t k = (h + ph) * row; k < hp * row; k++) ph0[k] = 0.0f;
+        /* image columns of phase bb: q in [q0, q1) */
+        const Py_ssize_t q0 = bb >= pw ? 0 : (pw - bb + sw - 1) / sw;
+        const Py_ssize_t q1 = (wd + pw - bb + sw - 1) / sw; /* first q with q * sw + bb >= wd + pw */
+        for (Py_ssize_t y = ph; y < h + ph; y++) {
+            float *restrict r = ph0 + y * row;
+            for (Py_ssize_t q = 0; q < q0; q++) r[q] = 0.0f;
+            for (Py_ssize_t q = q1 > q0 ? q1 : q0; q < row; q++) r[q] = 0.0f;
+        }
+    }
+    for (Py_ssize_t y = 0; y < h; y++) {
+        const float *restrict src = plane + y * wd;
+        float *restrict dst = scratch + (y + ph) * row;
+        if (sw == 1) {
+            for (Py_ssize_t xx = 0; xx < wd; xx++) dst[pw + xx] = src[xx];
+        } else if (sw == 2) {
+            /* padded column px = xx + pw goes to phase px & 1, cell px >> 1 */
+            float *restrict e = dst + (pw & 1) * phase, *restrict o = dst + ((pw + 1) & 1) * phase;
+            const Py_ssize_t e0 = pw >> 1, o0 = (pw + 1) >> 1, half = wd >> 1;
+            for (Py_ssize_t q = 0; q < half; q++) {
+                e[e0 + q] = src[2 * q];
+                o[o0 + q] = src[2 * q + 1];
+            }
+            if (wd & 1) e[e0 + half] = src[wd - 1];
+        } else {
+            for (Py_ssize_t bb = 0; bb < sw; bb++) { /* padded column px = q * sw + bb */
+                Py_ssize_t q = 0, xx = bb - pw;
+                if (xx < 0) {
+                    q = (-xx + sw - 1) / sw;
+                    xx += q * sw;
+                }
+                float *restrict d = dst + bb * phase;
+                for (; xx < wd; xx += sw, q++) d[q] = src[xx];
+            }
+        }
+    }
+    const Py_ssize_t chunks = (wo + 7) / 8;
+    const Py_ssize_t ntiles = ho * chunks;
+    const Py_ssize_t ystep = sh * row;
+    Py_ssize_t oy = 0, cx = 0; /* the next tile */
+    for (Py_ssize_t t0 = 0; t0 < ntiles; t0 += TILES) {
+        const Py_ssize_t nt = ntiles - t0 < TILES ? ntiles - t0 : TILES;
+        v8f acc[TILES];
+        Py_ssize_t base[TILES];
+        float *dst[TILES];
+        Py_ssize_t m[TILES];
+        for (Py_ssize_t k = 0; k < TILES; k++) {
+            acc[k] = (v8f){b, b, b, b, b, b, b, b};
+            if (k < nt) {
+                base[k] = oy * ystep + cx * 8;
+                dst[k] = op + oy * wo + cx * 8;
+                m[k] = wo - cx * 8;
+                if (++cx == chunks) {
+                    cx = 0;
+                    oy++;
+                }
+            } else {
+                base[k] = base[0];
+                dst[k] = NULL;
+                m[k] = 0;
+            }
+        }
+        for (Py_ssize_t tap = 0; tap < taps; tap++) {
+            const float wv = wc[tap];
+            const float *restrict p = scratch + toff[tap];
+            for (Py_ssize_t k = 0; k < TILES; k++) {
+                v8f v;
+                __builtin_memcpy(&v, p + base[k], sizeof v);
+                acc[k] += wv * v;
+            }
+        }
+        for (Py_ssize_t k = 0; k < nt; k++) {
+            if (m[k] >= 8) {
+                __builtin_memcpy(dst[k], &acc[k], sizeof acc[k]);
+            } else {
+                float tmp[8];
+                __builtin_memcpy(tmp, &acc[k], sizeof tmp);
+                for (Py_ssize_t q = 0; q < m[k]; q++) dst[k][q] = tmp[q];
+            }
+        }
+    }
+}
+
+/* a * b * c * d, or -1 when it does not fit a Py_ssize_t */
+static Py_ssize_t prod4(Py_ssize_t a, Py_ssize_t b, Py_ssize_t c, Py_ssize_t d) {
+    Py_ssize_t r;
+    if (a < 0 || b < 0 || c < 0 || d < 0 || __builtin_mul_overflow(a, b, &r) || __builtin_mul_overflow(r, c, &r) ||
+        __builtin_mul_overflow(r, d, &r))
+        return -1;
+    return r;
+}
+
+/* ``b`` holds at least ``count`` float32 (count >= 0) */
+static int need(const Py_buffer *b, Py_ssize_t count, const char *what) {
+    if (count < 0 || b->len / (Py_ssize_t)sizeof(float) < count) {
+        PyErr_Format(PyExc_ValueError, "%s holds %zd bytes, fewer than the %zd float32 its sizes reach", what,
+                     b->len, count);
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *py_depthwise_f32(PyObject *self, PyObject *args) {
+    Py_buffer x, w, b, out;
+    PyObject *bias_obj;
+    Py_ssize_t n_, c_, h, wd, kh, kw, sh, sw, ph, pw, dh, dw, ho, wo;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*y*Ow*nnnnnnnnnnnnnn", &x, &w, &bias_obj, &out, &n_, &c_, &h, &wd, &kh, &kw,
+                          &sh, &sw, &ph, &pw, &dh, &dw, &ho, &wo))
+        return NULL;
+    int have_bias = bias_obj != Py_None;
+    int ok = 1;
+    if (have_bias && PyObject_GetBuffer(bias_obj, &b, PyBUF_SIMPLE) < 0) {
+        ok = 0;
+        have_bias = 0;
+    }
+    /* every size small enough that no index below overflows (2^24 per dimension, 2^40 in all) */
+    const Py_ssize_t lim = (Py_ssize_t)1 << 24;
+    if (ok && (n_ < 0 || c_ < 0 || n_ > lim || c_ > lim || h < 1 || wd < 1 || h > lim || wd > lim || kh < 1 ||
+               kw < 1 || kh > lim || kw > lim || sh < 1 || sw < 1 || sh > lim || sw > lim || ph < 0 || pw < 0 ||
+               ph > lim || pw > lim || dh < 1 || dw < 1 || dh > lim || dw > lim || ho < 0 || wo < 0 ||
+               h + 2 * ph - dh * (kh - 1) - 1 < 0 || wd + 2 * pw - dw * (kw - 1) - 1 < 0 ||
+               ho > (h + 2 * ph - dh * (kh - 1) - 1) / sh + 1 || wo > (wd + 2 * pw - dw * (kw - 1) - 1) / sw + 1 ||
+               prod4(n_, c_, h + 2 * ph, wd + 2 * pw + 8 * sw) > ((Py_ssize_t)1 << 40))) {
+        PyErr_SetString(PyExc_ValueError, "depthwise_f32: inconsistent sizes");
+        ok = 0;
+    }
+    ok = ok && need(&x, prod4(n_, c_, h, wd), "x") && need(&w, prod4(c_, kh, kw, 1), "weight") &&
+         need(&out, prod4(n_, c_, ho, wo), "out") && (!have_bias || need(&b, c_, "bias"));
+    float *scratch = NULL;
+    Py_ssize_t *toff = NULL;
+    const Py_ssize_t hp = h + 2 * ph, row = (wd + 2 * pw + sw - 1) / sw + 8;
+    if (ok) {
+        scratch = PyMem_RawMalloc((size_t)(sw * hp * row) * sizeof(float));
+        toff = PyMem_RawMalloc((size_t)(kh * kw) * sizeof(Py_ssize_t));
+        if (!scratch || !toff) {
+            PyErr_NoMemory();
+            ok = 0;
+        }
+    }
+    if (ok) {
+        for (Py_ssize_t i = 0; i < kh; i++)
+            for (Py_ssize_t j = 0; j < kw; j++)
+                toff[i * kw + j] = ((j * dw) % sw) * hp * row + i * dh * row + (j * dw) / sw;
+        const float *xs = (const float *)x.buf, *ws = (const float *)w.buf;
+        const float *bs = have_bias ? (const float *)b.buf : NULL;
+        float *os = (float *)out.buf;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t nc = 0; nc < n_ * c_; nc++) {
+            const Py_ssize_t c = nc % c_;
+            depthwise_plane(xs + nc * h * wd, ws + c * kh * kw, bs ? bs[c] : 0.0f, os + nc * ho * wo, scratch, toff,
+                            h, wd, kh * kw, sh, sw, ph, pw, ho, wo, hp, row);
+        }
+        Py_END_ALLOW_THREADS
+    }
+    PyMem_RawFree(toff);
+    PyMem_RawFree(scratch);
+    if (have_bias) PyBuffer_Release(&b);
+    PyBuffer_Release(&x);
+    PyBuffer_Release(&w);
+    PyBuffer_Release(&out);
+    if (!ok) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* exp(t) for t in [-87, 88.72] (clamped there; NaN stays NaN): t = k ln2 + r, |r| <= ln2 / 2,
+ * exp(r) by its degree-7 Taylor polynomial (truncation < 6e-9 relative), times 2^k built in
+ * the exponent bits (as 2^(k-1) * 2, so k = 128 near the top does not overflow the bits).
+ * About 1-2 ulp; vectorises (no libm call). */
+static inline float exp_small(float t) {
+    float tc = t < -87.0f ? -87.0f : t;
+    tc = tc > 88.7228394f ? 88.7228394f : tc;
+    float kf = __builtin_rintf(tc * 1.44269504088896341f);
+    kf = kf == kf ? kf : 0.0f; /* NaN: any k, p is NaN */
+    float r = tc - kf * 0.693359375f;
+    r = r - kf * -2.12194440e-4f;
+    float p = 1.0f / 5040.0f;
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    int32_t bits = ((int32_t)kf + 126) << 23;
+    float scale;
+    __builtin_memcpy(&scale, &bits, sizeof scale);
+    return p * scale * 2.0f;
+}
+
+/* silu(x) = x / (1 + exp(-x)); where exp(-x) overflows float32 (x < -88.72) the result is
+ * x * 0 (-0.0, and NaN for -inf), as x / inf is in torch. ``out`` may be ``x`` itself. */
+ORCH_CLONES
+static void silu_loop(const float *restrict x, float *restrict out, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const float v = x[i];
+        const float res = v / (1.0f + exp_small(-v));
+        out[i] = -v > 88.7228394f ? v * 0.0f : res;
+    }
+}
+
+/* hardswish(x) = x * min(max(x + 3, 0), 6) / 6 (NaN propagates). ``out`` may be ``x``. */
+ORCH_CLONES
+static void hardswish_loop(const float *restrict x, float *restrict out, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const float v = x[i];
+        float c = v + 3.0f;
+        c = c < 0.0f ? 0.0f : c;
+        c = c > 6.0f ? 6.0f : c;
+        out[i] = v * c / 6.0f;
+    }
+}
+
+typedef void (*unary_loop)(const float *restrict, float *restrict, Py_ssize_t);
+
+static PyObject *unary(PyObject *args, unary_loop loop, const char *name) {
+    Py_buffer x, out;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "y*w*n", &x, &out, &n)) return NULL;
+    int ok = need(&x, n, "x") && need(&out, n, "out");
+    if (ok && x.buf != out.buf && (const char *)x.buf < (const char *)out.buf + out.len &&
+        (const char *)out.buf < (const char *)x.buf + x.len) {
+        PyErr_Format(PyExc_ValueError, "%s: out overlaps x without being x", name);
+        ok = 0;
+    }
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        loop((const float *)x.buf, (float *)out.buf, n);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&x);
+    PyBuffer_Release(&out);
+    if (!ok) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_silu_f32(PyObject *self, PyObject *args) {
+    (void)self;
+    return unary(args, silu_loop, "silu_f32");
+}
+
+static PyObject *py_hardswish_f32(PyObject *self, PyObject *args) {
+    (void)self;
+    return unary(args, hardswish_loop, "hardswish_f32");
+}
+
+static PyMethodDef methods[] = {
+    {"depthwise_f32", py_depthwise_f32, METH_VARARGS,
+     "depthwise_f32(x, w, bias|None, out, N, C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, Ho, Wo): "
+     "NCHW float32 depthwise convolution into out (C-contiguous buffers)."},
+    {"silu_f32", py_silu_f32, METH_VARARGS, "silu_f32(x, out, n): out[:n] = silu(x[:n]), float32; out may be x."},
+    {"hardswish_f32", py_hardswish_f32, METH_VARARGS,
+     "hardswish_f32(x, out, n): out[:n] = hardswish(x[:n]), float32; out may be x."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", "orchestra's compiled kernels.", -1, methods,
+                                     NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&module); }

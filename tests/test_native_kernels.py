@@ -1,0 +1,200 @@
+"""orchestra's compiled kernels (orchestra/runtime/kernels/_native.c, built by setup.py).
+
+Each compiled kernel is checked against the numpy path it replaces (computed in float64),
+on mobile nets' real shapes and on the corner cases of its tiling (widths that are not a
+multiple of the 8-column tile, strides 1-3, dilation, padding wider than the kernel reach,
+batches), and the extension's own checks of the buffers it is given are exercised directly.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import threading
+
+import numpy as np
+import pytest
+
+from orchestra.runtime import kernels
+from orchestra.runtime.kernels import _conv
+
+native = _conv._native
+needs_native = pytest.mark.skipif(native is None, reason="orchestra's compiled kernels are not built here")
+
+
+def test_built_wherever_a_compiler_is() -> None:
+    """setup.py builds the extension when the interpreter's C compiler exists (CI has one):
+    a build that silently broke would otherwise only show as a slower runtime."""
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(cc) is None:
+        pytest.skip(f"no C compiler ({cc}) here")
+    if os.environ.get("ORCHESTRA_NATIVE_KERNELS") == "0":
+        pytest.skip("ORCHESTRA_NATIVE_KERNELS=0 is set")
+    assert native is not None, "orchestra.runtime.kernels._native was not built (pip install -e . rebuilds it)"
+    assert kernels.NATIVE_KERNELS is True
+
+
+def test_orchestra_native_kernels_0_turns_them_off() -> None:
+    code = "import orchestra.runtime.kernels as k, orchestra.runtime.kernels._conv as c; print(k.NATIVE_KERNELS, c._native)"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, ORCHESTRA_NATIVE_KERNELS="0"))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["False", "None"]
+
+
+def _out_size(h: int, k: int, s: int, p: int, d: int) -> int:
+    return (h + 2 * p - d * (k - 1) - 1) // s + 1
+
+
+DW_CASES = [
+    # N, C, H, W, kh, kw, stride, padding, dilation, bias
+    (1, 16, 112, 112, 3, 3, (2, 2), (1, 1), (1, 1), True),  # MobileNetV3-small's first depthwise
+    (1, 72, 56, 56, 3, 3, (2, 2), (1, 1), (1, 1), True),
+    (1, 96, 28, 28, 5, 5, (2, 2), (2, 2), (1, 1), True),
+    (1, 240, 14, 14, 5, 5, (1, 1), (2, 2), (1, 1), True),
+    (1, 576, 7, 7, 5, 5, (1, 1), (2, 2), (1, 1), True),
+    (1, 32, 112, 112, 3, 3, (1, 1), (1, 1), (1, 1), False),  # EfficientNet-B0's first
+    (2, 8, 9, 9, 3, 3, (1, 1), (1, 1), (1, 1), True),
+    (1, 5, 17, 13, 3, 5, (2, 1), (1, 2), (1, 1), True),
+    (1, 4, 19, 23, 5, 3, (3, 3), (2, 1), (1, 1), False),
+    (1, 3, 20, 21, 3, 3, (1, 2), (2, 2), (2, 2), True),
+    (2, 6, 11, 31, 7, 7, (1, 1), (3, 6), (1, 2), True),
+    (1, 4, 6, 6, 3, 3, (1, 1), (4, 4), (1, 1), True),  # padding past the kernel's reach
+    (1, 2, 1, 1, 1, 1, (1, 1), (0, 0), (1, 1), True),
+    (1, 3, 8, 9, 2, 2, (2, 2), (0, 0), (1, 1), True),
+    (1, 7, 15, 1, 3, 1, (1, 1), (1, 0), (1, 1), True),
+]
+
+
+@pytest.mark.parametrize("path", ["native", "numpy"])
+@pytest.mark.parametrize("case", DW_CASES, ids=lambda c: "x".join(map(str, c[:4])) + f"k{c[4]}{c[5]}s{c[6]}p{c[7]}d{c[8]}")
+def test_depthwise_matches_the_numpy_path(case: tuple, path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """float32 through the compiled kernel (and, for comparison, through the numpy path)
+    against the numpy path in float64."""
+    if path == "native" and native is None:
+        pytest.skip("orchestra's compiled kernels are not built here")
+    if path == "numpy":
+        monkeypatch.setattr(_conv, "_native", None)
+    n, c, h, w, kh, kw, stride, padding, dilation, has_bias = case
+    rng = np.random.default_rng(hash(case) % 2**32)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    wt = rng.standard_normal((c, 1, kh, kw)).astype(np.float32)
+    b = rng.standard_normal(c).astype(np.float32) if has_bias else None
+    got = _conv.conv2d(x, wt, b, stride, padding, dilation, c, None)
+    ref = _conv.conv2d(x.astype(np.float64), wt.astype(np.float64), None if b is None else b.astype(np.float64),
+                       stride, padding, dilation, c, None)
+    assert got.dtype == np.float32
+    assert got.shape == (n, c, _out_size(h, kh, stride[0], padding[0], dilation[0]),
+                         _out_size(w, kw, stride[1], padding[1], dilation[1]))
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * float(np.abs(ref).max()))
+
+
+@needs_native
+def test_depthwise_into_out_non_contiguous_input_and_aliasing(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 24, 30, 30)).astype(np.float32)
+    wt = rng.standard_normal((24, 1, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(24).astype(np.float32)
+    monkeypatch.setattr(_conv, "_native", None)
+    ref = _conv.conv2d(x, wt, b, (1, 1), (1, 1), (1, 1), 24, None)
+    monkeypatch.setattr(_conv, "_native", native)
+    out = np.empty_like(ref)
+    assert _conv.conv2d(x, wt, b, (1, 1), (1, 1), (1, 1), 24, out) is out
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+    big = np.zeros((1, 24, 30, 60), np.float32)
+    big[..., ::2] = x
+    np.testing.assert_allclose(_conv.conv2d(big[..., ::2], wt, b, (1, 1), (1, 1), (1, 1), 24, None), ref, rtol=1e-5, atol=1e-5)
+    inplace = x.copy()  # out is the input itself (same shape at stride 1, padding 1)
+    assert _conv.conv2d(inplace, wt, b, (1, 1), (1, 1), (1, 1), 24, inplace) is inplace
+    np.testing.assert_allclose(inplace, ref, rtol=1e-5, atol=1e-5)
+
+
+@needs_native
+def test_the_extension_checks_the_buffers_it_is_given() -> None:
+    x = np.zeros((1, 4, 8, 8), np.float32)
+    w = np.zeros((4, 1, 3, 3), np.float32)
+    out = np.zeros((1, 4, 8, 8), np.float32)
+    native.depthwise_f32(x, w, None, out, 1, 4, 8, 8, 3, 3, 1, 1, 1, 1, 1, 1, 8, 8)
+    with pytest.raises(ValueError, match="x holds 1024 bytes"):
+        native.depthwise_f32(x, w, None, out, 1, 5, 8, 8, 3, 3, 1, 1, 1, 1, 1, 1, 8, 8)
+    with pytest.raises(ValueError, match="out holds"):
+        native.depthwise_f32(x, w, None, out[:, :2], 1, 4, 8, 8, 3, 3, 1, 1, 1, 1, 1, 1, 8, 8)
+    with pytest.raises(ValueError, match="bias holds"):
+        native.depthwise_f32(x, w, np.zeros(3, np.float32), out, 1, 4, 8, 8, 3, 3, 1, 1, 1, 1, 1, 1, 8, 8)
+    with pytest.raises(ValueError, match="inconsistent sizes"):  # 9 output rows from 8 input rows
+        native.depthwise_f32(x, w, None, np.zeros((1, 4, 9, 8), np.float32), 1, 4, 8, 8, 3, 3, 1, 1, 1, 1, 1, 1, 9, 8)
+    with pytest.raises(ValueError, match="inconsistent sizes"):
+        native.depthwise_f32(x, w, None, out, 1, 4, 8, 8, 3, 3, 0, 1, 1, 1, 1, 1, 8, 8)
+    with pytest.raises(ValueError, match="inconsistent sizes"):  # sizes whose product wraps around
+        native.depthwise_f32(x, w, None, out, 2**40, 2**40, 8, 8, 3, 3, 1, 1, 1, 1, 1, 1, 8, 8)
+    with pytest.raises(TypeError):  # a read-only out
+        native.depthwise_f32(x, w, None, bytes(1024), 1, 4, 8, 8, 3, 3, 1, 1, 1, 1, 1, 1, 8, 8)
+
+
+@needs_native
+def test_depthwise_runs_on_several_threads_at_once() -> None:
+    """The GIL is released while it computes: concurrent calls on distinct outputs stay exact."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 64, 56, 56)).astype(np.float32)
+    wt = rng.standard_normal((64, 1, 3, 3)).astype(np.float32)
+    ref = _conv.conv2d(x, wt, None, (1, 1), (1, 1), (1, 1), 64, None)
+    errors: list[float] = []
+
+    def work() -> None:
+        for _ in range(20):
+            errors.append(float(np.abs(_conv.conv2d(x, wt, None, (1, 1), (1, 1), (1, 1), 64, None) - ref).max()))
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(errors) == 80 and max(errors) == 0.0
+
+
+SPECIAL = np.array([np.nan, -np.inf, np.inf, -0.0, 0.0, -1e-30, 1e-30, -3.0, 3.0, -88.8, -88.0, 88.0, 100.0, -100.0],
+                   np.float32)
+
+
+@needs_native
+@pytest.mark.parametrize("kernel", ["silu", "hardswish"])
+def test_activations_match_the_numpy_path(kernel: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compiled silu / hardswish against the numpy path: NaN and infinities as torch has
+    them, within 3e-7 relative elsewhere (silu's exp is a polynomial), in place and into a
+    separate out."""
+    from orchestra.runtime.kernels import _elementwise as ew
+
+    fn = {"silu": ew.silu_out, "hardswish": ew.hardswish_out}[kernel]
+    x = np.concatenate([SPECIAL, np.linspace(-120, 120, 240_002, dtype=np.float32),
+                        np.random.default_rng(1).standard_normal(1 << 16).astype(np.float32)]).reshape(4, -1)
+    got = fn(x, np.full_like(x, 7.0))
+    inplace = x.copy()
+    assert fn(inplace, inplace) is inplace
+    monkeypatch.setattr(ew, "_native", None)
+    with np.errstate(all="ignore"):
+        ref = fn(x, np.empty_like(x))
+    assert np.array_equal(np.isnan(got), np.isnan(ref)) and np.array_equal(inplace, got, equal_nan=True)
+    assert np.array_equal(got[np.isinf(ref)], ref[np.isinf(ref)])
+    np.testing.assert_allclose(got, ref, rtol=3e-7, atol=1e-44)
+    if kernel == "hardswish":  # the same operations in the same order: bit for bit
+        assert np.array_equal(got, ref, equal_nan=True)
+
+
+@needs_native
+def test_activations_refuse_a_partly_overlapping_out() -> None:
+    x = np.arange(64, dtype=np.float32)
+    with pytest.raises(ValueError, match="overlaps x without being x"):
+        native.silu_f32(x[:32], x[16:48], 32)
+    with pytest.raises(ValueError, match="out holds"):
+        native.hardswish_f32(x, np.empty(8, np.float32), 64)
+    from orchestra.runtime.kernels import _elementwise as ew
+
+    a = np.linspace(-5, 5, 64, dtype=np.float32)
+    want = ew.silu_out(a.copy(), np.empty_like(a))
+    shifted = np.zeros(80, np.float32)
+    shifted[:64] = a
+    res = ew.silu_out(shifted[:64], shifted[8:72])  # the kernel falls back to numpy
+    np.testing.assert_allclose(res, want, rtol=3e-7)
