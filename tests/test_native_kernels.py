@@ -92,6 +92,38 @@ def test_depthwise_matches_the_numpy_path(case: tuple, path: str, monkeypatch: p
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * float(np.abs(ref).max()))
 
 
+GROUPED_CASES = [
+    # N, C, O, H, W, groups, kh, kw, stride, padding, dilation, bias
+    (1, 368, 368, 7, 7, 46, 3, 3, (1, 1), (1, 1), (1, 1), True),  # RegNetX-200MF's last stage
+    (1, 24, 24, 112, 112, 3, 3, 3, (2, 2), (1, 1), (1, 1), True),  # and its first grouped conv
+    (1, 56, 56, 56, 56, 7, 3, 3, (2, 2), (1, 1), (1, 1), False),
+    (2, 12, 18, 13, 11, 3, 3, 5, (1, 2), (2, 1), (1, 1), True),  # 4 in, 6 out per group
+    (1, 8, 20, 9, 17, 4, 3, 3, (3, 1), (1, 3), (2, 1), True),  # 2 in, 5 out per group
+    (1, 16, 16, 10, 10, 2, 1, 1, (1, 1), (0, 0), (1, 1), True),  # 1x1, 8 per group
+    (1, 6, 3, 8, 8, 3, 3, 3, (1, 1), (1, 1), (1, 1), True),  # 2 in, 1 out per group
+    (1, 4, 12, 9, 9, 4, 3, 3, (1, 1), (1, 1), (1, 1), True),  # depthwise with multiplier 3
+]
+
+
+@pytest.mark.parametrize("path", ["native", "numpy"])
+@pytest.mark.parametrize("case", GROUPED_CASES, ids=lambda c: "x".join(map(str, c[:5])) + f"g{c[5]}k{c[6]}{c[7]}s{c[8]}")
+def test_grouped_matches_the_numpy_path(case: tuple, path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    if path == "native" and native is None:
+        pytest.skip("orchestra's compiled kernels are not built here")
+    if path == "numpy":
+        monkeypatch.setattr(_conv, "_native", None)
+    n, c, o, h, w, groups, kh, kw, stride, padding, dilation, has_bias = case
+    rng = np.random.default_rng(hash(case) % 2**32)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    wt = rng.standard_normal((o, c // groups, kh, kw)).astype(np.float32)
+    b = rng.standard_normal(o).astype(np.float32) if has_bias else None
+    got = _conv.conv2d(x, wt, b, stride, padding, dilation, groups, None)
+    ref = _conv.conv2d(x.astype(np.float64), wt.astype(np.float64), None if b is None else b.astype(np.float64),
+                       stride, padding, dilation, groups, None)
+    assert got.dtype == np.float32 and got.shape == ref.shape
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * float(np.abs(ref).max()))
+
+
 @needs_native
 def test_depthwise_into_out_non_contiguous_input_and_aliasing(monkeypatch: pytest.MonkeyPatch) -> None:
     rng = np.random.default_rng(3)
@@ -117,21 +149,21 @@ def test_the_extension_checks_the_buffers_it_is_given() -> None:
     x = np.zeros((1, 4, 8, 8), np.float32)
     w = np.zeros((4, 1, 3, 3), np.float32)
     out = np.zeros((1, 4, 8, 8), np.float32)
-    native.depthwise_f32(x, w, None, out, 1, 4, 8, 8, 3, 3, 1, 1, 1, 1, 1, 1, 8, 8)
+    native.conv_f32(x, w, None, out, 1, 4, 8, 8, 4, 4, 3, 3, 1, 1, 1, 1, 1, 1, 8, 8)
     with pytest.raises(ValueError, match="x holds 1024 bytes"):
-        native.depthwise_f32(x, w, None, out, 1, 5, 8, 8, 3, 3, 1, 1, 1, 1, 1, 1, 8, 8)
+        native.conv_f32(x, w, None, out, 1, 5, 8, 8, 5, 5, 3, 3, 1, 1, 1, 1, 1, 1, 8, 8)
     with pytest.raises(ValueError, match="out holds"):
-        native.depthwise_f32(x, w, None, out[:, :2], 1, 4, 8, 8, 3, 3, 1, 1, 1, 1, 1, 1, 8, 8)
+        native.conv_f32(x, w, None, out[:, :2], 1, 4, 8, 8, 4, 4, 3, 3, 1, 1, 1, 1, 1, 1, 8, 8)
     with pytest.raises(ValueError, match="bias holds"):
-        native.depthwise_f32(x, w, np.zeros(3, np.float32), out, 1, 4, 8, 8, 3, 3, 1, 1, 1, 1, 1, 1, 8, 8)
+        native.conv_f32(x, w, np.zeros(3, np.float32), out, 1, 4, 8, 8, 4, 4, 3, 3, 1, 1, 1, 1, 1, 1, 8, 8)
     with pytest.raises(ValueError, match="inconsistent sizes"):  # 9 output rows from 8 input rows
-        native.depthwise_f32(x, w, None, np.zeros((1, 4, 9, 8), np.float32), 1, 4, 8, 8, 3, 3, 1, 1, 1, 1, 1, 1, 9, 8)
+        native.conv_f32(x, w, None, np.zeros((1, 4, 9, 8), np.float32), 1, 4, 8, 8, 4, 4, 3, 3, 1, 1, 1, 1, 1, 1, 9, 8)
     with pytest.raises(ValueError, match="inconsistent sizes"):
-        native.depthwise_f32(x, w, None, out, 1, 4, 8, 8, 3, 3, 0, 1, 1, 1, 1, 1, 8, 8)
+        native.conv_f32(x, w, None, out, 1, 4, 8, 8, 4, 4, 3, 3, 0, 1, 1, 1, 1, 1, 8, 8)
     with pytest.raises(ValueError, match="inconsistent sizes"):  # sizes whose product wraps around
-        native.depthwise_f32(x, w, None, out, 2**40, 2**40, 8, 8, 3, 3, 1, 1, 1, 1, 1, 1, 8, 8)
+        native.conv_f32(x, w, None, out, 2**40, 2**40, 8, 8, 4, 4, 3, 3, 1, 1, 1, 1, 1, 1, 8, 8)
     with pytest.raises(TypeError):  # a read-only out
-        native.depthwise_f32(x, w, None, bytes(1024), 1, 4, 8, 8, 3, 3, 1, 1, 1, 1, 1, 1, 8, 8)
+        native.conv_f32(x, w, None, bytes(1024), 1, 4, 8, 8, 4, 4, 3, 3, 1, 1, 1, 1, 1, 1, 8, 8)
 
 
 @needs_native

@@ -1264,12 +1264,46 @@ def _ew_fn(name: str, spec: tuple[Any, ...], dt: np.dtype) -> Callable[[np.ndarr
     return call
 
 
-def _ew_step(chain: _EwChain, out: int, label: str) -> Step:
-    """One step running ``chain`` in place in value ``out`` (planned, static)."""
+def _is_scalar(const: Callable[[int], np.ndarray | None], i: Any, value: float) -> bool:
+    """Whether value ``i`` is a constant holding one element equal to ``value``."""
+    c = const(i) if isinstance(i, int) else None
+    return c is not None and c.size == 1 and float(c.reshape(-1)[0]) == value
+
+
+def _hardswish_len(ops: Sequence[tuple[str, tuple[Any, ...]]], x: int,
+                   const: Callable[[int], np.ndarray | None]) -> int:
+    """How many leading ``ops`` of a chain over ``x`` spell x * clamp(x + 3, 0, 6) / 6 (an
+    exported hardswish: add, clamp(s) or hardtanh, mul by x, div), else 0."""
+    if len(ops) < 4 or ops[0][0] != "aten::add.out" or ops[0][1][0] != "b" or not _is_scalar(const, ops[0][1][2], 3):
+        return 0
+    k, lo, hi = 1, None, None
+    while k < len(ops) and ops[k][0] in ("aten::clamp.out", "aten::hardtanh.out") and k < 3:
+        a, b = ops[k][1][2], ops[k][1][3]
+        if a is not None:
+            lo = a if lo is None else max(lo, a)
+        if b is not None:
+            hi = b if hi is None else min(hi, b)
+        k += 1
+    if k == 1 or lo != 0 or hi != 6 or (k == 3 and (ops[1][1][2], ops[2][1][3]) != (0, 6)):
+        return 0  # clamp(lo) then clamp(hi): the order numpy's path takes as well
+    if (k + 2 > len(ops) or ops[k][0] != "aten::mul.out" or ops[k][1][:3] != ("b", "aten::mul.out", x)
+            or ops[k + 1][0] != "aten::div.out" or ops[k + 1][1][3] or not _is_scalar(const, ops[k + 1][1][2], 6)):
+        return 0
+    return k + 2
+
+
+def _ew_step(chain: _EwChain, out: int, label: str, const: Callable[[int], np.ndarray | None] | None = None) -> Step:
+    """One step running ``chain`` in place in value ``out`` (planned, static). ``const(i)``
+    is value i's constant array, if it is one (to recognise a hardswish spelt out)."""
     x, dt = chain.x, chain.dtype
     ops = [(name, spec) for _, name, spec, _ in chain.ops]
     fns: list[Callable[[np.ndarray, np.ndarray, list[Any]], None]] = []
     k = 0
+    if const is not None and dt == np.float32 and (n_hs := _hardswish_len(ops, x, const)):
+        # hardswish as exported: one pass of the compiled kernel where it is built (the same
+        # float32 operations in the same order, bit-identical), else hardswish_out's numpy path
+        fns.append(_ew_fn("aten::hardswish.out", ("u", "aten::hardswish.out", None, None), dt))
+        k = n_hs
     while k < len(ops):
         name, spec = ops[k]
         # sigmoid(x) then mul by x: silu, one pass fewer.
@@ -1662,7 +1696,9 @@ def optimize_steps(
         elif ew is not None:
             span_t = ew.pcs
             name = " + ".join(op_name(i) for i in span_t) + " (elementwise chain)"
-            steps.append(_ew_step(_substituted(ew, cc_sub) if cc_sub else ew, ew.out, f"{label} {name}"))
+            steps.append(_ew_step(_substituted(ew, cc_sub) if cc_sub else ew, ew.out, f"{label} {name}",
+                                  const=lambda i: derived[i - nv][1] if i >= nv and derived[i - nv][0] == -1
+                                  else (mt.constant(i) if i < nv else None)))
             spans.append(with_copies(span_t))
             rewrites.append(Rewrite("elementwise_chain", span_t))
         elif c is not None and c.use:

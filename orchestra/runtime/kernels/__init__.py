@@ -17,7 +17,8 @@ Calling convention (what the interpreter relies on):
   input, which the interpreter aliases.
 
 Kernels are numpy, vectorised, and keep no state, so they may run on several threads at
-once. A few steps numpy can't do at speed (depthwise convolution) also have a compiled
+once. A few steps numpy can't do at speed (depthwise and narrow grouped convolutions, silu,
+hardswish) also have a compiled
 version in the optional extension ``_native`` (built by ``pip install`` where a C compiler
 is available; it releases the GIL while it computes): :data:`NATIVE_KERNELS` says whether
 it is there. Without it the numpy path runs, with the same results to float rounding.

@@ -109,6 +109,10 @@ def _conv_phases(x: np.ndarray, w: np.ndarray, b3: np.ndarray | None, stride: tu
     return res
 
 
+# Grouped convolutions (depthwise included) with at most this many input channels per group
+# run compiled (where built); wider groups are better served by im2col and BLAS.
+_NATIVE_MAX_GROUP_CHANNELS = 8
+
 # Depthwise convolutions with at least this many output elements per image take the
 # stride-phase path when the plain im2col would gather short strided rows.
 _PHASES_MIN_OUT = 4096
@@ -225,14 +229,15 @@ def conv2d(
     wp = wd + 2 * pw
     hw = ho * wo
 
-    if cg == 1 and o == c and groups == c and dt == np.float32 and _native is not None:
-        # Compiled: each plane padded into a small scratch, 8-column tiles, GIL released.
+    if groups > 1 and cg <= _NATIVE_MAX_GROUP_CHANNELS and dt == np.float32 and _native is not None:
+        # Compiled direct convolution: each input plane padded into a small scratch, 8-column
+        # output tiles, several output channels per input load; the GIL released.
         xc = np.ascontiguousarray(x)
         if np.may_share_memory(xc, res):  # the planes are read while the output is written
             xc = xc.copy()
         wc = np.ascontiguousarray(w)
         bc = None if bias is None else np.ascontiguousarray(bias, dt)
-        _native.depthwise_f32(xc, wc, bc, res, n, c, h, wd, kh, kw, sh, sw, ph, pw, dh, dw, ho, wo)
+        _native.conv_f32(xc, wc, bc, res, n, c, h, wd, o, groups, kh, kw, sh, sw, ph, pw, dh, dw, ho, wo)
         return res
     if cg == 1 and o == c and groups == c and c >= 16 and kh * kw > 1 and o * hw >= _PHASES_MIN_OUT:
         return _depthwise_blocked(x, w, b3, stride, padding, dilation, res)

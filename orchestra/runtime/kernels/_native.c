@@ -26,18 +26,13 @@ typedef float v8f __attribute__((vector_size(32)));
  * accumulated at once, so the multiply-adds of one tap are independent of each other. */
 #define TILES 4
 
-/* Depthwise 2-d convolution of one (image, channel) plane, float32: out = bias + sum_ij
- * w[i, j] * x[oy * sh - ph + i * dh, ox * sw - pw + j * dw] (zero outside the image).
- *
- * ``scratch`` receives the zero-padded plane split into its ``sw`` column phases (phase b
- * holds padded columns b, b + sw, ...), ``hp`` rows each ``row`` floats (the phase's width
- * plus at least 8 zeros), so every tap of an output tile is one unaligned 8-float load at
- * ``toff[tap]`` from the tile's base. */
+/* The padded-plane scratch: ``plane`` (h x wd) zero-padded by ph rows and pw columns and
+ * split into its ``sw`` column phases (phase b holds padded columns b, b + sw, ...), each
+ * ``hp`` rows of ``row`` floats (the phase's width plus at least 8 zeros), so every tap of
+ * an 8-column output tile is one unaligned 8-float load. */
 ORCH_CLONES
-static void depthwise_plane(const float *restrict plane, const float *restrict wc, float b, float *restrict op,
-                            float *restrict scratch, const Py_ssize_t *restrict toff, Py_ssize_t h, Py_ssize_t wd,
-                            Py_ssize_t taps, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t ph, Py_ssize_t pw,
-                            Py_ssize_t ho, Py_ssize_t wo, Py_ssize_t hp, Py_ssize_t row) {
+static void pad_plane(const float *restrict plane, float *restrict scratch, Py_ssize_t h, Py_ssize_t wd,
+                      Py_ssize_t sw, Py_ssize_t ph, Py_ssize_t pw, Py_ssize_t hp, Py_ssize_t row) {
     const Py_ssize_t phase = hp * row;
     /* zeros: the padding rows whole, and in the image rows each phase's cells left and right
      * of the image's columns */
@@ -80,6 +75,15 @@ static void depthwise_plane(const float *restrict plane, const float *restrict w
             }
         }
     }
+}
+
+/* Depthwise 2-d convolution of one (image, channel) plane, float32: out = bias + sum_ij
+ * w[i, j] * x[oy * sh - ph + i * dh, ox * sw - pw + j * dw] (zero outside the image), from
+ * its padded scratch (pad_plane); tap t reads at ``toff[t]`` from the tile's base. */
+ORCH_CLONES
+static void depthwise_plane(const float *restrict scratch, const float *restrict wc, float b, float *restrict op,
+                            const Py_ssize_t *restrict toff, Py_ssize_t taps, Py_ssize_t sh, Py_ssize_t ho,
+                            Py_ssize_t wo, Py_ssize_t row) {
     const Py_ssize_t chunks = (wo + 7) / 8;
     const Py_ssize_t ntiles = ho * chunks;
     const Py_ssize_t ystep = sh * row;
@@ -127,6 +131,79 @@ static void depthwise_plane(const float *restrict plane, const float *restrict w
     }
 }
 
+/* Output channels computed at once by the grouped kernel: each input load feeds OB of them. */
+#define OB 4
+#define TS 2
+
+/* One group of a grouped 2-d convolution of one image: ``og`` output channels, each the sum
+ * over the group's ``cg`` input planes (padded scratches, ``plane_len`` floats apart) of their
+ * taps. OB output channels x TS 8-column tiles are accumulated at once, so each input load
+ * feeds OB multiply-adds. ``wg`` is the group's weight (og, cg, taps); ``bg`` its bias or NULL. */
+ORCH_CLONES
+static void grouped_group(const float *restrict scratch, Py_ssize_t plane_len, const float *restrict wg,
+                          const float *restrict bg, float *restrict og_out, const Py_ssize_t *restrict toff,
+                          Py_ssize_t taps, Py_ssize_t cg, Py_ssize_t og, Py_ssize_t sh, Py_ssize_t ho, Py_ssize_t wo,
+                          Py_ssize_t row) {
+    const Py_ssize_t chunks = (wo + 7) / 8;
+    const Py_ssize_t ntiles = ho * chunks;
+    const Py_ssize_t ystep = sh * row;
+    const Py_ssize_t plane_out = ho * wo;
+    for (Py_ssize_t o0 = 0; o0 < og; o0 += OB) {
+        const Py_ssize_t nob = og - o0 < OB ? og - o0 : OB;
+        Py_ssize_t oy = 0, cx = 0;
+        for (Py_ssize_t t0 = 0; t0 < ntiles; t0 += TS) {
+            const Py_ssize_t nt = ntiles - t0 < TS ? ntiles - t0 : TS;
+            v8f acc[OB][TS];
+            Py_ssize_t base[TS], dst[TS], m[TS];
+            for (Py_ssize_t k = 0; k < TS; k++) {
+                if (k < nt) {
+                    base[k] = oy * ystep + cx * 8;
+                    dst[k] = oy * wo + cx * 8;
+                    m[k] = wo - cx * 8;
+                    if (++cx == chunks) {
+                        cx = 0;
+                        oy++;
+                    }
+                } else {
+                    base[k] = base[0];
+                    dst[k] = 0;
+                    m[k] = 0;
+                }
+            }
+            for (Py_ssize_t q = 0; q < OB; q++) {
+                const float b = (q < nob && bg) ? bg[o0 + q] : 0.0f;
+                for (Py_ssize_t k = 0; k < TS; k++) acc[q][k] = (v8f){b, b, b, b, b, b, b, b};
+            }
+            for (Py_ssize_t ci = 0; ci < cg; ci++) {
+                const float *restrict sc = scratch + ci * plane_len;
+                for (Py_ssize_t tap = 0; tap < taps; tap++) {
+                    float wv[OB];
+                    for (Py_ssize_t q = 0; q < OB; q++)
+                        wv[q] = q < nob ? wg[((o0 + q) * cg + ci) * taps + tap] : 0.0f;
+                    const float *restrict p = sc + toff[tap];
+                    for (Py_ssize_t k = 0; k < TS; k++) {
+                        v8f v;
+                        __builtin_memcpy(&v, p + base[k], sizeof v);
+                        for (Py_ssize_t q = 0; q < OB; q++) acc[q][k] += wv[q] * v;
+                    }
+                }
+            }
+            for (Py_ssize_t q = 0; q < nob; q++) {
+                float *restrict op = og_out + (o0 + q) * plane_out;
+                for (Py_ssize_t k = 0; k < nt; k++) {
+                    if (m[k] >= 8) {
+                        __builtin_memcpy(op + dst[k], &acc[q][k], sizeof acc[q][k]);
+                    } else {
+                        float tmp[8];
+                        __builtin_memcpy(tmp, &acc[q][k], sizeof tmp);
+                        for (Py_ssize_t r = 0; r < m[k]; r++) op[dst[k] + r] = tmp[r];
+                    }
+                }
+            }
+        }
+    }
+}
+
 /* a * b * c * d, or -1 when it does not fit a Py_ssize_t */
 static Py_ssize_t prod4(Py_ssize_t a, Py_ssize_t b, Py_ssize_t c, Py_ssize_t d) {
     Py_ssize_t r;
@@ -146,13 +223,13 @@ static int need(const Py_buffer *b, Py_ssize_t count, const char *what) {
     return 1;
 }
 
-static PyObject *py_depthwise_f32(PyObject *self, PyObject *args) {
+static PyObject *py_conv_f32(PyObject *self, PyObject *args) {
     Py_buffer x, w, b, out;
     PyObject *bias_obj;
-    Py_ssize_t n_, c_, h, wd, kh, kw, sh, sw, ph, pw, dh, dw, ho, wo;
+    Py_ssize_t n_, c_, h, wd, o_, g_, kh, kw, sh, sw, ph, pw, dh, dw, ho, wo;
     (void)self;
-    if (!PyArg_ParseTuple(args, "y*y*Ow*nnnnnnnnnnnnnn", &x, &w, &bias_obj, &out, &n_, &c_, &h, &wd, &kh, &kw,
-                          &sh, &sw, &ph, &pw, &dh, &dw, &ho, &wo))
+    if (!PyArg_ParseTuple(args, "y*y*Ow*nnnnnnnnnnnnnnnn", &x, &w, &bias_obj, &out, &n_, &c_, &h, &wd, &o_, &g_,
+                          &kh, &kw, &sh, &sw, &ph, &pw, &dh, &dw, &ho, &wo))
         return NULL;
     int have_bias = bias_obj != Py_None;
     int ok = 1;
@@ -162,22 +239,25 @@ static PyObject *py_depthwise_f32(PyObject *self, PyObject *args) {
     }
     /* every size small enough that no index below overflows (2^24 per dimension, 2^40 in all) */
     const Py_ssize_t lim = (Py_ssize_t)1 << 24;
-    if (ok && (n_ < 0 || c_ < 0 || n_ > lim || c_ > lim || h < 1 || wd < 1 || h > lim || wd > lim || kh < 1 ||
-               kw < 1 || kh > lim || kw > lim || sh < 1 || sw < 1 || sh > lim || sw > lim || ph < 0 || pw < 0 ||
-               ph > lim || pw > lim || dh < 1 || dw < 1 || dh > lim || dw > lim || ho < 0 || wo < 0 ||
-               h + 2 * ph - dh * (kh - 1) - 1 < 0 || wd + 2 * pw - dw * (kw - 1) - 1 < 0 ||
-               ho > (h + 2 * ph - dh * (kh - 1) - 1) / sh + 1 || wo > (wd + 2 * pw - dw * (kw - 1) - 1) / sw + 1 ||
-               prod4(n_, c_, h + 2 * ph, wd + 2 * pw + 8 * sw) > ((Py_ssize_t)1 << 40))) {
-        PyErr_SetString(PyExc_ValueError, "depthwise_f32: inconsistent sizes");
+    if (ok && (n_ < 0 || c_ < 0 || n_ > lim || c_ > lim || o_ < 0 || o_ > lim || g_ < 1 || g_ > lim || c_ % g_ ||
+               o_ % g_ || h < 1 || wd < 1 || h > lim || wd > lim || kh < 1 || kw < 1 || kh > lim || kw > lim ||
+               sh < 1 || sw < 1 || sh > lim || sw > lim || ph < 0 || pw < 0 || ph > lim || pw > lim || dh < 1 ||
+               dw < 1 || dh > lim || dw > lim || ho < 0 || wo < 0 || h + 2 * ph - dh * (kh - 1) - 1 < 0 ||
+               wd + 2 * pw - dw * (kw - 1) - 1 < 0 || ho > (h + 2 * ph - dh * (kh - 1) - 1) / sh + 1 ||
+               wo > (wd + 2 * pw - dw * (kw - 1) - 1) / sw + 1 ||
+               prod4(n_ + 1, c_ + o_, h + 2 * ph, wd + 2 * pw + 8 * sw) > ((Py_ssize_t)1 << 40) ||
+               prod4(o_, c_ / (g_ ? g_ : 1), kh, kw) > ((Py_ssize_t)1 << 40))) {
+        PyErr_SetString(PyExc_ValueError, "conv_f32: inconsistent sizes");
         ok = 0;
     }
-    ok = ok && need(&x, prod4(n_, c_, h, wd), "x") && need(&w, prod4(c_, kh, kw, 1), "weight") &&
-         need(&out, prod4(n_, c_, ho, wo), "out") && (!have_bias || need(&b, c_, "bias"));
+    const Py_ssize_t cg = ok ? c_ / g_ : 0, og = ok ? o_ / g_ : 0;
+    ok = ok && need(&x, prod4(n_, c_, h, wd), "x") && need(&w, prod4(o_, cg, kh, kw), "weight") &&
+         need(&out, prod4(n_, o_, ho, wo), "out") && (!have_bias || need(&b, o_, "bias"));
     float *scratch = NULL;
     Py_ssize_t *toff = NULL;
-    const Py_ssize_t hp = h + 2 * ph, row = (wd + 2 * pw + sw - 1) / sw + 8;
+    const Py_ssize_t hp = h + 2 * ph, row = (wd + 2 * pw + sw - 1) / sw + 8, plane_len = sw * hp * row;
     if (ok) {
-        scratch = PyMem_RawMalloc((size_t)(sw * hp * row) * sizeof(float));
+        scratch = PyMem_RawMalloc((size_t)(cg * plane_len) * sizeof(float));
         toff = PyMem_RawMalloc((size_t)(kh * kw) * sizeof(Py_ssize_t));
         if (!scratch || !toff) {
             PyErr_NoMemory();
@@ -191,11 +271,20 @@ static PyObject *py_depthwise_f32(PyObject *self, PyObject *args) {
         const float *xs = (const float *)x.buf, *ws = (const float *)w.buf;
         const float *bs = have_bias ? (const float *)b.buf : NULL;
         float *os = (float *)out.buf;
+        const Py_ssize_t taps = kh * kw;
         Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t nc = 0; nc < n_ * c_; nc++) {
-            const Py_ssize_t c = nc % c_;
-            depthwise_plane(xs + nc * h * wd, ws + c * kh * kw, bs ? bs[c] : 0.0f, os + nc * ho * wo, scratch, toff,
-                            h, wd, kh * kw, sh, sw, ph, pw, ho, wo, hp, row);
+        for (Py_ssize_t n = 0; n < n_; n++) {
+            for (Py_ssize_t g = 0; g < g_; g++) {
+                for (Py_ssize_t ci = 0; ci < cg; ci++)
+                    pad_plane(xs + ((n * c_) + g * cg + ci) * h * wd, scratch + ci * plane_len, h, wd, sw, ph, pw, hp,
+                              row);
+                float *dst = os + (n * o_ + g * og) * ho * wo;
+                if (cg == 1 && og == 1)
+                    depthwise_plane(scratch, ws + g * taps, bs ? bs[g] : 0.0f, dst, toff, taps, sh, ho, wo, row);
+                else
+                    grouped_group(scratch, plane_len, ws + g * og * cg * taps, bs ? bs + g * og : NULL, dst, toff,
+                                  taps, cg, og, sh, ho, wo, row);
+            }
         }
         Py_END_ALLOW_THREADS
     }
@@ -291,9 +380,9 @@ static PyObject *py_hardswish_f32(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
-    {"depthwise_f32", py_depthwise_f32, METH_VARARGS,
-     "depthwise_f32(x, w, bias|None, out, N, C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, Ho, Wo): "
-     "NCHW float32 depthwise convolution into out (C-contiguous buffers)."},
+    {"conv_f32", py_conv_f32, METH_VARARGS,
+     "conv_f32(x, w, bias|None, out, N, C, H, W, O, groups, kh, kw, sh, sw, ph, pw, dh, dw, Ho, Wo): "
+     "NCHW float32 grouped (depthwise included) 2-d convolution into out (C-contiguous buffers)."},
     {"silu_f32", py_silu_f32, METH_VARARGS, "silu_f32(x, out, n): out[:n] = silu(x[:n]), float32; out may be x."},
     {"hardswish_f32", py_hardswish_f32, METH_VARARGS,
      "hardswish_f32(x, out, n): out[:n] = hardswish(x[:n]), float32; out may be x."},
