@@ -1209,8 +1209,15 @@ def run_cluster(config: Config, options: RunOptions | None = None, *, address: s
     returns its summary. Needs the ``ray`` extra. The dashboard, metrics server and report
     are not available on a cluster yet (``options`` gives the duration).
 
+    A camera whose node dies is restarted, while the run lasts, on a live node that advertises
+    its resources again (the node back, or another), as a one-camera run for the time left;
+    its :class:`NodeRun` keeps the lost tries in ``earlier`` and :attr:`NodeRun.counts` adds
+    every try up. With ``[cluster] wait_for_nodes = true`` a camera whose resources no live
+    node has at the start waits for one to join instead of failing the run.
+
     Raises:
-        orchestra.cluster.PlacementError: a camera's resources are on no live node.
+        orchestra.cluster.PlacementError: a camera's resources are on no live node (unless
+            ``wait_for_nodes``).
         orchestra.cluster.ClusterError: the cluster can't be reached, an actor did not start.
     """
     from .cluster import CameraJob, camera_resources, run_jobs
