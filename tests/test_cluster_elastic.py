@@ -254,6 +254,8 @@ def test_a_camera_waits_for_its_node_to_join(cluster: RayCluster, tmp_path: path
     cam = side.summary["cameras"][0]
     assert cam["processed"] >= 1 and cam["accounting"] == "ok" and cam["failed"] == 0
     assert side.summary["result"] == "ok" and r.exit_code == 0, r.problems
+    # it ran for the time the run had left, not a whole run of its own
+    assert side.summary["ended_by"] == "duration" and side.summary["elapsed_s"] < 14, side.summary["elapsed_s"]
     assert front.node_id != node_c and front.counts == (30, 30, 0, 0)
     assert _lines(tmp_path / "side.jsonl") == cam["processed"]
     text = render_cluster_summary(r)

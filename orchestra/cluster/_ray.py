@@ -191,9 +191,10 @@ def run_jobs(jobs: Sequence[CameraJob], address: str = "auto", *, start_timeout_
     is the last it reported); the others run on.
 
     ``wait_for_nodes``: a job whose resources no live node advertises at the start waits for
-    a node with them to join (within ``duration_s``; without one, until the others are done
-    and it is interrupted) instead of raising :class:`PlacementError`; if none joins in time
-    its result has ``node_id`` None and an ``error`` starting "waiting for a node".
+    a node with them to join (within ``duration_s``; without one, until it is interrupted)
+    instead of raising :class:`PlacementError`, and then runs for the time left (its
+    ``resume`` payload); if none joins in time its result has ``node_id`` None and an
+    ``error`` starting "waiting for a node".
 
     Raises:
         ClusterError: the cluster can't be reached, or an actor whose resources a live node
@@ -261,10 +262,12 @@ def run_jobs(jobs: Sequence[CameraJob], address: str = "auto", *, start_timeout_
         def begin(t: _Try) -> None:
             """``t``'s actor is on its node: run the work there (a restart: for the time left)."""
             left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0 and (t.tries or t.job.camera in absent):
+                give_up(t)  # placed just as the run ended
+                return
             payload = t.job.payload
-            if t.tries:
-                assert t.job.resume is not None
-                payload = t.job.resume(t.job.payload, left)
+            if t.job.resume is not None and (t.tries or t.job.camera in absent):
+                payload = t.job.resume(t.job.payload, left)  # the time the run has left
             log = _log.bind(camera=t.job.camera, node=t.node)
             if t.tries:
                 log.info("camera restarted", address=t.ip, restarts=t.tries, lost_node=t.earlier[-1].node_id,
