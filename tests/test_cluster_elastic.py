@@ -9,8 +9,10 @@ camera front, node b to camera rear) is killed at the end."""
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -46,6 +48,7 @@ def cluster() -> Iterator[RayCluster]:
         c.start(EDGE_B, head=False)
         c.wait_resources(set(EDGE_B))
         ray.shutdown()  # the tests connect as orchestra does
+        ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the jobs' work functions, by value
         yield c
     finally:
         c.stop()
@@ -134,6 +137,54 @@ def _holder(address: str, resource: str, not_: str | None = None, timeout: float
             time.sleep(0.3)
     finally:
         ray.shutdown()
+
+
+def _dies_first(payload: tuple[str, float | None], report: Callable[[Any], None]) -> Any:
+    """A job's work: reports, then kills its own actor's process the first time (the marker
+    file is not there yet); the next time returns what it was given."""
+    marker, seconds = payload
+    report({"front": (5, 4, 0, 0)})
+    if not os.path.exists(marker):
+        open(marker, "w").close()  # noqa: SIM115 - a marker
+        time.sleep(0.5)  # the report reaches the driver
+        os._exit(1)
+    return "second try", seconds
+
+
+def _always_dies(payload: Any, report: Callable[[Any], None]) -> Any:
+    os._exit(1)
+
+
+def _again(payload: tuple[str, float | None], seconds_left: float | None) -> tuple[str, float | None]:
+    return payload[0], seconds_left
+
+
+def test_a_job_whose_actor_dies_is_started_again_while_the_run_lasts(cluster: RayCluster,
+                                                                    tmp_path: pathlib.Path) -> None:
+    """run_jobs: an actor that dies is replaced (here on the same live node) with the payload
+    its resume gives for the time left; without resume it is not; one that always dies is
+    started again until the run ends, then reported with every lost try."""
+    from orchestra.cluster import CameraJob, run_jobs
+
+    marker = str(tmp_path / "died")
+    jobs = [CameraJob("front", {"camera.front": 1.0}, _dies_first, (marker, 10.0), resume=_again),
+            CameraJob("rear", {"camera.rear": 1.0}, _dies_first, (str(tmp_path / "rear-died"), 10.0))]
+    front, rear = run_jobs(jobs, cluster.address, duration_s=10)
+    assert front.ok and front.restarts == 1, (front.error, front.earlier)
+    (lost,) = front.earlier
+    assert lost.error.startswith("its actor died") and lost.progress == {"front": (5, 4, 0, 0)}
+    assert lost.node_id == front.node_id == _holder(cluster.address, "camera.front")
+    assert front.value[0] == "second try" and 0 < front.value[1] < 10  # the time left, not the whole run
+    assert front.started_s >= lost.ended_s > 0
+    assert not rear.ok and rear.restarts == 0 and rear.error.startswith("its actor died")
+    assert rear.progress == {"front": (5, 4, 0, 0)}
+
+    (r,) = run_jobs([CameraJob("front", {"camera.front": 1.0}, _always_dies, ("", None), resume=_again)],
+                    cluster.address, duration_s=4)
+    assert not r.ok and r.error.startswith("its actor died") and r.restarts >= 1
+    assert all(e.error.startswith("its actor died") for e in r.earlier)
+    assert r.ended_s is not None and r.ended_s < 4 + 30  # ended after the run's time, not in a loop
+    assert not ray.is_initialized()
 
 
 def test_a_node_that_comes_back_gets_its_camera_again(cluster: RayCluster, tmp_path: pathlib.Path) -> None:

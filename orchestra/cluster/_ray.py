@@ -148,6 +148,7 @@ class _Progress:
 
 
 MIN_RESTART_S = 1.0  # a job whose actor dies with less of the run left than this is not restarted
+RETRY_S = 1.0  # an actor that died before it ran (placed on a dying node) is tried again after this
 
 
 def _missing(job: CameraJob, nodes: Sequence[NodeInfo]) -> list[str]:
@@ -171,6 +172,8 @@ class _Try:
         self.wait_until: float | None = None  # monotonic: a node not found by then ends the wait
         self.run_until: float | None = None  # monotonic: run_timeout_s
         self.started: float | None = None  # seconds since the run began
+        self.late = False  # starts after the others: runs for the time the run has left
+        self.retry_at: float | None = None  # monotonic: start a new actor then (no actor meanwhile)
         self.result: JobResult | None = None
 
 
@@ -238,6 +241,7 @@ def run_jobs(jobs: Sequence[CameraJob], address: str = "auto", *, start_timeout_
         for t in tries:
             start(t)
             if t.job.camera in absent:
+                t.late = True
                 _log.bind(camera=t.job.camera).info("camera waiting for a node", resources=_fmt_res(t.job.resources),
                                                     missing=absent[t.job.camera])
         t0 = time.monotonic()
@@ -262,18 +266,19 @@ def run_jobs(jobs: Sequence[CameraJob], address: str = "auto", *, start_timeout_
         def begin(t: _Try) -> None:
             """``t``'s actor is on its node: run the work there (a restart: for the time left)."""
             left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0 and (t.tries or t.job.camera in absent):
+            if left is not None and left <= 0 and t.late:
                 give_up(t)  # placed just as the run ended
                 return
             payload = t.job.payload
-            if t.job.resume is not None and (t.tries or t.job.camera in absent):
+            if t.job.resume is not None and t.late:
                 payload = t.job.resume(t.job.payload, left)  # the time the run has left
             log = _log.bind(camera=t.job.camera, node=t.node)
             if t.tries:
                 log.info("camera restarted", address=t.ip, restarts=t.tries, lost_node=t.earlier[-1].node_id,
                          seconds_left=None if left is None else round(left, 3))
-            elif t.job.camera in absent:
-                log.info("camera placed on a node that joined", address=t.ip, waited_s=since())
+            elif t.late:
+                log.info("camera placed on a node that joined" if t.job.camera in absent else "camera placed late",
+                         address=t.ip, waited_s=since())
             else:
                 log.info("camera placed", address=t.ip)
             t.started, t.running = since(), True
@@ -282,20 +287,34 @@ def run_jobs(jobs: Sequence[CameraJob], address: str = "auto", *, start_timeout_
 
         def lost(t: _Try, exc: BaseException) -> None:
             """``t``'s actor died: start a new one while the run lasts, else that is its result."""
-            last = None
-            if t.running:
-                try:
-                    last = ray.get(progress.get.remote(), timeout=30).get((t.job.camera, t.tries))
-                except (RayActorError, GetTimeoutError):
-                    last = None
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            left = None if deadline is None else deadline - time.monotonic()
+            again = t.job.resume is not None and (left is None or left > MIN_RESTART_S)
+            if not t.running:  # died before it ran anything (placed on a node that was dying): no frames
+                if again:
+                    _log.bind(camera=t.job.camera, node=t.node).info("camera actor died before it started; "
+                                                                     "trying again", error=first)
+                    t.late, t.actor, t.ref, t.retry_at = True, None, None, time.monotonic() + RETRY_S
+                    if t.wait_until is None:
+                        t.wait_until = time.monotonic() + (start_timeout_s if left is None else left)
+                elif t.earlier:
+                    give_up(t)
+                else:
+                    t.result = JobResult(t.job.camera, t.node, t.ip, error=f"its actor died before it started: {first}",
+                                         resources=dict(t.job.resources), ended_s=since())
+                return
+            last = None
+            try:
+                last = ray.get(progress.get.remote(), timeout=30).get((t.job.camera, t.tries))
+            except (RayActorError, GetTimeoutError):
+                last = None
             seg = JobResult(t.job.camera, t.node, t.ip, error=f"its actor died (node {t.node} lost?): {first}",
                             resources=dict(t.job.resources), progress=last, started_s=t.started, ended_s=since())
-            left = None if deadline is None else deadline - time.monotonic()
             log = _log.bind(camera=t.job.camera, node=t.node)
-            if t.job.resume is not None and (left is None or left > MIN_RESTART_S):
+            if again:
                 t.earlier.append(seg)
                 t.tries += 1
+                t.late = True
                 start(t)
                 t.wait_until = time.monotonic() + (start_timeout_s if left is None else left)
                 log.warning("camera lost its node; restarting it when a live node has its resources",
@@ -306,10 +325,11 @@ def run_jobs(jobs: Sequence[CameraJob], address: str = "auto", *, start_timeout_
 
         def give_up(t: _Try) -> None:
             """No node with ``t``'s resources came (back) in time."""
-            try:
-                ray.kill(t.actor)
-            except Exception:  # noqa: BLE001 - never placed
-                pass
+            if t.actor is not None:
+                try:
+                    ray.kill(t.actor)
+                except Exception:  # noqa: BLE001 - never placed
+                    pass
             log = _log.bind(camera=t.job.camera)
             if t.earlier:  # its node did not come back: the last try's death is its result
                 log.warning("camera not restarted: no live node had its resources in time",
@@ -338,6 +358,9 @@ def run_jobs(jobs: Sequence[CameraJob], address: str = "auto", *, start_timeout_
             for t in live:
                 if not t.running and t.wait_until is not None and now >= t.wait_until:
                     give_up(t)
+                elif t.ref is None and t.retry_at is not None and now >= t.retry_at:
+                    t.retry_at = None
+                    start(t)
                 elif t.running and t.run_until is not None and now >= t.run_until:
                     t.result = JobResult(t.job.camera, t.node, t.ip, error=f"still running after {run_timeout_s:g} s",
                                          resources=dict(t.job.resources), earlier=tuple(t.earlier),
@@ -345,10 +368,15 @@ def run_jobs(jobs: Sequence[CameraJob], address: str = "auto", *, start_timeout_
             live = [t for t in tries if t.result is None]
             if not live:
                 break
-            limits = [x for t in live for x in ((t.run_until,) if t.running else (t.wait_until,)) if x is not None]
+            limits = [x for t in live for x in ((t.run_until,) if t.running else (t.wait_until, t.retry_at))
+                      if x is not None]
             timeout = min([1.0] + [max(0.0, x - now) for x in limits])  # 1 s: stays interruptible
-            ready, _ = ray.wait([t.ref for t in live], num_returns=1, timeout=timeout)
-            for t in [t for t in live if any(t.ref == r for r in ready)]:
+            refs = [t.ref for t in live if t.ref is not None]
+            if not refs:  # only retries to come
+                time.sleep(timeout)
+                continue
+            ready, _ = ray.wait(refs, num_returns=1, timeout=timeout)
+            for t in [t for t in live if t.ref is not None and any(t.ref == r for r in ready)]:
                 if not t.running:
                     try:
                         t.node, t.ip = ray.get(t.ref)
