@@ -265,9 +265,10 @@ def test_orchestra_run_uses_the_cluster_table(cluster: RayCluster, tmp_path: pat
 
 @needs_ray
 def test_a_node_that_dies_fails_its_camera_and_the_other_runs_on(cluster: RayCluster, tmp_path: pathlib.Path) -> None:
-    """The second node's process group (raylet, its workers) is killed while its camera runs:
-    that camera is reported failed, naming its dead actor; the head's camera completes with
-    exact accounting. The node is started again afterwards (the session's cluster)."""
+    """The second node's process group (raylet, its workers) is killed while its camera runs
+    and does not come back before the run ends: that camera is reported failed, naming its
+    dead actor; the head's camera completes with exact accounting. The node is started again
+    afterwards (the session's cluster)."""
     import threading
 
     from orchestra._run import RunOptions, render_cluster_summary, run_cluster
@@ -304,6 +305,7 @@ def test_a_node_that_dies_fails_its_camera_and_the_other_runs_on(cluster: RayClu
         front, rear = r.runs
         assert rear.error is not None and rear.summary is None
         assert rear.error.startswith("its actor died"), rear.error
+        assert rear.restarts == 0  # node b did not come back before the run ended: not restarted
         assert front.error is None
         cam = front.summary["cameras"][0]
         assert (cam["produced"], cam["processed"], cam["accounting"]) == (FRAMES, FRAMES, "ok")
