@@ -1050,7 +1050,14 @@ def summary_dict(r: RunResult) -> dict[str, Any]:
 class NodeRun:
     """One camera's run on its node: where it ran (Ray node id and address), the resources
     its actor requested, and that node's summary (:func:`summary_dict` of a one-camera run)
-    or why there is none (``error``: the run raised, or its node or actor died)."""
+    or why there is none (``error``: the run raised, its node or actor died, or no node with
+    its resources joined: then ``node_id`` is None).
+
+    A camera whose node died and that was started again (when a live node had its resources
+    again, while the run lasted) has its lost tries in ``earlier`` (oldest first, each with the
+    counts its node last reported in ``lost``); the fields here are its last try's.
+    ``started_s``/``ended_s``: when this try started on its node and ended, in seconds since
+    the cluster run began."""
 
     camera: str
     node_id: str | None
@@ -1059,19 +1066,64 @@ class NodeRun:
     summary: Mapping[str, Any] | None
     error: str | None = None
     lost: tuple[int, int, int, int, int] | None = None  # node died: produced, processed, failed, dropped, in flight
+    earlier: tuple[NodeRun, ...] = ()
+    started_s: float | None = None
+    ended_s: float | None = None
+
+    @property
+    def restarts(self) -> int:
+        """How many times the camera was started again after its node (or actor) died."""
+        return len(self.earlier)
+
+    @property
+    def never_started(self) -> bool:
+        """No node with the camera's resources joined while it waited (``[cluster] wait_for_nodes``)."""
+        return self.node_id is None and self.summary is None and (self.error or "").startswith("waiting for a node")
+
+    @property
+    def counts(self) -> tuple[int, int, int, int] | None:
+        """Frames over every try: produced, processed, failed, dropped; a lost try's frames in
+        flight count as failed. None when a try's node died before it reported any counts."""
+        total = [0, 0, 0, 0]
+        for r in (*self.earlier, self):
+            if r.summary is not None and r.summary.get("cameras"):
+                cam = r.summary["cameras"][0]
+                got = (cam["produced"], cam["processed"], cam["failed"], sum(cam["dropped"].values()))
+            elif r.lost is not None:
+                p, done, failed, dropped, flight = r.lost
+                got = (p, done, failed + flight, dropped)
+            elif r.never_started:
+                got = (0, 0, 0, 0)
+            else:
+                return None
+            total = [x + y for x, y in zip(total, got)]
+        return total[0], total[1], total[2], total[3]
+
+    @property
+    def _own_accounting(self) -> str:
+        if self.summary is not None:
+            return str(self.summary["cameras"][0].get("accounting", "?")) if self.summary.get("cameras") else "?"
+        if self.never_started:
+            return "none (never started)"
+        return "closed (node lost)" if self.lost is not None else "unknown (node lost before it reported)"
 
     @property
     def accounting(self) -> str:
         """"ok" (the node's own check), "closed (node lost)" when the node died after it reported
-        counts (its in-flight frames counted as failed), else what is known."""
-        if self.summary is not None:
-            return str(self.summary["cameras"][0].get("accounting", "?")) if self.summary.get("cameras") else "?"
-        return "closed (node lost)" if self.lost is not None else "unknown (node lost before it reported)"
+        counts (its in-flight frames counted as failed), else what is known; a restarted camera
+        adds "after N restart(s)" (each lost try closed the same way)."""
+        if not self.earlier:
+            return self._own_accounting
+        n = len(self.earlier)
+        if any(r.lost is None for r in self.earlier):
+            return f"unknown (a node was lost before it reported) after {n} restart{'s' if n != 1 else ''}"
+        return f"{self._own_accounting} after {n} restart{'s' if n != 1 else ''}"
 
 
 @dataclass(frozen=True)
 class ClusterRunResult:
-    """Every camera's :class:`NodeRun`; exit status 0 when each ran and its own run was ok."""
+    """Every camera's :class:`NodeRun`; exit status 0 when each ran and its own run was ok
+    (a restarted camera: and none of its frames were lost with its node)."""
 
     config: Config
     address: str
@@ -1081,6 +1133,13 @@ class ClusterRunResult:
     def problems(self) -> list[str]:
         out = []
         for r in self.runs:
+            for e in r.earlier:
+                where = f"node {(e.node_id or '?')[:8]} was lost at {e.ended_s or 0:.1f} s (restarted)"
+                if e.lost is None:
+                    out.append(f"{r.camera}: {where} before it reported its frame counts")
+                elif e.lost[4]:
+                    out.append(f"{r.camera}: {e.lost[4]} frame{'s' if e.lost[4] != 1 else ''} in flight counted as "
+                               f"failed when {where}; {e.lost[1]} processed before")
             if r.error is not None:
                 lost = "" if r.lost is None else (f" ({r.lost[4]} frame{'s' if r.lost[4] != 1 else ''} in flight "
                                                   f"counted as failed; {r.lost[1]} processed before)")
@@ -1124,6 +1183,24 @@ def _camera_on_node(payload: tuple[Config, RunOptions], report: Any) -> dict[str
     return doc
 
 
+def _resume_on_node(payload: tuple[Config, RunOptions], seconds_left: float | None) -> tuple[Config, RunOptions]:
+    """A restarted camera's payload: the same one-camera run for the time the run has left."""
+    import dataclasses
+
+    config, options = payload
+    return config, (options if seconds_left is None else dataclasses.replace(options, duration_s=seconds_left))
+
+
+def _node_run(r: Any) -> NodeRun:
+    """A :class:`orchestra.cluster.JobResult` (and its earlier tries) as a :class:`NodeRun`."""
+    lost = None
+    if r.value is None and r.progress is not None:  # the last counts its node sent: in flight = failed
+        produced, processed, failed, dropped = r.progress[r.camera]
+        lost = (produced, processed, failed, dropped, produced - processed - failed - dropped)
+    return NodeRun(r.camera, r.node_id, r.address, dict(r.resources), r.value, r.error, lost,
+                   tuple(_node_run(e) for e in r.earlier), r.started_s, r.ended_s)
+
+
 def run_cluster(config: Config, options: RunOptions | None = None, *, address: str | None = None) -> ClusterRunResult:
     """Runs ``config``'s cameras across the Ray cluster at ``address`` (default: the config's
     ``[cluster] address``, else ``"auto"``): each camera in its own actor requesting the Ray
@@ -1132,8 +1209,15 @@ def run_cluster(config: Config, options: RunOptions | None = None, *, address: s
     returns its summary. Needs the ``ray`` extra. The dashboard, metrics server and report
     are not available on a cluster yet (``options`` gives the duration).
 
+    A camera whose node dies is restarted, while the run lasts, on a live node that advertises
+    its resources again (the node back, or another), as a one-camera run for the time left;
+    its :class:`NodeRun` keeps the lost tries in ``earlier`` and :attr:`NodeRun.counts` adds
+    every try up. With ``[cluster] wait_for_nodes = true`` a camera whose resources no live
+    node has at the start waits for one to join instead of failing the run.
+
     Raises:
-        orchestra.cluster.PlacementError: a camera's resources are on no live node.
+        orchestra.cluster.PlacementError: a camera's resources are on no live node (unless
+            ``wait_for_nodes``).
         orchestra.cluster.ClusterError: the cluster can't be reached, an actor did not start.
     """
     from .cluster import CameraJob, camera_resources, run_jobs
@@ -1144,18 +1228,11 @@ def run_cluster(config: Config, options: RunOptions | None = None, *, address: s
     node_opts = RunOptions(duration_s=options.duration_s, use_uvloop=options.use_uvloop,
                            latency_window=options.latency_window)
     jobs = [CameraJob(cam.name, camera_resources(cam.name, cam.core, cam.node), _camera_on_node,
-                      (_camera_config(config, cam), node_opts)) for cam in config.cameras]
+                      (_camera_config(config, cam), node_opts), resume=_resume_on_node) for cam in config.cameras]
     _log.info("running on a cluster", address=address, cameras=[c.name for c in config.cameras])
-    results = run_jobs(jobs, address, start_timeout_s=cl.timeout_s if cl is not None else 60.0)
-    runs = []
-    for r in results:
-        lost = None
-        if r.value is None and r.progress is not None:  # the last counts its node sent: in flight = failed
-            produced, processed, failed, dropped = r.progress[r.camera]
-            lost = (produced, processed, failed, dropped, produced - processed - failed - dropped)
-        runs.append(NodeRun(r.camera, r.node_id, r.address, dict(r.resources), r.value, r.error, lost))
-    runs = tuple(runs)
-    return ClusterRunResult(config, address, runs)
+    results = run_jobs(jobs, address, start_timeout_s=cl.timeout_s if cl is not None else 60.0,
+                       duration_s=options.duration_s, wait_for_nodes=cl is not None and cl.wait_for_nodes)
+    return ClusterRunResult(config, address, tuple(_node_run(r) for r in results))
 
 
 def render_cluster_summary(r: ClusterRunResult) -> str:
@@ -1164,23 +1241,35 @@ def render_cluster_summary(r: ClusterRunResult) -> str:
     rows = [["camera", "node", "address", "produced", "processed", "failed", "dropped", "accounting", "ended by"]]
     for run_ in r.runs:
         s = run_.summary
-        cam = s["cameras"][0] if s and s.get("cameras") else None
-        if cam is None:
-            if run_.lost is not None:
-                p, done, failed, dropped, flight = run_.lost
-                rows.append([run_.camera, (run_.node_id or "?")[:12], run_.address or "?", str(p), str(done),
-                             str(failed + flight), str(dropped), run_.accounting, "node lost"])
-            else:
-                rows.append([run_.camera, (run_.node_id or "?")[:12], run_.address or "?", "-", "-", "-", "-",
-                             run_.accounting, "node lost" if run_.error else "failed"])
-            continue
-        rows.append([run_.camera, (run_.node_id or "?")[:12], run_.address or "?", str(cam["produced"]),
-                     str(cam["processed"]), str(cam["failed"]), str(sum(cam["dropped"].values())),
-                     str(cam.get("accounting", "?")), str(s.get("ended_by", "?"))])
+        counts = run_.counts
+        shown = [str(x) for x in counts] if counts is not None else ["-"] * 4
+        if s is not None and s.get("cameras"):
+            ended = str(s.get("ended_by", "?"))
+        elif run_.never_started:
+            ended = "never started"
+        else:
+            ended = "node lost" if run_.error else "failed"
+        rows.append([run_.camera, (run_.node_id or "-")[:12], run_.address or "-", *shown, run_.accounting, ended])
     nodes = len({x.node_id for x in r.runs if x.node_id})
     lines = [f"orchestra run {os.path.basename(r.config.path)} on the Ray cluster at {r.address}: "
              f"{len(r.runs)} camera{'s' if len(r.runs) != 1 else ''} on {nodes} node{'s' if nodes != 1 else ''}", ""]
     lines += _table(rows, right={3, 4, 5, 6}, indent="  ")
+    moves = [run_ for run_ in r.runs if run_.earlier or (run_.started_s or 0) >= 1.0 or run_.never_started]
+    if moves:
+        lines += ["", "restarts and late starts"]
+        for run_ in moves:
+            for k, e in enumerate(run_.earlier):
+                nxt = run_.earlier[k + 1] if k + 1 < len(run_.earlier) else run_
+                lost = ("its counts unknown" if e.lost is None else
+                        f"{e.lost[1]} processed, {e.lost[4]} in flight counted as failed")
+                then = f"restarted on node {(nxt.node_id or '?')[:12]} at {nxt.started_s or 0:.1f} s"
+                lines.append(f"  {run_.camera}: node {(e.node_id or '?')[:12]} lost at {e.ended_s or 0:.1f} s "
+                             f"({lost}); {then}")
+            if not run_.earlier and run_.never_started:
+                lines.append(f"  {run_.camera}: {run_.error}")
+            elif not run_.earlier:
+                lines.append(f"  {run_.camera}: waited {run_.started_s:.1f} s for a node; started on node "
+                             f"{(run_.node_id or '?')[:12]}")
     decs = cluster_decisions(r)
     lines += ["", f"policy decisions ({len(decs)})"]
     if decs:

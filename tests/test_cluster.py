@@ -114,12 +114,16 @@ def _node_ids(address: str, timeout: float = 60.0) -> dict[str, str]:
 
 
 def test_cluster_table_and_node_key_are_checked(tmp_path: pathlib.Path) -> None:
-    path = _config(tmp_path, extra='[cluster]\naddress = "no address"\ntimeout_s = 0\nport = 1\n')
+    path = _config(tmp_path, extra='[cluster]\naddress = "no address"\ntimeout_s = 0\nport = 1\n'
+                                   'wait_for_node = true\nwait_for_nodes = "yes"\n')
     assert validate_config(path) == [
-        "cluster.port: unknown key (known keys: address, timeout_s)",
+        "cluster.port: unknown key (known keys: address, timeout_s, wait_for_nodes)",
+        "cluster.wait_for_node: unknown key (known keys: address, timeout_s, wait_for_nodes); did you mean "
+        "'wait_for_nodes'?",
         'cluster.address: "no address" is not a Ray address: use "auto", "HOST:PORT" (a head node) or '
         '"ray://HOST:PORT"',
         "cluster.timeout_s: must be a positive number, got 0",
+        'cluster.wait_for_nodes: must be true or false, got "yes"',
     ]
     cfg = load_config(_config(tmp_path))  # node without [cluster]: a warning
     assert cfg.cluster is None
@@ -127,6 +131,9 @@ def test_cluster_table_and_node_key_are_checked(tmp_path: pathlib.Path) -> None:
     assert "camera[0].node: has no effect without a [cluster] table (the cameras run on this machine)" in cfg.warnings
     cfg = load_config(_config(tmp_path, extra='[cluster]\naddress = "ray://10.0.0.1:10001"\n'))
     assert cfg.cluster is not None and cfg.cluster.address == "ray://10.0.0.1:10001"
+    assert cfg.cluster.wait_for_nodes is False
+    cfg = load_config(_config(tmp_path, extra='[cluster]\nwait_for_nodes = true\n'))
+    assert cfg.cluster is not None and cfg.cluster.wait_for_nodes is True
 
 
 def test_without_a_cluster_table_ray_is_never_imported(tmp_path: pathlib.Path) -> None:
@@ -258,9 +265,10 @@ def test_orchestra_run_uses_the_cluster_table(cluster: RayCluster, tmp_path: pat
 
 @needs_ray
 def test_a_node_that_dies_fails_its_camera_and_the_other_runs_on(cluster: RayCluster, tmp_path: pathlib.Path) -> None:
-    """The second node's process group (raylet, its workers) is killed while its camera runs:
-    that camera is reported failed, naming its dead actor; the head's camera completes with
-    exact accounting. The node is started again afterwards (the session's cluster)."""
+    """The second node's process group (raylet, its workers) is killed while its camera runs
+    and does not come back before the run ends: that camera is reported failed, naming its
+    dead actor; the head's camera completes with exact accounting. The node is started again
+    afterwards (the session's cluster)."""
     import threading
 
     from orchestra._run import RunOptions, render_cluster_summary, run_cluster
@@ -275,7 +283,7 @@ def test_a_node_that_dies_fails_its_camera_and_the_other_runs_on(cluster: RayClu
     out: list = []
     def go() -> None:
         try:
-            out.append(run_cluster(cfg, RunOptions(duration_s=20)))
+            out.append(run_cluster(cfg, RunOptions(duration_s=10)))
         except BaseException as exc:  # noqa: BLE001 - re-raised by the test
             out.append(exc)
 
@@ -297,6 +305,7 @@ def test_a_node_that_dies_fails_its_camera_and_the_other_runs_on(cluster: RayClu
         front, rear = r.runs
         assert rear.error is not None and rear.summary is None
         assert rear.error.startswith("its actor died"), rear.error
+        assert rear.restarts == 0  # node b did not come back before the run ended: not restarted
         assert front.error is None
         cam = front.summary["cameras"][0]
         assert (cam["produced"], cam["processed"], cam["accounting"]) == (FRAMES, FRAMES, "ok")

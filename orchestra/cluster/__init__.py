@@ -7,7 +7,9 @@ requests exactly its binding's resources (:func:`camera_resources`: ``camera.NAM
 never cross the network. The actor builds the camera's orchestrator and pipeline locally and
 hands what happened back to the driver (:class:`JobResult`). A binding no live node can
 hold fails before anything starts (:class:`PlacementError`, naming the resource and what
-every node has).
+every node has), or, with ``wait_for_nodes``, waits for a node with it to join. A camera whose
+node dies is started again when a live node has its resources back, while the run lasts
+(:attr:`CameraJob.resume`, :attr:`JobResult.earlier`).
 
 This package needs the ``ray`` extra only when :func:`run_jobs` runs; importing it does not
 import Ray. :class:`ClusterError`, :class:`PlacementError`, :class:`NodeInfo` and

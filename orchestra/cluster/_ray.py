@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,18 +25,31 @@ class CameraJob:
     requests ``resources`` (so Ray starts it on a node that has them) and its return value
     travels back to the driver. ``report(snapshot)`` sends a progress snapshot to the driver
     (non-blocking; the driver keeps the latest: :attr:`JobResult.progress`, what is known of
-    a job whose node died). ``work`` must be a module-level function importable on every node."""
+    a job whose node died). ``work`` must be a module-level function importable on every node.
+
+    ``resume(payload, seconds_left)`` (optional, called on the driver) gives the payload of a
+    restart: when the job's actor dies while the run lasts, :func:`run_jobs` starts a new actor
+    (on whichever live node has the resources again) with that payload; without ``resume`` a
+    job whose actor died is not restarted."""
 
     camera: str
     resources: Mapping[str, float]
     work: Callable[[Any], Any]
     payload: Any = None
+    resume: Callable[[Any, float | None], Any] | None = None
 
 
 @dataclass(frozen=True)
 class JobResult:
     """What one camera's actor did: the node it ran on, ``value`` (what ``work`` returned) or
-    ``error`` (why it has no value: the work raised, or its node or actor died)."""
+    ``error`` (why it has no value: the work raised, its node or actor died, or no node with
+    its resources joined in time: then ``node_id`` is None).
+
+    A job restarted after its actor died has the earlier tries in ``earlier`` (oldest first,
+    each with its ``error`` and last ``progress``); this result is its last try. ``started_s``
+    and ``ended_s``: when this try started on its node and when the driver saw it end, in
+    seconds since the jobs started running (``started_s`` > 0 for a restart or a camera that
+    waited for its node)."""
 
     camera: str
     node_id: str | None
@@ -44,10 +58,18 @@ class JobResult:
     error: str | None = None
     resources: Mapping[str, float] = field(default_factory=dict)
     progress: Any = None  # the latest snapshot the job reported (None: none yet)
+    earlier: tuple[JobResult, ...] = ()
+    started_s: float | None = None
+    ended_s: float | None = None
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    @property
+    def restarts(self) -> int:
+        """How many times the job was started again after its actor died."""
+        return len(self.earlier)
 
 
 def camera_resources(camera: str, core: tuple[str, int] | None = None, node: str | None = None,
@@ -105,40 +127,83 @@ class _CameraActor:
 
         return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
 
-    def run(self, work: Callable[[Any, Callable[[Any], None]], Any], payload: Any, progress: Any, camera: str) -> Any:
+    def run(self, work: Callable[[Any, Callable[[Any], None]], Any], payload: Any, progress: Any, key: Any) -> Any:
         def report(snapshot: Any) -> None:
-            progress.put.remote(camera, snapshot)
+            progress.put.remote(key, snapshot)
 
         return work(payload, report)
 
 
 class _Progress:
-    """On the driver's node: the latest progress snapshot of every job."""
+    """On the driver's node: the latest progress snapshot of every job's try ((camera, try))."""
 
     def __init__(self) -> None:
-        self.latest: dict[str, Any] = {}
+        self.latest: dict[Any, Any] = {}
 
-    def put(self, camera: str, snapshot: Any) -> None:
-        self.latest[camera] = snapshot
+    def put(self, key: Any, snapshot: Any) -> None:
+        self.latest[key] = snapshot
 
-    def get(self) -> dict[str, Any]:
+    def get(self) -> dict[Any, Any]:
         return self.latest
 
 
+MIN_RESTART_S = 1.0  # a job whose actor dies with less of the run left than this is not restarted
+RETRY_S = 1.0  # an actor that died before it ran (placed on a dying node) is tried again after this
+
+
+def _missing(job: CameraJob, nodes: Sequence[NodeInfo]) -> list[str]:
+    """The resources of ``job`` that no node in ``nodes`` advertises (enough of)."""
+    return [k for k, v in job.resources.items() if not any(n.resources.get(k, 0.0) + 1e-9 >= v for n in nodes)]
+
+
+class _Try:
+    """The driver's bookkeeping for one job in :func:`run_jobs`: its current actor and the call
+    in flight (``where`` while it waits for a node, then ``run``), its earlier tries."""
+
+    def __init__(self, job: CameraJob) -> None:
+        self.job = job
+        self.actor: Any = None
+        self.ref: Any = None
+        self.running = False
+        self.node: str | None = None
+        self.ip: str | None = None
+        self.tries = 0  # restarts so far
+        self.earlier: list[JobResult] = []
+        self.wait_until: float | None = None  # monotonic: a node not found by then ends the wait
+        self.run_until: float | None = None  # monotonic: run_timeout_s
+        self.started: float | None = None  # seconds since the run began
+        self.late = False  # starts after the others: runs for the time the run has left
+        self.retry_at: float | None = None  # monotonic: start a new actor then (no actor meanwhile)
+        self.result: JobResult | None = None
+
+
 def run_jobs(jobs: Sequence[CameraJob], address: str = "auto", *, start_timeout_s: float = 60.0,
-             run_timeout_s: float | None = None) -> list[JobResult]:
+             run_timeout_s: float | None = None, duration_s: float | None = None,
+             wait_for_nodes: bool = False) -> list[JobResult]:
     """Runs every job in its own actor on the node that has its resources, all at once, and
     returns one :class:`JobResult` per job (in order) when all are done.
 
     Connects to the cluster at ``address`` (``"auto"``, ``"HOST:PORT"``, ``"ray://HOST:PORT"``)
-    unless this process is already connected (then that connection is used and kept). A job
-    whose actor dies (its node or worker process killed) gets an ``error`` saying so; the
-    others run on.
+    unless this process is already connected (then that connection is used and kept).
+
+    A job whose actor dies (its node or worker process killed) and that has a ``resume`` is
+    started again in a new actor, which Ray places as soon as a live node advertises its
+    resources again (the same node back, or another), as long as the run lasts: ``duration_s``
+    seconds after the jobs started, or, without a duration, ``start_timeout_s`` after the
+    death. A job not restarted in time gets an ``error`` saying its actor died (its ``progress``
+    is the last it reported); the others run on.
+
+    ``wait_for_nodes``: a job whose resources no live node advertises at the start waits for
+    a node with them to join (within ``duration_s``; without one, until it is interrupted)
+    instead of raising :class:`PlacementError`, and then runs for the time left (its
+    ``resume`` payload); if none joins in time its result has ``node_id`` None and an
+    ``error`` starting "waiting for a node".
 
     Raises:
-        ClusterError: the cluster can't be reached, or an actor did not start within
-            ``start_timeout_s``.
-        PlacementError: a job's resources are on no live node (checked before any actor starts).
+        ClusterError: the cluster can't be reached, or an actor whose resources a live node
+            advertised did not start within ``start_timeout_s``.
+        PlacementError: a job's resources are on no live node (checked before any actor
+            starts), unless ``wait_for_nodes``; or live nodes can't hold every job together.
     """
     try:
         import ray
@@ -154,56 +219,185 @@ def run_jobs(jobs: Sequence[CameraJob], address: str = "auto", *, start_timeout_
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise ClusterError(f"can't connect to the Ray cluster at {address!r}: {exc}") from None
     actors: list[Any] = []
+    tries = [_Try(job) for job in jobs]
     try:
         nodes = cluster_nodes()
-        check_placement(jobs, nodes)
+        absent = {j.camera: m for j in jobs if (m := _missing(j, nodes))} if wait_for_nodes else {}
+        check_placement([j for j in jobs if j.camera not in absent], nodes)
         cls = ray.remote(_CameraActor)
         # on the head node (it outlives the others; the driver's own raylet is not always the head's
         # when several nodes share an address)
         progress = ray.remote(_Progress).options(num_cpus=0, resources={"node:__internal_head__": 0.001}).remote()
         actors.append(progress)
-        for job in jobs:
-            res = dict(job.resources)
+
+        def start(t: _Try) -> None:
+            """A new actor for ``t``; Ray holds it until a live node has its resources."""
+            res = dict(t.job.resources)
             cpus = res.pop("CPU", 0.0)
-            actors.append(cls.options(num_cpus=cpus, resources=res, max_restarts=0,
-                                      name=None, lifetime=None).remote())
-        cams = actors[1:]
-        where_refs = [a.where.remote() for a in cams]
+            t.actor = cls.options(num_cpus=cpus, resources=res, max_restarts=0, name=None, lifetime=None).remote()
+            actors.append(t.actor)
+            t.ref, t.running, t.node, t.ip = t.actor.where.remote(), False, None, None
+
+        for t in tries:
+            start(t)
+            if t.job.camera in absent:
+                t.late = True
+                _log.bind(camera=t.job.camera).info("camera waiting for a node", resources=_fmt_res(t.job.resources),
+                                                    missing=absent[t.job.camera])
         t0 = time.monotonic()
-        where: list[tuple[str | None, str | None]] = []
-        for job, ref in zip(jobs, where_refs):
+        died: list[tuple[_Try, BaseException]] = []
+        for t in tries:
+            if t.job.camera in absent:
+                continue
             try:
-                where.append(ray.get(ref, timeout=max(0.1, start_timeout_s - (time.monotonic() - t0))))
+                t.node, t.ip = ray.get(t.ref, timeout=max(0.1, start_timeout_s - (time.monotonic() - t0)))
             except GetTimeoutError:
-                raise ClusterError(f"camera {job.camera!r}: its actor did not start on a node with "
-                                   f"{_fmt_res(job.resources)} within {start_timeout_s:g} s") from None
+                raise ClusterError(f"camera {t.job.camera!r}: its actor did not start on a node with "
+                                   f"{_fmt_res(t.job.resources)} within {start_timeout_s:g} s") from None
             except RayActorError as exc:
-                where.append((None, None))
-                _log.warning("camera actor died before it started", camera=job.camera, error=str(exc))
-        for job, (node, ip) in zip(jobs, where):
-            _log.info("camera placed", camera=job.camera, node=node, address=ip)
-        run_refs = [a.run.remote(job.work, job.payload, progress, job.camera) for a, job in zip(cams, jobs)]
-        results = []
-        for job, (node, ip), ref in zip(jobs, where, run_refs):
+                _log.warning("camera actor died before it started", camera=t.job.camera, error=str(exc))
+                died.append((t, exc))
+        t_run = time.monotonic()
+        deadline = None if duration_s is None else t_run + duration_s
+
+        def since() -> float:
+            return round(time.monotonic() - t_run, 3)
+
+        def begin(t: _Try) -> None:
+            """``t``'s actor is on its node: run the work there (a restart: for the time left)."""
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0 and t.late:
+                give_up(t)  # placed just as the run ended
+                return
+            payload = t.job.payload
+            if t.job.resume is not None and t.late:
+                payload = t.job.resume(t.job.payload, left)  # the time the run has left
+            log = _log.bind(camera=t.job.camera, node=t.node)
+            if t.tries:
+                log.info("camera restarted", address=t.ip, restarts=t.tries, lost_node=t.earlier[-1].node_id,
+                         seconds_left=None if left is None else round(left, 3))
+            elif t.late:
+                log.info("camera placed on a node that joined" if t.job.camera in absent else "camera placed late",
+                         address=t.ip, waited_s=since())
+            else:
+                log.info("camera placed", address=t.ip)
+            t.started, t.running = since(), True
+            t.run_until = None if run_timeout_s is None else time.monotonic() + run_timeout_s
+            t.ref = t.actor.run.remote(t.job.work, payload, progress, (t.job.camera, t.tries))
+
+        def lost(t: _Try, exc: BaseException) -> None:
+            """``t``'s actor died: start a new one while the run lasts, else that is its result."""
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            left = None if deadline is None else deadline - time.monotonic()
+            again = t.job.resume is not None and (left is None or left > MIN_RESTART_S)
+            if not t.running:  # died before it ran anything (placed on a node that was dying): no frames
+                if again:
+                    _log.bind(camera=t.job.camera, node=t.node).info("camera actor died before it started; "
+                                                                     "trying again", error=first)
+                    t.late, t.actor, t.ref, t.retry_at = True, None, None, time.monotonic() + RETRY_S
+                    if t.wait_until is None:
+                        t.wait_until = time.monotonic() + (start_timeout_s if left is None else left)
+                elif t.earlier:
+                    give_up(t)
+                else:
+                    t.result = JobResult(t.job.camera, t.node, t.ip, error=f"its actor died before it started: {first}",
+                                         resources=dict(t.job.resources), ended_s=since())
+                return
+            last = None
             try:
-                value = ray.get(ref, timeout=run_timeout_s)
-                results.append(JobResult(job.camera, node, ip, value=value, resources=dict(job.resources)))
-            except RayActorError as exc:
+                last = ray.get(progress.get.remote(), timeout=30).get((t.job.camera, t.tries))
+            except (RayActorError, GetTimeoutError):
+                last = None
+            seg = JobResult(t.job.camera, t.node, t.ip, error=f"its actor died (node {t.node} lost?): {first}",
+                            resources=dict(t.job.resources), progress=last, started_s=t.started, ended_s=since())
+            log = _log.bind(camera=t.job.camera, node=t.node)
+            if again:
+                t.earlier.append(seg)
+                t.tries += 1
+                t.late = True
+                start(t)
+                t.wait_until = time.monotonic() + (start_timeout_s if left is None else left)
+                log.warning("camera lost its node; restarting it when a live node has its resources",
+                            resources=_fmt_res(t.job.resources), restarts=t.tries)
+            else:
+                log.warning("camera lost its node", error=seg.error)
+                t.result = dataclasses.replace(seg, earlier=tuple(t.earlier))
+
+        def give_up(t: _Try) -> None:
+            """No node with ``t``'s resources came (back) in time."""
+            if t.actor is not None:
                 try:
-                    last = ray.get(progress.get.remote(), timeout=30).get(job.camera)
-                except (RayActorError, GetTimeoutError):
-                    last = None
-                results.append(JobResult(job.camera, node, ip, error=f"its actor died (node {node} lost?): "
-                                         f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
-                                         resources=dict(job.resources), progress=last))
-            except RayTaskError as exc:
-                cause = exc.cause if getattr(exc, "cause", None) is not None else exc
-                results.append(JobResult(job.camera, node, ip, error=f"{type(cause).__name__}: {cause}",
-                                         resources=dict(job.resources)))
-            except GetTimeoutError:
-                results.append(JobResult(job.camera, node, ip, error=f"still running after {run_timeout_s:g} s",
-                                         resources=dict(job.resources)))
-        return results
+                    ray.kill(t.actor)
+                except Exception:  # noqa: BLE001 - never placed
+                    pass
+            log = _log.bind(camera=t.job.camera)
+            if t.earlier:  # its node did not come back: the last try's death is its result
+                log.warning("camera not restarted: no live node had its resources in time",
+                            resources=_fmt_res(t.job.resources))
+                t.result = dataclasses.replace(t.earlier[-1], earlier=tuple(t.earlier[:-1]))
+            else:
+                log.warning("camera never started: no node with its resources joined in time",
+                            resources=_fmt_res(t.job.resources))
+                within = "before the run ended" if duration_s is None else f"within the run's {duration_s:g} s"
+                t.result = JobResult(t.job.camera, None, None, resources=dict(t.job.resources), ended_s=since(),
+                                     error=f"waiting for a node: no live node advertised "
+                                           f"{', '.join(absent.get(t.job.camera, [])) or _fmt_res(t.job.resources)} "
+                                           f"{within}")
+
+        for t in tries:
+            if t.job.camera in absent:
+                t.wait_until = deadline
+            elif not any(t is d for d, _ in died):
+                begin(t)
+        for t, exc in died:
+            lost(t, exc)
+
+        while True:
+            live = [t for t in tries if t.result is None]
+            now = time.monotonic()
+            for t in live:
+                if not t.running and t.wait_until is not None and now >= t.wait_until:
+                    give_up(t)
+                elif t.ref is None and t.retry_at is not None and now >= t.retry_at:
+                    t.retry_at = None
+                    start(t)
+                elif t.running and t.run_until is not None and now >= t.run_until:
+                    t.result = JobResult(t.job.camera, t.node, t.ip, error=f"still running after {run_timeout_s:g} s",
+                                         resources=dict(t.job.resources), earlier=tuple(t.earlier),
+                                         started_s=t.started, ended_s=since())
+            live = [t for t in tries if t.result is None]
+            if not live:
+                break
+            limits = [x for t in live for x in ((t.run_until,) if t.running else (t.wait_until, t.retry_at))
+                      if x is not None]
+            timeout = min([1.0] + [max(0.0, x - now) for x in limits])  # 1 s: stays interruptible
+            refs = [t.ref for t in live if t.ref is not None]
+            if not refs:  # only retries to come
+                time.sleep(timeout)
+                continue
+            ready, _ = ray.wait(refs, num_returns=1, timeout=timeout)
+            for t in [t for t in live if t.ref is not None and any(t.ref == r for r in ready)]:
+                if not t.running:
+                    try:
+                        t.node, t.ip = ray.get(t.ref)
+                    except RayActorError as exc:
+                        lost(t, exc)
+                        continue
+                    begin(t)
+                    continue
+                try:
+                    value = ray.get(t.ref)
+                except RayActorError as exc:
+                    lost(t, exc)
+                except RayTaskError as exc:
+                    cause = exc.cause if getattr(exc, "cause", None) is not None else exc
+                    t.result = JobResult(t.job.camera, t.node, t.ip, error=f"{type(cause).__name__}: {cause}",
+                                         resources=dict(t.job.resources), earlier=tuple(t.earlier),
+                                         started_s=t.started, ended_s=since())
+                else:
+                    t.result = JobResult(t.job.camera, t.node, t.ip, value=value, resources=dict(t.job.resources),
+                                         earlier=tuple(t.earlier), started_s=t.started, ended_s=since())
+        return [t.result for t in tries if t.result is not None]
     finally:
         for a in actors:
             try:

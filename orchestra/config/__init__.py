@@ -132,6 +132,10 @@ Schema (every table rejects keys it doesn't know, naming the known ones)::
                                     #   DEVICE.core.N for a core binding, node.NODE (see `node`)
     address = "auto"                # "auto", "HOST:PORT" (a head node) or "ray://HOST:PORT"
     timeout_s = 60                  # how long every camera's actor may take to start
+    wait_for_nodes = false          # true: a camera no live node advertises waits for its node
+                                    #   to join (within the run's duration) instead of failing
+                                    #   the run; a camera whose node dies is restarted when a
+                                    #   node with its resources is back, either way
         # a camera's `node = "edge-a"`: run it on the node that advertises node.edge-a
         #   (a warning without [cluster]); [[batch]] can't be used with [cluster] yet
 

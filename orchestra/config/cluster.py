@@ -8,7 +8,7 @@ from typing import Any
 
 from ._base import _BAD, Checker, _hint, _join, _names, _show
 
-_CLUSTER_KEYS = ("address", "timeout_s")
+_CLUSTER_KEYS = ("address", "timeout_s", "wait_for_nodes")
 _NODE = re.compile(r"[A-Za-z0-9_.-]+")
 _ADDRESS = re.compile(r"(auto|local|ray://[^\s]+|[A-Za-z0-9_.-]+:\d+)")
 
@@ -19,11 +19,15 @@ class ClusterConfig:
 
     ``address``: ``"auto"`` (the cluster this machine belongs to, as ``ray start`` left it),
     ``"HOST:PORT"`` (a head's GCS) or ``"ray://HOST:PORT"`` (Ray Client). ``timeout_s``: how
-    long to wait for every camera's actor to start on its node.
+    long to wait for every camera's actor to start on its node (and, in a run without a
+    duration, for a lost node's camera to find a node again). ``wait_for_nodes``: a camera
+    whose resources no live node advertises at the start waits for a node with them to join
+    (within the run's duration) instead of failing the run.
     """
 
     address: str = "auto"
     timeout_s: float = 60.0
+    wait_for_nodes: bool = False
 
 
 class ClusterChecks(Checker):
@@ -46,8 +50,9 @@ class ClusterChecks(Checker):
                                                   f"\"HOST:PORT\" (a head node) or \"ray://HOST:PORT\"")
             address = _BAD
         timeout = self.get(t, "timeout_s", "cluster", "positive_number", 60.0)
-        if address is not _BAD and timeout is not _BAD:
-            self.cluster_config = ClusterConfig(address=address, timeout_s=float(timeout))
+        wait = self.get(t, "wait_for_nodes", "cluster", "bool", False)
+        if address is not _BAD and timeout is not _BAD and wait is not _BAD:
+            self.cluster_config = ClusterConfig(address=address, timeout_s=float(timeout), wait_for_nodes=wait)
 
     def check_node(self, path: str, t: dict[str, Any]) -> Any:
         """A ``node`` key (a camera's, a policy's, a signal's): the name of the node it must
