@@ -7,7 +7,9 @@ RegNetX-200MF, ViT-Tiny at 224x224; BERT-style and GPT-2-style at 128 tokens), e
 in one run; every ratio compares numbers taken in that run.
 
 1. ``models``: median execute latency, per model, at 1 and 2 threads, of orchestra's runtime
-   on the portable ``.pte`` (BLAS threads set with threadpoolctl), ExecuTorch's runtime on
+   on the portable ``.pte`` (BLAS threads set with threadpoolctl, its compiled kernels' with
+   ``kernels.set_threads``; an 'orch np' column runs the same Method with the compiled
+   kernels off), ExecuTorch's runtime on
    the portable ``.pte`` (its portable kernels are single-threaded) and on the XNNPACK
    ``.pte`` (XNNPACK's threads set with ExecuTorch's experimental
    ``_unsafe_reset_threadpool``), and, when ``orchestra.backends.xnnpack`` is importable,
@@ -169,7 +171,8 @@ def section_models(args: argparse.Namespace) -> None:
         print("   'orch np': orchestra with its compiled kernels switched off (numpy paths only); 'np/o' its time over orchestra's")
     else:
         print("   orchestra's compiled kernels are not built here: numpy paths only")
-    print(f"   orchestra BLAS threads via threadpoolctl; ExecuTorch XNNPACK threads via {_et_threads(1).split(' ', 1)[1]}"
+    print(f"   orchestra BLAS threads via threadpoolctl, its compiled kernels' via kernels.set_threads;"
+          f" ExecuTorch XNNPACK threads via {_et_threads(1).split(' ', 1)[1]}"
           f"; ExecuTorch portable kernels are single-threaded"
           + ("" if with_xnn else "; orchestra XNNPACK column skipped (orchestra.backends.xnnpack not importable)"))
     head = f"{'model':<13}{'thr':>4}{'orch':>9}" + (f"{'orch np':>9}" if with_np else "") + f"{'ET port':>9}{'ET xnn':>9}"
@@ -201,8 +204,10 @@ def section_models(args: argparse.Namespace) -> None:
                 fns["np"] = numpy_only(lambda: method.execute(inputs))
             if oxm is not None:
                 fns["oxnn"] = lambda: oxm.execute(inputs)
+            kernels.set_threads(n)  # orchestra's compiled kernels: the same count as BLAS
             with threadpool_limits(limits=n):
                 med = _median_round_robin(fns, args.seconds)
+            kernels.set_threads(1)
             row = f"{name:<13}{n:>4}{med['orch'] * 1e3:9.2f}" + (f"{med['np'] * 1e3:9.2f}" if with_np else "")
             row += f"{med['port'] * 1e3:9.2f}{med['xnn'] * 1e3:9.2f}"
             if oxm is not None:
@@ -303,6 +308,9 @@ def _bare(kind: str, pte: str, cache_dir: str | None, threads: int, ready: Any, 
         from orchestra.runtime import load_program
 
         threadpool_limits(limits=threads)
+        from orchestra.runtime import kernels
+
+        kernels.set_threads(threads)  # the orchestrator's rule: compiled kernels follow BLAS
         m = load_program(pte).load_method("forward")
         fn: Callable[[], object] = lambda: m.execute(inputs)  # noqa: E731
     else:

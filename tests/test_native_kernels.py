@@ -230,3 +230,37 @@ def test_activations_refuse_a_partly_overlapping_out() -> None:
     shifted[:64] = a
     res = ew.silu_out(shifted[:64], shifted[8:72])  # the kernel falls back to numpy
     np.testing.assert_allclose(res, want, rtol=3e-7)
+
+
+def test_set_threads_checks_its_argument() -> None:
+    from orchestra import InvalidArgumentError
+
+    for bad in (0, 17, 2.0, True, "2"):
+        with pytest.raises(InvalidArgumentError, match="set_threads"):
+            kernels.set_threads(bad)  # type: ignore[arg-type]
+    assert kernels.threads() == 1  # the default, unchanged
+
+
+@needs_native
+@pytest.mark.parametrize("threads", [2, 3])
+def test_a_call_split_over_threads_gives_the_same_bits(threads: int) -> None:
+    """Each plane (and each run of activations) is computed by one thread the same way, so
+    the result does not depend on the thread count."""
+    from orchestra.runtime.kernels import _elementwise as ew
+
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 48, 56, 56)).astype(np.float32)
+    dw = rng.standard_normal((48, 1, 5, 5)).astype(np.float32)
+    grouped = rng.standard_normal((48, 8, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(48).astype(np.float32)
+    runs = []
+    for n in (1, threads):
+        kernels.set_threads(n)
+        try:
+            runs.append((_conv.conv2d(x, dw, b, (2, 2), (2, 2), (1, 1), 48, None),
+                         _conv.conv2d(x, grouped, b, (1, 1), (1, 1), (1, 1), 6, None),
+                         ew.silu_out(x, np.empty_like(x)), ew.hardswish_out(x, np.empty_like(x))))
+        finally:
+            kernels.set_threads(1)
+    for a, c in zip(*runs):
+        assert np.array_equal(a, c)

@@ -24,7 +24,7 @@ import threadpoolctl
 from orchestra import InvalidArgumentError
 from orchestra.orchestrator import CpuResource, InstanceSpec, Orchestrator, ThreadBudget
 from orchestra.orchestrator._threads import worker_blas_env
-from orchestra.runtime import load_program
+from orchestra.runtime import kernels, load_program
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 ENV_VARS = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")
@@ -54,8 +54,12 @@ def _no_user_setting(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def record_blas(folder: str) -> None:
-    """process_initializer: writes this worker process's threadpool_info() to <folder>/<pid>.json."""
-    pathlib.Path(folder, f"{os.getpid()}.json").write_text(json.dumps(threadpoolctl.threadpool_info()))
+    """process_initializer: writes this worker process's threadpool_info() to <folder>/<pid>.json,
+    with the threads of orchestra's compiled kernels as one more entry."""
+    from orchestra.runtime import kernels
+
+    info = threadpoolctl.threadpool_info() + [{"user_api": "orchestra kernels", "num_threads": kernels.threads()}]
+    pathlib.Path(folder, f"{os.getpid()}.json").write_text(json.dumps(info))
 
 
 def record_blas_live(folder: str) -> None:
@@ -75,6 +79,12 @@ def record_blas_live(folder: str) -> None:
 
 def _seen(folder: pathlib.Path, pid: int | None) -> int:
     return _blas(json.loads((folder / f"{pid}.json").read_text()))
+
+
+def _seen_kernels(folder: pathlib.Path, pid: int | None) -> int:
+    (n,) = [i["num_threads"] for i in json.loads((folder / f"{pid}.json").read_text())
+            if i["user_api"] == "orchestra kernels"]
+    return n
 
 
 def _inputs() -> list[np.ndarray]:
@@ -109,6 +119,8 @@ async def test_a_worker_process_limits_its_blas_threads_to_the_cpus_it_is_bound_
     assert got["one"][0] == ThreadBudget("process", 1, "orchestra", {})
     assert _seen(tmp_path, got["two"][1]) == 2
     assert got["two"][0].blas == 2 and got["two"][0].blas_source == "orchestra"
+    if kernels.NATIVE_KERNELS:  # orchestra's compiled kernels follow the same count
+        assert (_seen_kernels(tmp_path, got["one"][1]), _seen_kernels(tmp_path, got["two"][1])) == (1, 2)
 
 
 @needs_2_cpus
@@ -150,13 +162,17 @@ async def test_unbound_worker_processes_run_one_blas_thread_when_they_share_the_
 @pytest.mark.anyio
 async def test_thread_placement_runs_blas_single_threaded_and_restores_it_on_close() -> None:
     before = _blas(threadpoolctl.threadpool_info())
+    kernels.set_threads(2)  # what this process had: put back on close
     async with Orchestrator(resources=[CpuResource()], period=None) as orch:
         got = await _run(orch, [InstanceSpec("t", bind={"cpu": tuple(CPUS[:2])})])
         assert _blas(threadpoolctl.threadpool_info()) == 1
+        assert kernels.threads() == 1
         budget = got["t"][0]
         assert (budget.placement, budget.blas, budget.blas_source) == ("thread", 1, "orchestra")
         assert "blas 1 (orchestra)" in budget.format()
     assert _blas(threadpoolctl.threadpool_info()) == before
+    assert kernels.threads() == (2 if kernels.NATIVE_KERNELS else 1)
+    kernels.set_threads(1)
 
 
 @needs_2_cpus

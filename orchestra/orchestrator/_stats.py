@@ -15,8 +15,8 @@ __all__ = ["EngineRun", "InstanceStatistics", "OrchestratorStatistics", "PoolSta
 class ThreadBudget:
     """The compute threads of one instance (DESIGN: orchestra owns every compute thread).
 
-    ``blas`` is the thread count of the BLAS/OpenMP pools in force in the process that runs
-    the instance (its worker process, or this process for thread placement; None: no such
+    ``blas`` is the thread count of the BLAS/OpenMP pools (and of orchestra's compiled
+    kernels, which follow them) in force in the process that runs the instance (its worker process, or this process for thread placement; None: no such
     library loaded); ``blas_source`` who set it: ``"orchestra"`` (the CPUs bound, or 1), an
     environment variable the user set (``"OPENBLAS_NUM_THREADS"``, ``"MKL_NUM_THREADS"``,
     ``"OMP_NUM_THREADS"``), or ``"blas_threads option"`` (``Orchestrator(blas_threads=)``).

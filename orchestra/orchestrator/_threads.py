@@ -12,6 +12,8 @@ through ``threadpoolctl``:
   it limits the process to 1 BLAS thread (restored when it closes); their parallelism comes
   from orchestra's own tiling (backend thread options, e.g. ``NumpyCpuBackend``'s
   ``num_threads``, set from a CPU binding);
+* orchestra's compiled kernels (``orchestra.runtime.kernels``, where built) split a call over
+  the same number of threads as the BLAS pools in force (``kernels.set_threads``);
 * a user's own setting wins: ``OPENBLAS_NUM_THREADS``, ``MKL_NUM_THREADS`` or
   ``OMP_NUM_THREADS`` in the environment (the libraries read them at load; orchestra leaves
   them alone), or ``Orchestrator(blas_threads=n)``. Either way the value in force is reported
@@ -149,14 +151,24 @@ def blas_in_force() -> int | None:
     return max(counts) if counts else None
 
 
+def _kernel_threads(n: int | None) -> None:
+    """orchestra's compiled kernels follow the BLAS count in force (1 when none is known)."""
+    from ..runtime import kernels
+
+    kernels.set_threads(max(1, min(kernels.MAX_THREADS, n or 1)))
+
+
 def apply_blas_limit(n: int | None) -> int | None:
-    """In a worker process: limits its BLAS/OpenMP pools to ``n`` threads (None: leaves
-    them as they are, the user's environment decided). Returns the count in force."""
+    """In a worker process: limits its BLAS/OpenMP pools and orchestra's compiled kernels to
+    ``n`` threads (None: leaves the pools as they are, the user's environment decided, and
+    gives the kernels the count in force). Returns the count in force."""
     if n is not None:
         from threadpoolctl import threadpool_limits
 
         threadpool_limits(limits=n, user_api=None)
-    return blas_in_force()
+    in_force = blas_in_force()
+    _kernel_threads(n if n is not None else in_force)
+    return in_force
 
 
 class ThreadLimits:
@@ -172,6 +184,7 @@ class ThreadLimits:
         self._sharing = sharing
         self._available = available
         self._limiter: Any = None
+        self._kernel_threads: int | None = None  # the compiled kernels' count enter_threads found
         self._held = False
         self.in_process: int | None = None  # BLAS threads in force in this process (thread placement)
         self.source = "orchestra"
@@ -202,6 +215,9 @@ class ThreadLimits:
         if self._held:
             return
         self._held = True
+        from ..runtime import kernels
+
+        self._kernel_threads = kernels.threads()
         user = user_setting(self.explicit)
         if user is not None and user[1] != "blas_threads option":
             self.source = user[1]  # the libraries read it at load: nothing to change
@@ -213,6 +229,7 @@ class ThreadLimits:
             self.source = "orchestra" if user is None else user[1]
             self._limiter = threadpool_limits(limits=n, user_api=None)
             self.in_process = blas_in_force()
+        _kernel_threads(1 if user is None else user[0])
         _log.info("thread-placed instances: BLAS threads of this process", blas_threads=self.in_process,
                   source=self.source)
 
@@ -222,6 +239,9 @@ class ThreadLimits:
         self._held = False
         if lim is not None:
             lim.restore_original_limits()
+        if self._kernel_threads is not None:
+            _kernel_threads(self._kernel_threads)
+            self._kernel_threads = None
 
 
 def thread_budget(placement: str, blas: int | None, source: str, in_force: Mapping[str, Mapping[str, Any]],

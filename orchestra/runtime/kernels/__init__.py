@@ -24,6 +24,8 @@ is available; it releases the GIL while it computes): :data:`NATIVE_KERNELS` say
 it is there. Without it the numpy path runs, with the same results to float rounding.
 """
 
+from orchestra.errors import InvalidArgumentError
+
 from . import (  # noqa: F401  (imported to register their kernels)
     _conv,
     _creation,
@@ -41,4 +43,31 @@ from ._registry import KernelDef, get_kernel, kernel, kernel_names, nearest_kern
 #: True when orchestra's compiled kernels (the ``_native`` extension) were built and load.
 NATIVE_KERNELS: bool = _conv._native is not None
 
-__all__ = ["NATIVE_KERNELS", "KernelDef", "get_kernel", "kernel", "kernel_names", "nearest_kernel_names"]
+#: The most threads :func:`set_threads` accepts.
+MAX_THREADS = 16
+
+
+def set_threads(n: int) -> None:
+    """Lets one call of a compiled kernel (a convolution, an activation) split its work over
+    up to ``n`` threads (1 to :data:`MAX_THREADS`; 1 by default), process-wide. Threads are
+    started per call for large enough work and joined before it returns. The orchestrator
+    sets this with the BLAS thread count it decides (``statistics().threads``); without the
+    compiled kernels it does nothing.
+
+    Raises:
+        orchestra.InvalidArgumentError: ``n`` is not an int from 1 to 16.
+    """
+    if type(n) is not int or not 1 <= n <= MAX_THREADS:
+        raise InvalidArgumentError(f"set_threads: {n!r} threads (an int from 1 to {MAX_THREADS})")
+    if _conv._native is not None:
+        _conv._native.set_threads(n)
+
+
+def threads() -> int:
+    """How many threads one call of a compiled kernel may use (:func:`set_threads`); 1
+    without the compiled kernels."""
+    return int(_conv._native.get_threads()) if _conv._native is not None else 1
+
+
+__all__ = ["MAX_THREADS", "NATIVE_KERNELS", "KernelDef", "get_kernel", "kernel", "kernel_names",
+           "nearest_kernel_names", "set_threads", "threads"]

@@ -12,6 +12,47 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#if defined(__unix__) || defined(__APPLE__)
+#include <pthread.h>
+#define ORCH_THREADS 1
+#else
+#define ORCH_THREADS 0
+#endif
+
+/* The threads one call may use (set_threads; 1 by default). Threads are started per call and
+ * joined before it returns, so nothing lingers across calls or forks. */
+static int max_threads = 1;
+/* Below this many multiply-adds (or elements) a call stays on the calling thread: starting a
+ * thread costs tens of microseconds. */
+#define PARALLEL_MIN_WORK (1 << 20)
+
+/* Runs fn(arg_k) for k < n (n <= 16), on the calling thread and n - 1 started threads; where
+ * a thread can't be started its part runs on the calling thread. */
+static void run_parts(void *(*fn)(void *), void *args, size_t arg_size, int n) {
+#if ORCH_THREADS
+    pthread_t tid[16];
+    int started[16] = {0};
+    for (int k = 1; k < n; k++) started[k] = pthread_create(&tid[k], NULL, fn, (char *)args + k * arg_size) == 0;
+    fn(args);
+    for (int k = 1; k < n; k++) {
+        if (started[k])
+            pthread_join(tid[k], NULL);
+        else
+            fn((char *)args + k * arg_size);
+    }
+#else
+    for (int k = 0; k < n; k++) fn((char *)args + k * arg_size);
+#endif
+}
+
+/* How many parts to split ``work`` units of ``items`` independent items into. */
+static int parts_for(Py_ssize_t work, Py_ssize_t items) {
+    int n = max_threads;
+    if (n > 16) n = 16;
+    if (work < PARALLEL_MIN_WORK) n = 1;
+    if (items < n) n = (int)(items > 0 ? items : 1);
+    return n;
+}
 
 #if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && !defined(__clang__)
 /* one copy of the loop per instruction set, picked once by the loader (ifunc) */
@@ -223,6 +264,33 @@ static int need(const Py_buffer *b, Py_ssize_t count, const char *what) {
     return 1;
 }
 
+/* A share of one convolution call: images x groups [i0, i1), with its own scratch. */
+typedef struct {
+    const float *x, *w, *bias;
+    float *out, *scratch;
+    const Py_ssize_t *toff;
+    Py_ssize_t i0, i1, c_, h, wd, o_, g_, cg, og, taps, sh, sw, ph, pw, ho, wo, hp, row, plane_len;
+} conv_job;
+
+static void *conv_part(void *arg) {
+    const conv_job *j = (const conv_job *)arg;
+    for (Py_ssize_t it = j->i0; it < j->i1; it++) {
+        const Py_ssize_t n = it / j->g_, g = it % j->g_;
+        for (Py_ssize_t ci = 0; ci < j->cg; ci++)
+            pad_plane(j->x + ((n * j->c_) + g * j->cg + ci) * j->h * j->wd, j->scratch + ci * j->plane_len, j->h,
+                      j->wd, j->sw, j->ph, j->pw, j->hp, j->row);
+        float *dst = j->out + (n * j->o_ + g * j->og) * j->ho * j->wo;
+        if (j->cg == 1 && j->og == 1)
+            depthwise_plane(j->scratch, j->w + g * j->taps, j->bias ? j->bias[g] : 0.0f, dst, j->toff, j->taps, j->sh,
+                            j->ho, j->wo, j->row);
+        else
+            grouped_group(j->scratch, j->plane_len, j->w + g * j->og * j->cg * j->taps,
+                          j->bias ? j->bias + g * j->og : NULL, dst, j->toff, j->taps, j->cg, j->og, j->sh, j->ho,
+                          j->wo, j->row);
+    }
+    return NULL;
+}
+
 static PyObject *py_conv_f32(PyObject *self, PyObject *args) {
     Py_buffer x, w, b, out;
     PyObject *bias_obj;
@@ -256,8 +324,10 @@ static PyObject *py_conv_f32(PyObject *self, PyObject *args) {
     float *scratch = NULL;
     Py_ssize_t *toff = NULL;
     const Py_ssize_t hp = h + 2 * ph, row = (wd + 2 * pw + sw - 1) / sw + 8, plane_len = sw * hp * row;
+    const Py_ssize_t taps = kh * kw;
+    const int nparts = ok ? parts_for(prod4(n_, o_ * cg, ho * wo, taps), n_ * g_) : 1;
     if (ok) {
-        scratch = PyMem_RawMalloc((size_t)(cg * plane_len) * sizeof(float));
+        scratch = PyMem_RawMalloc((size_t)(nparts * cg * plane_len) * sizeof(float));
         toff = PyMem_RawMalloc((size_t)(kh * kw) * sizeof(Py_ssize_t));
         if (!scratch || !toff) {
             PyErr_NoMemory();
@@ -268,24 +338,17 @@ static PyObject *py_conv_f32(PyObject *self, PyObject *args) {
         for (Py_ssize_t i = 0; i < kh; i++)
             for (Py_ssize_t j = 0; j < kw; j++)
                 toff[i * kw + j] = ((j * dw) % sw) * hp * row + i * dh * row + (j * dw) / sw;
-        const float *xs = (const float *)x.buf, *ws = (const float *)w.buf;
-        const float *bs = have_bias ? (const float *)b.buf : NULL;
-        float *os = (float *)out.buf;
-        const Py_ssize_t taps = kh * kw;
-        Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t n = 0; n < n_; n++) {
-            for (Py_ssize_t g = 0; g < g_; g++) {
-                for (Py_ssize_t ci = 0; ci < cg; ci++)
-                    pad_plane(xs + ((n * c_) + g * cg + ci) * h * wd, scratch + ci * plane_len, h, wd, sw, ph, pw, hp,
-                              row);
-                float *dst = os + (n * o_ + g * og) * ho * wo;
-                if (cg == 1 && og == 1)
-                    depthwise_plane(scratch, ws + g * taps, bs ? bs[g] : 0.0f, dst, toff, taps, sh, ho, wo, row);
-                else
-                    grouped_group(scratch, plane_len, ws + g * og * cg * taps, bs ? bs + g * og : NULL, dst, toff,
-                                  taps, cg, og, sh, ho, wo, row);
-            }
+        conv_job jobs[16];
+        const Py_ssize_t items = n_ * g_;
+        for (int k = 0; k < nparts; k++) {
+            conv_job j = {(const float *)x.buf, (const float *)w.buf, have_bias ? (const float *)b.buf : NULL,
+                          (float *)out.buf, scratch + k * cg * plane_len, toff, items * k / nparts,
+                          items * (k + 1) / nparts, c_, h, wd, o_, g_, cg, og, taps, sh, sw, ph, pw, ho, wo, hp, row,
+                          plane_len};
+            jobs[k] = j;
         }
+        Py_BEGIN_ALLOW_THREADS
+        run_parts(conv_part, jobs, sizeof jobs[0], nparts);
         Py_END_ALLOW_THREADS
     }
     PyMem_RawFree(toff);
@@ -348,6 +411,19 @@ static void hardswish_loop(const float *restrict x, float *restrict out, Py_ssiz
 
 typedef void (*unary_loop)(const float *restrict, float *restrict, Py_ssize_t);
 
+typedef struct {
+    unary_loop loop;
+    const float *x;
+    float *out;
+    Py_ssize_t n;
+} unary_job;
+
+static void *unary_part(void *arg) {
+    const unary_job *j = (const unary_job *)arg;
+    if (j->n > 0) j->loop(j->x, j->out, j->n);
+    return NULL;
+}
+
 static PyObject *unary(PyObject *args, unary_loop loop, const char *name) {
     Py_buffer x, out;
     Py_ssize_t n;
@@ -359,8 +435,16 @@ static PyObject *unary(PyObject *args, unary_loop loop, const char *name) {
         ok = 0;
     }
     if (ok) {
+        const int nparts = parts_for(n, n / 4096);
+        unary_job jobs[16];
+        for (int k = 0; k < nparts; k++) {
+            /* parts start on 16-float boundaries (whole vectors for every part but the last) */
+            const Py_ssize_t a = (n * k / nparts) & ~(Py_ssize_t)15, e = k + 1 == nparts ? n : (n * (k + 1) / nparts) & ~(Py_ssize_t)15;
+            unary_job j = {loop, (const float *)x.buf + a, (float *)out.buf + a, e - a};
+            jobs[k] = j;
+        }
         Py_BEGIN_ALLOW_THREADS
-        loop((const float *)x.buf, (float *)out.buf, n);
+        run_parts(unary_part, jobs, sizeof jobs[0], nparts);
         Py_END_ALLOW_THREADS
     }
     PyBuffer_Release(&x);
@@ -379,7 +463,27 @@ static PyObject *py_hardswish_f32(PyObject *self, PyObject *args) {
     return unary(args, hardswish_loop, "hardswish_f32");
 }
 
+static PyObject *py_set_threads(PyObject *self, PyObject *args) {
+    int n;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "i", &n)) return NULL;
+    if (n < 1 || n > 16) {
+        PyErr_Format(PyExc_ValueError, "set_threads: %d threads (1 to 16)", n);
+        return NULL;
+    }
+    max_threads = ORCH_THREADS ? n : 1;
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_get_threads(PyObject *self, PyObject *args) {
+    (void)self;
+    (void)args;
+    return PyLong_FromLong(max_threads);
+}
+
 static PyMethodDef methods[] = {
+    {"set_threads", py_set_threads, METH_VARARGS, "set_threads(n): threads one call may use (1 to 16)."},
+    {"get_threads", py_get_threads, METH_NOARGS, "get_threads(): threads one call may use."},
     {"conv_f32", py_conv_f32, METH_VARARGS,
      "conv_f32(x, w, bias|None, out, N, C, H, W, O, groups, kh, kw, sh, sw, ph, pw, dh, dw, Ho, Wo): "
      "NCHW float32 grouped (depthwise included) 2-d convolution into out (C-contiguous buffers)."},
