@@ -102,6 +102,8 @@ GROUPED_CASES = [
     (1, 16, 16, 10, 10, 2, 1, 1, (1, 1), (0, 0), (1, 1), True),  # 1x1, 8 per group
     (1, 6, 3, 8, 8, 3, 3, 3, (1, 1), (1, 1), (1, 1), True),  # 2 in, 1 out per group
     (1, 4, 12, 9, 9, 4, 3, 3, (1, 1), (1, 1), (1, 1), True),  # depthwise with multiplier 3
+    (1, 3, 16, 224, 224, 1, 3, 3, (2, 2), (1, 1), (1, 1), True),  # MobileNetV3's first (RGB) convolution
+    (2, 8, 10, 15, 14, 1, 5, 5, (1, 1), (2, 2), (1, 1), False),  # one group of 8
 ]
 
 

@@ -109,8 +109,9 @@ def _conv_phases(x: np.ndarray, w: np.ndarray, b3: np.ndarray | None, stride: tu
     return res
 
 
-# Grouped convolutions (depthwise included) with at most this many input channels per group
-# run compiled (where built); wider groups are better served by im2col and BLAS.
+# Convolutions with at most this many input channels per group run compiled (where built):
+# depthwise, narrow grouped, and a network's first (RGB) convolution; wider groups are better
+# served by im2col and BLAS (parity at 16 channels per group, measured).
 _NATIVE_MAX_GROUP_CHANNELS = 8
 
 # Depthwise convolutions with at least this many output elements per image take the
@@ -229,7 +230,8 @@ def conv2d(
     wp = wd + 2 * pw
     hw = ho * wo
 
-    if groups > 1 and cg <= _NATIVE_MAX_GROUP_CHANNELS and dt == np.float32 and _native is not None:
+    if (cg <= _NATIVE_MAX_GROUP_CHANNELS and (groups > 1 or kh * kw > 1) and dt == np.float32
+            and _native is not None):
         # Compiled direct convolution: each input plane padded into a small scratch, 8-column
         # output tiles, several output channels per input load; the GIL released.
         xc = np.ascontiguousarray(x)
