@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -1133,3 +1134,29 @@ def test_a_constant_copy_the_kernel_rejects_is_left_to_fail_at_execute() -> None
     assert CC not in kinds(prog)
     with prog.load_method() as m, pytest.raises(OrchestraError):
         m.execute([randn(1, 3)])
+
+
+def test_an_exported_hardswish_chain_runs_as_one_hardswish(monkeypatch: pytest.MonkeyPatch) -> None:
+    """add 3, clamp 0, clamp 6, mul by the input, div by 6 (as exported, constant copies
+    folded): one hardswish pass (the compiled kernel where built), bit-identical."""
+    from orchestra.runtime.kernels import _elementwise as ew
+
+    calls: list[str] = []
+
+    class Counting:
+        def __init__(self, real: Any) -> None:
+            self.real = real
+
+        def __getattr__(self, name: str) -> Any:
+            calls.append(name)
+            return getattr(self.real, name)
+
+    if ew._native is not None:
+        monkeypatch.setattr(ew, "_native", Counting(ew._native))
+    prog = build(exporter_hardswish)
+    x = randn(1, 3, 8, 8) * 4
+    got, want = run_both(prog, [x])
+    for g, w_ in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w_)
+    if ew._native is not None:
+        assert calls == ["hardswish_f32"] * 2  # one pass per execute (run twice); the steps as written call none

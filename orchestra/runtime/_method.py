@@ -283,7 +283,8 @@ class CompiledPlan:
     float rounding where BLAS takes another path for a strided operand), and a chain of
     elementwise instructions over one tensor, each intermediate read only by the next, runs
     as one step in place in the last one's output (bit-identical, except sigmoid then mul
-    by its input, computed as silu). ``steps`` is what
+    by its input, computed as silu; an exported hardswish, add 3 / clamp 0..6 / mul by the
+    input / div 6, runs as one hardswish pass, the same operations in the same order). ``steps`` is what
     runs, ``step_spans`` the instructions each step covers, ``rewrites`` what was changed,
     ``instruction_steps`` one step per instruction as written.
     """
