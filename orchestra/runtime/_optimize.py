@@ -532,7 +532,7 @@ class _Storage:
         it (forward from ``pc``, wrapping). None when the matrix would be too large."""
         size = self.n + 2
         rp, rlo, rhi = self._mem_reads(m, reads)
-        sel = np.flatnonzero((rlo < hi_r) & (rhi > lo_r))
+        sel = ((rlo < hi_r) & (rhi > lo_r)).nonzero()[0]
         if not len(sel):
             return True
         kw, dlo, dhi = self._defs(m, lo_r, hi_r, pc, dropped)
@@ -540,12 +540,11 @@ class _Storage:
             return False
         if len(sel) * len(kw) > 1 << 20:
             return None
-        kr = (rp[sel] - pc) % size
-        kr[kr == 0] = size
+        kr = ((rp[sel] - (pc + 1)) % size + 1)[:, None]  # distance from pc, 1..size (0 is size)
         lo = np.maximum(rlo[sel], lo_r)[:, None]
         hi = np.minimum(rhi[sel], hi_r)[:, None]
-        cover = (kw > 0) & (dlo <= lo) & (hi <= dhi)
-        return bool((np.where(cover, kw, size + 1).min(axis=1) < kr).all())
+        cover = (dlo <= lo) & (hi <= dhi) & (kw < kr)
+        return bool(cover.any(axis=1).all())
 
     def _mem_reads(self, m: int, reads: dict[int, set[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The reads (``reads``: value -> positions) of planned values of memory ``m`` as
@@ -571,7 +570,8 @@ class _Storage:
 
     def _defs(self, m: int, lo_r: int, hi_r: int, pc: int, dropped: set[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Distance from pc, first byte and end byte (arrays) of the writes of whole values
-        in memory ``m`` that overlap bytes [lo_r, hi_r) and are not in ``dropped``. Which
+        in memory ``m`` that overlap bytes [lo_r, hi_r), are not in ``dropped`` and are not
+        at ``pc`` itself (distances 1 and up). Which
         writes ``dropped`` leaves out is worked out once per set (a caller changing a set
         between calls must change its size)."""
         arrays = self._mem_writes.get(m)
@@ -591,8 +591,11 @@ class _Storage:
                     keep[k] = False
             gone.clear()
             mask = gone[id(dropped)] = (dropped, keep, len(dropped))
-        sel = np.flatnonzero(mask[1] & (los < hi_r) & (his > lo_r))
-        return (ws[sel] - pc) % (self.n + 2), los[sel], his[sel]
+        sel = (mask[1] & (los < hi_r) & (his > lo_r)).nonzero()[0]
+        kw = (ws[sel] - pc) % (self.n + 2)
+        after = (kw > 0).nonzero()[0]  # a write at pc itself never covers a read
+        sel = sel[after]
+        return kw[after], los[sel], his[sel]
 
 
 @dataclass(frozen=True, slots=True)
@@ -1067,9 +1070,15 @@ def fold_batch_norm(
         shift = shift * scale
         if beta is not None:
             shift = shift + beta.astype(f64)
-        w2 = np.ascontiguousarray((w.astype(f64) * scale.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype))
+        # One pass, no float64 copy of w: the ufunc computes each product in float64 and
+        # rounds it to w's dtype as it stores it (the same bits as w.astype(f64) * scale
+        # then .astype(w.dtype)).
+        w2 = np.empty(w.shape, w.dtype)
+        np.multiply(w, scale.reshape((-1,) + (1,) * (w.ndim - 1)), out=w2, dtype=f64, casting="unsafe")
         b2 = np.ascontiguousarray(shift.astype(w.dtype))
-    if not (np.isfinite(w2).all() and np.isfinite(b2).all() and np.isfinite(w).all()):
+    # A non-finite element of w makes its product non-finite too (inf * 0 is NaN), so
+    # checking w2 checks w.
+    if not (np.isfinite(w2).all() and np.isfinite(b2).all()):
         return None
     w2.setflags(write=False)
     b2.setflags(write=False)
@@ -1564,7 +1573,13 @@ def optimize_steps(
         for pc, (out, _, readers) in ccs.items():
             dropped.add((pc, out))
             designated.update((r, out) for r in readers)
-        reads = {v: {p for p in ps if (p, v) not in designated} for v, ps in base_reads.items()}
+        # base_reads less the designated reads; the sets of values without one are shared
+        # with base_reads (nothing below changes a set).
+        reads = dict(base_reads)
+        for p, v in designated:
+            ps = reads.get(v)
+            if ps is not None and p in ps:
+                reads[v] = ps - {p}
         changed = False
         for pc, (out, _, _) in list(ccs.items()):
             if not st.drop_unobserved(out, pc, reads, dropped):
