@@ -8,7 +8,6 @@ exactly as the memory plan says), constants are read-only views into the program
 
 from __future__ import annotations
 
-import inspect
 import math
 import operator
 import time
@@ -436,7 +435,7 @@ class CompiledPlan:
         if not rets:
             # Schemas returning () (split_with_sizes_copy.out, et_copy_index) still
             # produce their result in an argument: send what the kernel returns there.
-            names = list(inspect.signature(kd.fn).parameters)[:n]
+            names = list(kd.param_names)
             target = "copy_to" if name == "executorch_prim::et_copy_index.tensor" else "out"
             if target in names:
                 rets = (params[names.index(target)],)
@@ -540,7 +539,10 @@ class CompiledPlan:
         for i in params:
             v, slot = self.template[i], self.slots[i]
             if isinstance(v, np.ndarray) or slot is not None:
-                dt = v.dtype.name if isinstance(v, np.ndarray) else slot.dtype.name
+                dtype = v.dtype if isinstance(v, np.ndarray) else slot.dtype
+                if dtype in kd.numpy_dtypes:
+                    return
+                dt = dtype.name  # numpy computes a dtype's name in Python: only when needed
                 if dt not in kd.dtypes and dt != "bool":
                     raise OperatorMissingError(
                         f"{self.where}: {where}: operator {kd.name} has no kernel for dtype {dt} "

@@ -116,7 +116,6 @@ the same results: nothing in between writes their data).
 from __future__ import annotations
 
 import functools
-import inspect
 import operator
 import re
 from collections.abc import Callable, Sequence
@@ -278,7 +277,7 @@ def _out_params(name: str) -> frozenset[int]:
     kd = get_kernel(name)
     if kd is None:
         return frozenset()
-    names = list(inspect.signature(kd.fn).parameters)[: kd.num_params]
+    names = kd.param_names
     other = _OTHER_OUTS.get(name, ())
     return frozenset(p for p, n in enumerate(names) if re.fullmatch(r"out\d*", n) or n in other)
 
