@@ -389,7 +389,8 @@ class _Storage:
         # value)) and which of them a dropped set leaves out (see _defs).
         # drop_unobserved tests values sharing memory with more than this many with numpy.
         self.numpy_from = 32
-        self._reads: tuple[dict[int, set[int]], int, dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]] | None = None
+        self._reads: tuple[dict[int, set[int]], int, dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]]] | None = None
+        self._own: tuple[dict[int, set[int]], int, set[tuple[int, int]], int, dict[int, tuple[np.ndarray, np.ndarray]]] | None = None
         self._mem_writes: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, dict[tuple[int, int], int], dict[int, Any]]] = {}
         self._mem_arrays: dict[int, tuple[np.ndarray, np.ndarray, list[int]]] = {}
         self.writes_at: list[list[int]] = [[] for _ in range(n)]
@@ -530,25 +531,34 @@ class _Storage:
         that still runs covers its bytes and comes strictly after ``pc`` and strictly before
         it (forward from ``pc``, wrapping). None when the matrix would be too large."""
         size = self.n + 2
-        rp, rlo, rhi = self._mem_reads(m, reads)
+        rp, rlo, rhi, _ = self._mem_reads(m, reads)
         sel = ((rlo < hi_r) & (rhi > lo_r)).nonzero()[0]
         if not len(sel):
             return True
+        # Most reads are covered by the one write of the value they read, which comes
+        # between pc and them: a 1-D test. Only the other reads (of values live across pc,
+        # typically none) go through the test against every write.
+        own, has_own = self._own_writes(m, reads, dropped)
+        kr = (rp[sel] - (pc + 1)) % size + 1  # distance from pc, 1..size (0 is size)
+        ko = (own[sel] - pc) % size
+        rest = (~(has_own[sel] & (ko > 0) & (ko < kr))).nonzero()[0]
+        if not len(rest):
+            return True
+        sel, kr = sel[rest], kr[rest]
         kw, dlo, dhi = self._defs(m, lo_r, hi_r, pc, dropped)
         if not len(kw):
             return False
         if len(sel) * len(kw) > 1 << 20:
             return None
-        kr = ((rp[sel] - (pc + 1)) % size + 1)[:, None]  # distance from pc, 1..size (0 is size)
         lo = np.maximum(rlo[sel], lo_r)[:, None]
         hi = np.minimum(rhi[sel], hi_r)[:, None]
-        cover = (dlo <= lo) & (hi <= dhi) & (kw < kr)
+        cover = (kw > 0) & (kw < kr[:, None]) & (dlo <= lo) & (hi <= dhi)
         return bool(cover.any(axis=1).all())
 
-    def _mem_reads(self, m: int, reads: dict[int, set[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _mem_reads(self, m: int, reads: dict[int, set[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
         """The reads (``reads``: value -> positions) of planned values of memory ``m`` as
-        arrays: position, first and end byte of the value read; once per ``reads`` dict (a
-        caller changing a dict between calls must change its size)."""
+        arrays: position, first and end byte of the value read, and (a list) the value read;
+        once per ``reads`` dict (a caller changing a dict between calls must change its size)."""
         cached = self._reads
         if cached is None or cached[0] is not reads or cached[1] != len(reads):
             cached = self._reads = (reads, len(reads), {})
@@ -557,6 +567,7 @@ class _Storage:
             pos: list[int] = []
             lo: list[int] = []
             hi: list[int] = []
+            val: list[int] = []
             for _, _, a in self.by_mem.get(m, []):
                 ps = reads.get(a)
                 if ps:
@@ -564,13 +575,38 @@ class _Storage:
                     pos.extend(ps)
                     lo.extend((a_lo,) * len(ps))
                     hi.extend((a_hi,) * len(ps))
-            found = cached[2][m] = (np.array(pos, np.int64), np.array(lo, np.int64), np.array(hi, np.int64))
+                    val.extend((a,) * len(ps))
+            found = cached[2][m] = (np.array(pos, np.int64), np.array(lo, np.int64), np.array(hi, np.int64), val)
+        return found
+
+    def _own_writes(self, m: int, reads: dict[int, set[int]], dropped: set[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+        """Per read of ``_mem_reads(m, reads)``: the position of the write of all of the value
+        it reads, when that value has exactly one such write not in ``dropped``, and whether
+        it has (arrays). Once per ``reads`` dict and ``dropped`` set (callers change their
+        sizes between changes, as for _mem_reads and _defs)."""
+        cached = self._own
+        if (cached is None or cached[0] is not reads or cached[1] != len(reads) or cached[2] is not dropped
+                or cached[3] != len(dropped)):
+            cached = self._own = (reads, len(reads), dropped, len(dropped), {})
+        found = cached[4].get(m)
+        if found is None:
+            val = self._mem_reads(m, reads)[3]
+            one: dict[int, int] = {}
+            own: list[int] = []
+            has: list[bool] = []
+            for a in val:
+                w = one.get(a)
+                if w is None:
+                    ws = [x for x, _, _ in self.whole_writes(a) if (x, a) not in dropped]
+                    w = one[a] = ws[0] if len(ws) == 1 else -2  # -2: no position
+                own.append(w)
+                has.append(w != -2)
+            found = cached[4][m] = (np.array(own, np.int64), np.array(has, bool))
         return found
 
     def _defs(self, m: int, lo_r: int, hi_r: int, pc: int, dropped: set[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Distance from pc, first byte and end byte (arrays) of the writes of whole values
-        in memory ``m`` that overlap bytes [lo_r, hi_r), are not in ``dropped`` and are not
-        at ``pc`` itself (distances 1 and up). Which
+        in memory ``m`` that overlap bytes [lo_r, hi_r) and are not in ``dropped``. Which
         writes ``dropped`` leaves out is worked out once per set (a caller changing a set
         between calls must change its size)."""
         arrays = self._mem_writes.get(m)
@@ -591,10 +627,7 @@ class _Storage:
             gone.clear()
             mask = gone[id(dropped)] = (dropped, keep, len(dropped))
         sel = (mask[1] & (los < hi_r) & (his > lo_r)).nonzero()[0]
-        kw = (ws[sel] - pc) % (self.n + 2)
-        after = (kw > 0).nonzero()[0]  # a write at pc itself never covers a read
-        sel = sel[after]
-        return kw[after], los[sel], his[sel]
+        return (ws[sel] - pc) % (self.n + 2), los[sel], his[sel]
 
 
 @dataclass(frozen=True, slots=True)
