@@ -349,23 +349,56 @@ class _Fast:
 
     def evalues(self, start: int, n: int) -> tuple[S.EValue, ...]:
         """The EValues of a vector of ``n`` table offsets at ``start`` (tables() then
-        evalue() on each, with the table checks inlined)."""
+        evalue() on each, with the table checks of the value and of its union member, and
+        the decoding of the common kinds, inlined: the same checks, fewer calls)."""
         buf, end, vts = self.buf, self.end, self.vts
         offs = struct.unpack_from(f"<{n}I", buf, start)
         out = []
         append = out.append
+        table, i32, u32, i64 = self.table, _i32, _u32, _i64
+        EValue, Tensor, Int, Bool = S.EValue, S.Tensor, S.Int, S.Bool
+        kinds = S.KERNEL_TYPES
+        nkinds = len(kinds)
+        f_union, f_int, f_bool = _F_UNION, _F_ONE[8], _F_ONE[1]
+        spent = 0
         for i, o in enumerate(offs):
             pos = start + 4 * i + o
             if pos + 4 > end or pos & 3:
                 raise _Fallback
-            vt = pos - _i32(buf, pos)[0]
-            e = vts.get(vt)
+            e = vts.get(pos - i32(buf, pos)[0])
             if e is None or pos + e.objsize > end:
-                t = self.table(pos)  # checks (and caches) the vtable, or raises
+                pos, e = table(pos)  # checks (and caches) the vtable, or raises
             else:
-                self.spent += 1
-                t = (pos, e)
-            append(self.evalue(t))
+                spent += 1
+            o_tag, o_val = e.layout(f_union)
+            tag = buf[pos + o_tag] if o_tag else 0
+            if tag == 0:
+                append(EValue(None))
+                continue
+            if tag > nkinds or not o_val:
+                raise _Fallback
+            # The union member: ref(pos + o_val), inlined.
+            p = pos + o_val
+            vpos = p + u32(buf, p)[0]
+            if vpos + 4 > end or vpos & 3:
+                raise _Fallback
+            ve = vts.get(vpos - i32(buf, vpos)[0])
+            if ve is None or vpos + ve.objsize > end:
+                vpos, ve = table(vpos)
+            else:
+                spent += 1
+            kind = kinds[tag - 1]
+            if kind is Tensor:
+                append(EValue(self.tensor(vpos, ve)))
+            elif kind is Int:
+                (o,) = ve.layout(f_int)
+                append(EValue(Int(i64(buf, vpos + o)[0] if o else 0)))
+            elif kind is Bool:
+                (o,) = ve.layout(f_bool)
+                append(EValue(Bool(buf[vpos + o] != 0 if o else False)))
+            else:
+                append(self.member(kind, vpos, ve))
+        self.spent += spent
         return tuple(out)
 
     def field_vector(self, t: tuple[int, _VTable], slot: int, elem: int) -> tuple[int, int] | None:
@@ -382,7 +415,11 @@ class _Fast:
         if tag >= len(S.KERNEL_TYPES) + 1 or not o_val:
             raise _Fallback
         vpos, ve = self.ref(pos + o_val)
-        kind = S.KERNEL_TYPES[tag - 1]
+        return self.member(S.KERNEL_TYPES[tag - 1], vpos, ve)
+
+    def member(self, kind: type, vpos: int, ve: _VTable) -> S.EValue:
+        """The EValue whose union member of type ``kind`` is the table at ``vpos``."""
+        buf = self.buf
         if kind is S.Tensor:
             return S.EValue(self.tensor(vpos, ve))
         if kind is S.Null:
@@ -423,17 +460,18 @@ class _Fast:
             x0, x1, x2 = xe.layout(_F_EXTRA)
             extra = S.ExtraTensorInfo(_u64(buf, xpos + x0)[0] if x0 else 0, self.string(xpos + x1) if x1 else None,
                                       _i8(buf, xpos + x2)[0] if x2 else 0)
-        return S.Tensor(
-            scalar_type=_i8(buf, pos + o_st)[0] if o_st else 0,
-            storage_offset=_i32(buf, pos + o_so)[0] if o_so else 0,
-            sizes=self.ints(pos + o_sz, "i", 4) if o_sz else (),
-            dim_order=self.ints(pos + o_do, "B", 1) if o_do else (),
-            requires_grad=buf[pos + o_rg] != 0 if o_rg else False,
-            data_buffer_idx=_u32(buf, pos + o_db)[0] if o_db else 0,
-            allocation_info=alloc,
-            layout=_i8(buf, pos + o_ly)[0] if o_ly else 0,
-            shape_dynamism=_i8(buf, pos + o_dy)[0] if o_dy else 0,
-            extra_tensor_info=extra,
+        return S.Tensor(  # positional (faster): scalar_type, storage_offset, sizes, dim_order,
+            # requires_grad, data_buffer_idx, allocation_info, layout, shape_dynamism, extra_tensor_info
+            _i8(buf, pos + o_st)[0] if o_st else 0,
+            _i32(buf, pos + o_so)[0] if o_so else 0,
+            self.ints(pos + o_sz, "i", 4) if o_sz else (),
+            self.ints(pos + o_do, "B", 1) if o_do else (),
+            buf[pos + o_rg] != 0 if o_rg else False,
+            _u32(buf, pos + o_db)[0] if o_db else 0,
+            alloc,
+            _i8(buf, pos + o_ly)[0] if o_ly else 0,
+            _i8(buf, pos + o_dy)[0] if o_dy else 0,
+            extra,
         )
 
     def instruction(self, t: tuple[int, _VTable]) -> S.Instruction:
