@@ -292,19 +292,30 @@ def analyse_uses(cp: CompiledPlan, instructions: Sequence[Any], rets: Sequence[t
     # Per operator (index): its kernel's parameter count and out parameters, once.
     ops: dict[int, tuple[int, frozenset[int]] | None] = {}
     operators = cp.plan.operators
+    no_list = lists.keys().isdisjoint
     straight = True
     for pc, a in enumerate(instructions):
         wrote: list[int] = []
         if isinstance(a, KernelCall):
             args = a.args
-            named = _expand(args, lists) if lists else list(args)
-            wrote = _expand(rets[pc] or args, lists) if lists else list(rets[pc] or args)
+            out = rets[pc] or args
+            # Most instructions name no list value: no members to add.
+            named = _expand(args, lists) if lists and not no_list(args) else list(args)
+            wrote = _expand(out, lists) if lists and not no_list(out) else list(out)
             op = ops.get(a.op_index, False)
             if op is False:
                 name = operators[a.op_index].qualified_name
                 kd = get_kernel(name)
                 op = ops[a.op_index] = None if kd is None else (kd.num_params, _out_params(name))
-            if op is not None and len(args) > op[0]:
+            if op is not None and len(args) > op[0] and (not lists or no_list(args[: op[0]])):
+                # The parameters name no list: where a value is named is where it appears.
+                outs = op[1]
+                params = args[: op[0]]
+                for i in wrote:
+                    c = params.count(i)
+                    if i not in lists and (not c or (c == 1 and params.index(i) in outs)):
+                        defines.setdefault(i, set()).add(pc)
+            elif op is not None and len(args) > op[0]:
                 outs = op[1]
                 where_named: dict[int, list[int]] = {}
                 for p, i in enumerate(args[: op[0]]):
