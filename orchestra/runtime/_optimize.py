@@ -115,6 +115,7 @@ the same results: nothing in between writes their data).
 
 from __future__ import annotations
 
+import bisect
 import functools
 import operator
 import re
@@ -546,9 +547,10 @@ class _Storage:
         sel = ((rlo < hi_r) & (rhi > lo_r)).nonzero()[0]
         if not len(sel):
             return True
-        # Most reads are covered by the one write of the value they read, which comes
-        # between pc and them: a 1-D test. Only the other reads (of values live across pc,
-        # typically none) go through the test against every write.
+        # Most reads are covered by a write of all the bytes of the value they read (its
+        # own, or a view's of it) between pc and them: a 1-D test against the last such
+        # write before each read. Only the other reads (of values live across pc, typically
+        # none) go through the test against every write.
         own, has_own = self._own_writes(m, reads, dropped)
         kr = (rp[sel] - (pc + 1)) % size + 1  # distance from pc, 1..size (0 is size)
         ko = (own[sel] - pc) % size
@@ -591,27 +593,40 @@ class _Storage:
         return found
 
     def _own_writes(self, m: int, reads: dict[int, set[int]], dropped: set[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
-        """Per read of ``_mem_reads(m, reads)``: the position of the write of all of the value
-        it reads, when that value has exactly one such write not in ``dropped``, and whether
-        it has (arrays). Once per ``reads`` dict and ``dropped`` set (callers change their
-        sizes between changes, as for _mem_reads and _defs)."""
+        """Per read of ``_mem_reads(m, reads)``: the position of the last write before it
+        (going back from the read, wrapping around the execute) of all the bytes of the
+        value it reads, by that value or by another with exactly its bytes (a view of it),
+        not in ``dropped``; and whether there is one (arrays). Some such write comes
+        strictly between a position and the read exactly when that last one does. Once per
+        ``reads`` dict and ``dropped`` set (callers change their sizes between changes, as
+        for _mem_reads and _defs)."""
         cached = self._own
         if (cached is None or cached[0] is not reads or cached[1] != len(reads) or cached[2] is not dropped
                 or cached[3] != len(dropped)):
             cached = self._own = (reads, len(reads), dropped, len(dropped), {})
         found = cached[4].get(m)
         if found is None:
-            val = self._mem_reads(m, reads)[3]
-            one: dict[int, int] = {}
+            rp, _, _, val = self._mem_reads(m, reads)
+            by_region: dict[tuple[int, int], set[int]] = {}
+            for _, _, d in self.by_mem.get(m, []):
+                for w, lo, hi in self.whole_writes(d):
+                    if (w, d) not in dropped:
+                        by_region.setdefault((lo, hi), set()).add(w)
+            sorted_writes = {r: sorted(ws) for r, ws in by_region.items()}
+            regions = self.regions
             own: list[int] = []
             has: list[bool] = []
-            for a in val:
-                w = one.get(a)
-                if w is None:
-                    ws = [x for x, _, _ in self.whole_writes(a) if (x, a) not in dropped]
-                    w = one[a] = ws[0] if len(ws) == 1 else -2  # -2: no position
-                own.append(w)
-                has.append(w != -2)
+            for a, p in zip(val, rp.tolist()):
+                ws = sorted_writes.get(regions[a][1:])
+                w = None
+                if ws:
+                    k = bisect.bisect_left(ws, p)
+                    if k:
+                        w = ws[k - 1]  # the last one before p
+                    elif ws[-1] != p:
+                        w = ws[-1]  # none before p: the last one of the previous execute
+                own.append(-2 if w is None else w)
+                has.append(w is not None)
             found = cached[4][m] = (np.array(own, np.int64), np.array(has, bool))
         return found
 
