@@ -243,6 +243,8 @@ _VT_UNPACK: dict[int, object] = {}  # number of vtable entries -> their unpack_f
 # Field specs: (slot, size) of the fields a decoder reads from one table type.
 _F_UNION = ((0, 1), (1, 4))  # EValue, Instruction: type tag, value
 _F_TENSOR = ((0, 1), (1, 4), (2, 4), (3, 4), (4, 1), (5, 4), (6, 4), (7, 1), (8, 1), (9, 4))
+_NINTS = 9
+_INTS = tuple(f"<{n}i" for n in range(_NINTS))  # unpack formats of short int32 vectors (tensor sizes)
 _F_ONE = {1: ((0, 1),), 4: ((0, 4),), 8: ((0, 8),)}
 _F_TWO_I32 = ((0, 4), (1, 4))
 _F_ALLOC = ((0, 4), (1, 4), (2, 4))
@@ -447,13 +449,48 @@ class _Fast:
 
     def tensor(self, pos: int, e: _VTable) -> S.Tensor:
         o_st, o_so, o_sz, o_do, o_rg, o_db, o_al, o_ly, o_dy, o_ex = e.layout(_F_TENSOR)
-        buf = self.buf
+        buf, end = self.buf, self.end
+        u32 = _u32
+        spent = 0
+        # sizes and dim_order: vector() then unpack, inlined (the same checks).
+        sizes: tuple[int, ...] = ()
+        if o_sz:
+            p = pos + o_sz
+            v = p + u32(buf, p)[0]
+            if v + 4 > end or v & 3:
+                raise _Fallback
+            n = u32(buf, v)[0]
+            if v + 4 + 4 * n > end:
+                raise _Fallback
+            spent += n
+            sizes = struct.unpack_from(_INTS[n] if n < _NINTS else f"<{n}i", buf, v + 4)
+        dim_order: tuple[int, ...] = ()
+        if o_do:
+            p = pos + o_do
+            v = p + u32(buf, p)[0]
+            if v + 4 > end or v & 3:
+                raise _Fallback
+            n = u32(buf, v)[0]
+            if v + 4 + n > end:
+                raise _Fallback
+            spent += n
+            dim_order = tuple(buf[v + 4 : v + 4 + n])
         alloc = None
         if o_al:
-            apos, ae = self.ref(pos + o_al)
+            # ref(pos + o_al) with table() inlined on the cached-vtable path.
+            p = pos + o_al
+            apos = p + u32(buf, p)[0]
+            if apos + 4 > end or apos & 3:
+                raise _Fallback
+            ae = self.vts.get(apos - _i32(buf, apos)[0])
+            if ae is None or apos + ae.objsize > end:
+                apos, ae = self.table(apos)
+            else:
+                spent += 1
             a0, a1, a2 = ae.layout(_F_ALLOC)
-            alloc = S.AllocationDetails(_u32(buf, apos + a0)[0] if a0 else 0, _u32(buf, apos + a1)[0] if a1 else 0,
-                                        _u32(buf, apos + a2)[0] if a2 else 0)
+            alloc = S.AllocationDetails(u32(buf, apos + a0)[0] if a0 else 0, u32(buf, apos + a1)[0] if a1 else 0,
+                                        u32(buf, apos + a2)[0] if a2 else 0)
+        self.spent += spent
         extra = None
         if o_ex:
             xpos, xe = self.ref(pos + o_ex)
@@ -464,10 +501,10 @@ class _Fast:
             # requires_grad, data_buffer_idx, allocation_info, layout, shape_dynamism, extra_tensor_info
             _i8(buf, pos + o_st)[0] if o_st else 0,
             _i32(buf, pos + o_so)[0] if o_so else 0,
-            self.ints(pos + o_sz, "i", 4) if o_sz else (),
-            self.ints(pos + o_do, "B", 1) if o_do else (),
+            sizes,
+            dim_order,
             buf[pos + o_rg] != 0 if o_rg else False,
-            _u32(buf, pos + o_db)[0] if o_db else 0,
+            u32(buf, pos + o_db)[0] if o_db else 0,
             alloc,
             _i8(buf, pos + o_ly)[0] if o_ly else 0,
             _i8(buf, pos + o_dy)[0] if o_dy else 0,
