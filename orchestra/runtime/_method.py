@@ -223,7 +223,7 @@ class StateLayout:
         off = 0
         for name, (dtype, sizes) in self.specs.items():
             self.offsets[name] = off
-            n = int(np.prod(sizes, dtype=np.int64)) * dtype.itemsize
+            n = math.prod(sizes) * dtype.itemsize
             off += -(-n // _STATE_ALIGNMENT) * _STATE_ALIGNMENT
         self.size = off
 
@@ -409,7 +409,7 @@ class CompiledPlan:
             a = t.allocation_info
             if t.data_buffer_idx > 0:
                 # Like ExecuTorch: the initial value is copied into planned memory at load.
-                n = int(np.prod(sizes, dtype=np.int64)) * dtype.itemsize
+                n = math.prod(sizes) * dtype.itemsize
                 self.initial.append((a.memory_id, a.offset, _mutable_data(self.program, t, n)))
             return None, _Slot(a.memory_id, a.offset, dtype, sizes, tuple(t.dim_order),
                                t.shape_dynamism != TensorShapeDynamism.STATIC)

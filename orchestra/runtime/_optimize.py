@@ -117,6 +117,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import math
 import operator
 import re
 from collections.abc import Callable, Sequence
@@ -1044,10 +1045,10 @@ class _Matcher:
             ops = (("S", (dim % ndim, start, end, step)),)
         elif name in ("aten::view_copy.out", "aten::_unsafe_view.out"):
             size = self.int_list(params[1])
-            n = int(np.prod(shape, dtype=np.int64))
+            n = math.prod(shape)
             if size is None or size.count(-1) > 1 or any(d < -1 for d in size):
                 return None
-            known = int(np.prod([d for d in size if d != -1], dtype=np.int64))
+            known = math.prod([d for d in size if d != -1])
             if -1 in size:
                 if known == 0 or n % known:
                     return None
@@ -1179,7 +1180,7 @@ def _apply_shape(shape: tuple[int, ...], ops: Sequence[tuple[str, tuple[int, ...
             n = len(range(*slice(*arg[1:]).indices(shape[dim])))
             shape = shape[:dim] + (n,) + shape[dim + 1:]
         else:
-            if int(np.prod(arg, dtype=np.int64)) != int(np.prod(shape, dtype=np.int64)):
+            if math.prod(arg) != math.prod(shape):
                 return None
             shape = tuple(arg)
     return shape
@@ -1255,7 +1256,7 @@ def _stays_a_view(cp: CompiledPlan, src: int, fn: Callable[[np.ndarray], np.ndar
     slot = cp.slots[src]
     if slot is None or slot.dynamic:
         return False
-    flat = np.empty(int(np.prod(slot.bound, dtype=np.int64)), slot.dtype)
+    flat = np.empty(math.prod(slot.bound), slot.dtype)
     return bool(flat.size) and np.shares_memory(fn(_strided_view(flat, slot.bound, slot.dim_order)), flat)
 
 
@@ -1424,7 +1425,7 @@ def _constant_copy(mt: _Matcher, pc: int) -> tuple[int, np.ndarray, tuple[int, .
         return None
     st, uses = mt.storage, mt.uses
     if (not st.static(out) or out in uses.outputs or out in st.inputs
-            or uses.writers.get(out) != frozenset({pc}) or int(np.prod(meta[1], dtype=np.int64)) > _CONST_COPY_MAX_SIZE):
+            or uses.writers.get(out) != frozenset({pc}) or math.prod(meta[1]) > _CONST_COPY_MAX_SIZE):
         return None
     readers = tuple(sorted(uses.mentions.get(out, frozenset()) - {pc}))
     for r in readers:
@@ -1479,7 +1480,7 @@ def _gelu_scratch(mt: _Matcher, pc: int) -> tuple[int, int, int] | None:
     meta = mt.static_tensor(out)
     if meta is None or meta[0] != np.dtype(np.float32) or mt.static_tensor(x) != meta:
         return None
-    n = int(np.prod(meta[1], dtype=np.int64))
+    n = math.prod(meta[1])
     if n <= GELU_TABLE_MAX_SIZE or not mt.storage.static(out):
         return None
     if mt.constant(x) is None and not mt.storage.static(x):
