@@ -685,6 +685,7 @@ class _Matcher:
         self.rets = rets
         self.uses = uses
         self.storage = _Storage(cp, uses, len(instructions))
+        self._group_defs: dict[int, list[tuple[int, int, int]]] = {}  # see producer
 
     # -- helpers ----------------------------------------------------------------------------
     def kernel_call(self, pc: int, name: str, nparams: int) -> tuple[tuple[int, ...], set[int]] | None:
@@ -1061,12 +1062,28 @@ class _Matcher:
     def producer(self, value: int, reader: int) -> tuple[int, int] | None:
         """(pc, defined value) of the last instruction before ``reader`` defining ``value``
         or a value that is it seen with another shape (``_Storage.aliases``)."""
-        best: tuple[int, int] | None = None
-        for x in (value, *self.storage.aliases(value)):
-            for w in self.uses.defines.get(x, ()):
-                if w < reader and (best is None or w > best[0]):
-                    best = (w, x)
-        return best
+        st = self.storage
+        st.aliases(value)  # builds the groups
+        group = st._same_bytes.get(value)  # type: ignore[union-attr]
+        if group is None:
+            ws = [w for w in self.uses.defines.get(value, ()) if w < reader]
+            return (max(ws), value) if ws else None
+        # The defines of the group's values, sorted by (position, place in the group): the
+        # last one before reader, the value itself first among several at one position,
+        # else the first in the group's order (as a scan of value then its aliases finds).
+        defs = self._group_defs.get(id(group))
+        if defs is None:
+            defs = sorted((w, k, x) for k, x in enumerate(group) for w in self.uses.defines.get(x, ()))
+            self._group_defs[id(group)] = defs
+        k = bisect.bisect_left(defs, (reader,))
+        if not k:
+            return None
+        w = defs[k - 1][0]
+        first = k - 1
+        while first and defs[first - 1][0] == w:
+            first -= 1
+        run = defs[first:k]
+        return (w, value) if any(x == value for _, _, x in run) else (w, run[0][2])
 
     def layout_chain(self, pc: int, k: int) -> list[_Link]:
         """The layout instructions producing operand ``k`` of instruction ``pc``, nearest
