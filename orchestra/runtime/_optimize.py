@@ -400,7 +400,7 @@ class _Storage:
         self._whole_writes: dict[int, list[tuple[int, int, int]]] = {}
         # memory id -> its whole writes (position, first byte, end byte; index by (position,
         # value)) and which of them a dropped set leaves out (see _defs).
-        # drop_unobserved tests values sharing memory with more than this many with numpy.
+        # drop_unobserved tests values in a memory of more than this many values with numpy.
         self.numpy_from = 32
         self._reads: tuple[dict[int, set[int]], int, dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]]] | None = None
         self._own: tuple[dict[int, set[int]], int, set[tuple[int, int]], int, dict[int, tuple[np.ndarray, np.ndarray]]] | None = None
@@ -512,15 +512,17 @@ class _Storage:
         m, lo_r, hi_r = r
         if hi_r <= lo_r:
             return True
+        # A memory holding many values is tested with numpy (the same answers; the plain
+        # test below is for small ones, and for a matrix _covered finds too large).
+        if len(self.by_mem.get(m, ())) > self.numpy_from:
+            covered = self._covered(m, lo_r, hi_r, pc, reads, dropped)
+            if covered is not None:
+                return covered
         near = self.overlapping(value)
         size = self.n + 2
         # The writes of whole values that still run, nearest after pc first: a read at p is
         # covered when the first of them (going forward from pc) that covers its bytes
         # comes before p (the same test as _between, in one pass).
-        if len(near) > self.numpy_from:
-            covered = self._covered(m, lo_r, hi_r, pc, reads, dropped)
-            if covered is not None:
-                return covered
         defs = sorted(((w - pc) % size, lo, hi) for d in near for w, lo, hi in self.whole_writes(d)
                       if (w, d) not in dropped)
         for a in near:
