@@ -165,7 +165,7 @@ def training_info(program: ProgramDef, name: str) -> tuple[list[str], int, int] 
 
 def _strided_view(flat: np.ndarray, sizes: Sequence[int], dim_order: Sequence[int]) -> np.ndarray:
     """A view of ``flat`` laid out in ``dim_order`` (outermost first) with logical ``sizes``."""
-    if not dim_order or list(dim_order) == list(range(len(sizes))):
+    if not dim_order or tuple(dim_order) == tuple(range(len(sizes))):
         return flat.reshape(sizes)
     physical = flat.reshape([sizes[d] for d in dim_order])
     return physical.transpose(np.argsort(dim_order))
@@ -394,19 +394,19 @@ class CompiledPlan:
 
     def _tensor_value(self, i: int, t: Tensor) -> tuple[Any, _Slot | None]:
         dtype = numpy_dtype(t.scalar_type)
-        where = f"{self.where}: values[{i}]"
         if dtype is None:
-            raise OrchestraError(f"{where}: scalar type {ScalarType(t.scalar_type).name} is not supported by orchestra's runtime", Error.NotSupported)
+            raise OrchestraError(f"{self.where}: values[{i}]: scalar type {ScalarType(t.scalar_type).name} is not "
+                                 "supported by orchestra's runtime", Error.NotSupported)
         sizes = tuple(t.sizes)
-        external = t.extra_tensor_info is not None and t.extra_tensor_info.location == TensorDataLocation.EXTERNAL
-        if external:
-            raise OrchestraError(f"{where}: tensor data stored outside the program ({t.extra_tensor_info.fully_qualified_name!r}) is not supported yet", Error.NotSupported)
-        if t.is_constant:
-            n = math.prod(sizes)
-            flat = np.frombuffer(self.program.constant_data(t.data_buffer_idx), dtype=dtype, count=n)
+        e = t.extra_tensor_info
+        if e is not None and e.location == TensorDataLocation.EXTERNAL:
+            raise OrchestraError(f"{self.where}: values[{i}]: tensor data stored outside the program "
+                                 f"({e.fully_qualified_name!r}) is not supported yet", Error.NotSupported)
+        a = t.allocation_info
+        if a is None and t.data_buffer_idx > 0:  # a constant (Tensor.is_constant)
+            flat = np.frombuffer(self.program.constant_data(t.data_buffer_idx), dtype=dtype, count=math.prod(sizes))
             return _strided_view(flat, sizes, t.dim_order), None
-        if t.allocation_info is not None:
-            a = t.allocation_info
+        if a is not None:
             if t.data_buffer_idx > 0:
                 # Like ExecuTorch: the initial value is copied into planned memory at load.
                 n = math.prod(sizes) * dtype.itemsize

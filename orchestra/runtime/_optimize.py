@@ -344,9 +344,17 @@ def analyse_uses(cp: CompiledPlan, instructions: Sequence[Any], rets: Sequence[t
             named = []
             straight = False
         for i in named:
-            mentions.setdefault(i, set()).add(pc)
+            ms = mentions.get(i)
+            if ms is None:
+                mentions[i] = {pc}
+            else:
+                ms.add(pc)
         for i in wrote:
-            writers.setdefault(i, set()).add(pc)
+            ws = writers.get(i)
+            if ws is None:
+                writers[i] = {pc}
+            else:
+                ws.add(pc)
     written = set(writers) | set(_expand(cp.input_idx, lists))
     return PlanUses(
         mentions={i: frozenset(s) for i, s in mentions.items()},
