@@ -421,8 +421,7 @@ class CompiledPlan:
 
     def _bind_kernel(self, a: KernelCall, where: str) -> tuple[str, Any, tuple[int, ...], tuple[int, ...]]:
         """(operator name, kernel, parameter values, result values) of a KernelCall."""
-        plan = self.plan
-        name = plan.operators[a.op_index].qualified_name
+        name = self.meta.operators[a.op_index]
         kd = get_kernel(name)
         if kd is None:
             near = nearest_kernel_names(name)

@@ -501,7 +501,9 @@ class _Storage:
 
     def reads(self) -> dict[int, set[int]]:
         """value -> positions that may read it, as the plan is written."""
-        out: dict[int, set[int]] = {i: set(self.uses.reads(i)) for i in self.uses.mentions}
+        defines = self.uses.defines
+        out: dict[int, set[int]] = {i: set(ms - defines[i]) if i in defines else set(ms)
+                                    for i, ms in self.uses.mentions.items()}  # PlanUses.reads of each
         for i in self.uses.outputs:
             out.setdefault(i, set()).add(self.n)
         return out
@@ -695,6 +697,7 @@ class _Matcher:
         self.rets = rets
         self.uses = uses
         self.storage = _Storage(cp, uses, len(instructions))
+        self.op_names = cp.meta.operators  # qualified operator names, by index
         self._group_defs: dict[int, list[tuple[int, int, int]]] = {}  # see producer
 
     # -- helpers ----------------------------------------------------------------------------
@@ -704,7 +707,7 @@ class _Matcher:
         if pc >= len(self.instructions):
             return None
         a = self.instructions[pc]
-        if not isinstance(a, KernelCall) or self.plan.operators[a.op_index].qualified_name != name:
+        if not isinstance(a, KernelCall) or self.op_names[a.op_index] != name:
             return None
         kd = get_kernel(name)
         if kd is None or kd.num_params != nparams or len(a.args) < nparams:
@@ -787,7 +790,7 @@ class _Matcher:
         a = self.instructions[pc]
         if not isinstance(a, KernelCall):
             return None
-        name = self.plan.operators[a.op_index].qualified_name
+        name = self.op_names[a.op_index]
         nparams = _EW_UNARY.get(name) or _EW_BINARY.get(name)
         if nparams is None:
             return None
@@ -859,7 +862,7 @@ class _Matcher:
 
     def ew_skippable(self, pc: int, chain_values: set[int]) -> bool:
         a = self.instructions[pc]
-        if not isinstance(a, KernelCall) or self.plan.operators[a.op_index].qualified_name not in _EW_SKIPPABLE:
+        if not isinstance(a, KernelCall) or self.op_names[a.op_index] not in _EW_SKIPPABLE:
             return False
         return not (set(self.named_in(pc)) & chain_values)
 
@@ -1003,7 +1006,7 @@ class _Matcher:
         a = self.instructions[pc] if pc < len(self.instructions) else None
         if not isinstance(a, KernelCall):
             return None
-        name = self.plan.operators[a.op_index].qualified_name
+        name = self.op_names[a.op_index]
         nparams = _LAYOUT_OPS.get(name)
         call = None if nparams is None else self.kernel_call(pc, name, nparams)
         if call is None:
@@ -1459,7 +1462,7 @@ def _constant_copy(mt: _Matcher, pc: int) -> tuple[int, np.ndarray, tuple[int, .
         a = mt.instructions[r]
         if r < pc or not isinstance(a, KernelCall):
             return None
-        kd = get_kernel(mt.plan.operators[a.op_index].qualified_name)
+        kd = get_kernel(mt.op_names[a.op_index])
         if kd is None or mt.named_in(r).count(out) != list(a.args[: kd.num_params]).count(out):
             return None
     kd = get_kernel(name)
@@ -1602,7 +1605,7 @@ def optimize_steps(
             pools[pc] = mp
         elif not st.opaque:
             a = instructions[pc]
-            name = cp.plan.operators[a.op_index].qualified_name if isinstance(a, KernelCall) else ""
+            name = cp.meta.operators[a.op_index] if isinstance(a, KernelCall) else ""
             spec = _MATMULS.get(name)
             call = None if spec is None else mt.kernel_call(pc, name, spec[0])
             if call is not None and call[1] == {call[0][-1]}:
@@ -1709,7 +1712,7 @@ def optimize_steps(
     gone.update(ccs)
 
     def op_name(pc: int) -> str:
-        return cp.plan.operators[instructions[pc].op_index].qualified_name
+        return cp.meta.operators[instructions[pc].op_index]
 
     nv = len(cp.plan.values)
     derived: list[tuple[int, Any]] = []
