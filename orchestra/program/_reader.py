@@ -403,6 +403,62 @@ class _Fast:
         self.spent += spent
         return tuple(out)
 
+    def instructions(self, start: int, n: int) -> tuple[S.Instruction, ...]:
+        """The Instructions of a vector of ``n`` table offsets at ``start`` (tables() then
+        instruction() on each, with the table checks and the decoding of a KernelCall
+        inlined, as in evalues)."""
+        buf, end, vts = self.buf, self.end, self.vts
+        offs = struct.unpack_from(f"<{n}I", buf, start)
+        out = []
+        append = out.append
+        table, i32, u32 = self.table, _i32, _u32
+        Instruction, KernelCall = S.Instruction, S.KernelCall
+        kinds = S.INSTRUCTION_TYPES
+        nkinds = len(kinds)
+        f_union, f_two = _F_UNION, _F_TWO_I32
+        spent = 0
+        for i, o in enumerate(offs):
+            pos = start + 4 * i + o
+            if pos + 4 > end or pos & 3:
+                raise _Fallback
+            e = vts.get(pos - i32(buf, pos)[0])
+            if e is None or pos + e.objsize > end:
+                pos, e = table(pos)
+            else:
+                spent += 1
+            o_tag, o_val = e.layout(f_union)
+            tag = buf[pos + o_tag] if o_tag else 0
+            if tag == 0 or tag > nkinds or not o_val:
+                raise _Fallback
+            p = pos + o_val
+            vpos = p + u32(buf, p)[0]
+            if vpos + 4 > end or vpos & 3:
+                raise _Fallback
+            ve = vts.get(vpos - i32(buf, vpos)[0])
+            if ve is None or vpos + ve.objsize > end:
+                vpos, ve = table(vpos)
+            else:
+                spent += 1
+            kind = kinds[tag - 1]
+            if kind is not KernelCall:
+                append(self.instruction_args(kind, vpos, ve))
+                continue
+            o0, o1 = ve.layout(f_two)
+            args: tuple[int, ...] = ()
+            if o1:
+                q = vpos + o1
+                v = q + u32(buf, q)[0]
+                if v + 4 > end or v & 3:
+                    raise _Fallback
+                m = u32(buf, v)[0]
+                if v + 4 + 4 * m > end:
+                    raise _Fallback
+                spent += m
+                args = struct.unpack_from(f"<{m}i", buf, v + 4)
+            append(Instruction(KernelCall(i32(buf, vpos + o0)[0] if o0 else 0, args)))
+        self.spent += spent
+        return tuple(out)
+
     def field_vector(self, t: tuple[int, _VTable], slot: int, elem: int) -> tuple[int, int] | None:
         (o,) = t[1].layout(((slot, 4),))
         return self.vector(t[0] + o, elem) if o else None
@@ -518,7 +574,10 @@ class _Fast:
         if tag == 0 or tag > len(S.INSTRUCTION_TYPES) or not o_val:
             raise _Fallback
         vpos, ve = self.ref(pos + o_val)
-        kind = S.INSTRUCTION_TYPES[tag - 1]
+        return self.instruction_args(S.INSTRUCTION_TYPES[tag - 1], vpos, ve)
+
+    def instruction_args(self, kind: type, vpos: int, ve: _VTable) -> S.Instruction:
+        """The Instruction whose arguments of type ``kind`` are the table at ``vpos``."""
         buf = self.buf
         if kind is S.FreeCall:
             (o,) = ve.layout(_F_ONE[4])
@@ -647,7 +706,7 @@ def _frame(r: _FlatReader, t: _Table, path: str) -> S.Frame:
 def _chain(r: _FlatReader, t: _Table, path: str, fast: _Fast | None = None) -> S.Chain:
     if fast is not None:
         iv = fast.field_vector(fast.table(t.pos), 2, 4)
-        instructions = () if iv is None else tuple(fast.instruction(x) for x in fast.tables(*iv))
+        instructions = () if iv is None else fast.instructions(*iv)
     else:
         instructions = tuple(_instruction(r, it, p) for it, p in r.tables(t, 2, path + ".instructions") or [])
     st = r.tables(t, 3, path + ".stacktrace")
