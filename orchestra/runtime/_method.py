@@ -186,6 +186,13 @@ class _Slot:
         self.dynamic = dynamic
         self.capacity = math.prod(bound)  # elements planned
 
+    def bound_view(self, arenas: list[np.ndarray]) -> np.ndarray:
+        """``view(arenas, self.bound)``: made with one numpy call where the layout is
+        contiguous (a Method makes one per planned tensor when it is created)."""
+        if not self.dim_order or self.dim_order == tuple(range(len(self.bound))):
+            return np.ndarray(self.bound, self.dtype, arenas[self.memory_id], self.offset)
+        return self.view(arenas, self.bound)
+
     def view(self, arenas: list[np.ndarray], shape: tuple[int, ...]) -> np.ndarray:
         n = 1
         for s in shape:
@@ -610,7 +617,7 @@ class Method:
         vals = list(compiled.template)
         for i in compiled.planned:
             slot = compiled.slots[i]
-            vals[i] = slot.view(self._arenas, slot.bound)
+            vals[i] = slot.bound_view(self._arenas)
         for i, src, fn in compiled.derived:
             vals[i] = fn(vals[src])
         self._vals = vals
