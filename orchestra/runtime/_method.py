@@ -250,6 +250,8 @@ class StateLayout:
         specs: dict[str, tuple[np.dtype, tuple[int, ...]]] = {}
         for plan in program.execution_plan:
             for i, ev in enumerate(plan.values):
+                if getattr(ev.val, "extra_tensor_info", None) is None:
+                    continue  # not a tensor with a name (name_of would say None)
                 name = cls.name_of(plan, i)
                 if name is None:
                     continue
