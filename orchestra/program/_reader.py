@@ -243,6 +243,8 @@ _VT_UNPACK: dict[int, object] = {}  # number of vtable entries -> their unpack_f
 # Field specs: (slot, size) of the fields a decoder reads from one table type.
 _F_UNION = ((0, 1), (1, 4))  # EValue, Instruction: type tag, value
 _F_TENSOR = ((0, 1), (1, 4), (2, 4), (3, 4), (4, 1), (5, 4), (6, 4), (7, 1), (8, 1), (9, 4))
+_NINTS = 9
+_INTS = tuple(f"<{n}i" for n in range(_NINTS))  # unpack formats of short int32 vectors (tensor sizes)
 _F_ONE = {1: ((0, 1),), 4: ((0, 4),), 8: ((0, 8),)}
 _F_TWO_I32 = ((0, 4), (1, 4))
 _F_ALLOC = ((0, 4), (1, 4), (2, 4))
@@ -349,23 +351,112 @@ class _Fast:
 
     def evalues(self, start: int, n: int) -> tuple[S.EValue, ...]:
         """The EValues of a vector of ``n`` table offsets at ``start`` (tables() then
-        evalue() on each, with the table checks inlined)."""
+        evalue() on each, with the table checks of the value and of its union member, and
+        the decoding of the common kinds, inlined: the same checks, fewer calls)."""
         buf, end, vts = self.buf, self.end, self.vts
         offs = struct.unpack_from(f"<{n}I", buf, start)
         out = []
         append = out.append
+        table, i32, u32, i64 = self.table, _i32, _u32, _i64
+        EValue, Tensor, Int, Bool = S.EValue, S.Tensor, S.Int, S.Bool
+        kinds = S.KERNEL_TYPES
+        nkinds = len(kinds)
+        f_union, f_int, f_bool = _F_UNION, _F_ONE[8], _F_ONE[1]
+        spent = 0
         for i, o in enumerate(offs):
             pos = start + 4 * i + o
             if pos + 4 > end or pos & 3:
                 raise _Fallback
-            vt = pos - _i32(buf, pos)[0]
-            e = vts.get(vt)
+            e = vts.get(pos - i32(buf, pos)[0])
             if e is None or pos + e.objsize > end:
-                t = self.table(pos)  # checks (and caches) the vtable, or raises
+                pos, e = table(pos)  # checks (and caches) the vtable, or raises
             else:
-                self.spent += 1
-                t = (pos, e)
-            append(self.evalue(t))
+                spent += 1
+            o_tag, o_val = e.layout(f_union)
+            tag = buf[pos + o_tag] if o_tag else 0
+            if tag == 0:
+                append(EValue(None))
+                continue
+            if tag > nkinds or not o_val:
+                raise _Fallback
+            # The union member: ref(pos + o_val), inlined.
+            p = pos + o_val
+            vpos = p + u32(buf, p)[0]
+            if vpos + 4 > end or vpos & 3:
+                raise _Fallback
+            ve = vts.get(vpos - i32(buf, vpos)[0])
+            if ve is None or vpos + ve.objsize > end:
+                vpos, ve = table(vpos)
+            else:
+                spent += 1
+            kind = kinds[tag - 1]
+            if kind is Tensor:
+                append(EValue(self.tensor(vpos, ve)))
+            elif kind is Int:
+                (o,) = ve.layout(f_int)
+                append(EValue(Int(i64(buf, vpos + o)[0] if o else 0)))
+            elif kind is Bool:
+                (o,) = ve.layout(f_bool)
+                append(EValue(Bool(buf[vpos + o] != 0 if o else False)))
+            else:
+                append(self.member(kind, vpos, ve))
+        self.spent += spent
+        return tuple(out)
+
+    def instructions(self, start: int, n: int) -> tuple[S.Instruction, ...]:
+        """The Instructions of a vector of ``n`` table offsets at ``start`` (tables() then
+        instruction() on each, with the table checks and the decoding of a KernelCall
+        inlined, as in evalues)."""
+        buf, end, vts = self.buf, self.end, self.vts
+        offs = struct.unpack_from(f"<{n}I", buf, start)
+        out = []
+        append = out.append
+        table, i32, u32 = self.table, _i32, _u32
+        Instruction, KernelCall = S.Instruction, S.KernelCall
+        kinds = S.INSTRUCTION_TYPES
+        nkinds = len(kinds)
+        f_union, f_two = _F_UNION, _F_TWO_I32
+        spent = 0
+        for i, o in enumerate(offs):
+            pos = start + 4 * i + o
+            if pos + 4 > end or pos & 3:
+                raise _Fallback
+            e = vts.get(pos - i32(buf, pos)[0])
+            if e is None or pos + e.objsize > end:
+                pos, e = table(pos)
+            else:
+                spent += 1
+            o_tag, o_val = e.layout(f_union)
+            tag = buf[pos + o_tag] if o_tag else 0
+            if tag == 0 or tag > nkinds or not o_val:
+                raise _Fallback
+            p = pos + o_val
+            vpos = p + u32(buf, p)[0]
+            if vpos + 4 > end or vpos & 3:
+                raise _Fallback
+            ve = vts.get(vpos - i32(buf, vpos)[0])
+            if ve is None or vpos + ve.objsize > end:
+                vpos, ve = table(vpos)
+            else:
+                spent += 1
+            kind = kinds[tag - 1]
+            if kind is not KernelCall:
+                append(self.instruction_args(kind, vpos, ve))
+                continue
+            o0, o1 = ve.layout(f_two)
+            args: tuple[int, ...] = ()
+            if o1:
+                q = vpos + o1
+                v = q + u32(buf, q)[0]
+                if v + 4 > end or v & 3:
+                    raise _Fallback
+                m = u32(buf, v)[0]
+                if v + 4 + 4 * m > end:
+                    raise _Fallback
+                spent += m
+                args = struct.unpack_from(f"<{m}i", buf, v + 4)
+            append(Instruction(KernelCall(i32(buf, vpos + o0)[0] if o0 else 0, args)))
+        self.spent += spent
         return tuple(out)
 
     def field_vector(self, t: tuple[int, _VTable], slot: int, elem: int) -> tuple[int, int] | None:
@@ -382,7 +473,11 @@ class _Fast:
         if tag >= len(S.KERNEL_TYPES) + 1 or not o_val:
             raise _Fallback
         vpos, ve = self.ref(pos + o_val)
-        kind = S.KERNEL_TYPES[tag - 1]
+        return self.member(S.KERNEL_TYPES[tag - 1], vpos, ve)
+
+    def member(self, kind: type, vpos: int, ve: _VTable) -> S.EValue:
+        """The EValue whose union member of type ``kind`` is the table at ``vpos``."""
+        buf = self.buf
         if kind is S.Tensor:
             return S.EValue(self.tensor(vpos, ve))
         if kind is S.Null:
@@ -410,30 +505,66 @@ class _Fast:
 
     def tensor(self, pos: int, e: _VTable) -> S.Tensor:
         o_st, o_so, o_sz, o_do, o_rg, o_db, o_al, o_ly, o_dy, o_ex = e.layout(_F_TENSOR)
-        buf = self.buf
+        buf, end = self.buf, self.end
+        u32 = _u32
+        spent = 0
+        # sizes and dim_order: vector() then unpack, inlined (the same checks).
+        sizes: tuple[int, ...] = ()
+        if o_sz:
+            p = pos + o_sz
+            v = p + u32(buf, p)[0]
+            if v + 4 > end or v & 3:
+                raise _Fallback
+            n = u32(buf, v)[0]
+            if v + 4 + 4 * n > end:
+                raise _Fallback
+            spent += n
+            sizes = struct.unpack_from(_INTS[n] if n < _NINTS else f"<{n}i", buf, v + 4)
+        dim_order: tuple[int, ...] = ()
+        if o_do:
+            p = pos + o_do
+            v = p + u32(buf, p)[0]
+            if v + 4 > end or v & 3:
+                raise _Fallback
+            n = u32(buf, v)[0]
+            if v + 4 + n > end:
+                raise _Fallback
+            spent += n
+            dim_order = tuple(buf[v + 4 : v + 4 + n])
         alloc = None
         if o_al:
-            apos, ae = self.ref(pos + o_al)
+            # ref(pos + o_al) with table() inlined on the cached-vtable path.
+            p = pos + o_al
+            apos = p + u32(buf, p)[0]
+            if apos + 4 > end or apos & 3:
+                raise _Fallback
+            ae = self.vts.get(apos - _i32(buf, apos)[0])
+            if ae is None or apos + ae.objsize > end:
+                apos, ae = self.table(apos)
+            else:
+                spent += 1
             a0, a1, a2 = ae.layout(_F_ALLOC)
-            alloc = S.AllocationDetails(_u32(buf, apos + a0)[0] if a0 else 0, _u32(buf, apos + a1)[0] if a1 else 0,
-                                        _u32(buf, apos + a2)[0] if a2 else 0)
+            alloc = S.AllocationDetails(u32(buf, apos + a0)[0] if a0 else 0, u32(buf, apos + a1)[0] if a1 else 0,
+                                        u32(buf, apos + a2)[0] if a2 else 0)
+        self.spent += spent
         extra = None
         if o_ex:
             xpos, xe = self.ref(pos + o_ex)
             x0, x1, x2 = xe.layout(_F_EXTRA)
             extra = S.ExtraTensorInfo(_u64(buf, xpos + x0)[0] if x0 else 0, self.string(xpos + x1) if x1 else None,
                                       _i8(buf, xpos + x2)[0] if x2 else 0)
-        return S.Tensor(
-            scalar_type=_i8(buf, pos + o_st)[0] if o_st else 0,
-            storage_offset=_i32(buf, pos + o_so)[0] if o_so else 0,
-            sizes=self.ints(pos + o_sz, "i", 4) if o_sz else (),
-            dim_order=self.ints(pos + o_do, "B", 1) if o_do else (),
-            requires_grad=buf[pos + o_rg] != 0 if o_rg else False,
-            data_buffer_idx=_u32(buf, pos + o_db)[0] if o_db else 0,
-            allocation_info=alloc,
-            layout=_i8(buf, pos + o_ly)[0] if o_ly else 0,
-            shape_dynamism=_i8(buf, pos + o_dy)[0] if o_dy else 0,
-            extra_tensor_info=extra,
+        return S.Tensor(  # positional (faster): scalar_type, storage_offset, sizes, dim_order,
+            # requires_grad, data_buffer_idx, allocation_info, layout, shape_dynamism, extra_tensor_info
+            _i8(buf, pos + o_st)[0] if o_st else 0,
+            _i32(buf, pos + o_so)[0] if o_so else 0,
+            sizes,
+            dim_order,
+            buf[pos + o_rg] != 0 if o_rg else False,
+            u32(buf, pos + o_db)[0] if o_db else 0,
+            alloc,
+            _i8(buf, pos + o_ly)[0] if o_ly else 0,
+            _i8(buf, pos + o_dy)[0] if o_dy else 0,
+            extra,
         )
 
     def instruction(self, t: tuple[int, _VTable]) -> S.Instruction:
@@ -443,7 +574,10 @@ class _Fast:
         if tag == 0 or tag > len(S.INSTRUCTION_TYPES) or not o_val:
             raise _Fallback
         vpos, ve = self.ref(pos + o_val)
-        kind = S.INSTRUCTION_TYPES[tag - 1]
+        return self.instruction_args(S.INSTRUCTION_TYPES[tag - 1], vpos, ve)
+
+    def instruction_args(self, kind: type, vpos: int, ve: _VTable) -> S.Instruction:
+        """The Instruction whose arguments of type ``kind`` are the table at ``vpos``."""
         buf = self.buf
         if kind is S.FreeCall:
             (o,) = ve.layout(_F_ONE[4])
@@ -572,7 +706,7 @@ def _frame(r: _FlatReader, t: _Table, path: str) -> S.Frame:
 def _chain(r: _FlatReader, t: _Table, path: str, fast: _Fast | None = None) -> S.Chain:
     if fast is not None:
         iv = fast.field_vector(fast.table(t.pos), 2, 4)
-        instructions = () if iv is None else tuple(fast.instruction(x) for x in fast.tables(*iv))
+        instructions = () if iv is None else fast.instructions(*iv)
     else:
         instructions = tuple(_instruction(r, it, p) for it, p in r.tables(t, 2, path + ".instructions") or [])
     st = r.tables(t, 3, path + ".stacktrace")

@@ -7,6 +7,7 @@ things here. Byte payloads (constant buffers, delegate blobs, segment data) are
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass, field
 from typing import Union
@@ -395,3 +396,35 @@ class ProgramDef:
         raise NotFoundError(
             f"named data {key!r} not found (keys: {', '.join(n.key for n in self.named_data) or 'none'})"
         )
+
+
+def _fast_init(cls: type) -> None:
+    """Give frozen dataclass ``cls`` an ``__init__`` with the same parameters and defaults
+    that stores each field through its slot's descriptor. The generated one goes through
+    ``object.__setattr__`` per field, about twice the cost, and a program has thousands of
+    these objects (one or two per value and instruction) to build at load."""
+    ns: dict[str, object] = {}
+    params: list[str] = []
+    body: list[str] = []
+    for k, f in enumerate(dataclasses.fields(cls)):
+        if not f.init or f.default_factory is not dataclasses.MISSING:
+            return  # keep the generated __init__
+        ns[f"_set{k}"] = getattr(cls, f.name).__set__
+        if f.default is dataclasses.MISSING:
+            params.append(f.name)
+        else:
+            ns[f"_default{k}"] = f.default
+            params.append(f"{f.name}=_default{k}")
+        body.append(f"    _set{k}(self, {f.name})\n")
+    exec(f"def __init__(self{''.join(', ' + p for p in params)}):\n{''.join(body) or '    pass'}\n", ns)
+    init = ns["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"  # type: ignore[attr-defined]
+    init.__module__ = cls.__module__  # type: ignore[attr-defined]
+    init.__annotations__ = dict(cls.__init__.__annotations__)  # type: ignore[misc]
+    cls.__init__ = init  # type: ignore[misc]
+
+
+for _cls in list(globals().values()):
+    if isinstance(_cls, type) and dataclasses.is_dataclass(_cls) and _cls.__module__ == __name__:
+        _fast_init(_cls)
+del _cls

@@ -8,7 +8,6 @@ exactly as the memory plan says), constants are read-only views into the program
 
 from __future__ import annotations
 
-import inspect
 import math
 import operator
 import time
@@ -166,7 +165,7 @@ def training_info(program: ProgramDef, name: str) -> tuple[list[str], int, int] 
 
 def _strided_view(flat: np.ndarray, sizes: Sequence[int], dim_order: Sequence[int]) -> np.ndarray:
     """A view of ``flat`` laid out in ``dim_order`` (outermost first) with logical ``sizes``."""
-    if not dim_order or list(dim_order) == list(range(len(sizes))):
+    if not dim_order or tuple(dim_order) == tuple(range(len(sizes))):
         return flat.reshape(sizes)
     physical = flat.reshape([sizes[d] for d in dim_order])
     return physical.transpose(np.argsort(dim_order))
@@ -186,6 +185,13 @@ class _Slot:
         self.dim_order = dim_order
         self.dynamic = dynamic
         self.capacity = math.prod(bound)  # elements planned
+
+    def bound_view(self, arenas: list[np.ndarray]) -> np.ndarray:
+        """``view(arenas, self.bound)``: made with one numpy call where the layout is
+        contiguous (a Method makes one per planned tensor when it is created)."""
+        if not self.dim_order or self.dim_order == tuple(range(len(self.bound))):
+            return np.ndarray(self.bound, self.dtype, arenas[self.memory_id], self.offset)
+        return self.view(arenas, self.bound)
 
     def view(self, arenas: list[np.ndarray], shape: tuple[int, ...]) -> np.ndarray:
         n = 1
@@ -224,7 +230,7 @@ class StateLayout:
         off = 0
         for name, (dtype, sizes) in self.specs.items():
             self.offsets[name] = off
-            n = int(np.prod(sizes, dtype=np.int64)) * dtype.itemsize
+            n = math.prod(sizes) * dtype.itemsize
             off += -(-n // _STATE_ALIGNMENT) * _STATE_ALIGNMENT
         self.size = off
 
@@ -244,6 +250,8 @@ class StateLayout:
         specs: dict[str, tuple[np.dtype, tuple[int, ...]]] = {}
         for plan in program.execution_plan:
             for i, ev in enumerate(plan.values):
+                if getattr(ev.val, "extra_tensor_info", None) is None:
+                    continue  # not a tensor with a name (name_of would say None)
                 name = cls.name_of(plan, i)
                 if name is None:
                     continue
@@ -396,22 +404,22 @@ class CompiledPlan:
 
     def _tensor_value(self, i: int, t: Tensor) -> tuple[Any, _Slot | None]:
         dtype = numpy_dtype(t.scalar_type)
-        where = f"{self.where}: values[{i}]"
         if dtype is None:
-            raise OrchestraError(f"{where}: scalar type {ScalarType(t.scalar_type).name} is not supported by orchestra's runtime", Error.NotSupported)
+            raise OrchestraError(f"{self.where}: values[{i}]: scalar type {ScalarType(t.scalar_type).name} is not "
+                                 "supported by orchestra's runtime", Error.NotSupported)
         sizes = tuple(t.sizes)
-        external = t.extra_tensor_info is not None and t.extra_tensor_info.location == TensorDataLocation.EXTERNAL
-        if external:
-            raise OrchestraError(f"{where}: tensor data stored outside the program ({t.extra_tensor_info.fully_qualified_name!r}) is not supported yet", Error.NotSupported)
-        if t.is_constant:
-            n = math.prod(sizes)
-            flat = np.frombuffer(self.program.constant_data(t.data_buffer_idx), dtype=dtype, count=n)
+        e = t.extra_tensor_info
+        if e is not None and e.location == TensorDataLocation.EXTERNAL:
+            raise OrchestraError(f"{self.where}: values[{i}]: tensor data stored outside the program "
+                                 f"({e.fully_qualified_name!r}) is not supported yet", Error.NotSupported)
+        a = t.allocation_info
+        if a is None and t.data_buffer_idx > 0:  # a constant (Tensor.is_constant)
+            flat = np.frombuffer(self.program.constant_data(t.data_buffer_idx), dtype=dtype, count=math.prod(sizes))
             return _strided_view(flat, sizes, t.dim_order), None
-        if t.allocation_info is not None:
-            a = t.allocation_info
+        if a is not None:
             if t.data_buffer_idx > 0:
                 # Like ExecuTorch: the initial value is copied into planned memory at load.
-                n = int(np.prod(sizes, dtype=np.int64)) * dtype.itemsize
+                n = math.prod(sizes) * dtype.itemsize
                 self.initial.append((a.memory_id, a.offset, _mutable_data(self.program, t, n)))
             return None, _Slot(a.memory_id, a.offset, dtype, sizes, tuple(t.dim_order),
                                t.shape_dynamism != TensorShapeDynamism.STATIC)
@@ -423,8 +431,7 @@ class CompiledPlan:
 
     def _bind_kernel(self, a: KernelCall, where: str) -> tuple[str, Any, tuple[int, ...], tuple[int, ...]]:
         """(operator name, kernel, parameter values, result values) of a KernelCall."""
-        plan = self.plan
-        name = plan.operators[a.op_index].qualified_name
+        name = self.meta.operators[a.op_index]
         kd = get_kernel(name)
         if kd is None:
             near = nearest_kernel_names(name)
@@ -437,7 +444,7 @@ class CompiledPlan:
         if not rets:
             # Schemas returning () (split_with_sizes_copy.out, et_copy_index) still
             # produce their result in an argument: send what the kernel returns there.
-            names = list(inspect.signature(kd.fn).parameters)[:n]
+            names = list(kd.param_names)
             target = "copy_to" if name == "executorch_prim::et_copy_index.tensor" else "out"
             if target in names:
                 rets = (params[names.index(target)],)
@@ -541,7 +548,10 @@ class CompiledPlan:
         for i in params:
             v, slot = self.template[i], self.slots[i]
             if isinstance(v, np.ndarray) or slot is not None:
-                dt = v.dtype.name if isinstance(v, np.ndarray) else slot.dtype.name
+                dtype = v.dtype if isinstance(v, np.ndarray) else slot.dtype
+                if dtype in kd.numpy_dtypes:
+                    return
+                dt = dtype.name  # numpy computes a dtype's name in Python: only when needed
                 if dt not in kd.dtypes and dt != "bool":
                     raise OperatorMissingError(
                         f"{self.where}: {where}: operator {kd.name} has no kernel for dtype {dt} "
@@ -610,7 +620,7 @@ class Method:
         vals = list(compiled.template)
         for i in compiled.planned:
             slot = compiled.slots[i]
-            vals[i] = slot.view(self._arenas, slot.bound)
+            vals[i] = slot.bound_view(self._arenas)
         for i, src, fn in compiled.derived:
             vals[i] = fn(vals[src])
         self._vals = vals

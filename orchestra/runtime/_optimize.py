@@ -115,8 +115,9 @@ the same results: nothing in between writes their data).
 
 from __future__ import annotations
 
+import bisect
 import functools
-import inspect
+import math
 import operator
 import re
 from collections.abc import Callable, Sequence
@@ -278,7 +279,7 @@ def _out_params(name: str) -> frozenset[int]:
     kd = get_kernel(name)
     if kd is None:
         return frozenset()
-    names = list(inspect.signature(kd.fn).parameters)[: kd.num_params]
+    names = kd.param_names
     other = _OTHER_OUTS.get(name, ())
     return frozenset(p for p, n in enumerate(names) if re.fullmatch(r"out\d*", n) or n in other)
 
@@ -293,19 +294,30 @@ def analyse_uses(cp: CompiledPlan, instructions: Sequence[Any], rets: Sequence[t
     # Per operator (index): its kernel's parameter count and out parameters, once.
     ops: dict[int, tuple[int, frozenset[int]] | None] = {}
     operators = cp.plan.operators
+    no_list = lists.keys().isdisjoint
     straight = True
     for pc, a in enumerate(instructions):
         wrote: list[int] = []
         if isinstance(a, KernelCall):
             args = a.args
-            named = _expand(args, lists) if lists else list(args)
-            wrote = _expand(rets[pc] or args, lists) if lists else list(rets[pc] or args)
+            out = rets[pc] or args
+            # Most instructions name no list value: no members to add.
+            named = _expand(args, lists) if lists and not no_list(args) else list(args)
+            wrote = _expand(out, lists) if lists and not no_list(out) else list(out)
             op = ops.get(a.op_index, False)
             if op is False:
                 name = operators[a.op_index].qualified_name
                 kd = get_kernel(name)
                 op = ops[a.op_index] = None if kd is None else (kd.num_params, _out_params(name))
-            if op is not None and len(args) > op[0]:
+            if op is not None and len(args) > op[0] and (not lists or no_list(args[: op[0]])):
+                # The parameters name no list: where a value is named is where it appears.
+                outs = op[1]
+                params = args[: op[0]]
+                for i in wrote:
+                    c = params.count(i)
+                    if i not in lists and (not c or (c == 1 and params.index(i) in outs)):
+                        defines.setdefault(i, set()).add(pc)
+            elif op is not None and len(args) > op[0]:
                 outs = op[1]
                 where_named: dict[int, list[int]] = {}
                 for p, i in enumerate(args[: op[0]]):
@@ -332,9 +344,17 @@ def analyse_uses(cp: CompiledPlan, instructions: Sequence[Any], rets: Sequence[t
             named = []
             straight = False
         for i in named:
-            mentions.setdefault(i, set()).add(pc)
+            ms = mentions.get(i)
+            if ms is None:
+                mentions[i] = {pc}
+            else:
+                ms.add(pc)
         for i in wrote:
-            writers.setdefault(i, set()).add(pc)
+            ws = writers.get(i)
+            if ws is None:
+                writers[i] = {pc}
+            else:
+                ws.add(pc)
     written = set(writers) | set(_expand(cp.input_idx, lists))
     return PlanUses(
         mentions={i: frozenset(s) for i, s in mentions.items()},
@@ -388,9 +408,10 @@ class _Storage:
         self._whole_writes: dict[int, list[tuple[int, int, int]]] = {}
         # memory id -> its whole writes (position, first byte, end byte; index by (position,
         # value)) and which of them a dropped set leaves out (see _defs).
-        # drop_unobserved tests values sharing memory with more than this many with numpy.
+        # drop_unobserved tests values in a memory of more than this many values with numpy.
         self.numpy_from = 32
-        self._reads: tuple[dict[int, set[int]], int, dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]] | None = None
+        self._reads: tuple[dict[int, set[int]], int, dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]]] | None = None
+        self._own: tuple[dict[int, set[int]], int, set[tuple[int, int]], int, dict[int, tuple[np.ndarray, np.ndarray]]] | None = None
         self._mem_writes: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, dict[tuple[int, int], int], dict[int, Any]]] = {}
         self._mem_arrays: dict[int, tuple[np.ndarray, np.ndarray, list[int]]] = {}
         self.writes_at: list[list[int]] = [[] for _ in range(n)]
@@ -480,7 +501,9 @@ class _Storage:
 
     def reads(self) -> dict[int, set[int]]:
         """value -> positions that may read it, as the plan is written."""
-        out: dict[int, set[int]] = {i: set(self.uses.reads(i)) for i in self.uses.mentions}
+        defines = self.uses.defines
+        out: dict[int, set[int]] = {i: set(ms - defines[i]) if i in defines else set(ms)
+                                    for i, ms in self.uses.mentions.items()}  # PlanUses.reads of each
         for i in self.uses.outputs:
             out.setdefault(i, set()).add(self.n)
         return out
@@ -499,15 +522,17 @@ class _Storage:
         m, lo_r, hi_r = r
         if hi_r <= lo_r:
             return True
+        # A memory holding many values is tested with numpy (the same answers; the plain
+        # test below is for small ones, and for a matrix _covered finds too large).
+        if len(self.by_mem.get(m, ())) > self.numpy_from:
+            covered = self._covered(m, lo_r, hi_r, pc, reads, dropped)
+            if covered is not None:
+                return covered
         near = self.overlapping(value)
         size = self.n + 2
         # The writes of whole values that still run, nearest after pc first: a read at p is
         # covered when the first of them (going forward from pc) that covers its bytes
         # comes before p (the same test as _between, in one pass).
-        if len(near) > self.numpy_from:
-            covered = self._covered(m, lo_r, hi_r, pc, reads, dropped)
-            if covered is not None:
-                return covered
         defs = sorted(((w - pc) % size, lo, hi) for d in near for w, lo, hi in self.whole_writes(d)
                       if (w, d) not in dropped)
         for a in near:
@@ -531,26 +556,35 @@ class _Storage:
         that still runs covers its bytes and comes strictly after ``pc`` and strictly before
         it (forward from ``pc``, wrapping). None when the matrix would be too large."""
         size = self.n + 2
-        rp, rlo, rhi = self._mem_reads(m, reads)
-        sel = np.flatnonzero((rlo < hi_r) & (rhi > lo_r))
+        rp, rlo, rhi, _ = self._mem_reads(m, reads)
+        sel = ((rlo < hi_r) & (rhi > lo_r)).nonzero()[0]
         if not len(sel):
             return True
+        # Most reads are covered by a write of all the bytes of the value they read (its
+        # own, or a view's of it) between pc and them: a 1-D test against the last such
+        # write before each read. Only the other reads (of values live across pc, typically
+        # none) go through the test against every write.
+        own, has_own = self._own_writes(m, reads, dropped)
+        kr = (rp[sel] - (pc + 1)) % size + 1  # distance from pc, 1..size (0 is size)
+        ko = (own[sel] - pc) % size
+        rest = (~(has_own[sel] & (ko > 0) & (ko < kr))).nonzero()[0]
+        if not len(rest):
+            return True
+        sel, kr = sel[rest], kr[rest]
         kw, dlo, dhi = self._defs(m, lo_r, hi_r, pc, dropped)
         if not len(kw):
             return False
         if len(sel) * len(kw) > 1 << 20:
             return None
-        kr = (rp[sel] - pc) % size
-        kr[kr == 0] = size
         lo = np.maximum(rlo[sel], lo_r)[:, None]
         hi = np.minimum(rhi[sel], hi_r)[:, None]
-        cover = (kw > 0) & (dlo <= lo) & (hi <= dhi)
-        return bool((np.where(cover, kw, size + 1).min(axis=1) < kr).all())
+        cover = (kw > 0) & (kw < kr[:, None]) & (dlo <= lo) & (hi <= dhi)
+        return bool(cover.any(axis=1).all())
 
-    def _mem_reads(self, m: int, reads: dict[int, set[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _mem_reads(self, m: int, reads: dict[int, set[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
         """The reads (``reads``: value -> positions) of planned values of memory ``m`` as
-        arrays: position, first and end byte of the value read; once per ``reads`` dict (a
-        caller changing a dict between calls must change its size)."""
+        arrays: position, first and end byte of the value read, and (a list) the value read;
+        once per ``reads`` dict (a caller changing a dict between calls must change its size)."""
         cached = self._reads
         if cached is None or cached[0] is not reads or cached[1] != len(reads):
             cached = self._reads = (reads, len(reads), {})
@@ -559,6 +593,7 @@ class _Storage:
             pos: list[int] = []
             lo: list[int] = []
             hi: list[int] = []
+            val: list[int] = []
             for _, _, a in self.by_mem.get(m, []):
                 ps = reads.get(a)
                 if ps:
@@ -566,7 +601,46 @@ class _Storage:
                     pos.extend(ps)
                     lo.extend((a_lo,) * len(ps))
                     hi.extend((a_hi,) * len(ps))
-            found = cached[2][m] = (np.array(pos, np.int64), np.array(lo, np.int64), np.array(hi, np.int64))
+                    val.extend((a,) * len(ps))
+            found = cached[2][m] = (np.array(pos, np.int64), np.array(lo, np.int64), np.array(hi, np.int64), val)
+        return found
+
+    def _own_writes(self, m: int, reads: dict[int, set[int]], dropped: set[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+        """Per read of ``_mem_reads(m, reads)``: the position of the last write before it
+        (going back from the read, wrapping around the execute) of all the bytes of the
+        value it reads, by that value or by another with exactly its bytes (a view of it),
+        not in ``dropped``; and whether there is one (arrays). Some such write comes
+        strictly between a position and the read exactly when that last one does. Once per
+        ``reads`` dict and ``dropped`` set (callers change their sizes between changes, as
+        for _mem_reads and _defs)."""
+        cached = self._own
+        if (cached is None or cached[0] is not reads or cached[1] != len(reads) or cached[2] is not dropped
+                or cached[3] != len(dropped)):
+            cached = self._own = (reads, len(reads), dropped, len(dropped), {})
+        found = cached[4].get(m)
+        if found is None:
+            rp, _, _, val = self._mem_reads(m, reads)
+            by_region: dict[tuple[int, int], set[int]] = {}
+            for _, _, d in self.by_mem.get(m, []):
+                for w, lo, hi in self.whole_writes(d):
+                    if (w, d) not in dropped:
+                        by_region.setdefault((lo, hi), set()).add(w)
+            sorted_writes = {r: sorted(ws) for r, ws in by_region.items()}
+            regions = self.regions
+            own: list[int] = []
+            has: list[bool] = []
+            for a, p in zip(val, rp.tolist()):
+                ws = sorted_writes.get(regions[a][1:])
+                w = None
+                if ws:
+                    k = bisect.bisect_left(ws, p)
+                    if k:
+                        w = ws[k - 1]  # the last one before p
+                    elif ws[-1] != p:
+                        w = ws[-1]  # none before p: the last one of the previous execute
+                own.append(-2 if w is None else w)
+                has.append(w is not None)
+            found = cached[4][m] = (np.array(own, np.int64), np.array(has, bool))
         return found
 
     def _defs(self, m: int, lo_r: int, hi_r: int, pc: int, dropped: set[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -591,7 +665,7 @@ class _Storage:
                     keep[k] = False
             gone.clear()
             mask = gone[id(dropped)] = (dropped, keep, len(dropped))
-        sel = np.flatnonzero(mask[1] & (los < hi_r) & (his > lo_r))
+        sel = (mask[1] & (los < hi_r) & (his > lo_r)).nonzero()[0]
         return (ws[sel] - pc) % (self.n + 2), los[sel], his[sel]
 
 
@@ -623,6 +697,8 @@ class _Matcher:
         self.rets = rets
         self.uses = uses
         self.storage = _Storage(cp, uses, len(instructions))
+        self.op_names = cp.meta.operators  # qualified operator names, by index
+        self._group_defs: dict[int, list[tuple[int, int, int]]] = {}  # see producer
 
     # -- helpers ----------------------------------------------------------------------------
     def kernel_call(self, pc: int, name: str, nparams: int) -> tuple[tuple[int, ...], set[int]] | None:
@@ -631,7 +707,7 @@ class _Matcher:
         if pc >= len(self.instructions):
             return None
         a = self.instructions[pc]
-        if not isinstance(a, KernelCall) or self.plan.operators[a.op_index].qualified_name != name:
+        if not isinstance(a, KernelCall) or self.op_names[a.op_index] != name:
             return None
         kd = get_kernel(name)
         if kd is None or kd.num_params != nparams or len(a.args) < nparams:
@@ -714,7 +790,7 @@ class _Matcher:
         a = self.instructions[pc]
         if not isinstance(a, KernelCall):
             return None
-        name = self.plan.operators[a.op_index].qualified_name
+        name = self.op_names[a.op_index]
         nparams = _EW_UNARY.get(name) or _EW_BINARY.get(name)
         if nparams is None:
             return None
@@ -786,7 +862,7 @@ class _Matcher:
 
     def ew_skippable(self, pc: int, chain_values: set[int]) -> bool:
         a = self.instructions[pc]
-        if not isinstance(a, KernelCall) or self.plan.operators[a.op_index].qualified_name not in _EW_SKIPPABLE:
+        if not isinstance(a, KernelCall) or self.op_names[a.op_index] not in _EW_SKIPPABLE:
             return False
         return not (set(self.named_in(pc)) & chain_values)
 
@@ -930,7 +1006,7 @@ class _Matcher:
         a = self.instructions[pc] if pc < len(self.instructions) else None
         if not isinstance(a, KernelCall):
             return None
-        name = self.plan.operators[a.op_index].qualified_name
+        name = self.op_names[a.op_index]
         nparams = _LAYOUT_OPS.get(name)
         call = None if nparams is None else self.kernel_call(pc, name, nparams)
         if call is None:
@@ -983,10 +1059,10 @@ class _Matcher:
             ops = (("S", (dim % ndim, start, end, step)),)
         elif name in ("aten::view_copy.out", "aten::_unsafe_view.out"):
             size = self.int_list(params[1])
-            n = int(np.prod(shape, dtype=np.int64))
+            n = math.prod(shape)
             if size is None or size.count(-1) > 1 or any(d < -1 for d in size):
                 return None
-            known = int(np.prod([d for d in size if d != -1], dtype=np.int64))
+            known = math.prod([d for d in size if d != -1])
             if -1 in size:
                 if known == 0 or n % known:
                     return None
@@ -999,12 +1075,28 @@ class _Matcher:
     def producer(self, value: int, reader: int) -> tuple[int, int] | None:
         """(pc, defined value) of the last instruction before ``reader`` defining ``value``
         or a value that is it seen with another shape (``_Storage.aliases``)."""
-        best: tuple[int, int] | None = None
-        for x in (value, *self.storage.aliases(value)):
-            for w in self.uses.defines.get(x, ()):
-                if w < reader and (best is None or w > best[0]):
-                    best = (w, x)
-        return best
+        st = self.storage
+        st.aliases(value)  # builds the groups
+        group = st._same_bytes.get(value)  # type: ignore[union-attr]
+        if group is None:
+            ws = [w for w in self.uses.defines.get(value, ()) if w < reader]
+            return (max(ws), value) if ws else None
+        # The defines of the group's values, sorted by (position, place in the group): the
+        # last one before reader, the value itself first among several at one position,
+        # else the first in the group's order (as a scan of value then its aliases finds).
+        defs = self._group_defs.get(id(group))
+        if defs is None:
+            defs = sorted((w, k, x) for k, x in enumerate(group) for w in self.uses.defines.get(x, ()))
+            self._group_defs[id(group)] = defs
+        k = bisect.bisect_left(defs, (reader,))
+        if not k:
+            return None
+        w = defs[k - 1][0]
+        first = k - 1
+        while first and defs[first - 1][0] == w:
+            first -= 1
+        run = defs[first:k]
+        return (w, value) if any(x == value for _, _, x in run) else (w, run[0][2])
 
     def layout_chain(self, pc: int, k: int) -> list[_Link]:
         """The layout instructions producing operand ``k`` of instruction ``pc``, nearest
@@ -1067,9 +1159,15 @@ def fold_batch_norm(
         shift = shift * scale
         if beta is not None:
             shift = shift + beta.astype(f64)
-        w2 = np.ascontiguousarray((w.astype(f64) * scale.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype))
+        # One pass, no float64 copy of w: the ufunc computes each product in float64 and
+        # rounds it to w's dtype as it stores it (the same bits as w.astype(f64) * scale
+        # then .astype(w.dtype)).
+        w2 = np.empty(w.shape, w.dtype)
+        np.multiply(w, scale.reshape((-1,) + (1,) * (w.ndim - 1)), out=w2, dtype=f64, casting="unsafe")
         b2 = np.ascontiguousarray(shift.astype(w.dtype))
-    if not (np.isfinite(w2).all() and np.isfinite(b2).all() and np.isfinite(w).all()):
+    # A non-finite element of w makes its product non-finite too (inf * 0 is NaN), so
+    # checking w2 checks w.
+    if not (np.isfinite(w2).all() and np.isfinite(b2).all()):
         return None
     w2.setflags(write=False)
     b2.setflags(write=False)
@@ -1112,7 +1210,7 @@ def _apply_shape(shape: tuple[int, ...], ops: Sequence[tuple[str, tuple[int, ...
             n = len(range(*slice(*arg[1:]).indices(shape[dim])))
             shape = shape[:dim] + (n,) + shape[dim + 1:]
         else:
-            if int(np.prod(arg, dtype=np.int64)) != int(np.prod(shape, dtype=np.int64)):
+            if math.prod(arg) != math.prod(shape):
                 return None
             shape = tuple(arg)
     return shape
@@ -1188,7 +1286,7 @@ def _stays_a_view(cp: CompiledPlan, src: int, fn: Callable[[np.ndarray], np.ndar
     slot = cp.slots[src]
     if slot is None or slot.dynamic:
         return False
-    flat = np.empty(int(np.prod(slot.bound, dtype=np.int64)), slot.dtype)
+    flat = np.empty(math.prod(slot.bound), slot.dtype)
     return bool(flat.size) and np.shares_memory(fn(_strided_view(flat, slot.bound, slot.dim_order)), flat)
 
 
@@ -1391,14 +1489,14 @@ def _constant_copy(mt: _Matcher, pc: int) -> tuple[int, np.ndarray, tuple[int, .
         return None
     st, uses = mt.storage, mt.uses
     if (not st.static(out) or out in uses.outputs or out in st.inputs
-            or uses.writers.get(out) != frozenset({pc}) or int(np.prod(meta[1], dtype=np.int64)) > _CONST_COPY_MAX_SIZE):
+            or uses.writers.get(out) != frozenset({pc}) or math.prod(meta[1]) > _CONST_COPY_MAX_SIZE):
         return None
     readers = tuple(sorted(uses.mentions.get(out, frozenset()) - {pc}))
     for r in readers:
         a = mt.instructions[r]
         if r < pc or not isinstance(a, KernelCall):
             return None
-        kd = get_kernel(mt.plan.operators[a.op_index].qualified_name)
+        kd = get_kernel(mt.op_names[a.op_index])
         if kd is None or mt.named_in(r).count(out) != list(a.args[: kd.num_params]).count(out):
             return None
     kd = get_kernel(name)
@@ -1446,7 +1544,7 @@ def _gelu_scratch(mt: _Matcher, pc: int) -> tuple[int, int, int] | None:
     meta = mt.static_tensor(out)
     if meta is None or meta[0] != np.dtype(np.float32) or mt.static_tensor(x) != meta:
         return None
-    n = int(np.prod(meta[1], dtype=np.int64))
+    n = math.prod(meta[1])
     if n <= GELU_TABLE_MAX_SIZE or not mt.storage.static(out):
         return None
     if mt.constant(x) is None and not mt.storage.static(x):
@@ -1541,7 +1639,7 @@ def optimize_steps(
             pools[pc] = mp
         elif not st.opaque:
             a = instructions[pc]
-            name = cp.plan.operators[a.op_index].qualified_name if isinstance(a, KernelCall) else ""
+            name = cp.meta.operators[a.op_index] if isinstance(a, KernelCall) else ""
             spec = _MATMULS.get(name)
             call = None if spec is None else mt.kernel_call(pc, name, spec[0])
             if call is not None and call[1] == {call[0][-1]}:
@@ -1598,7 +1696,13 @@ def optimize_steps(
         for pc, (out, _, readers) in ccs.items():
             dropped.add((pc, out))
             designated.update((r, out) for r in readers)
-        reads = {v: {p for p in ps if (p, v) not in designated} for v, ps in base_reads.items()}
+        # base_reads less the designated reads; the sets of values without one are shared
+        # with base_reads (nothing below changes a set).
+        reads = dict(base_reads)
+        for p, v in designated:
+            ps = reads.get(v)
+            if ps is not None and p in ps:
+                reads[v] = ps - {p}
         changed = False
         for pc, (out, _, _) in list(ccs.items()):
             if not st.drop_unobserved(out, pc, reads, dropped):
@@ -1642,7 +1746,7 @@ def optimize_steps(
     gone.update(ccs)
 
     def op_name(pc: int) -> str:
-        return cp.plan.operators[instructions[pc].op_index].qualified_name
+        return cp.meta.operators[instructions[pc].op_index]
 
     nv = len(cp.plan.values)
     derived: list[tuple[int, Any]] = []

@@ -17,7 +17,7 @@ import difflib
 import inspect
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import numpy as np
@@ -43,12 +43,23 @@ class KernelDef:
         dtypes: numpy dtype names the kernel supports (``"float32"``, ``"int64"``, ...), or
             None when it does not depend on element types (scalar ops).
         num_params: how many positional parameters ``fn`` takes.
+        param_names: the names of those parameters, in order.
+        numpy_dtypes: ``dtypes`` as numpy dtype objects (native byte order), for checks that
+            would otherwise look up each dtype's name; None with ``dtypes``.
     """
 
     name: str
     fn: Callable[..., Any]
     dtypes: frozenset[str] | None
     num_params: int
+    param_names: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    numpy_dtypes: frozenset[np.dtype] | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        params = list(inspect.signature(self.fn).parameters)[: self.num_params]
+        object.__setattr__(self, "param_names", tuple(params))
+        object.__setattr__(self, "numpy_dtypes",
+                           None if self.dtypes is None else frozenset(np.dtype(d) for d in self.dtypes))
 
 
 # The only module-level mutable state of the kernel library; filled at import time.
