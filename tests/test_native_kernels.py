@@ -18,6 +18,7 @@ import threading
 import numpy as np
 import pytest
 
+from orchestra.errors import OrchestraError
 from orchestra.runtime import kernels
 from orchestra.runtime.kernels import _conv
 
@@ -266,3 +267,39 @@ def test_a_call_split_over_threads_gives_the_same_bits(threads: int) -> None:
             kernels.set_threads(1)
     for a, c in zip(*runs):
         assert np.array_equal(a, c)
+
+
+@pytest.mark.parametrize("path", ["native", "numpy"])
+@pytest.mark.parametrize("act", ["relu", "hardswish", "silu"])
+@pytest.mark.parametrize("shape", ["depthwise", "grouped", "1x1", "dense3x3"])
+def test_a_convolution_ending_in_an_activation(shape: str, act: str, path: str,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """conv2d(..., act=) gives what the activation kernel gives run on conv2d's result:
+    bit for bit for relu and hardswish (the same float32 operations), within silu's
+    polynomial for silu; on every path (compiled direct, BLAS + one compiled bias/activation
+    pass, numpy only)."""
+    from orchestra.runtime.kernels import _elementwise as ew
+
+    if path == "native" and native is None:
+        pytest.skip("orchestra's compiled kernels are not built here")
+    if path == "numpy":
+        monkeypatch.setattr(_conv, "_native", None)
+        monkeypatch.setattr(ew, "_native", None)
+    c, o, groups, k = {"depthwise": (24, 24, 24, 3), "grouped": (32, 32, 4, 3), "1x1": (24, 40, 1, 1),
+                       "dense3x3": (24, 16, 1, 3)}[shape]
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal((1, c, 28, 28)) * 3).astype(np.float32)
+    wt = rng.standard_normal((o, c // groups, k, k)).astype(np.float32)
+    b = rng.standard_normal(o).astype(np.float32)
+    fn = {"relu": ew.relu_out, "hardswish": ew.hardswish_out, "silu": ew.silu_out}[act]
+    plain = _conv.conv2d(x, wt, b, (1, 1), (k // 2, k // 2), (1, 1), groups, None)
+    want = fn(plain, np.empty_like(plain))
+    out = np.empty_like(plain)
+    got = _conv.conv2d(x, wt, b, (1, 1), (k // 2, k // 2), (1, 1), groups, out, act=act)
+    assert got is out
+    if act == "silu":
+        np.testing.assert_allclose(got, want, rtol=3e-7, atol=1e-6)
+    else:
+        assert np.array_equal(got, want)
+    with pytest.raises(OrchestraError, match="unknown activation 'gelu'"):
+        _conv.conv2d(x, wt, b, (1, 1), (k // 2, k // 2), (1, 1), groups, None, act="gelu")

@@ -108,9 +108,15 @@ def test_conv_batch_norm_is_folded_and_matches_the_unfused_pair(case: str) -> No
 
     prog = build(body, in_shape, dtype)
     with prog.load_method() as m:
-        assert [(r.kind, r.instructions) for r in m._cp.rewrites] == [("conv_bn", (0, 1))]
-        assert len(m._cp.steps) == 2 and m._cp.step_spans == ((0, 1), (2,))
-        assert "folded" in m._cp.steps[0].__qualname__
+        if dtype == np.float32:  # the relu that alone reads the batch norm's output joins the step
+            assert [(r.kind, r.instructions) for r in m._cp.rewrites] == [("conv_bn", (0, 1)),
+                                                                        ("conv_activation", (0, 1, 2))]
+            assert len(m._cp.steps) == 1 and m._cp.step_spans == ((0, 1, 2),)
+            assert "(folded) + relu" in m._cp.steps[0].__qualname__
+        else:
+            assert [(r.kind, r.instructions) for r in m._cp.rewrites] == [("conv_bn", (0, 1))]
+            assert len(m._cp.steps) == 2 and m._cp.step_spans == ((0, 1), (2,))
+            assert "folded" in m._cp.steps[0].__qualname__
     x = randn(*in_shape, dtype=dtype)
     got, want = run_both(prog, [x])
     tol = 1e-5 if dtype == np.float32 else 1e-12
@@ -257,9 +263,9 @@ def test_control_flow_disables_every_rewrite() -> None:
 def test_convnet_fixture_is_rewritten_and_stays_close_to_executorch() -> None:
     prog = load_program(FIXTURES / "convnet.pte")
     with prog.load_method() as m:
-        assert [r.kind for r in m._cp.rewrites] == ["conv_bn", "conv_bn", "elementwise_chain", "maxpool_values",
-                                                     "maxpool_values", "matmul_views"]
-        assert len(m._cp.steps) == 7 and m.meta.num_instructions == 11
+        assert [r.kind for r in m._cp.rewrites] == ["conv_bn", "conv_activation", "conv_bn", "elementwise_chain",
+                                                     "maxpool_values", "maxpool_values", "matmul_views"]
+        assert len(m._cp.steps) == 6 and m.meta.num_instructions == 11
     npz = np.load(FIXTURES / "convnet.npz")
     got, want = run_both(prog, [npz["forward.in_0"]])
     np.testing.assert_allclose(got[0], want[0], rtol=0, atol=1e-5)
@@ -290,11 +296,10 @@ def test_a_fused_step_is_described_by_both_instructions() -> None:
     prog = load_program(FIXTURES / "convnet.pte")
     with prog.load_method() as m:
         cp = m._cp
-        assert cp.describe_step(0) == f"instructions 0-1 ({CONV} + {BN} (folded))"
-        assert cp.describe_step(1) == "instruction 2 (aten::relu.out)"
-        assert cp.describe_step(2) == f"instructions 3-4 ({CONV} + {BN} (folded))"
-        assert cp.describe_step(3) == "instructions 5-6 (aten::add.out + aten::relu.out (elementwise chain))"
-        assert cp.describe_step(4) == f"instruction 7 ({MAXPOOL} (values only))"
+        assert cp.describe_step(0) == f"instructions 0-2 ({CONV} + {BN} (folded) + relu)"
+        assert cp.describe_step(1) == f"instructions 3-4 ({CONV} + {BN} (folded))"
+        assert cp.describe_step(2) == "instructions 5-6 (aten::add.out + aten::relu.out (elementwise chain))"
+        assert cp.describe_step(3) == f"instruction 7 ({MAXPOOL} (values only))"
 
 
 # -- max-pool without indices ----------------------------------------------------------------
@@ -1160,3 +1165,66 @@ def test_an_exported_hardswish_chain_runs_as_one_hardswish(monkeypatch: pytest.M
         np.testing.assert_array_equal(g, w_)
     if ew._native is not None:
         assert calls == ["hardswish_f32"] * 2  # one pass per execute (run twice); the steps as written call none
+
+
+def _conv_bn(f: MethodBuilder, x: Value, groups: int = 1) -> Value:
+    c = 8
+    w = randn(c, 8 // groups, 3, 3) * 0.5
+    y = conv(f, x, w, randn(c), 1, 1, 1, groups)
+    out, _, _ = f.call(BN, y, *bn_params(c), 0.1, 1e-3)
+    return out
+
+
+def conv_act_cases() -> dict[str, tuple[Callable[..., None], str, int]]:
+    """name -> (body, the activation fused, the convolution's groups)."""
+    def hardswish(f: MethodBuilder, x: Value) -> None:  # as exported: constant copies around it
+        y = _conv_bn(f, x)
+        three = f.call(TO_DIM, np.array(3, np.int64), False, [0], out_dtype=np.float32)
+        c = f.call("aten::clamp.out", f.call("aten::clamp.out", f.call("aten::add.out", y, three, 1), 0, None), None, 6)
+        d = f.call("aten::mul.out", y, c)
+        six = f.call(TO_DIM, np.array(6, np.int64), False, None, out_dtype=np.float32)
+        f.output(f.call("aten::div.out", d, six))
+
+    def silu(f: MethodBuilder, x: Value) -> None:
+        y = _conv_bn(f, x, groups=8)  # depthwise: the compiled convolution applies it
+        f.output(f.call("aten::mul.out", y, f.call("aten::sigmoid.out", y)))
+
+    def relu(f: MethodBuilder, x: Value) -> None:
+        f.output(f.call("aten::relu.out", _conv_bn(f, x, groups=2)))
+
+    return {"hardswish": (hardswish, "hardswish", 1), "silu": (silu, "silu", 8), "relu": (relu, "relu", 2)}
+
+
+@pytest.mark.parametrize("case", sorted(conv_act_cases()))
+def test_a_folded_convolution_applies_the_activation_that_alone_reads_it(case: str) -> None:
+    """The fused step gives the activation kernel's bits on the folded convolution's result,
+    and stays within folding's rounding of the plan as written."""
+    from orchestra.runtime.kernels import _conv
+    from orchestra.runtime.kernels import _elementwise as ew
+
+    body, act, groups = conv_act_cases()[case]
+    prog = build(body, (2, 8, 12, 12))
+    with prog.load_method() as m:
+        assert len(m._cp.steps) == 1, [s.__qualname__ for s in m._cp.steps]
+        assert m._cp.steps[0].__qualname__.endswith(f"(folded) + {act}")
+        assert [r.kind for r in m._cp.rewrites if r.kind.startswith("conv")] == ["conv_bn", "conv_activation"]
+        assert m._cp.step_spans[0] == tuple(range(m.meta.num_instructions))  # every instruction, copies included
+        w, b = next(r.constants for r in m._cp.rewrites if r.kind == "conv_bn")
+    x = randn(2, 8, 12, 12) * 2
+    got, want = run_both(prog, [x])
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)  # folding: float rounding
+    conv_out = _conv.conv2d(x, w, b, (1, 1), (1, 1), (1, 1), groups, None)
+    fn = {"relu": ew.relu_out, "hardswish": ew.hardswish_out, "silu": ew.silu_out}[act]
+    assert np.array_equal(got[0], fn(conv_out, np.empty_like(conv_out)))
+
+
+def test_an_activation_whose_input_is_read_elsewhere_stays_a_step_of_its_own() -> None:
+    def body(f: MethodBuilder, x: Value) -> None:
+        y = _conv_bn(f, x)
+        f.output(f.call("aten::relu.out", y), f.call("aten::abs.out", y))
+
+    prog = build(body, (1, 8, 10, 10))
+    assert "conv_activation" not in kinds(prog)
+    got, want = run_both(prog, [randn(1, 8, 10, 10)])
+    for g, w_ in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w_, rtol=1e-5, atol=1e-5)

@@ -284,7 +284,8 @@ class CompiledPlan:
     indices tensor is then left as it was, its contents unspecified), and an inference batch
     norm that alone reads a convolution's output is folded into the convolution's constant
     weight and bias (computed here, once, as new read-only arrays shared by every Method;
-    results change by float rounding only), and a matmul (``mm``, ``bmm``, ``addmm``) whose
+    results change by float rounding only; an activation that alone reads it then runs in
+    the same step), and a matmul (``mm``, ``bmm``, ``addmm``) whose
     operand is made by permute / view / clone copies nothing else reads takes a strided
     numpy view of their source instead (the copies don't run; a view of a constant is made
     here, a view of a planned tensor once per Method, in ``derived``; results may differ by

@@ -22,6 +22,14 @@ the change can't be observed:
   ``FOLD_BUDGET_BYTES`` (16 MiB) per method: past it batch norms stay separate steps). Results differ from
   the unfused pair by float rounding only. Not folded when a folded value would not be
   finite (a zero ``var + eps``, say): inf/NaN would not propagate as in the unfused pair.
+- **Activation fused into a folded convolution.** A float32 folded convolution whose batch
+  norm output is read only by the activation after it (``relu``; an exported hardswish
+  chain, ``add 3 / clamp 0 / clamp 6 / mul by it / div 6``, folded constant copies in
+  between; ``sigmoid`` then ``mul`` by it, silu) runs as one step writing the activation's
+  output (``conv2d(..., act=)``: applied to each group's planes while they are in cache by
+  the compiled convolution, or with the bias in one compiled pass over a GEMM's output);
+  the batch norm's output is never written (checked like every left-out write). The same
+  bits as the activation kernel on the folded convolution's result.
 - **Matmul operands as views.** An operand of ``aten::mm.out`` / ``aten::bmm.out`` /
   ``aten::addmm.out`` (``mat1`` / ``mat2``) made by a chain of copies that only rearrange
   (``permute_copy``, ``transpose_copy``, ``t_copy``, ``view_copy``, ``_unsafe_view``,
@@ -143,6 +151,7 @@ from ..program import (
     numpy_dtype,
 )
 from .kernels import get_kernel
+from .kernels._conv import convolution_act
 from .kernels._elementwise import GELU_TABLE_MAX_SIZE, clip_ufunc, gelu_fit_f32_into, hardsigmoid_out, hardswish_out, silu_out
 from .kernels._pool import max_pool2d_values_out
 
@@ -250,7 +259,8 @@ class Rewrite:
     constants it computed (``conv_bn``: the folded weight and bias; ``matmul_views``: the
     operands that are views of constants), read-only."""
 
-    kind: str  # "maxpool_values", "conv_bn", "matmul_views", "elementwise_chain", "gelu_scratch", "constant_copy"
+    kind: str  # "maxpool_values", "conv_bn", "conv_activation", "matmul_views", "elementwise_chain", "gelu_scratch",
+    # "constant_copy"
     instructions: tuple[int, ...]
     constants: tuple[np.ndarray, ...] = field(default=(), compare=False, repr=False)
 
@@ -1175,12 +1185,11 @@ def fold_batch_norm(
 
 
 def _conv_bn_step(cp: CompiledPlan, params: tuple[int, ...], out: int, w: np.ndarray, b: np.ndarray,
-                  what: str, label: str) -> Step:
+                  what: str, label: str, act: str | None = None) -> Step:
     """One step running ``aten::convolution.out`` with the folded weight ``w`` and bias
-    ``b`` into value ``out`` (the batch norm's output)."""
-    kd = get_kernel(_CONV)
-    assert kd is not None
-    conv = kd.fn
+    ``b`` into value ``out`` (the batch norm's output, or with ``act`` the output of the
+    activation that alone reads it)."""
+    conv = convolution_act  # aten::convolution.out's kernel, with conv2d's activation
     x, _, _, st, pd, dl, tr, op, g, _ = params
     lists = tuple(i for i in params if i in cp.lists)
 
@@ -1188,7 +1197,7 @@ def _conv_bn_step(cp: CompiledPlan, params: tuple[int, ...], out: int, w: np.nda
         if lists:
             m._refresh_lists(lists)
         o = vals[out]
-        res = conv(vals[x], w, b, vals[st], vals[pd], vals[dl], vals[tr], vals[op], vals[g], o)
+        res = conv(vals[x], w, b, vals[st], vals[pd], vals[dl], vals[tr], vals[op], vals[g], o, act)
         if res is not o:
             m._write(out, res, what)
 
@@ -1668,6 +1677,44 @@ def optimize_steps(
                or any(ew.x == out for ew in ews.values()) for r in readers):
             _drop_constant_copy(ccs, ews, pc)
 
+    # Folded convolutions ending in an activation that alone reads their result (relu, an
+    # exported hardswish, sigmoid-then-mul silu): the convolution writes the activation's
+    # output itself (conv2d's act), the batch norm's output is never written.
+    acts: dict[int, tuple[str, tuple[int, ...], int]] = {}  # conv pc -> (activation, its instructions, its out)
+    ew_first = {ew.pcs[0]: ew for ew in ews.values()}
+    cc_values = {out: value for out, value, _ in ccs.values()}
+
+    def const_of(i: int) -> np.ndarray | None:
+        c = mt.constant(i)
+        return c if c is not None else cc_values.get(i)
+
+    for pc, (_, bn_out, _, _) in folds.items():
+        q = pc + 2
+        while q in ccs:  # a folded constant copy (a hardswish's 3) runs nowhere: look past it
+            q += 1
+        meta = mt.static_tensor(bn_out)
+        if q >= n or where[q][0] != where[pc][0] or meta is None or meta[0] != np.float32:
+            continue
+        found: tuple[str, tuple[int, ...], int] | None = None
+        ew = ew_first.get(q)
+        if ew is not None:
+            ops = [(name, spec) for _, name, spec, _ in ew.ops]
+            if ew.x != bn_out:
+                pass
+            elif _hardswish_len(ops, bn_out, const_of) == len(ops):
+                found = ("hardswish", ew.pcs, ew.out)
+            elif (len(ops) == 2 and ops[0][0] == "aten::sigmoid.out"
+                  and ops[1][1][:3] == ("b", "aten::mul.out", bn_out)):
+                found = ("silu", ew.pcs, ew.out)
+        elif q not in claimed and not st.opaque:
+            call = mt.kernel_call(q, "aten::relu.out", 2)
+            if (call is not None and call[0][0] == bn_out and call[1] == {call[0][1]}
+                    and mt.static_tensor(call[0][1]) == meta and st.static(call[0][1])):
+                found = ("relu", (q,), call[0][1])
+        if found is not None and mt.uses.only_named_by(bn_out, (pc + 1, *found[1])):
+            acts[pc] = found
+            claimed.update(found[1])
+
     # 2. Leaving out a write must not change what any read sees, given every other write
     # left out: drop the candidates where it would, until none does. A matmul reading a
     # chain's source reads what the chain's first copy read, where it read it (nothing
@@ -1693,6 +1740,10 @@ def optimize_steps(
             for (p0, _, _, v), (p1, _, _, _) in zip(ew.ops, ew.ops[1:]):
                 dropped.add((p0, v))
                 designated.add((p1, v))
+        for pc, (_, act_pcs, _) in acts.items():
+            bn_out = folds[pc][1]
+            dropped.add((pc + 1, bn_out))
+            designated.update((p, bn_out) for p in act_pcs)
         for pc, (out, _, readers) in ccs.items():
             dropped.add((pc, out))
             designated.update((r, out) for r in readers)
@@ -1718,6 +1769,11 @@ def optimize_steps(
         for pc in list(pools):
             if not st.drop_unobserved(instructions[pc].args[7], pc, reads, dropped):
                 del pools[pc]
+                changed = True
+        for pc, (kind, act_pcs, _) in list(acts.items()):
+            if (pc not in folds or (kind != "relu" and act_pcs[-1] not in ews)
+                    or not st.drop_unobserved(folds[pc][1], pc + 1, reads, dropped)):
+                del acts[pc]
                 changed = True
         for last, ew in list(ews.items()):
             if not all(st.drop_unobserved(v, p, reads, dropped) for p, _, _, v in ew.ops[:-1]):
@@ -1770,17 +1826,32 @@ def optimize_steps(
         gelu_scratch = nv + len(derived)
         first = next(iter(gelus.values()))
         derived.append((first[1], functools.partial(_new_scratch, 3 * max(g[2] for g in gelus.values()))))
+    fused = {p for _, act_pcs, _ in acts.values() for p in act_pcs}  # run by their convolution's step
     pc = 0
     while pc < n:
         label = f"step[{pc}]"
+        if pc in fused:
+            pc += 1
+            continue
         if pc in folds:
             params, out, w, b = folds[pc]
             (ci, i0), (_, i1) = where[pc], where[pc + 1]
-            name = f"{_CONV} + {_BN} (folded)"
-            what = f"chains[{ci}].instructions[{i0}..{i1}] ({name})"
-            steps.append(_conv_bn_step(cp, params, out, w, b, what, f"{label} {name}"))
-            spans.append((pc, pc + 1))
-            rewrites.append(Rewrite("conv_bn", (pc, pc + 1), (w, b)))
+            act = acts.get(pc)
+            if act is None:
+                name = f"{_CONV} + {_BN} (folded)"
+                what = f"chains[{ci}].instructions[{i0}..{i1}] ({name})"
+                steps.append(_conv_bn_step(cp, params, out, w, b, what, f"{label} {name}"))
+                spans.append((pc, pc + 1))
+                rewrites.append(Rewrite("conv_bn", (pc, pc + 1), (w, b)))
+            else:
+                kind, act_pcs, act_out = act
+                span = (pc, pc + 1, *act_pcs)
+                name = f"{_CONV} + {_BN} (folded) + {kind}"
+                what = f"chains[{ci}].instructions[{i0}..{where[act_pcs[-1]][1]}] ({name})"
+                steps.append(_conv_bn_step(cp, params, act_out, w, b, what, f"{label} {name}", act=kind))
+                spans.append(with_copies(span))
+                rewrites.append(Rewrite("conv_bn", (pc, pc + 1), (w, b)))
+                rewrites.append(Rewrite("conv_activation", span))
             pc += 2
             continue
         if pc in pools:

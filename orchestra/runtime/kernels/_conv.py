@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -173,14 +174,52 @@ def conv2d(
     dilation: tuple[int, int],
     groups: int,
     out: Any,
+    act: str | None = None,
 ) -> np.ndarray:
-    """NCHW convolution as im2col + one GEMM (batched over groups).
+    """NCHW convolution as im2col + one GEMM (batched over groups), or compiled (narrow
+    groups, float32, where built), then the activation ``act`` if given (``"relu"``,
+    ``"hardswish"``, ``"silu"``: the same results as the activation kernels run after it).
 
     Returns ``out`` when it has the result's shape and dtype (and is writable and
     C-contiguous), else a new array. ``out`` may overlap ``x``: x is gathered into the
     im2col buffer (or read by np.matmul / np.dot, which copy overlapping inputs) before
     anything is written.
     """
+    if act is not None and act not in _ACTS:
+        raise bad(_OP, f"unknown activation {act!r} (one of {', '.join(_ACTS)})")
+    res, done = _conv2d(x, w, bias, stride, padding, dilation, groups, out, act)
+    if act is not None and not done:
+        _activate(res, act)
+    return res
+
+
+# conv2d's activations: name -> the compiled kernels' code.
+_ACTS = MappingProxyType({"relu": 1, "hardswish": 2, "silu": 3})
+
+
+def _activate(res: np.ndarray, act: str) -> None:
+    """``act`` over ``res`` in place: one compiled pass where built, else the kernels' numpy."""
+    if _native is not None and res.dtype == np.float32 and res.flags.c_contiguous:
+        n, o = res.shape[:2]
+        _native.bias_act_f32(res, None, n, o, res.size // max(1, n * o), _ACTS[act])
+        return
+    from ._elementwise import hardswish_out, relu_out, silu_out
+
+    {"relu": relu_out, "hardswish": hardswish_out, "silu": silu_out}[act](res, res)
+
+
+def _conv2d(
+    x: np.ndarray,
+    w: np.ndarray,
+    bias: np.ndarray | None,
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+    dilation: tuple[int, int],
+    groups: int,
+    out: Any,
+    act: str | None,
+) -> tuple[np.ndarray, bool]:
+    """:func:`conv2d`: the result and whether ``act`` was applied already."""
     n, c, h, wd = x.shape
     o, cg, kh, kw = w.shape
     sh, sw = stride
@@ -239,13 +278,14 @@ def conv2d(
             xc = xc.copy()
         wc = np.ascontiguousarray(w)
         bc = None if bias is None else np.ascontiguousarray(bias, dt)
-        _native.conv_f32(xc, wc, bc, res, n, c, h, wd, o, groups, kh, kw, sh, sw, ph, pw, dh, dw, ho, wo)
-        return res
+        _native.conv_f32(xc, wc, bc, res, n, c, h, wd, o, groups, kh, kw, sh, sw, ph, pw, dh, dw, ho, wo,
+                         0 if act is None else _ACTS[act])
+        return res, True
     if cg == 1 and o == c and groups == c and c >= 16 and kh * kw > 1 and o * hw >= _PHASES_MIN_OUT:
-        return _depthwise_blocked(x, w, b3, stride, padding, dilation, res)
+        return _depthwise_blocked(x, w, b3, stride, padding, dilation, res), False
     if (cg == 1 and groups > 1 and c >= 16 and kh * kw > 1 and o * hw >= _PHASES_MIN_OUT
             and (sh > 1 or sw > 1 or (kh * kw >= 25 and 4 * (wp - wo) > wo))):
-        return _conv_phases(x, w, b3, stride, padding, dilation, groups, res)
+        return _conv_phases(x, w, b3, stride, padding, dilation, groups, res), False
     if kh == 1 and kw == 1 and sh == 1 and sw == 1 and ph == 0 and pw == 0:
         # 1x1 convolution: the input planes are the GEMM operand as they are.
         cols = x.reshape(n, groups, k, hw)
@@ -265,7 +305,7 @@ def conv2d(
             np.add(full, b3, out=res)
         else:
             np.copyto(res, full)
-        return res
+        return res, False
     else:
         if ph or pw:
             xp = np.zeros((n, c, h + 2 * ph, wp), dt)
@@ -287,9 +327,14 @@ def conv2d(
         np.dot(w.reshape(o, k), cols.reshape(k, hw), out=res.reshape(o, hw))
     else:
         np.matmul(w.reshape(groups, og, k), cols, out=res.reshape(n, groups, og, hw))
+    if _native is not None and dt == np.float32 and (act is not None or b3 is not None):
+        # bias and activation in one compiled pass over the GEMM's output
+        bc = None if bias is None else np.ascontiguousarray(bias, dt)
+        _native.bias_act_f32(res, bc, n, o, hw, 0 if act is None else _ACTS[act])
+        return res, True
     if b3 is not None:
         np.add(res, b3, out=res)
-    return res
+    return res, False
 
 
 def _pair(v: Any, name: str) -> tuple[int, int]:
@@ -311,6 +356,25 @@ def convolution_out(
     groups: int,
     out: np.ndarray,
 ) -> np.ndarray:
+    return convolution_act(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, out,
+                           None)
+
+
+def convolution_act(
+    input: np.ndarray,  # noqa: A002
+    weight: np.ndarray,
+    bias: np.ndarray | None,
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+    transposed: bool,
+    output_padding: list[int],
+    groups: int,
+    out: np.ndarray,
+    act: str | None,
+) -> np.ndarray:
+    """``aten::convolution.out`` then the activation ``act`` (None: none; see
+    :func:`conv2d`): what the plan's fused convolution steps run."""
     if transposed:
         raise unsupported(_OP, "transposed convolution is not supported")
     spatial = weight.ndim - 2
@@ -320,14 +384,14 @@ def convolution_out(
         st = _pair(stride, "stride")
         pd = _pair(padding, "padding")
         dl = _pair(dilation, "dilation")
-        return finish(conv2d(input, weight, bias, st, pd, dl, int(groups), out), out)
+        return finish(conv2d(input, weight, bias, st, pd, dl, int(groups), out, act), out)
     if spatial == 1:
         (s,) = int_list(stride, 1, _OP, "stride")
         (p,) = int_list(padding, 1, _OP, "padding")
         (d,) = int_list(dilation, 1, _OP, "dilation")
         o4 = out[:, :, None, :] if isinstance(out, np.ndarray) and out.ndim == 3 else None
         res = conv2d(input[:, :, None, :], weight[:, :, None, :], bias, (1, s), (0, p), (1, d),
-                     int(groups), o4)
+                     int(groups), o4, act)
         if o4 is not None and res is o4:
             return out
         return finish(res[:, :, 0, :], out)

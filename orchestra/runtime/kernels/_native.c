@@ -67,6 +67,99 @@ typedef float v8f __attribute__((vector_size(32)));
  * accumulated at once, so the multiply-adds of one tap are independent of each other. */
 #define TILES 4
 
+/* exp(t) for t in [-87, 88.72] (clamped there; NaN stays NaN): t = k ln2 + r, |r| <= ln2 / 2,
+ * exp(r) by its degree-7 Taylor polynomial (truncation < 6e-9 relative), times 2^k built in
+ * the exponent bits (as 2^(k-1) * 2, so k = 128 near the top does not overflow the bits).
+ * About 1-2 ulp; vectorises (no libm call). */
+static inline float exp_small(float t) {
+    float tc = t < -87.0f ? -87.0f : t;
+    tc = tc > 88.7228394f ? 88.7228394f : tc;
+    float kf = __builtin_rintf(tc * 1.44269504088896341f);
+    kf = kf == kf ? kf : 0.0f; /* NaN: any k, p is NaN */
+    float r = tc - kf * 0.693359375f;
+    r = r - kf * -2.12194440e-4f;
+    float p = 1.0f / 5040.0f;
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    int32_t bits = ((int32_t)kf + 126) << 23;
+    float scale;
+    __builtin_memcpy(&scale, &bits, sizeof scale);
+    return p * scale * 2.0f;
+}
+
+/* silu(x) = x / (1 + exp(-x)); where exp(-x) overflows float32 (x < -88.72) the result is
+ * x * 0 (-0.0, and NaN for -inf), as x / inf is in torch. */
+static inline float act_silu(float v) {
+    const float res = v / (1.0f + exp_small(-v));
+    return -v > 88.7228394f ? v * 0.0f : res;
+}
+
+/* hardswish(x) = x * min(max(x + 3, 0), 6) / 6 (NaN propagates), in that order. */
+static inline float act_hardswish(float v) {
+    float c = v + 3.0f;
+    c = c < 0.0f ? 0.0f : c;
+    c = c > 6.0f ? 6.0f : c;
+    return v * c / 6.0f;
+}
+
+/* relu(x) = max(x, 0): NaN and -0.0 pass through, as numpy's clip gives them. */
+static inline float act_relu(float v) { return v < 0.0f ? 0.0f : v; }
+
+/* Activations a convolution may end with (conv_f32's and bias_act_f32's ``act``). */
+enum { ACT_NONE = 0, ACT_RELU = 1, ACT_HARDSWISH = 2, ACT_SILU = 3 };
+
+/* p[i] = act(p[i] + b) for i < n (the bias added first, as a separate add would). */
+ORCH_CLONES
+static void bias_act(float *restrict p, float b, Py_ssize_t n, int act) {
+    switch (act) {
+    case ACT_RELU:
+        for (Py_ssize_t i = 0; i < n; i++) p[i] = act_relu(p[i] + b);
+        break;
+    case ACT_HARDSWISH:
+        for (Py_ssize_t i = 0; i < n; i++) p[i] = act_hardswish(p[i] + b);
+        break;
+    case ACT_SILU:
+        for (Py_ssize_t i = 0; i < n; i++) p[i] = act_silu(p[i] + b);
+        break;
+    default:
+        for (Py_ssize_t i = 0; i < n; i++) p[i] += b;
+    }
+}
+
+/* p[i] = act(p[i]) for i < n. */
+ORCH_CLONES
+static void act_inplace(float *restrict p, Py_ssize_t n, int act) {
+    switch (act) {
+    case ACT_RELU:
+        for (Py_ssize_t i = 0; i < n; i++) p[i] = act_relu(p[i]);
+        break;
+    case ACT_HARDSWISH:
+        for (Py_ssize_t i = 0; i < n; i++) p[i] = act_hardswish(p[i]);
+        break;
+    case ACT_SILU:
+        for (Py_ssize_t i = 0; i < n; i++) p[i] = act_silu(p[i]);
+        break;
+    default:
+        break;
+    }
+}
+
+/* out[i] = act(x[i]) (no bias); ``out`` may be ``x``. */
+ORCH_CLONES
+static void silu_loop(const float *restrict x, float *restrict out, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) out[i] = act_silu(x[i]);
+}
+
+ORCH_CLONES
+static void hardswish_loop(const float *restrict x, float *restrict out, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) out[i] = act_hardswish(x[i]);
+}
+
 /* The padded-plane scratch: ``plane`` (h x wd) zero-padded by ph rows and pw columns and
  * split into its ``sw`` column phases (phase b holds padded columns b, b + sw, ...), each
  * ``hp`` rows of ``row`` floats (the phase's width plus at least 8 zeros), so every tap of
@@ -270,6 +363,7 @@ typedef struct {
     float *out, *scratch;
     const Py_ssize_t *toff;
     Py_ssize_t i0, i1, c_, h, wd, o_, g_, cg, og, taps, sh, sw, ph, pw, ho, wo, hp, row, plane_len;
+    int act;
 } conv_job;
 
 static void *conv_part(void *arg) {
@@ -287,6 +381,7 @@ static void *conv_part(void *arg) {
             grouped_group(j->scratch, j->plane_len, j->w + g * j->og * j->cg * j->taps,
                           j->bias ? j->bias + g * j->og : NULL, dst, j->toff, j->taps, j->cg, j->og, j->sh, j->ho,
                           j->wo, j->row);
+        if (j->act != ACT_NONE) act_inplace(dst, j->og * j->ho * j->wo, j->act); /* while it is in cache */
     }
     return NULL;
 }
@@ -295,10 +390,18 @@ static PyObject *py_conv_f32(PyObject *self, PyObject *args) {
     Py_buffer x, w, b, out;
     PyObject *bias_obj;
     Py_ssize_t n_, c_, h, wd, o_, g_, kh, kw, sh, sw, ph, pw, dh, dw, ho, wo;
+    int act = ACT_NONE;
     (void)self;
-    if (!PyArg_ParseTuple(args, "y*y*Ow*nnnnnnnnnnnnnnnn", &x, &w, &bias_obj, &out, &n_, &c_, &h, &wd, &o_, &g_,
-                          &kh, &kw, &sh, &sw, &ph, &pw, &dh, &dw, &ho, &wo))
+    if (!PyArg_ParseTuple(args, "y*y*Ow*nnnnnnnnnnnnnnnn|i", &x, &w, &bias_obj, &out, &n_, &c_, &h, &wd, &o_, &g_,
+                          &kh, &kw, &sh, &sw, &ph, &pw, &dh, &dw, &ho, &wo, &act))
         return NULL;
+    if (act < ACT_NONE || act > ACT_SILU) {
+        PyBuffer_Release(&x);
+        PyBuffer_Release(&w);
+        PyBuffer_Release(&out);
+        PyErr_Format(PyExc_ValueError, "conv_f32: unknown activation %d", act);
+        return NULL;
+    }
     int have_bias = bias_obj != Py_None;
     int ok = 1;
     if (have_bias && PyObject_GetBuffer(bias_obj, &b, PyBUF_SIMPLE) < 0) {
@@ -344,7 +447,7 @@ static PyObject *py_conv_f32(PyObject *self, PyObject *args) {
             conv_job j = {(const float *)x.buf, (const float *)w.buf, have_bias ? (const float *)b.buf : NULL,
                           (float *)out.buf, scratch + k * cg * plane_len, toff, items * k / nparts,
                           items * (k + 1) / nparts, c_, h, wd, o_, g_, cg, og, taps, sh, sw, ph, pw, ho, wo, hp, row,
-                          plane_len};
+                          plane_len, act};
             jobs[k] = j;
         }
         Py_BEGIN_ALLOW_THREADS
@@ -359,54 +462,6 @@ static PyObject *py_conv_f32(PyObject *self, PyObject *args) {
     PyBuffer_Release(&out);
     if (!ok) return NULL;
     Py_RETURN_NONE;
-}
-
-/* exp(t) for t in [-87, 88.72] (clamped there; NaN stays NaN): t = k ln2 + r, |r| <= ln2 / 2,
- * exp(r) by its degree-7 Taylor polynomial (truncation < 6e-9 relative), times 2^k built in
- * the exponent bits (as 2^(k-1) * 2, so k = 128 near the top does not overflow the bits).
- * About 1-2 ulp; vectorises (no libm call). */
-static inline float exp_small(float t) {
-    float tc = t < -87.0f ? -87.0f : t;
-    tc = tc > 88.7228394f ? 88.7228394f : tc;
-    float kf = __builtin_rintf(tc * 1.44269504088896341f);
-    kf = kf == kf ? kf : 0.0f; /* NaN: any k, p is NaN */
-    float r = tc - kf * 0.693359375f;
-    r = r - kf * -2.12194440e-4f;
-    float p = 1.0f / 5040.0f;
-    p = p * r + 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    int32_t bits = ((int32_t)kf + 126) << 23;
-    float scale;
-    __builtin_memcpy(&scale, &bits, sizeof scale);
-    return p * scale * 2.0f;
-}
-
-/* silu(x) = x / (1 + exp(-x)); where exp(-x) overflows float32 (x < -88.72) the result is
- * x * 0 (-0.0, and NaN for -inf), as x / inf is in torch. ``out`` may be ``x`` itself. */
-ORCH_CLONES
-static void silu_loop(const float *restrict x, float *restrict out, Py_ssize_t n) {
-    for (Py_ssize_t i = 0; i < n; i++) {
-        const float v = x[i];
-        const float res = v / (1.0f + exp_small(-v));
-        out[i] = -v > 88.7228394f ? v * 0.0f : res;
-    }
-}
-
-/* hardswish(x) = x * min(max(x + 3, 0), 6) / 6 (NaN propagates). ``out`` may be ``x``. */
-ORCH_CLONES
-static void hardswish_loop(const float *restrict x, float *restrict out, Py_ssize_t n) {
-    for (Py_ssize_t i = 0; i < n; i++) {
-        const float v = x[i];
-        float c = v + 3.0f;
-        c = c < 0.0f ? 0.0f : c;
-        c = c > 6.0f ? 6.0f : c;
-        out[i] = v * c / 6.0f;
-    }
 }
 
 typedef void (*unary_loop)(const float *restrict, float *restrict, Py_ssize_t);
@@ -463,6 +518,64 @@ static PyObject *py_hardswish_f32(PyObject *self, PyObject *args) {
     return unary(args, hardswish_loop, "hardswish_f32");
 }
 
+/* A share of one bias_act_f32 call: planes [i0, i1). */
+typedef struct {
+    float *p;
+    const float *bias;
+    Py_ssize_t i0, i1, c_, inner;
+    int act;
+} bias_act_job;
+
+static void *bias_act_part(void *arg) {
+    const bias_act_job *j = (const bias_act_job *)arg;
+    for (Py_ssize_t it = j->i0; it < j->i1; it++) {
+        float *p = j->p + it * j->inner;
+        if (j->bias)
+            bias_act(p, j->bias[it % j->c_], j->inner, j->act);
+        else
+            act_inplace(p, j->inner, j->act);
+    }
+    return NULL;
+}
+
+static PyObject *py_bias_act_f32(PyObject *self, PyObject *args) {
+    Py_buffer out, b;
+    PyObject *bias_obj;
+    Py_ssize_t n_, c_, inner;
+    int act;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "w*Onnni", &out, &bias_obj, &n_, &c_, &inner, &act)) return NULL;
+    int have_bias = bias_obj != Py_None, ok = 1;
+    if (have_bias && PyObject_GetBuffer(bias_obj, &b, PyBUF_SIMPLE) < 0) {
+        ok = 0;
+        have_bias = 0;
+    }
+    const Py_ssize_t lim = (Py_ssize_t)1 << 40;
+    if (ok && (act < ACT_NONE || act > ACT_SILU || n_ < 0 || c_ < 0 || inner < 0 || n_ > lim || c_ > lim ||
+               inner > lim || prod4(n_, c_, inner, 1) > lim)) {
+        PyErr_SetString(PyExc_ValueError, "bias_act_f32: inconsistent sizes or unknown activation");
+        ok = 0;
+    }
+    ok = ok && need(&out, prod4(n_, c_, inner, 1), "out") && (!have_bias || need(&b, c_, "bias"));
+    if (ok) {
+        const Py_ssize_t items = n_ * c_;
+        const int nparts = parts_for(items * inner, items);
+        bias_act_job jobs[16];
+        for (int k = 0; k < nparts; k++) {
+            bias_act_job j = {(float *)out.buf, have_bias ? (const float *)b.buf : NULL, items * k / nparts,
+                              items * (k + 1) / nparts, c_, inner, act};
+            jobs[k] = j;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        run_parts(bias_act_part, jobs, sizeof jobs[0], nparts);
+        Py_END_ALLOW_THREADS
+    }
+    if (have_bias) PyBuffer_Release(&b);
+    PyBuffer_Release(&out);
+    if (!ok) return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyObject *py_set_threads(PyObject *self, PyObject *args) {
     int n;
     (void)self;
@@ -482,11 +595,15 @@ static PyObject *py_get_threads(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
+    {"bias_act_f32", py_bias_act_f32, METH_VARARGS,
+     "bias_act_f32(out, bias|None, N, C, inner, act): out[n, c, :] = act(out[n, c, :] + bias[c]) in place, "
+     "float32 (act: 0 none, 1 relu, 2 hardswish, 3 silu)."},
     {"set_threads", py_set_threads, METH_VARARGS, "set_threads(n): threads one call may use (1 to 16)."},
     {"get_threads", py_get_threads, METH_NOARGS, "get_threads(): threads one call may use."},
     {"conv_f32", py_conv_f32, METH_VARARGS,
-     "conv_f32(x, w, bias|None, out, N, C, H, W, O, groups, kh, kw, sh, sw, ph, pw, dh, dw, Ho, Wo): "
-     "NCHW float32 grouped (depthwise included) 2-d convolution into out (C-contiguous buffers)."},
+     "conv_f32(x, w, bias|None, out, N, C, H, W, O, groups, kh, kw, sh, sw, ph, pw, dh, dw, Ho, Wo[, act]): "
+     "NCHW float32 grouped (depthwise included) 2-d convolution into out (C-contiguous buffers), "
+     "then act (0 none, 1 relu, 2 hardswish, 3 silu)."},
     {"silu_f32", py_silu_f32, METH_VARARGS, "silu_f32(x, out, n): out[:n] = silu(x[:n]), float32; out may be x."},
     {"hardswish_f32", py_hardswish_f32, METH_VARARGS,
      "hardswish_f32(x, out, n): out[:n] = hardswish(x[:n]), float32; out may be x."},
