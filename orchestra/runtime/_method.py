@@ -455,8 +455,10 @@ class CompiledPlan:
     def _kernel_step(self, fn: Callable[..., Any], params: tuple[int, ...], rets: tuple[int, ...], what: str, label: str) -> Step:
         """A step calling ``fn(*vals[params])`` and storing its result(s) into ``rets``."""
         n = len(params)
-        static = getattr(self, "static_lists", frozenset())
-        lists = tuple(i for i in params if i in self.lists and i not in static)
+        lists: tuple[int, ...] = ()
+        if self.lists and not self.lists.keys().isdisjoint(params):
+            static = getattr(self, "static_lists", frozenset())
+            lists = tuple(i for i in params if i in self.lists and i not in static)
         if n == 0:
             def getter(vals: list[Any]) -> tuple:
                 return ()

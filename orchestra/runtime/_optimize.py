@@ -318,18 +318,18 @@ def analyse_uses(cp: CompiledPlan, instructions: Sequence[Any], rets: Sequence[t
                     if i not in lists and (not c or (c == 1 and params.index(i) in outs)):
                         defines.setdefault(i, set()).add(pc)
             elif op is not None and len(args) > op[0]:
+                # Where each result is named among the parameters: directly, or as a member
+                # of a list parameter (once per occurrence).
                 outs = op[1]
-                where_named: dict[int, list[int]] = {}
-                for p, i in enumerate(args[: op[0]]):
-                    where_named.setdefault(i, []).append(p)
-                    lst = lists.get(i)
-                    if lst is not None:
-                        for j in lst[1]:
-                            if j >= 0:
-                                where_named.setdefault(j, []).append(p)
+                params = args[: op[0]]
+                members = [(p, lists[j][1]) for p, j in enumerate(params) if j in lists]
                 for i in wrote:
-                    at = where_named.get(i, [])
-                    if i not in lists and (not at or (len(at) == 1 and at[0] in outs)):
+                    if i in lists:
+                        continue
+                    at = [p for p, j in enumerate(params) if j == i]
+                    for p, items in members:
+                        at.extend([p] * items.count(i))
+                    if not at or (len(at) == 1 and at[0] in outs):
                         defines.setdefault(i, set()).add(pc)
         elif isinstance(a, DelegateCall):
             named = wrote = _expand(a.args, lists)
