@@ -331,10 +331,12 @@ class CompiledPlan:
                 template[i] = v.string_val
             elif isinstance(v, (IntList, TensorList, OptionalTensorList)):
                 optional = isinstance(v, OptionalTensorList)
-                for j, it in enumerate(v.items):
-                    if not (optional and it == -1) and not 0 <= it < nv:
-                        raise OrchestraError(f"{where}: values[{i}].items[{j}]: value index {it} out of range", Error.InvalidProgram)
-                lists[i] = (optional, tuple(v.items))
+                items = v.items
+                if items and (min(items) < -optional or max(items) >= nv):  # then find the bad one
+                    for j, it in enumerate(items):
+                        if not (optional and it == -1) and not 0 <= it < nv:
+                            raise OrchestraError(f"{where}: values[{i}].items[{j}]: value index {it} out of range", Error.InvalidProgram)
+                lists[i] = (optional, tuple(items))
             elif isinstance(v, (DoubleList, BoolList)):
                 template[i] = list(v.items)
         self.template = template
