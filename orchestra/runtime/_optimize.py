@@ -1438,6 +1438,9 @@ def _constant_copy(mt: _Matcher, pc: int) -> tuple[int, np.ndarray, tuple[int, .
     planned static out of at most ``_CONST_COPY_MAX_SIZE`` elements that only it writes,
     not a method output, read afterwards only by kernel calls naming it directly (not in a
     list): ``value`` is what the copy writes, computed here, read-only."""
+    a = mt.instructions[pc]
+    if not isinstance(a, KernelCall) or mt.op_names[a.op_index] not in _CONST_COPIES:
+        return None
     for name in _CONST_COPIES:
         call = mt.kernel_call(pc, name, 4)
         if call is not None:
