@@ -120,7 +120,8 @@ import functools
 import math
 import operator
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -389,9 +390,7 @@ class _Storage:
         for i, slot in enumerate(cp.slots):
             if slot is None:
                 continue
-            size = slot.dtype.itemsize
-            for d in slot.bound:
-                size *= d
+            size = slot.dtype.itemsize * slot.capacity
             regions[i] = (slot.memory_id, slot.offset, slot.offset + size)
             if size > 0:
                 by_mem.setdefault(slot.memory_id, []).append((slot.offset, slot.offset + size, i))
@@ -410,8 +409,8 @@ class _Storage:
         # value)) and which of them a dropped set leaves out (see _defs).
         # drop_unobserved tests values in a memory of more than this many values with numpy.
         self.numpy_from = 32
-        self._reads: tuple[dict[int, set[int]], int, dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]]] | None = None
-        self._own: tuple[dict[int, set[int]], int, set[tuple[int, int]], int, dict[int, tuple[np.ndarray, np.ndarray]]] | None = None
+        self._reads: tuple[Mapping[int, AbstractSet[int]], int, dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]]] | None = None
+        self._own: tuple[Mapping[int, AbstractSet[int]], int, set[tuple[int, int]], int, dict[int, tuple[np.ndarray, np.ndarray]]] | None = None
         self._mem_writes: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, dict[tuple[int, int], int], dict[int, Any]]] = {}
         self._mem_arrays: dict[int, tuple[np.ndarray, np.ndarray, list[int]]] = {}
         self.writes_at: list[list[int]] = [[] for _ in range(n)]
@@ -499,16 +498,16 @@ class _Storage:
         kw, kr = (w - a) % size, (r - a) % size
         return 0 < kw < (kr or size)
 
-    def reads(self) -> dict[int, set[int]]:
+    def reads(self) -> dict[int, frozenset[int]]:
         """value -> positions that may read it, as the plan is written."""
         defines = self.uses.defines
-        out: dict[int, set[int]] = {i: set(ms - defines[i]) if i in defines else set(ms)
-                                    for i, ms in self.uses.mentions.items()}  # PlanUses.reads of each
+        out = {i: ms - defines[i] if i in defines else ms for i, ms in self.uses.mentions.items()}  # PlanUses.reads
+        end = frozenset((self.n,))
         for i in self.uses.outputs:
-            out.setdefault(i, set()).add(self.n)
+            out[i] = out.get(i, frozenset()) | end
         return out
 
-    def drop_unobserved(self, value: int, pc: int, reads: dict[int, set[int]], dropped: set[tuple[int, int]]) -> bool:
+    def drop_unobserved(self, value: int, pc: int, reads: Mapping[int, AbstractSet[int]], dropped: set[tuple[int, int]]) -> bool:
         """Whether instruction ``pc`` may leave out its write of ``value`` without a read
         (``reads``: value -> positions) seeing a difference: every read of a byte of that
         memory is preceded, since ``pc``, by a write of all the bytes it reads (an
@@ -549,7 +548,7 @@ class _Storage:
                     return False
         return True
 
-    def _covered(self, m: int, lo_r: int, hi_r: int, pc: int, reads: dict[int, set[int]],
+    def _covered(self, m: int, lo_r: int, hi_r: int, pc: int, reads: Mapping[int, AbstractSet[int]],
                  dropped: set[tuple[int, int]]) -> bool | None:
         """drop_unobserved's test for bytes [lo_r, hi_r) of memory ``m`` with numpy, for a
         value sharing memory with many: a read is covered when some write of a whole value
@@ -581,7 +580,7 @@ class _Storage:
         cover = (kw > 0) & (kw < kr[:, None]) & (dlo <= lo) & (hi <= dhi)
         return bool(cover.any(axis=1).all())
 
-    def _mem_reads(self, m: int, reads: dict[int, set[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
+    def _mem_reads(self, m: int, reads: Mapping[int, AbstractSet[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
         """The reads (``reads``: value -> positions) of planned values of memory ``m`` as
         arrays: position, first and end byte of the value read, and (a list) the value read;
         once per ``reads`` dict (a caller changing a dict between calls must change its size)."""
@@ -605,7 +604,7 @@ class _Storage:
             found = cached[2][m] = (np.array(pos, np.int64), np.array(lo, np.int64), np.array(hi, np.int64), val)
         return found
 
-    def _own_writes(self, m: int, reads: dict[int, set[int]], dropped: set[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    def _own_writes(self, m: int, reads: Mapping[int, AbstractSet[int]], dropped: set[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
         """Per read of ``_mem_reads(m, reads)``: the position of the last write before it
         (going back from the read, wrapping around the execute) of all the bytes of the
         value it reads, by that value or by another with exactly its bytes (a view of it),
