@@ -478,7 +478,7 @@ class _Storage:
 
     def _plain(self, i: int) -> bool:
         slot = self.cp.slots[i]
-        return slot is not None and not slot.dynamic and list(slot.dim_order) in ([], list(range(len(slot.bound))))
+        return slot is not None and not slot.dynamic and (not slot.dim_order or slot.dim_order == tuple(range(len(slot.bound))))
 
     def written_between(self, i: int, start: int, stop: int, skip: frozenset[int] = frozenset()) -> bool:
         """True when an instruction strictly between ``start`` and ``stop`` (not in ``skip``)
@@ -811,10 +811,9 @@ class _Matcher:
         meta = self.static_tensor(i)
         if meta is None or meta[0] != dt or len(meta[1]) > len(shape):
             return False
-        try:
-            if np.broadcast_shapes(meta[1], shape) != shape:
-                return False
-        except ValueError:
+        # np.broadcast_shapes(meta[1], shape) == shape, without numpy: each of i's dims
+        # (aligned from the right) is 1 or shape's.
+        if not all(m == d or m == 1 for m, d in zip(reversed(meta[1]), reversed(shape))):
             return False
         return self.constant(i) is not None or self.storage.static(i)
 
