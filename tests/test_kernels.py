@@ -1497,3 +1497,15 @@ def test_sigmoid_extremes_without_warnings() -> None:
             with warnings.catch_warnings():
                 warnings.simplefilter("error")
                 get_kernel("aten::sigmoid.out").fn(xs, np.empty_like(xs))
+
+
+def test_registry_kernel_def_keeps_parameter_names_and_dtype_objects() -> None:
+    # Plan compilation reads these instead of inspect.signature and dtype.name per instruction.
+    for name in kernel_names():
+        k = get_kernel(name)
+        assert k.param_names == tuple(inspect.signature(k.fn).parameters)[: k.num_params], name
+        if k.dtypes is None:
+            assert k.numpy_dtypes is None
+        else:
+            assert k.numpy_dtypes == frozenset(np.dtype(d) for d in k.dtypes), name
+            assert {d.name for d in k.numpy_dtypes} == k.dtypes

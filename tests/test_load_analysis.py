@@ -147,3 +147,29 @@ def test_the_use_analysis_matches_the_plain_one(pte: str) -> None:
         assert uses.writers == {i: frozenset(s) for i, s in writers.items()}
         assert uses.defines == {i: frozenset(s) for i, s in defines.items()}
         assert uses.straight == straight
+
+
+def _plain_producer(mt: object, value: int, reader: int) -> tuple[int, int] | None:
+    """_Matcher.producer written plainly (as it was before it bisected)."""
+    best = None
+    for x in (value, *mt.storage.aliases(value)):
+        for w in mt.uses.defines.get(x, ()):
+            if w < reader and (best is None or w > best[0]):
+                best = (w, x)
+    return best
+
+
+@pytest.mark.parametrize("pte", sorted(p.name for p in FIXTURES.rglob("*.pte")))
+def test_the_producer_of_a_value_is_the_plain_ones(pte: str) -> None:
+    from orchestra.runtime._optimize import _Matcher
+
+    prog = load_program(next(FIXTURES.rglob(pte)))
+    for name in prog.method_names:
+        cp = prog._compiled_plan(name)
+        st = _storage(cp)
+        instructions = [ins.instr_args for chain in cp.plan.chains for ins in chain.instructions]
+        rets = [cp._bind_kernel(a, "")[3] if hasattr(a, "op_index") else None for a in instructions]
+        mt = _Matcher(cp, instructions, rets, st.uses)
+        for value in st.regions:
+            for reader in {0, 1, st.n // 2, st.n - 1, st.n, *mt.uses.defines.get(value, ())}:
+                assert mt.producer(value, reader) == _plain_producer(mt, value, reader), (value, reader)

@@ -312,3 +312,52 @@ def test_a_bad_value_found_on_the_fast_path_is_reported_with_its_path() -> None:
         _reader._loads(bytes(bad), Limits(), True)
     with pytest.raises(ProgramError, match=rf"^execution_plan\[0\]\.values\[{idx}\]\.tensor\.sizes: vector runs past"):
         loads(bytes(bad))
+
+
+# -- the schema's dataclasses (built through their slot descriptors) ----------------------------
+def test_schema_classes_keep_their_dataclass_signature_and_stay_frozen() -> None:
+    import inspect
+
+    from orchestra.program import _schema
+
+    classes = [c for c in vars(_schema).values() if isinstance(c, type) and dataclasses.is_dataclass(c)]
+    assert len(classes) > 30
+    for cls in classes:
+        params = list(inspect.signature(cls).parameters.values())
+        fields = [f for f in dataclasses.fields(cls) if f.init]
+        assert [p.name for p in params] == [f.name for f in fields], cls
+        assert [p.default for p in params] == [
+            inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default for f in fields], cls
+    t = _schema.Tensor(6, 0, (2, 3), (0, 1), data_buffer_idx=1)
+    assert t == _schema.Tensor(scalar_type=6, storage_offset=0, sizes=(2, 3), dim_order=(0, 1), requires_grad=False,
+                               data_buffer_idx=1)
+    assert hash(t) == hash(dataclasses.replace(t))
+    assert (t.allocation_info, t.layout, t.shape_dynamism, t.extra_tensor_info) == (None, 0, 0, None)
+    assert dataclasses.replace(t, sizes=(6,)).sizes == (6,)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        t.sizes = (1,)  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        _schema.Int()  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        _schema.Int(1, 2)  # type: ignore[call-arg]
+
+
+def _passes(data: bytes, max_objects: int, fast: bool) -> bool:
+    try:
+        _reader._loads(data, Limits(max_objects=max_objects), fast)
+    except ProgramError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("name", ["mlp", "transformer", "cnn"])
+def test_the_fast_path_refuses_a_program_past_the_object_cap_the_checked_path_refuses(name: str) -> None:
+    # Limits.max_objects must not be easier to pass on the fast path.
+    data = _bytes(name)
+    lo, hi = 0, 1 << 20  # the smallest cap the checked path accepts lies in (lo, hi]
+    assert _passes(data, hi, False)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if _passes(data, mid, False) else (mid, hi)
+    assert not _passes(data, hi - 1, True)
+    assert not _passes(data, hi - 1, False)

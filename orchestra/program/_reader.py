@@ -830,6 +830,8 @@ def _tensor_nbytes(t: S.Tensor, path: str, limits: Limits) -> int | None:
 
 _ITEMSIZE = {int(t): t.itemsize for t in ScalarType}
 
+_IDENTITY = tuple(tuple(range(n)) for n in range(9))  # identity dim orders of up to 8 dimensions
+
 
 def _plain_tensor_ok(t: S.Tensor, limits: Limits, arenas: tuple[int, ...], nconst: int, prog: S.ProgramDef) -> bool:
     """True when tensor ``t`` has no extra info (no mutable data, no name) and passes every
@@ -841,7 +843,8 @@ def _plain_tensor_ok(t: S.Tensor, limits: Limits, arenas: tuple[int, ...], ncons
     if itemsize is None:
         return False
     sizes = t.sizes
-    if t.dim_order and sorted(t.dim_order) != list(range(len(sizes))):
+    d = t.dim_order
+    if d and (len(sizes) > 8 or d != _IDENTITY[len(sizes)]) and sorted(d) != list(range(len(sizes))):
         return False
     numel = 1
     for s in sizes:
@@ -954,7 +957,7 @@ def _verify_plan(prog: S.ProgramDef, pi: int, plan: S.ExecutionPlan, limits: Lim
             _fail(cp + ".stacktrace", f"{len(c.stacktrace)} frame lists for {n} instructions")
         for ii, ins in enumerate(c.instructions):
             a = ins.instr_args
-            if (isinstance(a, S.KernelCall) and 0 <= a.op_index < nops and all(0 <= x < nv for x in a.args)) or (
+            if (isinstance(a, S.KernelCall) and 0 <= a.op_index < nops and (not a.args or (min(a.args) >= 0 and max(a.args) < nv))) or (
                     isinstance(a, S.FreeCall) and 0 <= a.value_index < nv):
                 continue  # the common cases, checked without building paths
             ip = f"{cp}.instructions[{ii}]"

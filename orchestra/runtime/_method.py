@@ -333,10 +333,12 @@ class CompiledPlan:
                 template[i] = v.string_val
             elif isinstance(v, (IntList, TensorList, OptionalTensorList)):
                 optional = isinstance(v, OptionalTensorList)
-                for j, it in enumerate(v.items):
-                    if not (optional and it == -1) and not 0 <= it < nv:
-                        raise OrchestraError(f"{where}: values[{i}].items[{j}]: value index {it} out of range", Error.InvalidProgram)
-                lists[i] = (optional, tuple(v.items))
+                items = v.items
+                if items and (min(items) < -optional or max(items) >= nv):  # then find the bad one
+                    for j, it in enumerate(items):
+                        if not (optional and it == -1) and not 0 <= it < nv:
+                            raise OrchestraError(f"{where}: values[{i}].items[{j}]: value index {it} out of range", Error.InvalidProgram)
+                lists[i] = (optional, tuple(items))
             elif isinstance(v, (DoubleList, BoolList)):
                 template[i] = list(v.items)
         self.template = template
@@ -350,12 +352,15 @@ class CompiledPlan:
         instructions: list[Any] = []
         where_of: list[tuple[int, int]] = []
         rets: list[tuple[int, ...] | None] = []
+        binds: list[tuple[str, Any, tuple[int, ...], tuple[int, ...]] | None] = []  # _bind_kernel's, reused by _step
         for ci, chain in enumerate(plan.chains):
             for ii, ins in enumerate(chain.instructions):
                 a = ins.instr_args
                 instructions.append(a)
                 where_of.append((ci, ii))
-                rets.append(self._bind_kernel(a, f"chains[{ci}].instructions[{ii}]")[3] if isinstance(a, KernelCall) else None)
+                b = self._bind_kernel(a, f"chains[{ci}].instructions[{ii}]") if isinstance(a, KernelCall) else None
+                binds.append(b)
+                rets.append(None if b is None else b[3])
         # List values (IntList: stride, padding...; TensorList) whose members no instruction
         # writes hold the same objects for a Method's whole life: built once when the Method
         # is created, never rebuilt before a kernel call (delegates still get fresh lists).
@@ -365,7 +370,7 @@ class CompiledPlan:
             if uses.straight and i not in uses.written and not any(j in uses.written for j in items if j >= 0))
         plain: list[Step] = []
         for pc, ((ci, ii), a) in enumerate(zip(where_of, instructions)):
-            plain.append(self._step(ci, ii, a, pc))
+            plain.append(self._step(ci, ii, a, pc, binds[pc]))
         # One step per instruction, as the program is written (executors that replace the
         # steps of single instructions start from these; see step_spans).
         self.instruction_steps = tuple(plain)
@@ -454,8 +459,10 @@ class CompiledPlan:
     def _kernel_step(self, fn: Callable[..., Any], params: tuple[int, ...], rets: tuple[int, ...], what: str, label: str) -> Step:
         """A step calling ``fn(*vals[params])`` and storing its result(s) into ``rets``."""
         n = len(params)
-        static = getattr(self, "static_lists", frozenset())
-        lists = tuple(i for i in params if i in self.lists and i not in static)
+        lists: tuple[int, ...] = ()
+        if self.lists and not self.lists.keys().isdisjoint(params):
+            static = getattr(self, "static_lists", frozenset())
+            lists = tuple(i for i in params if i in self.lists and i not in static)
         if n == 0:
             def getter(vals: list[Any]) -> tuple:
                 return ()
@@ -493,11 +500,13 @@ class CompiledPlan:
         step.__qualname__ = label
         return step
 
-    def _step(self, ci: int, ii: int, a: Any, pc: int) -> Step:
+    def _step(self, ci: int, ii: int, a: Any, pc: int,
+              bound: tuple[str, Any, tuple[int, ...], tuple[int, ...]] | None = None) -> Step:
+        """The step of instruction ``a`` as written (``bound``: its _bind_kernel, when made)."""
         plan = self.plan
         where = f"chains[{ci}].instructions[{ii}]"
         if isinstance(a, KernelCall):
-            name, kd, params, rets = self._bind_kernel(a, where)
+            name, kd, params, rets = bound if bound is not None else self._bind_kernel(a, where)
             self._check_dtypes(kd, params, where)
             return self._kernel_step(kd.fn, params, rets, f"{where} ({name})", f"step[{pc}] {name}")
         if isinstance(a, DelegateCall):

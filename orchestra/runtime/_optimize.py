@@ -128,7 +128,8 @@ import functools
 import math
 import operator
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -328,18 +329,18 @@ def analyse_uses(cp: CompiledPlan, instructions: Sequence[Any], rets: Sequence[t
                     if i not in lists and (not c or (c == 1 and params.index(i) in outs)):
                         defines.setdefault(i, set()).add(pc)
             elif op is not None and len(args) > op[0]:
+                # Where each result is named among the parameters: directly, or as a member
+                # of a list parameter (once per occurrence).
                 outs = op[1]
-                where_named: dict[int, list[int]] = {}
-                for p, i in enumerate(args[: op[0]]):
-                    where_named.setdefault(i, []).append(p)
-                    lst = lists.get(i)
-                    if lst is not None:
-                        for j in lst[1]:
-                            if j >= 0:
-                                where_named.setdefault(j, []).append(p)
+                params = args[: op[0]]
+                members = [(p, lists[j][1]) for p, j in enumerate(params) if j in lists]
                 for i in wrote:
-                    at = where_named.get(i, [])
-                    if i not in lists and (not at or (len(at) == 1 and at[0] in outs)):
+                    if i in lists:
+                        continue
+                    at = [p for p, j in enumerate(params) if j == i]
+                    for p, items in members:
+                        at.extend([p] * items.count(i))
+                    if not at or (len(at) == 1 and at[0] in outs):
                         defines.setdefault(i, set()).add(pc)
         elif isinstance(a, DelegateCall):
             named = wrote = _expand(a.args, lists)
@@ -399,9 +400,7 @@ class _Storage:
         for i, slot in enumerate(cp.slots):
             if slot is None:
                 continue
-            size = slot.dtype.itemsize
-            for d in slot.bound:
-                size *= d
+            size = slot.dtype.itemsize * slot.capacity
             regions[i] = (slot.memory_id, slot.offset, slot.offset + size)
             if size > 0:
                 by_mem.setdefault(slot.memory_id, []).append((slot.offset, slot.offset + size, i))
@@ -420,8 +419,8 @@ class _Storage:
         # value)) and which of them a dropped set leaves out (see _defs).
         # drop_unobserved tests values in a memory of more than this many values with numpy.
         self.numpy_from = 32
-        self._reads: tuple[dict[int, set[int]], int, dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]]] | None = None
-        self._own: tuple[dict[int, set[int]], int, set[tuple[int, int]], int, dict[int, tuple[np.ndarray, np.ndarray]]] | None = None
+        self._reads: tuple[Mapping[int, AbstractSet[int]], int, dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]]] | None = None
+        self._own: tuple[Mapping[int, AbstractSet[int]], int, set[tuple[int, int]], int, dict[int, tuple[np.ndarray, np.ndarray]]] | None = None
         self._mem_writes: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, dict[tuple[int, int], int], dict[int, Any]]] = {}
         self._mem_arrays: dict[int, tuple[np.ndarray, np.ndarray, list[int]]] = {}
         self.writes_at: list[list[int]] = [[] for _ in range(n)]
@@ -489,7 +488,7 @@ class _Storage:
 
     def _plain(self, i: int) -> bool:
         slot = self.cp.slots[i]
-        return slot is not None and not slot.dynamic and list(slot.dim_order) in ([], list(range(len(slot.bound))))
+        return slot is not None and not slot.dynamic and (not slot.dim_order or slot.dim_order == tuple(range(len(slot.bound))))
 
     def written_between(self, i: int, start: int, stop: int, skip: frozenset[int] = frozenset()) -> bool:
         """True when an instruction strictly between ``start`` and ``stop`` (not in ``skip``)
@@ -509,16 +508,16 @@ class _Storage:
         kw, kr = (w - a) % size, (r - a) % size
         return 0 < kw < (kr or size)
 
-    def reads(self) -> dict[int, set[int]]:
+    def reads(self) -> dict[int, frozenset[int]]:
         """value -> positions that may read it, as the plan is written."""
         defines = self.uses.defines
-        out: dict[int, set[int]] = {i: set(ms - defines[i]) if i in defines else set(ms)
-                                    for i, ms in self.uses.mentions.items()}  # PlanUses.reads of each
+        out = {i: ms - defines[i] if i in defines else ms for i, ms in self.uses.mentions.items()}  # PlanUses.reads
+        end = frozenset((self.n,))
         for i in self.uses.outputs:
-            out.setdefault(i, set()).add(self.n)
+            out[i] = out.get(i, frozenset()) | end
         return out
 
-    def drop_unobserved(self, value: int, pc: int, reads: dict[int, set[int]], dropped: set[tuple[int, int]]) -> bool:
+    def drop_unobserved(self, value: int, pc: int, reads: Mapping[int, AbstractSet[int]], dropped: set[tuple[int, int]]) -> bool:
         """Whether instruction ``pc`` may leave out its write of ``value`` without a read
         (``reads``: value -> positions) seeing a difference: every read of a byte of that
         memory is preceded, since ``pc``, by a write of all the bytes it reads (an
@@ -559,7 +558,7 @@ class _Storage:
                     return False
         return True
 
-    def _covered(self, m: int, lo_r: int, hi_r: int, pc: int, reads: dict[int, set[int]],
+    def _covered(self, m: int, lo_r: int, hi_r: int, pc: int, reads: Mapping[int, AbstractSet[int]],
                  dropped: set[tuple[int, int]]) -> bool | None:
         """drop_unobserved's test for bytes [lo_r, hi_r) of memory ``m`` with numpy, for a
         value sharing memory with many: a read is covered when some write of a whole value
@@ -591,7 +590,7 @@ class _Storage:
         cover = (kw > 0) & (kw < kr[:, None]) & (dlo <= lo) & (hi <= dhi)
         return bool(cover.any(axis=1).all())
 
-    def _mem_reads(self, m: int, reads: dict[int, set[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
+    def _mem_reads(self, m: int, reads: Mapping[int, AbstractSet[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
         """The reads (``reads``: value -> positions) of planned values of memory ``m`` as
         arrays: position, first and end byte of the value read, and (a list) the value read;
         once per ``reads`` dict (a caller changing a dict between calls must change its size)."""
@@ -615,7 +614,7 @@ class _Storage:
             found = cached[2][m] = (np.array(pos, np.int64), np.array(lo, np.int64), np.array(hi, np.int64), val)
         return found
 
-    def _own_writes(self, m: int, reads: dict[int, set[int]], dropped: set[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    def _own_writes(self, m: int, reads: Mapping[int, AbstractSet[int]], dropped: set[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
         """Per read of ``_mem_reads(m, reads)``: the position of the last write before it
         (going back from the read, wrapping around the execute) of all the bytes of the
         value it reads, by that value or by another with exactly its bytes (a view of it),
@@ -822,10 +821,9 @@ class _Matcher:
         meta = self.static_tensor(i)
         if meta is None or meta[0] != dt or len(meta[1]) > len(shape):
             return False
-        try:
-            if np.broadcast_shapes(meta[1], shape) != shape:
-                return False
-        except ValueError:
+        # np.broadcast_shapes(meta[1], shape) == shape, without numpy: each of i's dims
+        # (aligned from the right) is 1 or shape's.
+        if not all(m == d or m == 1 for m, d in zip(reversed(meta[1]), reversed(shape))):
             return False
         return self.constant(i) is not None or self.storage.static(i)
 
@@ -1481,6 +1479,9 @@ def _constant_copy(mt: _Matcher, pc: int) -> tuple[int, np.ndarray, tuple[int, .
     planned static out of at most ``_CONST_COPY_MAX_SIZE`` elements that only it writes,
     not a method output, read afterwards only by kernel calls naming it directly (not in a
     list): ``value`` is what the copy writes, computed here, read-only."""
+    a = mt.instructions[pc]
+    if not isinstance(a, KernelCall) or mt.op_names[a.op_index] not in _CONST_COPIES:
+        return None
     for name in _CONST_COPIES:
         call = mt.kernel_call(pc, name, 4)
         if call is not None:
