@@ -303,3 +303,52 @@ def test_a_convolution_ending_in_an_activation(shape: str, act: str, path: str,
         assert np.array_equal(got, want)
     with pytest.raises(OrchestraError, match="unknown activation 'gelu'"):
         _conv.conv2d(x, wt, b, (1, 1), (k // 2, k // 2), (1, 1), groups, None, act="gelu")
+
+
+@needs_native
+@pytest.mark.parametrize("kind", ["direct", "1x1"])
+def test_a_planned_convolution_gives_conv2ds_bits_and_declines_what_it_was_not_planned_for(
+        kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(13)
+    c, o, k, groups = (16, 16, 3, 16) if kind == "direct" else (24, 40, 1, 1)
+    x = rng.standard_normal((1, c, 14, 14)).astype(np.float32)
+    wt = rng.standard_normal((o, c // groups, k, k)).astype(np.float32)
+    b = rng.standard_normal(o).astype(np.float32)
+    args = ((1, 1), (k // 2, k // 2), (1, 1), groups)
+    run = _conv.plan_conv2d(x.shape, x.dtype, wt, b, *args, "hardswish")
+    assert run is not None
+    out = np.empty((1, o, 14, 14), np.float32)
+    assert run(x, out) is out
+    assert np.array_equal(out, _conv.conv2d(x, wt, b, *args, None, act="hardswish"))
+    assert run(x[:, :, :13], out) is None  # another shape
+    assert run(x.astype(np.float64), out) is None
+    assert run(np.asfortranarray(x), out) is None
+    assert run(x, out[:, :, :, :13]) is None
+    assert run(x, np.empty((1, o, 14, 14), np.float64)) is None
+    ro = np.empty_like(out)
+    ro.flags.writeable = False
+    assert run(x, ro) is None
+    monkeypatch.setattr(_conv, "_native", None)  # switched off after planning: conv2d's numpy path then
+    assert run(x, out) is None
+    # no plan for what the compiled kernels don't cover, or for invalid arguments
+    assert _conv.plan_conv2d(x.shape, np.dtype(np.float64), wt, b, *args, None) is None
+    assert _conv.plan_conv2d((1, c + 1, 14, 14), x.dtype, wt, b, *args, None) is None
+
+
+def test_a_convolution_step_is_planned_per_input_shape() -> None:
+    """dynamic_batch.pte's convolution sees several batch sizes: each gets its own plan, and
+    the results match the plan as written, bit for bit."""
+    import pathlib
+
+    from orchestra.runtime import load_program
+    from orchestra.runtime._method import CompiledPlan, Method
+
+    prog = load_program(pathlib.Path(__file__).parent / "fixtures" / "dynamic_batch.pte")
+    with prog.load_method() as m:
+        assert [r.kind for r in m._cp.rewrites] == ["conv_planned"]
+        plain = Method(CompiledPlan(prog.definition, prog.definition.plan("forward"), "plain", optimize=False))
+        for batch in (1, 8, 3, 1):
+            x = np.random.default_rng(batch).standard_normal((batch, 2, 6, 6)).astype(np.float32)
+            for got, want in zip(m.execute([x]), plain.execute([x]), strict=True):
+                assert np.array_equal(got, want)
+        plain.close()

@@ -223,9 +223,11 @@ def test_near_misses_are_not_folded_and_run_as_written(case: str) -> None:
     with np.errstate(all="ignore"):  # infinite_scale divides by zero, as written
         prog = build(body, extra_inputs=extra)
     with prog.load_method() as m:
-        assert m._cp.rewrites == ()
+        # a convolution left alone is still planned once (same kernel, same bits)
+        planned = {r.instructions[0] for r in m._cp.rewrites if r.kind == "conv_planned"}
+        assert [r for r in m._cp.rewrites if r.kind != "conv_planned"] == []
         assert len(m._cp.steps) == len(m._cp.instruction_steps)
-        assert all(a is b for a, b in zip(m._cp.steps, m._cp.instruction_steps))
+        assert all(a is b for k, (a, b) in enumerate(zip(m._cp.steps, m._cp.instruction_steps)) if k not in planned)
     inputs = [randn(1, 3, 8, 8)] + [randn(*s) for s in extra]
     with np.errstate(all="ignore"):
         got, want = run_both(prog, inputs)
@@ -731,8 +733,8 @@ def test_transformer_fixture_reads_its_permutes_as_views_and_stays_close_to_exec
 def test_plans_with_tensors_of_unknown_memory_get_no_views() -> None:
     """dynamic_batch's et_view result has no planned memory: it may share anyone's."""
     prog = load_program(FIXTURES / "dynamic_batch.pte")
-    with prog.load_method() as m:
-        assert m._cp.rewrites == () and m._cp.derived == ()
+    with prog.load_method() as m:  # (its convolution is planned per input shape: no memory involved)
+        assert [r for r in m._cp.rewrites if r.kind != "conv_planned"] == [] and m._cp.derived == ()
 
 
 # -- memory shared between values --------------------------------------------------------------
@@ -768,7 +770,7 @@ def test_a_convolution_output_read_through_a_value_on_its_memory_is_not_folded()
     assert kinds(load_program(b.build())) == ["conv_bn"]
     d, _ = with_alias(b.build(), y.index, output=True)
     prog = load_program(d)
-    assert kinds(prog) == []
+    assert [k for k in kinds(prog) if k != "conv_planned"] == []
     got, want = run_both(prog, [randn(1, 3, 8, 8)])
     for g, w_ in zip(got, want, strict=True):
         np.testing.assert_array_equal(g, w_)

@@ -22,6 +22,12 @@ the change can't be observed:
   ``FOLD_BUDGET_BYTES`` (16 MiB) per method: past it batch norms stay separate steps). Results differ from
   the unfused pair by float rounding only. Not folded when a folded value would not be
   finite (a zero ``var + eps``, say): inf/NaN would not propagate as in the unfused pair.
+- **Convolutions planned once.** A 2-d convolution with a constant (or folded) weight and
+  bias and literal stride / padding / dilation / groups checks its arguments and picks its
+  path once per input shape (``plan_conv2d``: the compiled direct convolution, or a 1x1's
+  GEMM plus one compiled bias/activation pass); each execute then only confirms the input
+  and output are what was planned for (else it runs the kernel as written). The same
+  computation, the same bits; a plain one is recorded as ``conv_planned``.
 - **Activation fused into a folded convolution.** A float32 folded convolution whose batch
   norm output is read only by the activation after it (``relu``; an exported hardswish
   chain, ``add 3 / clamp 0 / clamp 6 / mul by it / div 6``, folded constant copies in
@@ -152,7 +158,7 @@ from ..program import (
     numpy_dtype,
 )
 from .kernels import get_kernel
-from .kernels._conv import convolution_act
+from .kernels._conv import convolution_act, plan_conv2d
 from .kernels._elementwise import GELU_TABLE_MAX_SIZE, clip_ufunc, gelu_fit_f32_into, hardsigmoid_out, hardswish_out, silu_out
 from .kernels._pool import max_pool2d_values_out
 
@@ -260,8 +266,8 @@ class Rewrite:
     constants it computed (``conv_bn``: the folded weight and bias; ``matmul_views``: the
     operands that are views of constants), read-only."""
 
-    kind: str  # "maxpool_values", "conv_bn", "conv_activation", "matmul_views", "elementwise_chain", "gelu_scratch",
-    # "constant_copy"
+    kind: str  # "maxpool_values", "conv_bn", "conv_activation", "conv_planned", "matmul_views",
+    # "elementwise_chain", "gelu_scratch", "constant_copy"
     instructions: tuple[int, ...]
     constants: tuple[np.ndarray, ...] = field(default=(), compare=False, repr=False)
 
@@ -1182,25 +1188,51 @@ def fold_batch_norm(
     return w2, b2
 
 
-def _conv_bn_step(cp: CompiledPlan, params: tuple[int, ...], out: int, w: np.ndarray, b: np.ndarray,
-                  what: str, label: str, act: str | None = None) -> Step:
-    """One step running ``aten::convolution.out`` with the folded weight ``w`` and bias
-    ``b`` into value ``out`` (the batch norm's output, or with ``act`` the output of the
-    activation that alone reads it)."""
+def _conv_bn_step(cp: CompiledPlan, params: tuple[int, ...], out: int, w: np.ndarray, b: np.ndarray | None,
+                  what: str, label: str, act: str | None = None,
+                  static: tuple[tuple[int, int], tuple[int, int], tuple[int, int], int] | None = None) -> Step:
+    """One step running ``aten::convolution.out`` with the (folded) constant weight ``w`` and
+    bias ``b`` into value ``out`` (the batch norm's output, or with ``act`` the output of the
+    activation that alone reads it). ``static``: the literal (stride, padding, dilation,
+    groups) of a 2-d convolution: the step then plans the call once per input shape
+    (``plan_conv2d``: checks and choices made once, a few numpy calls per execute)."""
     conv = convolution_act  # aten::convolution.out's kernel, with conv2d's activation
     x, _, _, st, pd, dl, tr, op, g, _ = params
     lists = tuple(i for i in params if i in cp.lists)
+    planned: dict[tuple[int, ...], Any] = {}  # input shape -> plan_conv2d's run (False: none)
 
     def step(vals: list[Any], m: Method) -> None:
+        o = vals[out]
+        xv = vals[x]
+        if static is not None and type(xv) is np.ndarray:
+            run = planned.get(xv.shape)
+            if run is None:
+                run = planned[xv.shape] = plan_conv2d(xv.shape, xv.dtype, w, b, *static, act) or False
+            if run and run(xv, o) is not None:
+                return
         if lists:
             m._refresh_lists(lists)
-        o = vals[out]
-        res = conv(vals[x], w, b, vals[st], vals[pd], vals[dl], vals[tr], vals[op], vals[g], o, act)
+        res = conv(xv, w, b, vals[st], vals[pd], vals[dl], vals[tr], vals[op], vals[g], o, act)
         if res is not o:
             m._write(out, res, what)
 
     step.__qualname__ = label
     return step
+
+
+def _conv_static(mt: _Matcher, params: tuple[int, ...]) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int], int] | None:
+    """The literal (stride, padding, dilation, groups) of 2-d convolution ``params`` (not
+    transposed), else None."""
+    _, w, _, st, pd, dl, tr, _, g, _ = params
+    meta = mt.static_tensor(w)
+    if meta is None or len(meta[1]) != 4 or mt.literal(tr, (Bool,)) is not False:
+        return None
+    lists = [mt.int_list(i) for i in (st, pd, dl)]
+    groups = mt.literal(g, (Int,))
+    if any(v is None or len(v) != 2 for v in lists) or groups is None or isinstance(groups, bool):
+        return None
+    (s0, s1), (p0, p1), (d0, d1) = lists  # type: ignore[misc]
+    return (s0, s1), (p0, p1), (d0, d1), int(groups)
 
 
 def _apply_shape(shape: tuple[int, ...], ops: Sequence[tuple[str, tuple[int, ...]]]) -> tuple[int, ...] | None:
@@ -1823,11 +1855,26 @@ def optimize_steps(
         return tuple(sorted(extra.union(span))) if extra else span
     gelus = {pc: g for pc in range(n) if pc not in gone and pc not in folds and pc not in pools and pc not in ews
              and pc not in mms and (g := _gelu_scratch(mt, pc)) is not None}
+    fused = {p for _, act_pcs, _ in acts.values() for p in act_pcs}  # run by their convolution's step
+    # Convolutions not folded, with a constant weight and bias and literal arguments: planned
+    # once per input shape in their step (the same kernel, checks and choices made once).
+    planned_convs: dict[int, tuple[tuple[int, ...], int, np.ndarray, np.ndarray | None, Any]] = {}
+    for pc in range(n if not st.opaque else 0):
+        if pc in gone or pc in folds or pc in pools or pc in ews or pc in mms or pc in fused or pc in cc_of:
+            continue
+        conv = mt.conv(pc)
+        if conv is None:
+            continue
+        params, out = conv
+        w = mt.constant(params[1])
+        b = None if mt.is_none(params[2]) else mt.constant(params[2])
+        static = _conv_static(mt, params)
+        if w is not None and (b is not None or mt.is_none(params[2])) and static is not None:
+            planned_convs[pc] = (params, out, w, b, static)
     if gelus:  # one scratch buffer per Method for all of them
         gelu_scratch = nv + len(derived)
         first = next(iter(gelus.values()))
         derived.append((first[1], functools.partial(_new_scratch, 3 * max(g[2] for g in gelus.values()))))
-    fused = {p for _, act_pcs, _ in acts.values() for p in act_pcs}  # run by their convolution's step
     pc = 0
     while pc < n:
         label = f"step[{pc}]"
@@ -1841,7 +1888,8 @@ def optimize_steps(
             if act is None:
                 name = f"{_CONV} + {_BN} (folded)"
                 what = f"chains[{ci}].instructions[{i0}..{i1}] ({name})"
-                steps.append(_conv_bn_step(cp, params, out, w, b, what, f"{label} {name}"))
+                steps.append(_conv_bn_step(cp, params, out, w, b, what, f"{label} {name}",
+                                           static=_conv_static(mt, params)))
                 spans.append((pc, pc + 1))
                 rewrites.append(Rewrite("conv_bn", (pc, pc + 1), (w, b)))
             else:
@@ -1849,7 +1897,8 @@ def optimize_steps(
                 span = (pc, pc + 1, *act_pcs)
                 name = f"{_CONV} + {_BN} (folded) + {kind}"
                 what = f"chains[{ci}].instructions[{i0}..{where[act_pcs[-1]][1]}] ({name})"
-                steps.append(_conv_bn_step(cp, params, act_out, w, b, what, f"{label} {name}", act=kind))
+                steps.append(_conv_bn_step(cp, params, act_out, w, b, what, f"{label} {name}", act=kind,
+                                           static=_conv_static(mt, params)))
                 spans.append(with_copies(span))
                 rewrites.append(Rewrite("conv_bn", (pc, pc + 1), (w, b)))
                 rewrites.append(Rewrite("conv_activation", span))
@@ -1920,6 +1969,13 @@ def optimize_steps(
             steps.append(kernel_step(kd.fn, params, rets[pc] or (), f"chains[{ci}].instructions[{ii}] ({op_name(pc)})",
                                      f"{label} {op_name(pc)} (constant operand)"))
             spans.append(with_copies((pc,)))
+        elif pc in planned_convs:
+            params, out, w, b, static = planned_convs[pc]
+            ci, ii = where[pc]
+            steps.append(_conv_bn_step(cp, params, out, w, b, f"chains[{ci}].instructions[{ii}] ({_CONV})",
+                                       f"{label} {_CONV} (planned)", static=static))
+            spans.append((pc,))
+            rewrites.append(Rewrite("conv_planned", (pc,)))
         elif pc in gelus:
             x, out, _ = gelus[pc]
             steps.append(_gelu_step(x, out, gelu_scratch, f"{label} {_GELU} (float32 fit, scratch)"))

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
+
+from orchestra.errors import OrchestraError
 
 from ._registry import kernel
 from ._util import F32_64, bad, check_fits, check_scratch, finish, int_list, load_native, unsupported
@@ -335,6 +338,85 @@ def _conv2d(
     if b3 is not None:
         np.add(res, b3, out=res)
     return res, False
+
+
+def plan_conv2d(
+    x_shape: tuple[int, ...],
+    x_dtype: np.dtype,
+    w: np.ndarray,
+    bias: np.ndarray | None,
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+    dilation: tuple[int, int],
+    groups: int,
+    act: str | None,
+) -> Callable[[np.ndarray, Any], np.ndarray | None] | None:
+    """For a convolution with constant weight and bias and literal arguments, planned once
+    (a plan's step): ``run(x, out)`` computing what :func:`conv2d` computes for an input of
+    exactly ``x_shape`` / ``x_dtype`` into an ``out`` of the result's shape, with every
+    check and choice that depends only on those made here. ``run`` returns None when its
+    arguments are not those (the caller then calls :func:`conv2d`). None: no planned path
+    for this convolution (conv2d every time)."""
+    if len(x_shape) != 4 or w.ndim != 4 or x_dtype != np.float32 or w.dtype != np.float32 or _native is None:
+        return None
+    if bias is not None and (bias.dtype != np.float32 or bias.shape != (w.shape[0],)):
+        return None
+    if act is not None and act not in _ACTS:
+        return None
+    n, c, h, wd = x_shape
+    o, cg, kh, kw = w.shape
+    sh, sw = stride
+    ph, pw = padding
+    dh, dw = dilation
+    if (groups < 1 or c != cg * groups or o % groups or min(sh, sw, dh, dw) < 1 or min(ph, pw) < 0
+            or min(x_shape) < 1):
+        return None
+    ho = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    wo = (wd + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    if ho <= 0 or wo <= 0:
+        return None
+    shape = (n, o, ho, wo)
+    f32 = np.dtype(np.float32)
+    wc = np.ascontiguousarray(w)
+    bc = None if bias is None else np.ascontiguousarray(bias)
+    code = 0 if act is None else _ACTS[act]
+    may_share = np.may_share_memory
+    ndarray = np.ndarray
+
+    def fits(x: Any, out: Any) -> bool:
+        return (type(x) is ndarray and x.shape == x_shape and x.dtype == f32 and x.flags.c_contiguous
+                and type(out) is ndarray and out.shape == shape and out.dtype == f32 and out.flags.c_contiguous
+                and out.flags.writeable)
+
+    if cg <= _NATIVE_MAX_GROUP_CHANNELS and (groups > 1 or kh * kw > 1):
+        try:
+            check_scratch(_OP, (n, c, h + 2 * ph, wd + 2 * pw), 4, "padded input")
+        except OrchestraError:
+            return None
+        args = (n, c, h, wd, o, groups, kh, kw, sh, sw, ph, pw, dh, dw, ho, wo, code)
+
+        def run_direct(x: Any, out: Any) -> np.ndarray | None:
+            if _native is None or not fits(x, out):  # (switched off since: conv2d's numpy path)
+                return None
+            if may_share(x, out):
+                x = x.copy()
+            _native.conv_f32(x, wc, bc, out, *args)
+            return out
+        return run_direct
+    if kh == kw == sh == sw == 1 and ph == pw == 0 and groups == 1 and n == 1:
+        w2 = wc.reshape(o, c)
+        hw = ho * wo
+        dot = np.dot
+
+        def run_1x1(x: Any, out: Any) -> np.ndarray | None:
+            if _native is None or not fits(x, out):
+                return None
+            dot(w2, x.reshape(c, hw), out=out.reshape(o, hw))
+            if bc is not None or code:
+                _native.bias_act_f32(out, bc, 1, o, hw, code)
+            return out
+        return run_1x1
+    return None
 
 
 def _pair(v: Any, name: str) -> tuple[int, int]:
