@@ -422,3 +422,124 @@ def test_a_policy_acting_on_one_node_only(cluster: RayCluster, tmp_path: pathlib
     doc = json.loads(summary.read_text())
     lows = [d for d in doc["decisions"] if d["value"] == "low"]
     assert lows and all(d["camera"] == "rear" and d["node_id"] == rear.node_id for d in lows), doc["decisions"]
+
+
+# -- the live view -----------------------------------------------------------------------------
+
+
+def _slow_config(tmp: pathlib.Path, address: str) -> pathlib.Path:
+    """front: 30 frames at 20 fps (1.5 s); rear: 50 fps until the run ends."""
+    text = _config(tmp, extra=f'[cluster]\naddress = "{address}"\n').read_text()
+    text = text.replace(f'fps = 300, count = {FRAMES}, seed = 2 }}', 'fps = 50, seed = 2 }')
+    text = text.replace(f'fps = 300, count = {FRAMES}, seed = 1 }}', f'fps = 20, count = {FRAMES}, seed = 1 }}')
+    path = tmp / "live.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@needs_ray
+def test_the_status_callback_sees_every_camera_on_its_node(cluster: RayCluster, tmp_path: pathlib.Path) -> None:
+    """run_cluster's on_status: about once a second, both cameras with their node and counts
+    that only grow, the last (done) equal to the summary's; off a terminal a status line."""
+    import io
+
+    from orchestra._run import RunOptions, cluster_rows, run_cluster
+
+    cfg = load_config(_slow_config(tmp_path, cluster.address))
+    statuses: list = []
+    out = io.StringIO()
+    r = run_cluster(cfg, RunOptions(duration_s=3, status_interval_s=1.0), out=out, on_status=statuses.append)
+    assert r.exit_code == 0, r.problems
+    where = _node_ids(cluster.address)
+    nodes = {"front": where["camera.front"], "rear": where["camera.rear"]}
+    assert len(statuses) >= 3 and statuses[-1].done and not any(s.done for s in statuses[:-1])
+    seen_running = set()
+    rated = set()
+    last: dict[str, tuple[int, int, int, int]] = {}
+    grew = set()
+    for s in statuses:
+        assert [j.camera for j in s.jobs] == ["front", "rear"]
+        for row in cluster_rows(s):
+            if row.state == "running":
+                seen_running.add(row.camera)
+                assert row.node_id == nodes[row.camera] and row.address, row
+                if row.input_fps is not None:  # once its node reported
+                    assert row.output_fps is not None and row.p50 is not None
+                    rated.add(row.camera)
+            counts = (row.produced, row.processed, row.failed, sum(row.dropped.values()))
+            before = last.get(row.camera, (0, 0, 0, 0))
+            assert all(a >= b for a, b in zip(counts, before)), (row.camera, before, counts)
+            if before != (0, 0, 0, 0) and counts != before:
+                grew.add(row.camera)
+            last[row.camera] = counts
+    assert seen_running == rated == {"front", "rear"}
+    assert "rear" in grew  # seen part-way, then more
+    final = {row.camera: row for row in cluster_rows(statuses[-1])}
+    for run_ in r.runs:
+        row = final[run_.camera]
+        assert row.state == "done" and row.node_id == run_.node_id == nodes[run_.camera]
+        assert (row.produced, row.processed, row.failed, sum(row.dropped.values())) == run_.counts
+        assert row.processed == run_.summary["cameras"][0]["processed"] >= 1
+    assert final["front"].processed == FRAMES
+    assert statuses[-1].elapsed_s >= 2.5 and statuses[-1].duration_s == 3
+    lines = [x for x in out.getvalue().splitlines() if x.startswith("[")]
+    assert any(f"front@{nodes['front'][:8]} " in x and f"rear@{nodes['rear'][:8]} running" in x for x in lines), lines
+
+
+def _run_in_pty(args: list[str], cols: int = 160, rows: int = 40, timeout: float = 90) -> tuple[int, str]:
+    """``args`` with stdout and stderr on a pseudo-terminal of ``cols`` x ``rows``: its exit
+    status and everything it wrote."""
+    import fcntl
+    import select
+    import struct
+    import termios
+
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+    env = dict(os.environ, PYTHONIOENCODING="utf-8", COLUMNS=str(cols), LINES=str(rows), TERM="xterm-256color",
+               RAY_DISABLE_USAGE_STATS="1")
+    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, env=env, cwd=ROOT)
+    os.close(slave)
+    raw = b""
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.1)
+            if ready:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # EIO: the child closed its end
+                    break
+                if not chunk:
+                    break
+                raw += chunk
+            elif proc.poll() is not None:
+                break
+        rc = proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(master)
+    import re
+
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07", "", raw.decode("utf-8", "replace"))
+    return rc, text.replace("\r", "\n")
+
+
+@needs_ray
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="POSIX ptys")
+def test_orchestra_run_on_a_terminal_shows_one_dashboard_of_every_node(cluster: RayCluster,
+                                                                        tmp_path: pathlib.Path) -> None:
+    path = _slow_config(tmp_path, cluster.address)
+    rc, text = _run_in_pty([sys.executable, "-m", "orchestra", "run", str(path), "--duration", "3"])
+    assert rc == 0, text[-3000:]
+    where = _node_ids(cluster.address)
+    summary_at = text.index(f"orchestra run live.toml on the Ray cluster at {cluster.address}")
+    live = text[:summary_at]  # the dashboard's frames (the summary names the nodes too)
+    assert f"orchestra run live.toml on {cluster.address}" in live, live[-3000:]
+    header = next(x for x in live.splitlines() if "processed" in x and "out fps" in x)
+    assert header.split()[:3] == ["camera", "node", "address"], header
+    for cam in ("front", "rear"):
+        node = where[f"camera.{cam}"][:8]
+        assert any(x.split()[:2] == [cam, node] and x.split()[3] == "running" for x in live.splitlines()), live[-3000:]
+    assert "camera placed" in text  # log lines come out above the live area, not lost

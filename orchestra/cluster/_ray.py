@@ -267,8 +267,9 @@ def run_jobs(jobs: Sequence[CameraJob], address: str = "auto", *, start_timeout_
     ``error`` starting "waiting for a node".
 
     ``on_status``: called (on this thread) every ``status_s`` seconds while the jobs start and
-    run, with a :class:`ClusterStatus` of every job (its state, node and latest progress
-    snapshot), and once more when all are done (``done`` True, each job's last snapshot: the
+    run, and at once when a job changes state (placed, lost, restarting, ended), with a
+    :class:`ClusterStatus` of every job (its state, node and latest progress snapshot), and
+    once more when all are done (``done`` True, each job's last snapshot: the
     last one its work reported before it returned). What it raises ends the run.
 
     Raises:
@@ -320,12 +321,21 @@ def run_jobs(jobs: Sequence[CameraJob], address: str = "auto", *, start_timeout_
         t_run: float | None = None
         seen: dict[Any, Any] = {}  # the progress actor's latest snapshots, as last read
         next_status = t0
+        shown: tuple[Any, ...] = ()  # the states of the last status
+
+        def states() -> tuple[Any, ...]:
+            return tuple((t.running, t.tries, t.late, t.node, t.result is None) for t in tries)
+
+        def due() -> bool:
+            """Time for a status: a second since the last, or a job changed state (shown at once)."""
+            return on_status is not None and (time.monotonic() >= next_status or states() != shown)
 
         def emit(done: bool = False) -> None:
-            """``on_status`` with every job's state and latest snapshot (now: it is time)."""
-            nonlocal next_status, seen
+            """``on_status`` with every job's state and latest snapshot (now)."""
+            nonlocal next_status, seen, shown
             if on_status is None:
                 return
+            shown = states()
             try:
                 seen = dict(ray.get(progress.get.remote(), timeout=5))
             except (RayActorError, GetTimeoutError):
@@ -352,7 +362,7 @@ def run_jobs(jobs: Sequence[CameraJob], address: str = "auto", *, start_timeout_
                     _log.warning("camera actor died before it started", camera=t.job.camera, error=str(exc))
                     died.append((t, exc))
             pending = [t for t in pending if not any(t.ref == r for r in ready)]
-            if pending and time.monotonic() >= next_status:
+            if pending and due():
                 emit()
         t_run = time.monotonic()
         deadline = None if duration_s is None else t_run + duration_s
@@ -471,7 +481,7 @@ def run_jobs(jobs: Sequence[CameraJob], address: str = "auto", *, start_timeout_
                 limits.append(next_status)
             timeout = min([1.0] + [max(0.0, x - now) for x in limits])  # 1 s: stays interruptible
             refs = [t.ref for t in live if t.ref is not None]
-            if time.monotonic() >= next_status:
+            if due():
                 emit()
             if not refs:  # only retries to come
                 time.sleep(timeout)
