@@ -7,6 +7,7 @@ session and its process groups are killed at the end."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pathlib
@@ -437,12 +438,57 @@ def _slow_config(tmp: pathlib.Path, address: str) -> pathlib.Path:
     return path
 
 
+def _snap(produced: int, processed: int, failed: int = 0, dropped: dict | None = None, fps: float = 20.0) -> dict:
+    return {"produced": produced, "processed": processed, "failed": failed, "dropped": dropped or {},
+            "in_fps": fps, "out_fps": fps, "p50_s": 0.004, "p95_s": 0.009, "queue": [0, 4], "state": "running",
+            "decisions": 1}
+
+
+def test_the_cluster_dashboard_adds_up_every_try_and_keeps_camera_and_node() -> None:
+    """Without Ray: rows from a status (a lost try's frames in flight count as failed, as in
+    the summary) drawn as the local dashboard draws its table; a narrow terminal keeps the
+    camera and its node."""
+    from orchestra._run import ClusterScreen, _ClusterDashboard, cluster_rows
+    from orchestra.cluster import ClusterStatus, JobStatus
+
+    status = ClusterStatus(4.2, 10.0, (
+        JobStatus("front", "running", "aaaaaaaa11", "10.0.0.1", 0, 0.0, {"front": _snap(80, 78, dropped={"evicted": 1})}),
+        JobStatus("rear", "lost, restarting", "bbbbbbbb22", "10.0.0.2", 1, None, None,
+                  ({"rear": _snap(50, 40, 1, {"evicted": 2, "deadline": 0})},)),
+        JobStatus("side", "waiting for a node"),
+    ))
+    front, rear, side = cluster_rows(status)
+    assert (front.produced, front.processed, front.failed, dict(front.dropped)) == (80, 78, 0, {"evicted": 1})
+    assert (front.input_fps, front.p50, front.decisions) == (20.0, 0.004, 1)
+    # rear's lost try: 50 produced = 40 processed + 1 failed + 2 dropped + 7 in flight (failed now)
+    assert (rear.produced, rear.processed, rear.failed, dict(rear.dropped)) == (50, 40, 8, {"evicted": 2, "deadline": 0})
+    assert rear.input_fps is None and rear.restarts == 1 and rear.node_id == "bbbbbbbb22"
+    assert (side.produced, side.node_id, side.state) == (0, None, "waiting for a node")
+
+    screen = ClusterScreen(title="orchestra run c.toml on 10.0.0.1:6379", elapsed=4.2, duration=10.0, state="running",
+                           cameras=(), decisions=(), rows=[front, rear, side])
+    dash = _ClusterDashboard(io.StringIO())
+    text = dash.render_text(screen, width=160, height=20)
+    lines = text.splitlines()
+    assert lines[0].startswith("orchestra run c.toml on 10.0.0.1:6379    4.2s / 10s  running")
+    assert lines[1].split() == ["camera", "node", "address", "state", "in", "fps", "out", "fps", "p50", "ms", "p95",
+                                "ms", "produced", "processed", "failed", "drops", "decisions"]
+    row = {x.split()[0]: x for x in lines[2:]}
+    assert row["front"].split() == ["front", "aaaaaaaa", "10.0.0.1", "running", "20.0", "20.0", "4.0", "9.0", "80", "78",
+                                    "0", "evicted", "1", "1"]
+    assert row["rear"].split() == ["rear", "bbbbbbbb", "10.0.0.2", "lost,", "restarting", "(1", "restart)", "-", "-",
+                                   "-", "-", "50", "40", "8", "evicted", "2", "0"]  # decisions: this try's
+    assert row["side"].split()[:5] == ["side", "-", "-", "waiting", "for"]
+    assert row["total"].split()[:3] == ["total", "2", "nodes"]
+    narrow = dash.render_text(screen, width=40, height=20).splitlines()
+    assert narrow[1].split()[:2] == ["camera", "node"] and all(len(x) <= 40 for x in narrow)
+    assert narrow[3].split()[:2] == ["front", "aaaaaaaa"], narrow
+
+
 @needs_ray
 def test_the_status_callback_sees_every_camera_on_its_node(cluster: RayCluster, tmp_path: pathlib.Path) -> None:
     """run_cluster's on_status: about once a second, both cameras with their node and counts
     that only grow, the last (done) equal to the summary's; off a terminal a status line."""
-    import io
-
     from orchestra._run import RunOptions, cluster_rows, run_cluster
 
     cfg = load_config(_slow_config(tmp_path, cluster.address))
