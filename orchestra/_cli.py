@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import struct
 import sys
 from collections import Counter
@@ -489,7 +490,7 @@ def _run_config(args: argparse.Namespace, early: list[int]) -> int:
             _write(sys.stderr, f"orchestra: {flag} {path}: {problem}\n")
             return _EXIT_USER_ERROR
     if config.cluster is not None:
-        return _run_on_cluster(args, config)
+        return _run_on_cluster(args, config, early)
     dashboard = not args.no_dashboard and sys.stdout.isatty()
     logs = None
     log_file = None
@@ -530,10 +531,13 @@ def _run_config(args: argparse.Namespace, early: list[int]) -> int:
     return result.exit_code
 
 
-def _run_on_cluster(args: argparse.Namespace, config: Any) -> int:
+def _run_on_cluster(args: argparse.Namespace, config: Any, early: list[int]) -> int:
     """``orchestra run`` for a config with a [cluster] table: every camera on its node (see
     :func:`orchestra._run.run_cluster`), shown live as the local run is (one dashboard of every
-    node's cameras on a terminal, else a status line); one summary line per camera."""
+    node's cameras on a terminal, else a status line); one summary line per camera.
+
+    SIGINT/SIGTERM (remembered in ``early``) stop the run within a second: the cameras' actors
+    are killed, there is no summary, the exit status is 128 + the signal's number."""
     from ._dashboard import LogBuffer
     from ._run import RunOptions, cluster_summary_dict, configure_logging, render_cluster_summary, run_cluster
 
@@ -557,8 +561,18 @@ def _run_on_cluster(args: argparse.Namespace, config: Any) -> int:
         stream = sys.stderr
     configure_logging(args.log_format, stream, timefmt="%H:%M:%S.%f" if logs is not None else "iso")
     duration = args.duration if args.duration is not None else config.run.duration_s
+    def interrupted(status: Any) -> None:
+        if early:  # run_jobs kills the actors on its way out
+            raise KeyboardInterrupt
+
     try:  # PlacementError: exit 2, from main()
-        result = run_cluster(config, RunOptions(duration_s=duration, dashboard=dashboard, logs=logs))
+        result = run_cluster(config, RunOptions(duration_s=duration, dashboard=dashboard, logs=logs),
+                             on_status=interrupted)
+    except KeyboardInterrupt:
+        sig = early[0] if early else signal.SIGINT
+        _write(sys.stderr, f"orchestra: interrupted ({signal.Signals(sig).name}): the cameras' actors were "
+                           f"stopped; no summary\n")
+        return 128 + int(sig)
     finally:
         if logs is not None:  # what the dashboard did not print
             kept, lost = logs.drain()

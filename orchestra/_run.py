@@ -1271,7 +1271,10 @@ def cluster_rows(status: Any) -> list[ClusterRow]:
         now = (j.progress or {}).get(j.camera)
         fps_in = fps_out = p50 = p95 = None
         if now is not None:
-            produced, processed, failed = produced + now["produced"], processed + now["processed"], failed + now["failed"]
+            # a try that failed on its node (died, raised): its frames in flight failed with it
+            lost = _lost_counts(now)[4] if j.state == "failed" else 0
+            produced, processed = produced + now["produced"], processed + now["processed"]
+            failed += now["failed"] + lost
             for k, v in now["dropped"].items():
                 dropped[k] = dropped.get(k, 0) + v
             decisions = now.get("decisions", 0)

@@ -589,3 +589,36 @@ def test_orchestra_run_on_a_terminal_shows_one_dashboard_of_every_node(cluster: 
         node = where[f"camera.{cam}"][:8]
         assert any(x.split()[:2] == [cam, node] and x.split()[3] == "running" for x in live.splitlines()), live[-3000:]
     assert "camera placed" in text  # log lines come out above the live area, not lost
+
+
+@needs_ray
+def test_ctrl_c_stops_a_cluster_run_without_a_duration(cluster: RayCluster, tmp_path: pathlib.Path) -> None:
+    """Off a terminal (status lines), a run with no duration ends on SIGINT within a few
+    seconds: exit 130, its actors stopped (the next run gets the same cameras)."""
+    import signal
+
+    text = _slow_config(tmp_path, cluster.address).read_text().replace("duration_s = 30\n", "")
+    path = tmp_path / "forever.toml"
+    path.write_text(text, encoding="utf-8")
+    env = dict(os.environ, RAY_DISABLE_USAGE_STATS="1")
+    p = subprocess.Popen([sys.executable, "-m", "orchestra", "run", str(path)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        t0 = time.monotonic()
+        line = ""
+        while "rear@" not in line or " running " not in line:  # a status line: both cameras placed
+            line = p.stdout.readline()
+            assert line or p.poll() is None, p.stderr.read()[-3000:]
+            assert time.monotonic() - t0 < 60, "no status line"
+        p.send_signal(signal.SIGINT)
+        rc = p.wait(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    err = p.stderr.read()
+    assert rc == 130, err[-3000:]
+    assert "orchestra: interrupted (SIGINT): the cameras' actors were stopped; no summary" in err
+    # the cameras' resources are free again: a run with a duration places both
+    r = subprocess.run([sys.executable, "-m", "orchestra", "run", str(_slow_config(tmp_path, cluster.address)),
+                        "--duration", "1"], capture_output=True, text=True, timeout=90, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
