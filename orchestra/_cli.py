@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import struct
 import sys
 from collections import Counter
@@ -489,7 +490,7 @@ def _run_config(args: argparse.Namespace, early: list[int]) -> int:
             _write(sys.stderr, f"orchestra: {flag} {path}: {problem}\n")
             return _EXIT_USER_ERROR
     if config.cluster is not None:
-        return _run_on_cluster(args, config)
+        return _run_on_cluster(args, config, early)
     dashboard = not args.no_dashboard and sys.stdout.isatty()
     logs = None
     log_file = None
@@ -530,26 +531,60 @@ def _run_config(args: argparse.Namespace, early: list[int]) -> int:
     return result.exit_code
 
 
-def _run_on_cluster(args: argparse.Namespace, config: Any) -> int:
+def _run_on_cluster(args: argparse.Namespace, config: Any, early: list[int]) -> int:
     """``orchestra run`` for a config with a [cluster] table: every camera on its node (see
-    :func:`orchestra._run.run_cluster`); one summary line per camera."""
-    from ._run import RunOptions, cluster_decisions, configure_logging, render_cluster_summary, run_cluster
+    :func:`orchestra._run.run_cluster`), shown live as the local run is (one dashboard of every
+    node's cameras on a terminal, else a status line); one summary line per camera.
+
+    SIGINT/SIGTERM (remembered in ``early``) stop the run within a second: the cameras' actors
+    are killed, there is no summary, the exit status is 128 + the signal's number."""
+    from ._dashboard import LogBuffer
+    from ._run import RunOptions, cluster_summary_dict, configure_logging, render_cluster_summary, run_cluster
 
     for flag, on in (("--metrics-port", args.metrics_port is not None), ("--report", bool(args.report))):
         if on:
             _write(sys.stderr, f"orchestra: {flag} is not available with [cluster] yet\n")
             return _EXIT_USER_ERROR
-    configure_logging(args.log_format, sys.stderr)
+    dashboard = not args.no_dashboard and sys.stdout.isatty()
+    logs = None
+    log_file = None
+    if args.log_file:
+        try:
+            log_file = open(args.log_file, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - closed below
+        except OSError as exc:
+            _write(sys.stderr, f"orchestra: --log-file {args.log_file}: {exc.strerror or exc}\n")
+            return _EXIT_USER_ERROR
+        stream: Any = log_file
+    elif dashboard:
+        stream = logs = LogBuffer()
+    else:
+        stream = sys.stderr
+    configure_logging(args.log_format, stream, timefmt="%H:%M:%S.%f" if logs is not None else "iso")
     duration = args.duration if args.duration is not None else config.run.duration_s
-    result = run_cluster(config, RunOptions(duration_s=duration))  # PlacementError: exit 2, from main()
+    def interrupted(status: Any) -> None:
+        if early:  # run_jobs kills the actors on its way out
+            raise KeyboardInterrupt
+
+    try:  # PlacementError: exit 2, from main()
+        result = run_cluster(config, RunOptions(duration_s=duration, dashboard=dashboard, logs=logs),
+                             on_status=interrupted)
+    except KeyboardInterrupt:
+        sig = early[0] if early else signal.SIGINT
+        _write(sys.stderr, f"orchestra: interrupted ({signal.Signals(sig).name}): the cameras' actors were "
+                           f"stopped; no summary\n")
+        return 128 + int(sig)
+    finally:
+        if logs is not None:  # what the dashboard did not print
+            kept, lost = logs.drain()
+            if lost:
+                _write(sys.stderr, f"({lost} earlier log lines not kept)\n")
+            _write(sys.stderr, "".join(line + "\n" for line in kept))
+        configure_logging(args.log_format, sys.stderr)
+        if log_file is not None:
+            log_file.close()
     _write(sys.stdout, render_cluster_summary(result))
     if args.summary_json:
-        doc = {"cluster": result.address, "exit_code": result.exit_code, "problems": result.problems,
-               "decisions": cluster_decisions(result),
-               "cameras": [{"camera": r.camera, "node_id": r.node_id, "address": r.address,
-                            "resources": dict(r.resources), "error": r.error, "summary": r.summary}
-                           for r in result.runs]}
-        _write_file(args.summary_json, json.dumps(doc, indent=2, allow_nan=False) + "\n")
+        _write_file(args.summary_json, json.dumps(cluster_summary_dict(result), indent=2, allow_nan=False) + "\n")
     return result.exit_code
 
 

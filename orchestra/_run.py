@@ -56,13 +56,14 @@ from ._dashboard import (
     fmt_value,
     printable,
 )
+from ._dashboard import _Column, _rich_table
 from ._metrics_http import EnergyUse, MetricsServer, MetricsSnapshot, RunCollector, new_registry
 from .config import Config
 from .errors import InvalidArgumentError, OrchestraError
 from .telemetry import Histogram, get_logger
 
-__all__ = ["SUMMARY_SCHEMA", "ClusterRunResult", "NodeRun", "RunOptions", "RunResult", "cluster_decisions",
-           "configure_logging", "deferred_signals",
+__all__ = ["SUMMARY_SCHEMA", "ClusterRow", "ClusterRunResult", "ClusterScreen", "NodeRun", "RunOptions", "RunResult",
+           "cluster_decisions", "cluster_rows", "cluster_summary_dict", "configure_logging", "deferred_signals",
            "render_cluster_summary", "render_summary", "run", "run_cluster",
            "summary_dict"]
 
@@ -143,7 +144,7 @@ class RunOptions:
     record_s: float | None = None  # sample a timeline (for --report) this often; None: don't
     publish_s: float = 0.5  # how often the metrics snapshot is refreshed
     latency_window: int = 8192
-    progress: Any = None  # called every publish_s with {camera: (produced, processed, failed, dropped)} (clusters)
+    progress: Any = None  # called every publish_s with {camera: progress_snapshot} (clusters; see report_progress)
 
 
 @dataclass
@@ -524,15 +525,13 @@ class _Runner:
             self.collector.publish(self.snapshot())
 
     def report_progress(self) -> None:
-        """Every camera's frame counts so far, to ``RunOptions.progress`` (a cluster's driver
-        keeps the latest: what it knows of a camera whose node dies)."""
+        """Every camera's frame counts and rates so far (:func:`_progress_snapshot`), to
+        ``RunOptions.progress`` (a cluster's driver keeps the latest: its live dashboard, and
+        what it knows of a camera whose node dies)."""
         if self.opts.progress is None or self.group is None:
             return
-        counts = {}
-        for cam in self.config.cameras:
-            a = self.group[cam.name].accounting()
-            counts[cam.name] = (a.produced, a.processed, a.failed, sum(a.dropped.values()))
-        self.opts.progress(counts)
+        self.opts.progress({cam.name: _progress_snapshot(self.group[cam.name].statistics(), len(self.tracker.decisions))
+                            for cam in self.config.cameras})
 
     def sample(self) -> None:
         """One point of the --report timeline."""
@@ -1168,10 +1167,33 @@ def _camera_config(config: Config, cam: Any) -> Config:
                                batches=(), cluster=None, warnings=())
 
 
+def _progress_snapshot(s: Any, decisions: int = 0) -> dict[str, Any]:
+    """A camera's progress as its node sends it to the driver (small, JSON-able): frame counts
+    (``dropped`` per reason), input and output fps, p50/p95 frame latency in seconds, queue
+    depth and capacity, its pipeline's state and how many policy decisions its node took.
+    ``s``: its pipeline's ``statistics()``."""
+    a = s.accounting
+    return {"produced": a.produced, "processed": a.processed, "failed": a.failed,
+            "dropped": {k: v for k, v in a.dropped.items() if v}, "in_fps": round(s.input_fps, 2),
+            "out_fps": round(s.output_fps, 2), "p50_s": s.latency.p50, "p95_s": s.latency.p95,
+            "queue": [s.queue_depth, s.queue_capacity], "state": s.state, "decisions": decisions}
+
+
+def _final_snapshot(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The progress snapshot a finished one-camera run sends last: its summary's counts."""
+    out = {}
+    for cam in doc.get("cameras", []):
+        out[cam["name"]] = {"produced": cam["produced"], "processed": cam["processed"], "failed": cam["failed"],
+                            "dropped": {k: v for k, v in cam["dropped"].items() if v}, "in_fps": 0.0,
+                            "out_fps": 0.0, "p50_s": None, "p95_s": None, "queue": [0, 0], "state": "done",
+                            "decisions": len(doc.get("decisions", []))}
+    return out
+
+
 def _camera_on_node(payload: tuple[Config, RunOptions], report: Any) -> dict[str, Any]:
-    """Runs on the camera's node, in its Ray actor: the ordinary one-camera run, its frame
-    counts reported to the driver as it goes; returns its summary (JSON-able) with the
-    process id it ran in."""
+    """Runs on the camera's node, in its Ray actor: the ordinary one-camera run, its progress
+    reported to the driver as it goes (the last report: the summary's counts); returns its
+    summary (JSON-able) with the process id it ran in."""
     import dataclasses
     import io
 
@@ -1180,6 +1202,7 @@ def _camera_on_node(payload: tuple[Config, RunOptions], report: Any) -> dict[str
     result = run(config, options, out=io.StringIO(), err=io.StringIO())
     doc = summary_dict(result)
     doc["pid"] = os.getpid()
+    report(_final_snapshot(doc))
     return doc
 
 
@@ -1191,23 +1214,213 @@ def _resume_on_node(payload: tuple[Config, RunOptions], seconds_left: float | No
     return config, (options if seconds_left is None else dataclasses.replace(options, duration_s=seconds_left))
 
 
+def _lost_counts(snap: Mapping[str, Any]) -> tuple[int, int, int, int, int]:
+    """A lost try's last progress snapshot as (produced, processed, failed, dropped, in flight)."""
+    produced, processed, failed = snap["produced"], snap["processed"], snap["failed"]
+    dropped = sum(snap["dropped"].values())
+    return produced, processed, failed, dropped, produced - processed - failed - dropped
+
+
 def _node_run(r: Any) -> NodeRun:
     """A :class:`orchestra.cluster.JobResult` (and its earlier tries) as a :class:`NodeRun`."""
     lost = None
     if r.value is None and r.progress is not None:  # the last counts its node sent: in flight = failed
-        produced, processed, failed, dropped = r.progress[r.camera]
-        lost = (produced, processed, failed, dropped, produced - processed - failed - dropped)
+        lost = _lost_counts(r.progress[r.camera])
     return NodeRun(r.camera, r.node_id, r.address, dict(r.resources), r.value, r.error, lost,
                    tuple(_node_run(e) for e in r.earlier), r.started_s, r.ended_s)
 
 
-def run_cluster(config: Config, options: RunOptions | None = None, *, address: str | None = None) -> ClusterRunResult:
+@dataclass(frozen=True)
+class ClusterRow:
+    """One camera of a cluster run, now (a row of the cluster dashboard): its state (see
+    :class:`orchestra.cluster.JobStatus`), the node its current or last try runs on, its
+    frames over every try (a lost try's frames in flight count as failed), and its current
+    try's rates and latency (None when it is not running)."""
+
+    camera: str
+    state: str
+    node_id: str | None
+    address: str | None
+    restarts: int
+    produced: int
+    processed: int
+    failed: int
+    dropped: Mapping[str, int]
+    input_fps: float | None = None
+    output_fps: float | None = None
+    p50: float | None = None  # seconds
+    p95: float | None = None
+    decisions: int = 0
+    error: str | None = None
+
+
+def cluster_rows(status: Any) -> list[ClusterRow]:
+    """The dashboard's rows from an :class:`orchestra.cluster.ClusterStatus` whose progress
+    snapshots are :func:`_progress_snapshot` s (what :func:`run_cluster`'s nodes send)."""
+    rows = []
+    for j in status.jobs:
+        produced = processed = failed = decisions = 0
+        dropped: dict[str, int] = {}
+        for snap in j.earlier:  # lost tries: in flight counted as failed
+            if snap is None or j.camera not in snap:
+                continue
+            p, done, f, _, flight = _lost_counts(snap[j.camera])
+            produced, processed, failed = produced + p, processed + done, failed + f + flight
+            for k, v in snap[j.camera]["dropped"].items():
+                dropped[k] = dropped.get(k, 0) + v
+        now = (j.progress or {}).get(j.camera)
+        fps_in = fps_out = p50 = p95 = None
+        if now is not None:
+            # a try that failed on its node (died, raised): its frames in flight failed with it
+            lost = _lost_counts(now)[4] if j.state == "failed" else 0
+            produced, processed = produced + now["produced"], processed + now["processed"]
+            failed += now["failed"] + lost
+            for k, v in now["dropped"].items():
+                dropped[k] = dropped.get(k, 0) + v
+            decisions = now.get("decisions", 0)
+            if j.state == "running":
+                fps_in, fps_out, p50, p95 = now["in_fps"], now["out_fps"], now["p50_s"], now["p95_s"]
+        rows.append(ClusterRow(j.camera, j.state, j.node_id, j.address, j.restarts, produced, processed, failed,
+                               dropped, fps_in, fps_out, p50, p95, decisions, j.error))
+    return rows
+
+
+@dataclass(slots=True)
+class ClusterScreen(Screen):
+    """One frame of the cluster dashboard: the header of :class:`Screen` and every camera's
+    :class:`ClusterRow` (``cameras`` and ``decisions`` stay empty)."""
+
+    rows: Sequence[ClusterRow] = ()
+
+
+def _cluster_columns(rows: Sequence[ClusterRow]) -> list[_Column]:
+    total = len(rows) > 1
+
+    def col(header: str, cells: list[str], keep: int, tot: str = "", **kw: Any) -> _Column:
+        return _Column(header, cells + ([tot] if total else []), keep, **kw)
+
+    def opt(v: float | None, fmt: str) -> str:
+        return "-" if v is None or v != v else format(v, fmt)
+
+    def ms(v: float | None) -> str:
+        return "-" if v is None or v != v else fmt_ms(v)
+
+    dropped: dict[str, int] = collections.Counter()
+    for r in rows:
+        dropped.update(r.dropped)
+    nodes = len({r.node_id for r in rows if r.node_id})
+    states = [r.state + (f" ({r.restarts} restart{'s' if r.restarts != 1 else ''})" if r.restarts else "") for r in rows]
+    return [
+        col("camera", [printable(r.camera) for r in rows], 100, "total"),
+        col("node", [(r.node_id or "-")[:8] for r in rows], 95, f"{nodes} node{'s' if nodes != 1 else ''}"),
+        col("address", [r.address or "-" for r in rows], 60),
+        col("state", states, 90),
+        col("in fps", [opt(r.input_fps, ".1f") for r in rows], 30, f"{sum(r.input_fps or 0.0 for r in rows):.1f}",
+            right=True),
+        col("out fps", [opt(r.output_fps, ".1f") for r in rows], 80, f"{sum(r.output_fps or 0.0 for r in rows):.1f}",
+            right=True),
+        col("p50 ms", [ms(r.p50) for r in rows], 25, right=True),
+        col("p95 ms", [ms(r.p95) for r in rows], 45, right=True),
+        col("produced", [str(r.produced) for r in rows], 55, str(sum(r.produced for r in rows)), right=True),
+        col("processed", [str(r.processed) for r in rows], 85, str(sum(r.processed for r in rows)), right=True),
+        col("failed", [str(r.failed) for r in rows], 75, str(sum(r.failed for r in rows)), right=True),
+        col("drops", [fmt_drops(r.dropped) for r in rows], 65, fmt_drops(dropped)),
+        col("decisions", [str(r.decisions) for r in rows], 20, str(sum(r.decisions for r in rows)), right=True),
+    ]
+
+
+class _ClusterDashboard(Dashboard):
+    """The local run's dashboard (live area, log lines above it) drawing a cluster's cameras."""
+
+    def renderable(self, screen: Screen, width: int, height: int) -> Any:
+        if not isinstance(screen, ClusterScreen):
+            return super().renderable(screen, width, height)
+        from rich.console import Group
+        from rich.text import Text
+
+        span = f"{screen.elapsed:5.1f}s" + (f" / {screen.duration:g}s" if screen.duration else " (Ctrl-C to stop)")
+        head = Text(no_wrap=True, overflow="ellipsis")
+        head.append(screen.title, style="bold")
+        head.append(f"  {span}  ")
+        head.append(screen.state, style="bold green" if screen.state == "running" else "bold yellow")
+        if screen.info:
+            head.append(f"  {screen.info}", style="dim")
+        parts: list[Any] = [head, _rich_table(_cluster_columns(screen.rows), width, bold_last=True)]
+        errors = [f"{printable(r.camera)}: {printable(r.error)}" for r in screen.rows if r.error]
+        parts += [Text(e, style="red", no_wrap=True, overflow="ellipsis") for e in errors[:max(height - 6, 0)]]
+        return Group(*parts)
+
+
+def _cluster_status_line(screen: ClusterScreen) -> str:
+    """When stdout is not a terminal: one compact line for the whole cluster."""
+    cams = " | ".join(
+        f"{printable(r.camera)}@{(r.node_id or '-')[:8]} {r.state}"
+        + (f" {r.input_fps:.0f}->{r.output_fps:.0f}fps" if r.input_fps is not None and r.output_fps is not None else "")
+        + f" {r.processed}/{r.produced} drop {sum(r.dropped.values())}" + (f" fail {r.failed}" if r.failed else "")
+        + (f" restarts {r.restarts}" if r.restarts else "")
+        for r in screen.rows)
+    return f"[{screen.elapsed:6.1f}s] {cams}"
+
+
+class _ClusterView:
+    """What a cluster run shows as it goes, fed by :func:`orchestra.cluster.run_jobs`'s
+    ``on_status``: the dashboard (``RunOptions.dashboard``) or a status line every
+    ``status_interval_s`` on ``out``; ``also`` gets every status too."""
+
+    def __init__(self, config: Config, address: str, options: RunOptions, out: TextIO, also: Any = None) -> None:
+        self.title = f"orchestra run {os.path.basename(config.path)} on {address}"
+        self.opts = options
+        self.out = out
+        self.also = also
+        self.dashboard: _ClusterDashboard | None = None
+        self.next_line = time.monotonic() + options.status_interval_s
+
+    def __enter__(self) -> _ClusterView:
+        if self.opts.dashboard:
+            self.dashboard = _ClusterDashboard(self.out, self.opts.logs)
+            self.dashboard.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.dashboard is not None:
+            self.dashboard.__exit__(*exc)
+            self.dashboard = None
+
+    def screen(self, status: Any) -> ClusterScreen:
+        rows = cluster_rows(status)
+        running = sum(r.state == "running" for r in rows)
+        state = "done" if status.done else "running" if running else "starting"
+        return ClusterScreen(title=self.title, elapsed=status.elapsed_s, duration=status.duration_s, state=state,
+                             cameras=(), decisions=(), info=f"{running}/{len(rows)} cameras running", rows=rows)
+
+    def __call__(self, status: Any) -> None:
+        if self.also is not None:
+            self.also(status)
+        if self.dashboard is not None:
+            self.dashboard.refresh(self.screen(status))
+        elif not self.opts.dashboard and time.monotonic() >= self.next_line and not status.done:
+            self.next_line = time.monotonic() + self.opts.status_interval_s
+            try:
+                self.out.write(_cluster_status_line(self.screen(status)) + "\n")
+                self.out.flush()
+            except (OSError, ValueError):
+                pass
+
+
+def run_cluster(config: Config, options: RunOptions | None = None, *, address: str | None = None,
+                out: TextIO | None = None, on_status: Any = None) -> ClusterRunResult:
     """Runs ``config``'s cameras across the Ray cluster at ``address`` (default: the config's
     ``[cluster] address``, else ``"auto"``): each camera in its own actor requesting the Ray
     resources of its binding (:func:`orchestra.cluster.camera_resources`), so it runs on the
     node that advertises its camera and core; each node runs the usual one-camera run and
-    returns its summary. Needs the ``ray`` extra. The dashboard, metrics server and report
-    are not available on a cluster yet (``options`` gives the duration).
+    returns its summary. Needs the ``ray`` extra. The metrics server and report are not
+    available on a cluster yet.
+
+    While it runs, ``out`` (default stdout) shows every camera across the nodes as the local
+    run does: the live dashboard with ``options.dashboard`` (its log lines from
+    ``options.logs`` printed above it), else a status line every ``options.status_interval_s``.
+    ``on_status`` (optional) gets each :class:`orchestra.cluster.ClusterStatus` too (about once
+    a second, the last with ``done``; :func:`cluster_rows` turns one into rows).
 
     A camera whose node dies is restarted, while the run lasts, on a live node that advertises
     its resources again (the node back, or another), as a one-camera run for the time left;
@@ -1230,8 +1443,10 @@ def run_cluster(config: Config, options: RunOptions | None = None, *, address: s
     jobs = [CameraJob(cam.name, camera_resources(cam.name, cam.core, cam.node), _camera_on_node,
                       (_camera_config(config, cam), node_opts), resume=_resume_on_node) for cam in config.cameras]
     _log.info("running on a cluster", address=address, cameras=[c.name for c in config.cameras])
-    results = run_jobs(jobs, address, start_timeout_s=cl.timeout_s if cl is not None else 60.0,
-                       duration_s=options.duration_s, wait_for_nodes=cl is not None and cl.wait_for_nodes)
+    with _ClusterView(config, address, options, sys.stdout if out is None else out, on_status) as view:
+        results = run_jobs(jobs, address, start_timeout_s=cl.timeout_s if cl is not None else 60.0,
+                           duration_s=options.duration_s, wait_for_nodes=cl is not None and cl.wait_for_nodes,
+                           on_status=view)
     return ClusterRunResult(config, address, tuple(_node_run(r) for r in results))
 
 
@@ -1284,6 +1499,48 @@ def render_cluster_summary(r: ClusterRunResult) -> str:
     if probs:
         lines += ["", "problems:"] + [f"  {p}" for p in probs]
     return "\n".join(lines) + "\n"
+
+
+def _segment(n: NodeRun) -> dict[str, Any]:
+    """One try of a camera: where and when it ran, its frames, why it ended early."""
+    if n.summary is not None and n.summary.get("cameras"):
+        cam = n.summary["cameras"][0]
+        counts: dict[str, Any] | None = {"produced": cam["produced"], "processed": cam["processed"],
+                                         "failed": cam["failed"], "dropped": sum(cam["dropped"].values()),
+                                         "in_flight_failed": 0}
+    elif n.lost is not None:
+        p, done, failed, dropped, flight = n.lost
+        counts = {"produced": p, "processed": done, "failed": failed + flight, "dropped": dropped,
+                  "in_flight_failed": flight}
+    elif n.never_started:
+        counts = {"produced": 0, "processed": 0, "failed": 0, "dropped": 0, "in_flight_failed": 0}
+    else:
+        counts = None
+    return {"node_id": n.node_id, "address": n.address, "started_s": n.started_s, "ended_s": n.ended_s,
+            "counts": counts, "error": n.error}
+
+
+def cluster_summary_dict(r: ClusterRunResult) -> dict[str, Any]:
+    """The cluster run's summary as JSON (``--summary-json``): the cluster, exit code,
+    problems, every node's decisions, and per camera its last try (node, resources, error,
+    that node's own summary) with ``restarts``, ``waited_s`` (how long it waited for a node
+    before its first try started: 0 when it started with the run), ``counts`` over every try
+    (None when a node was lost before it reported) and ``segments``: each try, oldest first
+    (node, address, ``started_s``/``ended_s`` since the run began, its ``counts``, with the
+    frames in flight when its node was lost counted as failed, and its ``error``)."""
+    cams = []
+    for n in r.runs:
+        first = n.earlier[0] if n.earlier else n
+        counts = n.counts
+        cams.append({"camera": n.camera, "node_id": n.node_id, "address": n.address, "resources": dict(n.resources),
+                     "error": n.error, "restarts": n.restarts,
+                     "waited_s": None if first.started_s is None else round(first.started_s, 3),
+                     "counts": None if counts is None else dict(zip(("produced", "processed", "failed", "dropped"),
+                                                                    counts)),
+                     "accounting": n.accounting,
+                     "segments": [_segment(x) for x in (*n.earlier, n)], "summary": n.summary})
+    return {"cluster": r.address, "exit_code": r.exit_code, "problems": r.problems, "decisions": cluster_decisions(r),
+            "cameras": cams}
 
 
 def cluster_decisions(r: ClusterRunResult) -> list[dict[str, Any]]:

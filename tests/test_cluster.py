@@ -7,6 +7,7 @@ session and its process groups are killed at the end."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pathlib
@@ -422,3 +423,202 @@ def test_a_policy_acting_on_one_node_only(cluster: RayCluster, tmp_path: pathlib
     doc = json.loads(summary.read_text())
     lows = [d for d in doc["decisions"] if d["value"] == "low"]
     assert lows and all(d["camera"] == "rear" and d["node_id"] == rear.node_id for d in lows), doc["decisions"]
+
+
+# -- the live view -----------------------------------------------------------------------------
+
+
+def _slow_config(tmp: pathlib.Path, address: str) -> pathlib.Path:
+    """front: 30 frames at 20 fps (1.5 s); rear: 50 fps until the run ends."""
+    text = _config(tmp, extra=f'[cluster]\naddress = "{address}"\n').read_text()
+    text = text.replace(f'fps = 300, count = {FRAMES}, seed = 2 }}', 'fps = 50, seed = 2 }')
+    text = text.replace(f'fps = 300, count = {FRAMES}, seed = 1 }}', f'fps = 20, count = {FRAMES}, seed = 1 }}')
+    path = tmp / "live.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _snap(produced: int, processed: int, failed: int = 0, dropped: dict | None = None, fps: float = 20.0) -> dict:
+    return {"produced": produced, "processed": processed, "failed": failed, "dropped": dropped or {},
+            "in_fps": fps, "out_fps": fps, "p50_s": 0.004, "p95_s": 0.009, "queue": [0, 4], "state": "running",
+            "decisions": 1}
+
+
+def test_the_cluster_dashboard_adds_up_every_try_and_keeps_camera_and_node() -> None:
+    """Without Ray: rows from a status (a lost try's frames in flight count as failed, as in
+    the summary) drawn as the local dashboard draws its table; a narrow terminal keeps the
+    camera and its node."""
+    from orchestra._run import ClusterScreen, _ClusterDashboard, cluster_rows
+    from orchestra.cluster import ClusterStatus, JobStatus
+
+    status = ClusterStatus(4.2, 10.0, (
+        JobStatus("front", "running", "aaaaaaaa11", "10.0.0.1", 0, 0.0, {"front": _snap(80, 78, dropped={"evicted": 1})}),
+        JobStatus("rear", "lost, restarting", "bbbbbbbb22", "10.0.0.2", 1, None, None,
+                  ({"rear": _snap(50, 40, 1, {"evicted": 2, "deadline": 0})},)),
+        JobStatus("side", "waiting for a node"),
+    ))
+    front, rear, side = cluster_rows(status)
+    assert (front.produced, front.processed, front.failed, dict(front.dropped)) == (80, 78, 0, {"evicted": 1})
+    assert (front.input_fps, front.p50, front.decisions) == (20.0, 0.004, 1)
+    # rear's lost try: 50 produced = 40 processed + 1 failed + 2 dropped + 7 in flight (failed now)
+    assert (rear.produced, rear.processed, rear.failed, dict(rear.dropped)) == (50, 40, 8, {"evicted": 2, "deadline": 0})
+    assert rear.input_fps is None and rear.restarts == 1 and rear.node_id == "bbbbbbbb22"
+    assert (side.produced, side.node_id, side.state) == (0, None, "waiting for a node")
+
+    screen = ClusterScreen(title="orchestra run c.toml on 10.0.0.1:6379", elapsed=4.2, duration=10.0, state="running",
+                           cameras=(), decisions=(), rows=[front, rear, side])
+    dash = _ClusterDashboard(io.StringIO())
+    text = dash.render_text(screen, width=160, height=20)
+    lines = text.splitlines()
+    assert lines[0].startswith("orchestra run c.toml on 10.0.0.1:6379    4.2s / 10s  running")
+    assert lines[1].split() == ["camera", "node", "address", "state", "in", "fps", "out", "fps", "p50", "ms", "p95",
+                                "ms", "produced", "processed", "failed", "drops", "decisions"]
+    row = {x.split()[0]: x for x in lines[2:]}
+    assert row["front"].split() == ["front", "aaaaaaaa", "10.0.0.1", "running", "20.0", "20.0", "4.0", "9.0", "80", "78",
+                                    "0", "evicted", "1", "1"]
+    assert row["rear"].split() == ["rear", "bbbbbbbb", "10.0.0.2", "lost,", "restarting", "(1", "restart)", "-", "-",
+                                   "-", "-", "50", "40", "8", "evicted", "2", "0"]  # decisions: this try's
+    assert row["side"].split()[:5] == ["side", "-", "-", "waiting", "for"]
+    assert row["total"].split()[:3] == ["total", "2", "nodes"]
+    narrow = dash.render_text(screen, width=40, height=20).splitlines()
+    assert narrow[1].split()[:2] == ["camera", "node"] and all(len(x) <= 40 for x in narrow)
+    assert narrow[3].split()[:2] == ["front", "aaaaaaaa"], narrow
+
+
+@needs_ray
+def test_the_status_callback_sees_every_camera_on_its_node(cluster: RayCluster, tmp_path: pathlib.Path) -> None:
+    """run_cluster's on_status: about once a second, both cameras with their node and counts
+    that only grow, the last (done) equal to the summary's; off a terminal a status line."""
+    from orchestra._run import RunOptions, cluster_rows, run_cluster
+
+    cfg = load_config(_slow_config(tmp_path, cluster.address))
+    statuses: list = []
+    out = io.StringIO()
+    r = run_cluster(cfg, RunOptions(duration_s=3, status_interval_s=1.0), out=out, on_status=statuses.append)
+    assert r.exit_code == 0, r.problems
+    where = _node_ids(cluster.address)
+    nodes = {"front": where["camera.front"], "rear": where["camera.rear"]}
+    assert len(statuses) >= 3 and statuses[-1].done and not any(s.done for s in statuses[:-1])
+    seen_running = set()
+    rated = set()
+    last: dict[str, tuple[int, int, int, int]] = {}
+    grew = set()
+    for s in statuses:
+        assert [j.camera for j in s.jobs] == ["front", "rear"]
+        for row in cluster_rows(s):
+            if row.state == "running":
+                seen_running.add(row.camera)
+                assert row.node_id == nodes[row.camera] and row.address, row
+                if row.input_fps is not None:  # once its node reported
+                    assert row.output_fps is not None and row.p50 is not None
+                    rated.add(row.camera)
+            counts = (row.produced, row.processed, row.failed, sum(row.dropped.values()))
+            before = last.get(row.camera, (0, 0, 0, 0))
+            assert all(a >= b for a, b in zip(counts, before)), (row.camera, before, counts)
+            if before != (0, 0, 0, 0) and counts != before:
+                grew.add(row.camera)
+            last[row.camera] = counts
+    assert seen_running == rated == {"front", "rear"}
+    assert "rear" in grew  # seen part-way, then more
+    final = {row.camera: row for row in cluster_rows(statuses[-1])}
+    for run_ in r.runs:
+        row = final[run_.camera]
+        assert row.state == "done" and row.node_id == run_.node_id == nodes[run_.camera]
+        assert (row.produced, row.processed, row.failed, sum(row.dropped.values())) == run_.counts
+        assert row.processed == run_.summary["cameras"][0]["processed"] >= 1
+    assert final["front"].processed == FRAMES
+    assert statuses[-1].elapsed_s >= 2.5 and statuses[-1].duration_s == 3
+    lines = [x for x in out.getvalue().splitlines() if x.startswith("[")]
+    assert any(f"front@{nodes['front'][:8]} " in x and f"rear@{nodes['rear'][:8]} running" in x for x in lines), lines
+
+
+def _run_in_pty(args: list[str], cols: int = 160, rows: int = 40, timeout: float = 90) -> tuple[int, str]:
+    """``args`` with stdout and stderr on a pseudo-terminal of ``cols`` x ``rows``: its exit
+    status and everything it wrote."""
+    import fcntl
+    import select
+    import struct
+    import termios
+
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+    env = dict(os.environ, PYTHONIOENCODING="utf-8", COLUMNS=str(cols), LINES=str(rows), TERM="xterm-256color",
+               RAY_DISABLE_USAGE_STATS="1")
+    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, env=env, cwd=ROOT)
+    os.close(slave)
+    raw = b""
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.1)
+            if ready:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # EIO: the child closed its end
+                    break
+                if not chunk:
+                    break
+                raw += chunk
+            elif proc.poll() is not None:
+                break
+        rc = proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(master)
+    import re
+
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07", "", raw.decode("utf-8", "replace"))
+    return rc, text.replace("\r", "\n")
+
+
+@needs_ray
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="POSIX ptys")
+def test_orchestra_run_on_a_terminal_shows_one_dashboard_of_every_node(cluster: RayCluster,
+                                                                        tmp_path: pathlib.Path) -> None:
+    path = _slow_config(tmp_path, cluster.address)
+    rc, text = _run_in_pty([sys.executable, "-m", "orchestra", "run", str(path), "--duration", "3"])
+    assert rc == 0, text[-3000:]
+    where = _node_ids(cluster.address)
+    summary_at = text.index(f"orchestra run live.toml on the Ray cluster at {cluster.address}")
+    live = text[:summary_at]  # the dashboard's frames (the summary names the nodes too)
+    assert f"orchestra run live.toml on {cluster.address}" in live, live[-3000:]
+    header = next(x for x in live.splitlines() if "processed" in x and "out fps" in x)
+    assert header.split()[:3] == ["camera", "node", "address"], header
+    for cam in ("front", "rear"):
+        node = where[f"camera.{cam}"][:8]
+        assert any(x.split()[:2] == [cam, node] and x.split()[3] == "running" for x in live.splitlines()), live[-3000:]
+    assert "camera placed" in text  # log lines come out above the live area, not lost
+
+
+@needs_ray
+def test_ctrl_c_stops_a_cluster_run_without_a_duration(cluster: RayCluster, tmp_path: pathlib.Path) -> None:
+    """Off a terminal (status lines), a run with no duration ends on SIGINT within a few
+    seconds: exit 130, its actors stopped (the next run gets the same cameras)."""
+    import signal
+
+    text = _slow_config(tmp_path, cluster.address).read_text().replace("duration_s = 30\n", "")
+    path = tmp_path / "forever.toml"
+    path.write_text(text, encoding="utf-8")
+    env = dict(os.environ, RAY_DISABLE_USAGE_STATS="1")
+    p = subprocess.Popen([sys.executable, "-m", "orchestra", "run", str(path)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        t0 = time.monotonic()
+        line = ""
+        while "rear@" not in line or " running " not in line:  # a status line: both cameras placed
+            line = p.stdout.readline()
+            assert line or p.poll() is None, p.stderr.read()[-3000:]
+            assert time.monotonic() - t0 < 60, "no status line"
+        p.send_signal(signal.SIGINT)
+        rc = p.wait(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    err = p.stderr.read()
+    assert rc == 130, err[-3000:]
+    assert "orchestra: interrupted (SIGINT): the cameras' actors were stopped; no summary" in err
+    # the cameras' resources are free again: a run with a duration places both
+    r = subprocess.run([sys.executable, "-m", "orchestra", "run", str(_slow_config(tmp_path, cluster.address)),
+                        "--duration", "1"], capture_output=True, text=True, timeout=90, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]

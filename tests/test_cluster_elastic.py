@@ -8,6 +8,7 @@ camera front, node b to camera rear) is killed at the end."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pathlib
@@ -194,7 +195,14 @@ def test_a_node_that_comes_back_gets_its_camera_again(cluster: RayCluster, tmp_p
     exactly, and the new try's policy decisions reach the driver with the new node."""
     import structlog
 
-    from orchestra._run import RunOptions, cluster_decisions, render_cluster_summary, run_cluster
+    from orchestra._run import (
+        RunOptions,
+        cluster_decisions,
+        cluster_rows,
+        cluster_summary_dict,
+        render_cluster_summary,
+        run_cluster,
+    )
 
     extra = """
 [[policy]]
@@ -207,8 +215,10 @@ params = { timeline = [[0, { "battery.percent" = 90 }], [0.5, { "battery.percent
 """
     cfg = load_config(_config(tmp_path, cluster.address, "rear", duration=20, extra=extra))
     old = _holder(cluster.address, "camera.rear")
+    statuses: list[Any] = []
     with structlog.testing.capture_logs() as logs:
-        t, out = _in_background(lambda: run_cluster(cfg, RunOptions(duration_s=20)))
+        t, out = _in_background(lambda: run_cluster(cfg, RunOptions(duration_s=20), out=io.StringIO(),
+                                                    on_status=statuses.append))
         t0 = time.monotonic()
         while _lines(tmp_path / "rear.jsonl") < 40:  # rear has run on node b for ~0.8 s
             assert time.monotonic() - t0 < 40 and t.is_alive(), f"the rear camera never wrote a result: {out}"
@@ -256,6 +266,34 @@ params = { timeline = [[0, { "battery.percent" = 90 }], [0.5, { "battery.percent
                                 str(dropped1 + dropped2)], row
     assert (f"  rear: node {old[:12]} lost at {lost.ended_s:.1f} s ({done1} processed, {flight1} in flight counted "
             f"as failed); restarted on node {new[:12]} at {rear.started_s:.1f} s") in text.splitlines(), text
+
+    # --summary-json: every try of rear, where and when it ran, its frames
+    doc = json.loads(json.dumps(cluster_summary_dict(r), allow_nan=False))
+    f_doc, r_doc = doc["cameras"]
+    assert f_doc["restarts"] == 0 and f_doc["waited_s"] == 0 and len(f_doc["segments"]) == 1
+    assert f_doc["segments"][0]["counts"] == {"produced": 30, "processed": 30, "failed": 0, "dropped": 0,
+                                              "in_flight_failed": 0}
+    assert r_doc["restarts"] == 1 and r_doc["node_id"] == new and r_doc["accounting"] == "ok after 1 restart"
+    assert r_doc["counts"] == dict(zip(("produced", "processed", "failed", "dropped"), rear.counts))
+    seg1, seg2 = r_doc["segments"]
+    assert (seg1["node_id"], seg1["started_s"], seg1["ended_s"]) == (old, lost.started_s, lost.ended_s)
+    assert seg1["error"].startswith("its actor died") and seg1["counts"] == {
+        "produced": p1, "processed": done1, "failed": failed1 + flight1, "dropped": dropped1, "in_flight_failed": flight1}
+    assert (seg2["node_id"], seg2["started_s"], seg2["error"]) == (new, rear.started_s, None)
+    assert seg2["counts"] == {"produced": p2, "processed": done2, "failed": failed2, "dropped": dropped2,
+                              "in_flight_failed": 0}
+    assert seg1["ended_s"] <= seg2["started_s"] < seg2["ended_s"]
+
+    # the live view: rear ran on node b, was seen lost and restarting, then ran on the new node; the
+    # last status adds both tries up as the summary does
+    rear_states = [(j.state, j.node_id, j.restarts) for s in statuses for j in s.jobs if j.camera == "rear"]
+    assert ("running", old, 0) in rear_states and ("running", new, 1) in rear_states, rear_states
+    assert any(state == "lost, restarting" for state, _, _ in rear_states), rear_states
+    assert rear_states.index(("running", new, 1)) > rear_states.index(("running", old, 0))
+    final = {x.camera: x for x in cluster_rows(statuses[-1])}
+    assert statuses[-1].done and final["rear"].state == "done" and final["rear"].restarts == 1
+    assert (final["rear"].produced, final["rear"].processed, final["rear"].failed,
+            sum(final["rear"].dropped.values())) == rear.counts
 
     restarted = [x for x in logs if x["event"] == "camera restarted"]
     assert [(x["camera"], x["node"], x["lost_node"], x["restarts"]) for x in restarted] == [("rear", new, old, 1)]

@@ -9,7 +9,9 @@ hands what happened back to the driver (:class:`JobResult`). A binding no live n
 hold fails before anything starts (:class:`PlacementError`, naming the resource and what
 every node has), or, with ``wait_for_nodes``, waits for a node with it to join. A camera whose
 node dies is started again when a live node has its resources back, while the run lasts
-(:attr:`CameraJob.resume`, :attr:`JobResult.earlier`).
+(:attr:`CameraJob.resume`, :attr:`JobResult.earlier`). While the jobs run, ``on_status``
+gets every job's state, node and latest progress snapshot about once a second
+(:class:`ClusterStatus`): what ``orchestra run`` draws its cluster dashboard from.
 
 This package needs the ``ray`` extra only when :func:`run_jobs` runs; importing it does not
 import Ray. :class:`ClusterError`, :class:`PlacementError`, :class:`NodeInfo` and
@@ -21,7 +23,9 @@ import Ray. :class:`ClusterError`, :class:`PlacementError`, :class:`NodeInfo` an
 from ._ray import (
     CameraJob,
     ClusterError,
+    ClusterStatus,
     JobResult,
+    JobStatus,
     NodeInfo,
     PlacementError,
     camera_resources,
@@ -30,5 +34,5 @@ from ._ray import (
     run_jobs,
 )
 
-__all__ = ["CameraJob", "ClusterError", "JobResult", "NodeInfo", "PlacementError", "camera_resources",
-           "check_placement", "cluster_nodes", "run_jobs"]
+__all__ = ["CameraJob", "ClusterError", "ClusterStatus", "JobResult", "JobStatus", "NodeInfo", "PlacementError",
+           "camera_resources", "check_placement", "cluster_nodes", "run_jobs"]

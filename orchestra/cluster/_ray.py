@@ -11,8 +11,8 @@ from typing import Any
 from ..orchestrator._ray import ClusterError, NodeInfo, PlacementError, _fmt_res, _reachable, _shown, cluster_nodes
 from ..telemetry import get_logger
 
-__all__ = ["CameraJob", "ClusterError", "JobResult", "NodeInfo", "PlacementError", "camera_resources",
-           "check_placement", "cluster_nodes", "run_jobs"]
+__all__ = ["CameraJob", "ClusterError", "ClusterStatus", "JobResult", "JobStatus", "NodeInfo", "PlacementError",
+           "camera_resources", "check_placement", "cluster_nodes", "run_jobs"]
 
 _log = get_logger("orchestra.cluster")
 
@@ -72,6 +72,39 @@ class JobResult:
         return len(self.earlier)
 
 
+@dataclass(frozen=True)
+class JobStatus:
+    """One job, now (see :class:`ClusterStatus`): ``state`` is one of ``"starting"`` (its actor
+    waits for Ray to place it), ``"waiting for a node"`` (no live node has its resources yet),
+    ``"running"``, ``"lost, restarting"`` (its actor died; a new one waits for a live node),
+    ``"done"`` or ``"failed"`` (``error`` says why). ``node_id``/``address``: where its current
+    (or last) try runs, None before it is placed. ``progress``: the latest snapshot this try
+    reported (None: none yet); ``earlier``: the last snapshot of each lost try, oldest first."""
+
+    camera: str
+    state: str
+    node_id: str | None = None
+    address: str | None = None
+    restarts: int = 0
+    started_s: float | None = None
+    progress: Any = None
+    earlier: tuple[Any, ...] = ()
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class ClusterStatus:
+    """Every job of a :func:`run_jobs` call, now (what ``on_status`` gets about once a
+    second): ``elapsed_s`` since the jobs started running (0 while their actors start),
+    ``duration_s`` the run's length (None: until interrupted), ``done`` True in the last one
+    (every job has its result)."""
+
+    elapsed_s: float
+    duration_s: float | None
+    jobs: tuple[JobStatus, ...]
+    done: bool = False
+
+
 def camera_resources(camera: str, core: tuple[str, int] | None = None, node: str | None = None,
                      cpus: int = 0) -> dict[str, float]:
     """The Ray resources a camera's actor requests: ``camera.NAME`` (the node it is wired
@@ -128,10 +161,20 @@ class _CameraActor:
         return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
 
     def run(self, work: Callable[[Any, Callable[[Any], None]], Any], payload: Any, progress: Any, key: Any) -> Any:
-        def report(snapshot: Any) -> None:
-            progress.put.remote(key, snapshot)
+        import ray
 
-        return work(payload, report)
+        last: list[Any] = []
+
+        def report(snapshot: Any) -> None:
+            last[:] = [progress.put.remote(key, snapshot)]
+
+        value = work(payload, report)
+        if last:  # the driver reads the last snapshot once the value is back: make sure it is there
+            try:
+                ray.get(last[0], timeout=10)
+            except Exception:  # noqa: BLE001 - the driver's progress actor is gone: nobody to tell
+                pass
+        return value
 
 
 class _Progress:
@@ -176,10 +219,34 @@ class _Try:
         self.retry_at: float | None = None  # monotonic: start a new actor then (no actor meanwhile)
         self.result: JobResult | None = None
 
+    def status(self, latest: Mapping[Any, Any]) -> JobStatus:
+        """Where this job stands, with ``latest`` the progress actor's snapshots."""
+        job = self.job
+        earlier = tuple(e.progress for e in self.earlier)
+        if self.result is not None:
+            r = self.result
+            return JobStatus(job.camera, "done" if r.ok else "failed", r.node_id, r.address, len(r.earlier),
+                             r.started_s, latest.get((job.camera, self.tries), r.progress) if r.node_id else None,
+                             tuple(e.progress for e in r.earlier), r.error)
+        if self.running:
+            state = "running"
+        elif self.tries:
+            state = "lost, restarting"
+        elif self.late:
+            state = "waiting for a node"
+        else:
+            state = "starting"
+        return JobStatus(job.camera, state, self.node, self.ip, self.tries, self.started if self.running else None,
+                         latest.get((job.camera, self.tries)) if self.running else None, earlier)
+
+
+STATUS_S = 1.0  # how often run_jobs calls on_status
+
 
 def run_jobs(jobs: Sequence[CameraJob], address: str = "auto", *, start_timeout_s: float = 60.0,
              run_timeout_s: float | None = None, duration_s: float | None = None,
-             wait_for_nodes: bool = False) -> list[JobResult]:
+             wait_for_nodes: bool = False, on_status: Callable[[ClusterStatus], None] | None = None,
+             status_s: float = STATUS_S) -> list[JobResult]:
     """Runs every job in its own actor on the node that has its resources, all at once, and
     returns one :class:`JobResult` per job (in order) when all are done.
 
@@ -198,6 +265,12 @@ def run_jobs(jobs: Sequence[CameraJob], address: str = "auto", *, start_timeout_
     instead of raising :class:`PlacementError`, and then runs for the time left (its
     ``resume`` payload); if none joins in time its result has ``node_id`` None and an
     ``error`` starting "waiting for a node".
+
+    ``on_status``: called (on this thread) every ``status_s`` seconds while the jobs start and
+    run, and at once when a job changes state (placed, lost, restarting, ended), with a
+    :class:`ClusterStatus` of every job (its state, node and latest progress snapshot), and
+    once more when all are done (``done`` True, each job's last snapshot: the
+    last one its work reported before it returned). What it raises ends the run.
 
     Raises:
         ClusterError: the cluster can't be reached, or an actor whose resources a live node
@@ -245,23 +318,57 @@ def run_jobs(jobs: Sequence[CameraJob], address: str = "auto", *, start_timeout_
                 _log.bind(camera=t.job.camera).info("camera waiting for a node", resources=_fmt_res(t.job.resources),
                                                     missing=absent[t.job.camera])
         t0 = time.monotonic()
-        died: list[tuple[_Try, BaseException]] = []
-        for t in tries:
-            if t.job.camera in absent:
-                continue
+        t_run: float | None = None
+        seen: dict[Any, Any] = {}  # the progress actor's latest snapshots, as last read
+        next_status = t0
+        shown: tuple[Any, ...] = ()  # the states of the last status
+
+        def states() -> tuple[Any, ...]:
+            return tuple((t.running, t.tries, t.late, t.node, t.result is None) for t in tries)
+
+        def due() -> bool:
+            """Time for a status: a second since the last, or a job changed state (shown at once)."""
+            return on_status is not None and (time.monotonic() >= next_status or states() != shown)
+
+        def emit(done: bool = False) -> None:
+            """``on_status`` with every job's state and latest snapshot (now)."""
+            nonlocal next_status, seen, shown
+            if on_status is None:
+                return
+            shown = states()
             try:
-                t.node, t.ip = ray.get(t.ref, timeout=max(0.1, start_timeout_s - (time.monotonic() - t0)))
-            except GetTimeoutError:
+                seen = dict(ray.get(progress.get.remote(), timeout=5))
+            except (RayActorError, GetTimeoutError):
+                pass  # what was read last
+            elapsed = 0.0 if t_run is None else round(time.monotonic() - t_run, 3)
+            next_status = time.monotonic() + status_s
+            on_status(ClusterStatus(elapsed, duration_s, tuple(t.status(seen) for t in tries), done))
+
+        emit()
+        died: list[tuple[_Try, BaseException]] = []
+        pending = [t for t in tries if t.job.camera not in absent]
+        while pending:
+            left = start_timeout_s - (time.monotonic() - t0)
+            if left <= 0:
+                t = pending[0]
                 raise ClusterError(f"camera {t.job.camera!r}: its actor did not start on a node with "
-                                   f"{_fmt_res(t.job.resources)} within {start_timeout_s:g} s") from None
-            except RayActorError as exc:
-                _log.warning("camera actor died before it started", camera=t.job.camera, error=str(exc))
-                died.append((t, exc))
+                                   f"{_fmt_res(t.job.resources)} within {start_timeout_s:g} s")
+            wait = min(left, max(0.05, next_status - time.monotonic())) if on_status is not None else left
+            ready, _ = ray.wait([t.ref for t in pending], num_returns=len(pending), timeout=wait)
+            for t in [t for t in pending if any(t.ref == r for r in ready)]:
+                try:
+                    t.node, t.ip = ray.get(t.ref)
+                except RayActorError as exc:
+                    _log.warning("camera actor died before it started", camera=t.job.camera, error=str(exc))
+                    died.append((t, exc))
+            pending = [t for t in pending if not any(t.ref == r for r in ready)]
+            if pending and due():
+                emit()
         t_run = time.monotonic()
         deadline = None if duration_s is None else t_run + duration_s
 
         def since() -> float:
-            return round(time.monotonic() - t_run, 3)
+            return round(time.monotonic() - (t_run or 0.0), 3)
 
         def begin(t: _Try) -> None:
             """``t``'s actor is on its node: run the work there (a restart: for the time left)."""
@@ -370,8 +477,12 @@ def run_jobs(jobs: Sequence[CameraJob], address: str = "auto", *, start_timeout_
                 break
             limits = [x for t in live for x in ((t.run_until,) if t.running else (t.wait_until, t.retry_at))
                       if x is not None]
+            if on_status is not None:
+                limits.append(next_status)
             timeout = min([1.0] + [max(0.0, x - now) for x in limits])  # 1 s: stays interruptible
             refs = [t.ref for t in live if t.ref is not None]
+            if due():
+                emit()
             if not refs:  # only retries to come
                 time.sleep(timeout)
                 continue
@@ -397,6 +508,7 @@ def run_jobs(jobs: Sequence[CameraJob], address: str = "auto", *, start_timeout_
                 else:
                     t.result = JobResult(t.job.camera, t.node, t.ip, value=value, resources=dict(t.job.resources),
                                          earlier=tuple(t.earlier), started_s=t.started, ended_s=since())
+        emit(done=True)
         return [t.result for t in tries if t.result is not None]
     finally:
         for a in actors:
