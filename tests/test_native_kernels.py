@@ -252,16 +252,16 @@ def test_a_call_split_over_threads_gives_the_same_bits(threads: int) -> None:
     from orchestra.runtime.kernels import _elementwise as ew
 
     rng = np.random.default_rng(7)
-    x = rng.standard_normal((2, 48, 56, 56)).astype(np.float32)
-    dw = rng.standard_normal((48, 1, 5, 5)).astype(np.float32)
-    grouped = rng.standard_normal((48, 8, 3, 3)).astype(np.float32)
-    b = rng.standard_normal(48).astype(np.float32)
+    x = rng.standard_normal((2, 64, 112, 112)).astype(np.float32)  # large enough to be split (2^23 work)
+    dw = rng.standard_normal((64, 1, 5, 5)).astype(np.float32)
+    grouped = rng.standard_normal((64, 8, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(64).astype(np.float32)
     runs = []
     for n in (1, threads):
         kernels.set_threads(n)
         try:
-            runs.append((_conv.conv2d(x, dw, b, (2, 2), (2, 2), (1, 1), 48, None),
-                         _conv.conv2d(x, grouped, b, (1, 1), (1, 1), (1, 1), 6, None),
+            runs.append((_conv.conv2d(x, dw, b, (1, 1), (2, 2), (1, 1), 64, None),
+                         _conv.conv2d(x, grouped, b, (1, 1), (1, 1), (1, 1), 8, None, act="silu"),
                          ew.silu_out(x, np.empty_like(x)), ew.hardswish_out(x, np.empty_like(x))))
         finally:
             kernels.set_threads(1)

@@ -22,9 +22,11 @@
 /* The threads one call may use (set_threads; 1 by default). Threads are started per call and
  * joined before it returns, so nothing lingers across calls or forks. */
 static int max_threads = 1;
-/* Below this many multiply-adds (or elements) a call stays on the calling thread: starting a
- * thread costs tens of microseconds. */
-#define PARALLEL_MIN_WORK (1 << 20)
+/* Below this many multiply-adds a call stays on the calling thread: starting and joining a
+ * thread per call costs more than splitting smaller work gains (measured on a 2-vCPU VM:
+ * at 2^20 MobileNetV3's depthwise layers got slower on two threads; at 2^23 they stay on one
+ * and EfficientNet's largest layers gain). An activation element counts as 8. */
+#define PARALLEL_MIN_WORK (1 << 23)
 
 /* Runs fn(arg_k) for k < n (n <= 16), on the calling thread and n - 1 started threads; where
  * a thread can't be started its part runs on the calling thread. */
@@ -490,7 +492,7 @@ static PyObject *unary(PyObject *args, unary_loop loop, const char *name) {
         ok = 0;
     }
     if (ok) {
-        const int nparts = parts_for(n, n / 4096);
+        const int nparts = parts_for(n * 8, n / 4096);
         unary_job jobs[16];
         for (int k = 0; k < nparts; k++) {
             /* parts start on 16-float boundaries (whole vectors for every part but the last) */
@@ -559,7 +561,7 @@ static PyObject *py_bias_act_f32(PyObject *self, PyObject *args) {
     ok = ok && need(&out, prod4(n_, c_, inner, 1), "out") && (!have_bias || need(&b, c_, "bias"));
     if (ok) {
         const Py_ssize_t items = n_ * c_;
-        const int nparts = parts_for(items * inner, items);
+        const int nparts = parts_for(items * inner * 8, items);
         bias_act_job jobs[16];
         for (int k = 0; k < nparts; k++) {
             bias_act_job j = {(float *)out.buf, have_bias ? (const float *)b.buf : NULL, items * k / nparts,
