@@ -48,8 +48,8 @@ def test_structured_mutations_load_and_execute_or_raise_orchestra_error() -> Non
     outcomes: dict[str, int] = {}
     bad = []
     for i, kind, case, out in fuzz_pte.structured_run(fixtures, CASES, seed=20261123):
-        if out.kind == "slow":  # once more in a fresh worker: a busy machine is not a slow case
-            out = fuzz_pte.structured_recheck(case)
+        if out.kind in ("slow", "hungry"):  # once more in a fresh worker: a busy machine is not a slow case,
+            out = fuzz_pte.structured_recheck(case)  # and one resident-memory reading of 514 MiB was not repeatable
         kinds[kind] = kinds.get(kind, 0) + 1
         outcomes[out.kind] = outcomes.get(out.kind, 0) + 1
         if out.kind not in ("executed", "rejected"):

@@ -655,7 +655,8 @@ class _Worker:
 
 
 def structured_recheck(data: bytes) -> Outcome:
-    """One case again, in a fresh worker process (tells a slow case from a busy machine)."""
+    """One case again, in a fresh worker process (tells a slow or hungry case from a busy machine
+    or a one-off reading)."""
     w = _Worker()
     try:
         return w.check(data, timeout=STRUCT_SECONDS * 5 + 10)
