@@ -541,10 +541,9 @@ def _run_on_cluster(args: argparse.Namespace, config: Any, early: list[int]) -> 
     from ._dashboard import LogBuffer
     from ._run import RunOptions, cluster_summary_dict, configure_logging, render_cluster_summary, run_cluster
 
-    for flag, on in (("--metrics-port", args.metrics_port is not None), ("--report", bool(args.report))):
-        if on:
-            _write(sys.stderr, f"orchestra: {flag} is not available with [cluster] yet\n")
-            return _EXIT_USER_ERROR
+    if args.report:
+        _write(sys.stderr, "orchestra: --report is not available with [cluster] yet\n")
+        return _EXIT_USER_ERROR
     dashboard = not args.no_dashboard and sys.stdout.isatty()
     logs = None
     log_file = None
@@ -566,7 +565,8 @@ def _run_on_cluster(args: argparse.Namespace, config: Any, early: list[int]) -> 
             raise KeyboardInterrupt
 
     try:  # PlacementError: exit 2, from main()
-        result = run_cluster(config, RunOptions(duration_s=duration, dashboard=dashboard, logs=logs),
+        result = run_cluster(config, RunOptions(duration_s=duration, dashboard=dashboard, logs=logs,
+                                                metrics_port=args.metrics_port, metrics_host=args.metrics_host),
                              on_status=interrupted)
     except KeyboardInterrupt:
         sig = early[0] if early else signal.SIGINT

@@ -61,7 +61,8 @@ class MetricsSnapshot:
     :class:`~orchestra.orchestrator.InstanceStatistics`; ``executions_by_options``:
     instance -> option set label -> executes; ``options``: instance -> (backend, option,
     value) in force; ``engine``: :class:`~orchestra.orchestrator.OrchestratorStatistics`;
-    ``status``: the JSON document ``/status`` answers.
+    ``status``: the JSON document ``/status`` answers; ``nodes`` (a run on a Ray cluster):
+    per camera its node id, address, state and restarts.
     """
 
     uptime_s: float
@@ -78,6 +79,7 @@ class MetricsSnapshot:
     engine: Any = None
     signals: Mapping[str, Any] = field(default_factory=dict)
     status: Mapping[str, Any] = field(default_factory=dict)
+    nodes: Sequence[tuple[str, str, str, str, int]] = ()  # cluster run: (camera, node, address, state, restarts)
 
 
 def _hist(name: str, doc: str, label: str, hists: Mapping[str, HistogramSnapshot]) -> HistogramMetricFamily:
@@ -140,6 +142,15 @@ class RunCollector(Collector):
             fps_out.add_metric([c.name], c.output_fps)
         yield from fams.values()
         yield from (dropped, depth, cap, fps_in, fps_out)
+        if s.nodes:
+            where = GaugeMetricFamily("orchestra_camera_node_info", "The Ray node a camera's current (or last) try "
+                                      "runs on, and its state (cluster runs).", labels=["camera", "node", "address", "state"])
+            restarts = CounterMetricFamily("orchestra_camera_restarts", "Times a camera was restarted after its "
+                                           "node was lost (cluster runs).", labels=cam)
+            for camera, node, address, state, n in s.nodes:
+                where.add_metric([camera, node, address, state], 1.0)
+                restarts.add_metric([camera], n)
+            yield from (where, restarts)
         yield _hist("orchestra_frame_latency_seconds", "Capture-to-sink latency of processed frames.", "camera",
                     s.frame_latency)
         yield _hist("orchestra_execute_latency_seconds",

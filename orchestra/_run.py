@@ -35,6 +35,7 @@ import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any, TextIO
 
 import anyio
@@ -1127,6 +1128,7 @@ class ClusterRunResult:
     config: Config
     address: str
     runs: tuple[NodeRun, ...]
+    metrics_url: str | None = None  # where the driver served the cluster's metrics (--metrics-port)
 
     @property
     def problems(self) -> list[str]:
@@ -1369,13 +1371,28 @@ class _ClusterView:
 
     def __init__(self, config: Config, address: str, options: RunOptions, out: TextIO, also: Any = None) -> None:
         self.title = f"orchestra run {os.path.basename(config.path)} on {address}"
+        self.address = address
         self.opts = options
         self.out = out
         self.also = also
         self.dashboard: _ClusterDashboard | None = None
         self.next_line = time.monotonic() + options.status_interval_s
+        self.metrics: MetricsServer | None = None
+        self.collector: RunCollector | None = None
+        self.metrics_url: str | None = None
 
     def __enter__(self) -> _ClusterView:
+        if self.opts.metrics_port is not None:  # the driver serves every node's cameras
+            registry, self.collector = new_registry()
+            self.metrics = MetricsServer(registry, self.collector, self.opts.metrics_host, self.opts.metrics_port)
+            try:
+                self.metrics.start()
+            except OSError as exc:
+                self.metrics = None
+                raise InvalidArgumentError(f"metrics server: can't listen on {self.opts.metrics_host} port "
+                                           f"{self.opts.metrics_port}: {exc.strerror or exc}") from None
+            self.metrics_url = self.metrics.url
+            _log.info("metrics server listening", url=self.metrics.url)
         if self.opts.dashboard:
             self.dashboard = _ClusterDashboard(self.out, self.opts.logs)
             self.dashboard.__enter__()
@@ -1385,6 +1402,31 @@ class _ClusterView:
         if self.dashboard is not None:
             self.dashboard.__exit__(*exc)
             self.dashboard = None
+        if self.metrics is not None:
+            self.metrics.close()
+            self.metrics = None
+
+    def publish(self, status: Any, rows: Sequence[ClusterRow]) -> None:
+        """The metrics server's snapshot from one status: every node's cameras."""
+        if self.collector is None:
+            return
+        cams = [SimpleNamespace(name=r.camera, produced=r.produced, processed=r.processed, failed=r.failed,
+                                dropped=dict(r.dropped), queue_depth=0, queue_capacity=0,
+                                input_fps=r.input_fps or 0.0, output_fps=r.output_fps or 0.0) for r in rows]
+        waiting = [r.camera for r in rows if r.state != "running"]
+        ready = not waiting and not status.done
+        why = "the run ended" if status.done else f"not running: {', '.join(waiting)}"
+        doc = {"ready": ready, "state": "done" if status.done else "running", "address": self.address,
+               "elapsed_s": status.elapsed_s, "duration_s": status.duration_s,
+               "cameras": [{"name": r.camera, "state": r.state, "node": r.node_id, "address": r.address,
+                            "restarts": r.restarts, "produced": r.produced, "processed": r.processed,
+                            "failed": r.failed, "dropped": dict(r.dropped), "input_fps": r.input_fps,
+                            "output_fps": r.output_fps, "p50_s": r.p50, "p95_s": r.p95, "error": r.error}
+                           for r in rows]}
+        self.collector.publish(MetricsSnapshot(
+            uptime_s=status.elapsed_s, ready=ready, not_ready_reason=why, cameras=cams,
+            decisions=sum(r.decisions for r in rows), status=doc,
+            nodes=[(r.camera, r.node_id or "", r.address or "", r.state, r.restarts) for r in rows]))
 
     def screen(self, status: Any) -> ClusterScreen:
         rows = cluster_rows(status)
@@ -1396,6 +1438,8 @@ class _ClusterView:
     def __call__(self, status: Any) -> None:
         if self.also is not None:
             self.also(status)
+        if self.collector is not None:
+            self.publish(status, cluster_rows(status))
         if self.dashboard is not None:
             self.dashboard.refresh(self.screen(status))
         elif not self.opts.dashboard and time.monotonic() >= self.next_line and not status.done:
@@ -1413,8 +1457,10 @@ def run_cluster(config: Config, options: RunOptions | None = None, *, address: s
     ``[cluster] address``, else ``"auto"``): each camera in its own actor requesting the Ray
     resources of its binding (:func:`orchestra.cluster.camera_resources`), so it runs on the
     node that advertises its camera and core; each node runs the usual one-camera run and
-    returns its summary. Needs the ``ray`` extra. The metrics server and report are not
-    available on a cluster yet.
+    returns its summary. Needs the ``ray`` extra. With ``options.metrics_port`` this process
+    serves every node's cameras (``/metrics``: the local run's frame counters and rates per
+    camera, plus ``orchestra_camera_node_info`` and ``orchestra_camera_restarts``; ``/status``,
+    ``/readyz``: ready while every camera runs). The report is not available on a cluster yet.
 
     While it runs, ``out`` (default stdout) shows every camera across the nodes as the local
     run does: the live dashboard with ``options.dashboard`` (its log lines from
@@ -1447,7 +1493,7 @@ def run_cluster(config: Config, options: RunOptions | None = None, *, address: s
         results = run_jobs(jobs, address, start_timeout_s=cl.timeout_s if cl is not None else 60.0,
                            duration_s=options.duration_s, wait_for_nodes=cl is not None and cl.wait_for_nodes,
                            on_status=view)
-    return ClusterRunResult(config, address, tuple(_node_run(r) for r in results))
+    return ClusterRunResult(config, address, tuple(_node_run(r) for r in results), metrics_url=view.metrics_url)
 
 
 def render_cluster_summary(r: ClusterRunResult) -> str:
@@ -1495,6 +1541,8 @@ def render_cluster_summary(r: ClusterRunResult) -> str:
         lines += _table(drows, right={2}, indent="  ")
     else:
         lines += ["  none"]
+    if r.metrics_url:
+        lines += ["", f"metrics: {r.metrics_url} (every node's cameras, served by this process)"]
     probs = r.problems
     if probs:
         lines += ["", "problems:"] + [f"  {p}" for p in probs]
@@ -1522,7 +1570,8 @@ def _segment(n: NodeRun) -> dict[str, Any]:
 
 def cluster_summary_dict(r: ClusterRunResult) -> dict[str, Any]:
     """The cluster run's summary as JSON (``--summary-json``): the cluster, exit code,
-    problems, every node's decisions, and per camera its last try (node, resources, error,
+    problems, every node's decisions, ``metrics_url`` (where ``--metrics-port`` served, else
+    None), and per camera its last try (node, resources, error,
     that node's own summary) with ``restarts``, ``waited_s`` (how long it waited for a node
     before its first try started: 0 when it started with the run), ``counts`` over every try
     (None when a node was lost before it reported) and ``segments``: each try, oldest first
@@ -1540,7 +1589,7 @@ def cluster_summary_dict(r: ClusterRunResult) -> dict[str, Any]:
                      "accounting": n.accounting,
                      "segments": [_segment(x) for x in (*n.earlier, n)], "summary": n.summary})
     return {"cluster": r.address, "exit_code": r.exit_code, "problems": r.problems, "decisions": cluster_decisions(r),
-            "cameras": cams}
+            "metrics_url": r.metrics_url, "cameras": cams}
 
 
 def cluster_decisions(r: ClusterRunResult) -> list[dict[str, Any]]:

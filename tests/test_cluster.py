@@ -384,15 +384,40 @@ address = "{address}"
 
 
 def test_a_policy_acting_on_one_node_only(cluster: RayCluster, tmp_path: pathlib.Path) -> None:
-    from orchestra._run import RunOptions, cluster_decisions, render_cluster_summary, run_cluster
+    import urllib.request
+
+    from orchestra._run import RunOptions, cluster_decisions, cluster_summary_dict, render_cluster_summary, run_cluster
+    from orchestra.cluster import ClusterStatus
 
     cfg = load_config(_policy_config(tmp_path, cluster.address))
     assert cfg.signals[0].node == "edge-b" and cfg.policies[0].node is None
-    r = run_cluster(cfg, RunOptions(duration_s=3))
+    port = free_port()
+    scraped: dict[str, str] = {}
+
+    def scrape(status: ClusterStatus) -> None:  # the driver's metrics server, while both cameras run
+        if "metrics" not in scraped and status.elapsed_s > 1.5 and all(j.state == "running" for j in status.jobs):
+            for path in ("metrics", "status", "readyz"):
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/{path}", timeout=5) as resp:
+                    scraped[path] = resp.read().decode()
+
+    r = run_cluster(cfg, RunOptions(duration_s=3, metrics_port=port), on_status=scrape)
     assert r.exit_code == 0, r.problems
     front, rear = r.runs
     where = _node_ids(cluster.address)
     assert (front.node_id, rear.node_id) == (where["camera.front"], where["camera.rear"])
+    # one metrics endpoint for every node's cameras, each labelled with its node
+    assert r.metrics_url == f"http://127.0.0.1:{port}/metrics" and f"metrics: {r.metrics_url}" in render_cluster_summary(r)
+    assert cluster_summary_dict(r)["metrics_url"] == r.metrics_url
+    m = scraped["metrics"]
+    for cam, run_ in (("front", front), ("rear", rear)):
+        assert (f'orchestra_camera_node_info{{address="{run_.address}",camera="{cam}",node="{run_.node_id}",'
+                f'state="running"}} 1.0') in m
+        line = next(x for x in m.splitlines() if x.startswith(f'orchestra_frames_processed_total{{camera="{cam}"}}'))
+        assert float(line.split()[-1]) > 0
+    assert scraped["readyz"] == "ready\n"
+    doc = json.loads(scraped["status"])
+    assert doc["ready"] and [(c["name"], c["node"], c["state"]) for c in doc["cameras"]] == [
+        ("front", front.node_id, "running"), ("rear", rear.node_id, "running")]
     assert front.summary["signals"] == {} and rear.summary["signals"]["battery.percent"] == 15
     # rear (edge-b) switched to low after its battery dropped at ~1 s; front (edge-a) never did
     rear_modes = [(d["what"], d["previous"], d["value"]) for d in rear.summary["decisions"] if d["source"] == "policy"]
