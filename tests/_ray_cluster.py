@@ -42,10 +42,13 @@ class RayCluster:
         self.killed: set[int] = set()  # pids of the nodes taken down on purpose
         self.env = dict(os.environ, RAY_DISABLE_USAGE_STATS="1")
 
-    def start(self, resources: Mapping[str, float], *, head: bool, num_cpus: int = 1) -> subprocess.Popen[bytes]:
+    def start(self, resources: Mapping[str, float], *, head: bool, num_cpus: int = 1,
+              labels: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
         args = [sys.executable, "-m", "ray.scripts.scripts", "start", "--block", "--disable-usage-stats",
                 "--node-ip-address", "127.0.0.1", "--num-cpus", str(num_cpus), "--object-store-memory", "80000000",
                 "--resources", json.dumps(dict(resources))]
+        if labels:
+            args += ["--labels", ",".join(f"{k}={v}" for k, v in labels.items())]
         if head:
             args += ["--head", "--port", str(self.port), "--include-dashboard=false", "--temp-dir", str(self.tmp / "ray")]
         else:

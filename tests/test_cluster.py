@@ -647,3 +647,50 @@ def test_ctrl_c_stops_a_cluster_run_without_a_duration(cluster: RayCluster, tmp_
     r = subprocess.run([sys.executable, "-m", "orchestra", "run", str(_slow_config(tmp_path, cluster.address)),
                         "--duration", "1"], capture_output=True, text=True, timeout=90, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
+
+
+def test_a_node_named_by_its_ray_label() -> None:
+    """``node = "NAME"`` matches a node with the custom resource node.NAME or, where no node
+    advertises it, the Ray node label orchestra-node=NAME (asked for as a label selector)."""
+    from orchestra.cluster import NODE_LABEL, label_selector
+
+    labelled = NodeInfo("cccccccc33", "10.0.0.3", {"CPU": 1.0, "camera.east": 1.0}, {NODE_LABEL: "edge-c"})
+    other = NodeInfo("dddddddd44", "10.0.0.4", {"CPU": 1.0, "camera.east": 1.0})
+    job = CameraJob("east", camera_resources("east", node="edge-c"), print)
+    assert check_placement([job], [other, labelled]) == {"east": "cccccccc33"}
+    assert label_selector(job, [other, labelled]) == ({"camera.east": 1.0}, {NODE_LABEL: "edge-c"})
+    by_resource = NodeInfo("eeeeeeee55", "10.0.0.5", {"camera.east": 1.0, "node.edge-c": 1.0})
+    assert label_selector(job, [labelled, by_resource]) == (dict(job.resources), None)  # the resource wins
+    with pytest.raises(PlacementError, match=r"no node advertises node.edge-c .*--labels orchestra-node=edge-c"):
+        check_placement([job], [other])
+
+
+@needs_ray
+def test_a_camera_runs_on_the_node_labelled_with_its_name(cluster: RayCluster, tmp_path: pathlib.Path) -> None:
+    """A third node started with --labels orchestra-node=edge-c (and no node.edge-c resource)
+    gets the camera whose config says node = "edge-c"; taken down afterwards."""
+    from orchestra._run import RunOptions, run_cluster
+
+    p = cluster.start({"camera.east": 1, "npu0.core.1": 1}, head=False, labels={"orchestra-node": "edge-c"})
+    try:
+        cluster.wait_resources({"camera.east"})
+        labelled = next(n["NodeID"] for n in ray.nodes() if n["Alive"] and "camera.east" in n["Resources"])
+        assert ray.nodes() and dict(next(n for n in ray.nodes() if n["NodeID"] == labelled)["Labels"])[
+            "orchestra-node"] == "edge-c"
+        ray.shutdown()
+        text = _config(tmp_path, rear="east", extra=f'[cluster]\naddress = "{cluster.address}"\n')
+        text_path = tmp_path / "labels.toml"
+        text_path.write_text(text.read_text().replace('name = "east"\n', 'name = "east"\nnode = "edge-c"\n'),
+                             encoding="utf-8")
+        cfg = load_config(text_path)
+        assert [c.node for c in cfg.cameras] == ["edge-a", "edge-c"]
+        r = run_cluster(cfg, RunOptions(duration_s=None))
+        assert r.exit_code == 0, r.problems
+        front, east = r.runs
+        assert east.node_id == labelled and front.node_id != labelled
+        assert east.resources == {"camera.east": 1.0, "npu0.core.1": 1.0, "node.edge-c": 0.01}
+    finally:
+        cluster.procs.remove(p)
+        cluster.kill(p)
+        if ray.is_initialized():
+            ray.shutdown()

@@ -21,6 +21,7 @@ import Ray. :class:`ClusterError`, :class:`PlacementError`, :class:`NodeInfo` an
 """
 
 from ._ray import (
+    NODE_LABEL,
     CameraJob,
     ClusterError,
     ClusterStatus,
@@ -31,8 +32,9 @@ from ._ray import (
     camera_resources,
     check_placement,
     cluster_nodes,
+    label_selector,
     run_jobs,
 )
 
-__all__ = ["CameraJob", "ClusterError", "ClusterStatus", "JobResult", "JobStatus", "NodeInfo", "PlacementError",
-           "camera_resources", "check_placement", "cluster_nodes", "run_jobs"]
+__all__ = ["NODE_LABEL", "CameraJob", "ClusterError", "ClusterStatus", "JobResult", "JobStatus", "NodeInfo",
+           "PlacementError", "camera_resources", "check_placement", "cluster_nodes", "label_selector", "run_jobs"]

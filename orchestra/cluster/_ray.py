@@ -11,12 +11,38 @@ from typing import Any
 from ..orchestrator._ray import ClusterError, NodeInfo, PlacementError, _fmt_res, _reachable, _shown, cluster_nodes
 from ..telemetry import get_logger
 
-__all__ = ["CameraJob", "ClusterError", "ClusterStatus", "JobResult", "JobStatus", "NodeInfo", "PlacementError",
-           "camera_resources", "check_placement", "cluster_nodes", "run_jobs"]
+__all__ = ["NODE_LABEL", "CameraJob", "ClusterError", "ClusterStatus", "JobResult", "JobStatus", "NodeInfo",
+           "PlacementError", "camera_resources", "check_placement", "cluster_nodes", "label_selector", "run_jobs"]
 
 _log = get_logger("orchestra.cluster")
 
 NODE_SHARE = 0.01  # of a node's "node.NAME" resource a camera pinned to it takes (many cameras per node)
+# A node is named NAME (a camera's or device's ``node = "NAME"``) by its custom resource
+# ``node.NAME`` or by this Ray node label: ray start --labels orchestra-node=NAME.
+NODE_LABEL = "orchestra-node"
+
+
+def _effective(n: NodeInfo) -> dict[str, float]:
+    """``n``'s resources, with ``node.NAME`` for its ``orchestra-node`` label (a whole node's
+    worth: as many cameras as pin themselves to it)."""
+    res = dict(n.resources)
+    name = n.labels.get(NODE_LABEL)
+    if name and f"node.{name}" not in res:
+        res[f"node.{name}"] = 1.0
+    return res
+
+
+def label_selector(job: CameraJob, nodes: Sequence[NodeInfo]) -> tuple[dict[str, float], dict[str, str] | None]:
+    """The Ray resources and label selector ``job``'s actor requests: a ``node.NAME``
+    resource no live node advertises, while a live node has the label ``orchestra-node=NAME``,
+    is asked for as that label instead."""
+    res = dict(job.resources)
+    for k in [k for k in res if k.startswith("node.")]:
+        name = k[len("node."):]
+        if not any(k in n.resources for n in nodes) and any(n.labels.get(NODE_LABEL) == name for n in nodes):
+            del res[k]
+            return res, {NODE_LABEL: name}
+    return res, None
 
 
 @dataclass(frozen=True)
@@ -129,21 +155,23 @@ def check_placement(jobs: Sequence[CameraJob], nodes: Sequence[NodeInfo]) -> dic
         PlacementError: a camera's resources are on no node, or taken by cameras before it;
             the message names the camera, the resources missing and what every node has.
     """
-    left = {n.node_id: dict(n.resources) for n in nodes}
+    left = {n.node_id: _effective(n) for n in nodes}
     taken: dict[str, list[str]] = {}
     placed: dict[str, str] = {}
     for job in jobs:
         fits = [n for n in nodes if all(left[n.node_id].get(k, 0.0) + 1e-9 >= v for k, v in job.resources.items())]
         if not fits:
             have = "; ".join(f"node {n.node_id[:8]} ({n.address}): {_fmt_res(_shown(n.resources))}" for n in nodes)
-            missing = [k for k, v in job.resources.items() if not any(n.resources.get(k, 0.0) >= v for n in nodes)]
+            missing = [k for k, v in job.resources.items() if not any(_effective(n).get(k, 0.0) >= v for n in nodes)]
             users = sorted({c for k in job.resources for c in taken.get(k, [])})
             why = (f"no node advertises {', '.join(missing)}" if missing else
                    f"no node has them all free (taken by camera{'s' if len(users) > 1 else ''} {', '.join(users)})"
                    if users else "no node has them all")
+            names = [k[len("node."):] for k in missing if k.startswith("node.")]
+            named = f" (or --labels {NODE_LABEL}={names[0]})" if names else ""
             raise PlacementError(f"camera {job.camera!r} needs Ray resources {_fmt_res(job.resources)}: {why} "
                                  f"(nodes: {have or 'none alive'}); start the node wired to it with "
-                                 f"ray start --resources '{{\"camera.{job.camera}\": 1, ...}}'")
+                                 f"ray start --resources '{{\"camera.{job.camera}\": 1, ...}}'{named}")
         node = fits[0]
         for k, v in job.resources.items():
             left[node.node_id][k] -= v
@@ -196,7 +224,7 @@ RETRY_S = 1.0  # an actor that died before it ran (placed on a dying node) is tr
 
 def _missing(job: CameraJob, nodes: Sequence[NodeInfo]) -> list[str]:
     """The resources of ``job`` that no node in ``nodes`` advertises (enough of)."""
-    return [k for k, v in job.resources.items() if not any(n.resources.get(k, 0.0) + 1e-9 >= v for n in nodes)]
+    return [k for k, v in job.resources.items() if not any(_effective(n).get(k, 0.0) + 1e-9 >= v for n in nodes)]
 
 
 class _Try:
@@ -305,9 +333,11 @@ def run_jobs(jobs: Sequence[CameraJob], address: str = "auto", *, start_timeout_
 
         def start(t: _Try) -> None:
             """A new actor for ``t``; Ray holds it until a live node has its resources."""
-            res = dict(t.job.resources)
+            res, labels = label_selector(t.job, nodes)
             cpus = res.pop("CPU", 0.0)
-            t.actor = cls.options(num_cpus=cpus, resources=res, max_restarts=0, name=None, lifetime=None).remote()
+            opts: dict[str, Any] = {"label_selector": labels} if labels else {}
+            t.actor = cls.options(num_cpus=cpus, resources=res, max_restarts=0, name=None, lifetime=None,
+                                  **opts).remote()
             actors.append(t.actor)
             t.ref, t.running, t.node, t.ip = t.actor.where.remote(), False, None, None
 

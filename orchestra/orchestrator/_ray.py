@@ -11,7 +11,7 @@ import pathlib
 import socket
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -49,11 +49,13 @@ class PlacementError(ClusterError, ResourceError):
 
 @dataclass(frozen=True)
 class NodeInfo:
-    """A live node: its Ray node id, address and the resources it advertises in total."""
+    """A live node: its Ray node id, address, the resources it advertises in total and its
+    Ray node labels (``ray start --labels``)."""
 
     node_id: str
     address: str
     resources: Mapping[str, float]
+    labels: Mapping[str, str] = field(default_factory=dict)
 
 
 def _fmt_res(res: Mapping[str, float]) -> str:
@@ -71,8 +73,8 @@ def cluster_nodes() -> list[NodeInfo]:
     """The live nodes of the cluster this process is connected to."""
     import ray
 
-    return [NodeInfo(n["NodeID"], n.get("NodeManagerAddress", "?"), dict(n.get("Resources", {})))
-            for n in ray.nodes() if n.get("Alive")]
+    return [NodeInfo(n["NodeID"], n.get("NodeManagerAddress", "?"), dict(n.get("Resources", {})),
+                     dict(n.get("Labels") or {})) for n in ray.nodes() if n.get("Alive")]
 
 
 def _reachable(address: str, timeout_s: float = 5.0) -> None:
