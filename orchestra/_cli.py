@@ -541,9 +541,6 @@ def _run_on_cluster(args: argparse.Namespace, config: Any, early: list[int]) -> 
     from ._dashboard import LogBuffer
     from ._run import RunOptions, cluster_summary_dict, configure_logging, render_cluster_summary, run_cluster
 
-    if args.report:
-        _write(sys.stderr, "orchestra: --report is not available with [cluster] yet\n")
-        return _EXIT_USER_ERROR
     dashboard = not args.no_dashboard and sys.stdout.isatty()
     logs = None
     log_file = None
@@ -566,7 +563,8 @@ def _run_on_cluster(args: argparse.Namespace, config: Any, early: list[int]) -> 
 
     try:  # PlacementError: exit 2, from main()
         result = run_cluster(config, RunOptions(duration_s=duration, dashboard=dashboard, logs=logs,
-                                                metrics_port=args.metrics_port, metrics_host=args.metrics_host),
+                                                metrics_port=args.metrics_port, metrics_host=args.metrics_host,
+                                                record_s=1.0 if args.report else None),
                              on_status=interrupted)
     except KeyboardInterrupt:
         sig = early[0] if early else signal.SIGINT
@@ -585,6 +583,13 @@ def _run_on_cluster(args: argparse.Namespace, config: Any, early: list[int]) -> 
     _write(sys.stdout, render_cluster_summary(result))
     if args.summary_json:
         _write_file(args.summary_json, json.dumps(cluster_summary_dict(result), indent=2, allow_nan=False) + "\n")
+    if args.report:
+        from ._report import render_cluster_report, write_report
+        from ._run import cluster_decisions
+
+        write_report(result, args.report, render_cluster_report(result, result.timeline, cluster_decisions(result),
+                                                                 result.elapsed_s))
+        _write(sys.stderr, f"report: {args.report}\n")
     return result.exit_code
 
 

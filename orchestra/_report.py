@@ -27,7 +27,7 @@ from typing import Any
 
 from .errors import InvalidArgumentError
 
-__all__ = ["Sample", "Timeline", "render_report", "write_report"]
+__all__ = ["Sample", "Timeline", "render_cluster_report", "render_report", "write_report"]
 
 DEFAULT_MAX_POINTS = 1800
 
@@ -311,13 +311,84 @@ def render_report(result: Any) -> str:
     return "\n".join(parts)
 
 
-def write_report(result: Any, path: str | os.PathLike[str]) -> None:
-    """Writes :func:`render_report` to ``path`` (replaced atomically).
+def render_cluster_report(result: Any, tl: Timeline, decisions: Sequence[Mapping[str, Any]],
+                          elapsed_s: float) -> str:
+    """The HTML text of a cluster run's report (``orchestra run --report`` with ``[cluster]``):
+    each camera's frame rate and latency over time as the driver saw them (the nodes' reports,
+    about once a second; a camera's label names its node), every node's policy decisions
+    (``decisions``: :func:`orchestra._run.cluster_decisions`), and one summary row per camera
+    with its node, frames over every try, accounting and restarts. ``result``: a
+    :class:`~orchestra._run.ClusterRunResult`."""
+    cams = list(tl.cameras)
+    color = {c: _COLORS[i % len(_COLORS)] for i, c in enumerate(cams)}
+    t_end = max([elapsed_s] + [t for t, _ in tl.signals])
+    node_of = {r.camera: (r.node_id or "?")[:8] for r in result.runs}
+    events: list[tuple[float, str]] = []
+    for d in sorted(decisions, key=lambda d: d.get("t_s") or 0.0):
+        t = float(d.get("t_s") or 0.0)
+        label = (f"{t:+.2f}s {d['camera']} (node {(d.get('node_id') or '?')[:8]}): {d.get('what')} "
+                 f"{d.get('previous')} -> {d.get('value')} ({d.get('policy') or d.get('source')}: {d.get('reason')})")
+        if events and abs(events[-1][0] - t) < 0.05:
+            events[-1] = (events[-1][0], events[-1][1] + "\n" + label)
+        else:
+            events.append((t, label))
+
+    def per_cam(attr: str, scale: float = 1.0) -> list[tuple[str, list[tuple[float, float]], str]]:
+        return [(f"{c}@{node_of.get(c, '?')}", [(x.t, getattr(x, attr) * scale if getattr(x, attr) is not None else None)
+                                               for x in tl.samples.get(c, [])], color[c]) for c in cams]  # type: ignore[misc]
+
+    name = _e(os.path.basename(str(result.config.path)))
+    nodes = len({r.node_id for r in result.runs if r.node_id})
+    written = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', f"<title>orchestra run {name}</title>",
+             f"<style>{_CSS}</style></head><body>", f"<h1>orchestra run {name} on the Ray cluster at "
+             f"{_e(result.address)}</h1>",
+             f'<p class="meta">{elapsed_s:.1f} s, {len(cams)} cameras on {nodes} node{"s" if nodes != 1 else ""}; '
+             f"{len(decisions)} policy decisions; {tl.points} samples (the nodes' reports as the driver got them); "
+             f"written {_e(written)}</p>",
+             '<h2>Cameras over time</h2><p class="meta">Each camera as CAMERA@NODE. Dashed orange lines: policy '
+             "decisions (hover for the reason; the list is below).</p>"]
+    for title, unit, series, key in (("Frame rate to the sink", "frames/s", per_cam("output_fps"), "fps"),
+                                     ("Latency p50 (capture to sink)", "ms", per_cam("p50", 1000), "p50"),
+                                     ("Latency p95", "ms", per_cam("p95", 1000), "p95")):
+        parts.append(f"<h3>{_e(title)}</h3>")
+        parts.append(_chart(title, unit, series, t_end, events, key, step=False))
+    parts.append(f"<h2>Policy decisions ({len(decisions)})</h2>")
+    if decisions:
+        parts.append('<table id="decisions"><tr><th>at</th><th>camera</th><th>node</th><th>option / action</th>'
+                     "<th>change</th><th>by</th><th>reason</th></tr>")
+        for d in decisions:
+            t = float(d.get("t_s") or 0.0)
+            parts.append(f'<tr class="decision" data-t="{t:.3f}"><td class="n">{t:+.2f}s</td><td>{_e(d["camera"])}</td>'
+                         f"<td>{_e((d.get('node_id') or '?')[:12])}</td><td>{_e(d.get('what'))}</td>"
+                         f"<td>{_e(d.get('previous'))} -&gt; {_e(d.get('value'))}</td>"
+                         f"<td>{_e(d.get('policy') or d.get('source'))}</td><td>{_e(d.get('reason'))}</td></tr>")
+        parts.append("</table>")
+    else:
+        parts.append("<p>none</p>")
+    parts.append('<h2>Summary</h2><table id="cameras"><tr><th>camera</th><th>node</th><th>address</th><th>produced</th>'
+                 "<th>processed</th><th>failed</th><th>dropped</th><th>accounting</th><th>restarts</th></tr>")
+    for r in result.runs:
+        counts = r.counts
+        cells = [str(v) for v in counts] if counts is not None else ["-"] * 4
+        parts.append(f"<tr><td>{_e(r.camera)}</td><td>{_e((r.node_id or '?')[:12])}</td><td>{_e(r.address or '?')}</td>"
+                     + "".join(f"<td class=n>{_e(c)}</td>" for c in cells)
+                     + f"<td>{_e(r.accounting)}</td><td class=n>{r.restarts}</td></tr>")
+    parts.append("</table>")
+    if result.problems:
+        parts.append("<h2>Problems</h2><ul>" + "".join(f"<li>{_e(p)}</li>" for p in result.problems) + "</ul>")
+    parts.append("</body></html>\n")
+    return "\n".join(parts)
+
+
+def write_report(result: Any, path: str | os.PathLike[str], text: str | None = None) -> None:
+    """Writes :func:`render_report` (or ``text``, e.g. :func:`render_cluster_report`'s) to
+    ``path`` (replaced atomically).
 
     Raises:
         InvalidArgumentError: ``path`` can't be written.
     """
-    text = render_report(result)
+    text = render_report(result) if text is None else text
     name = os.fspath(path)
     tmp = f"{name}.tmp{os.getpid()}"
     try:

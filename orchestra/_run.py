@@ -1129,6 +1129,8 @@ class ClusterRunResult:
     address: str
     runs: tuple[NodeRun, ...]
     metrics_url: str | None = None  # where the driver served the cluster's metrics (--metrics-port)
+    timeline: Any = None  # orchestra._report.Timeline of the nodes' reports (RunOptions.record_s), else None
+    elapsed_s: float = 0.0  # since the cameras started running, at the last status
 
     @property
     def problems(self) -> list[str]:
@@ -1380,6 +1382,12 @@ class _ClusterView:
         self.metrics: MetricsServer | None = None
         self.collector: RunCollector | None = None
         self.metrics_url: str | None = None
+        self.timeline: Any = None
+        self.elapsed_s = 0.0
+        if options.record_s is not None:  # --report: every status the driver gets is a sample
+            from ._report import Timeline
+
+            self.timeline = Timeline([c.name for c in config.cameras])
 
     def __enter__(self) -> _ClusterView:
         if self.opts.metrics_port is not None:  # the driver serves every node's cameras
@@ -1438,8 +1446,16 @@ class _ClusterView:
     def __call__(self, status: Any) -> None:
         if self.also is not None:
             self.also(status)
-        if self.collector is not None:
-            self.publish(status, cluster_rows(status))
+        self.elapsed_s = status.elapsed_s
+        if self.collector is not None or self.timeline is not None:
+            rows = cluster_rows(status)
+            if self.collector is not None:
+                self.publish(status, rows)
+            if self.timeline is not None and status.elapsed_s > 0:
+                self.timeline.add(status.elapsed_s, [SimpleNamespace(
+                    name=r.camera, input_fps=r.input_fps or 0.0, output_fps=r.output_fps or 0.0, p50=r.p50, p95=r.p95,
+                    p99=None, queue_depth=0, energy_joules=None, processed=r.processed if r.p50 is not None else 0)
+                    for r in rows], (), {})
         if self.dashboard is not None:
             self.dashboard.refresh(self.screen(status))
         elif not self.opts.dashboard and time.monotonic() >= self.next_line and not status.done:
@@ -1460,7 +1476,9 @@ def run_cluster(config: Config, options: RunOptions | None = None, *, address: s
     returns its summary. Needs the ``ray`` extra. With ``options.metrics_port`` this process
     serves every node's cameras (``/metrics``: the local run's frame counters and rates per
     camera, plus ``orchestra_camera_node_info`` and ``orchestra_camera_restarts``; ``/status``,
-    ``/readyz``: ready while every camera runs). The report is not available on a cluster yet.
+    ``/readyz``: ready while every camera runs). With ``options.record_s`` the nodes' reports
+    are kept as a timeline (``ClusterRunResult.timeline``) for
+    :func:`orchestra._report.render_cluster_report` (``--report``).
 
     While it runs, ``out`` (default stdout) shows every camera across the nodes as the local
     run does: the live dashboard with ``options.dashboard`` (its log lines from
@@ -1493,7 +1511,8 @@ def run_cluster(config: Config, options: RunOptions | None = None, *, address: s
         results = run_jobs(jobs, address, start_timeout_s=cl.timeout_s if cl is not None else 60.0,
                            duration_s=options.duration_s, wait_for_nodes=cl is not None and cl.wait_for_nodes,
                            on_status=view)
-    return ClusterRunResult(config, address, tuple(_node_run(r) for r in results), metrics_url=view.metrics_url)
+    return ClusterRunResult(config, address, tuple(_node_run(r) for r in results), metrics_url=view.metrics_url,
+                            timeline=view.timeline, elapsed_s=view.elapsed_s)
 
 
 def render_cluster_summary(r: ClusterRunResult) -> str:

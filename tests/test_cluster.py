@@ -440,14 +440,24 @@ def test_a_policy_acting_on_one_node_only(cluster: RayCluster, tmp_path: pathlib
     # orchestra run prints them per camera with its node; --summary-json lists them
     summary = tmp_path / "summary.json"
     env = dict(os.environ, RAY_DISABLE_USAGE_STATS="1")
-    p = subprocess.run([sys.executable, "-m", "orchestra", "run", str(cfg.path), "--summary-json", str(summary)],
-                       capture_output=True, text=True, timeout=90, env=env)
+    report = tmp_path / "report.html"
+    p = subprocess.run([sys.executable, "-m", "orchestra", "run", str(cfg.path), "--summary-json", str(summary),
+                        "--report", str(report)], capture_output=True, text=True, timeout=90, env=env)
     assert p.returncode == 0, p.stderr[-3000:]
     line = next(x for x in p.stdout.splitlines() if "balanced -> low" in x)
     assert line.split()[:2] == ["rear", rear.node_id[:12]], p.stdout
     doc = json.loads(summary.read_text())
     lows = [d for d in doc["decisions"] if d["value"] == "low"]
     assert lows and all(d["camera"] == "rear" and d["node_id"] == rear.node_id for d in lows), doc["decisions"]
+    # --report: every node's cameras over time (labelled CAMERA@NODE), the decisions with their node
+    html_ = report.read_text()
+    assert f"report: {report}" in p.stderr
+    assert "on the Ray cluster at" in html_ and "2 cameras on 2 nodes" in html_
+    for cam in ("front", "rear"):
+        node = next(c["node_id"] for c in doc["cameras"] if c["camera"] == cam)
+        assert f"{cam}@{node[:8]}" in html_ and f"<tr><td>{cam}</td><td>{node[:12]}</td>" in html_
+    assert html_.count('<tr class="decision"') == len(doc["decisions"]) and "balanced -&gt; low" in html_
+    assert html_.count("<svg") == 3  # frame rate, p50, p95
 
 
 # -- the live view -----------------------------------------------------------------------------
