@@ -1156,6 +1156,14 @@ class ClusterRunResult:
         return EXIT_FAILED if self.problems else EXIT_OK
 
 
+def _cpu_set(cam: Any) -> tuple[int, ...]:
+    """The CPUs a camera's ``bind = { cpu = ... }`` pins it to (none: ())."""
+    v = cam.bind.get("cpu")
+    if v is None:
+        return ()
+    return (int(v),) if isinstance(v, int) else tuple(int(c) for c in v)
+
+
 def _camera_config(config: Config, cam: Any) -> Config:
     """``config`` cut down to one camera (what its node runs): its program, every device, the
     policies and signals without ``node`` and those with the camera's ``node`` (a node's own
@@ -1504,7 +1512,7 @@ def run_cluster(config: Config, options: RunOptions | None = None, *, address: s
     address = address or (cl.address if cl is not None else "auto")
     node_opts = RunOptions(duration_s=options.duration_s, use_uvloop=options.use_uvloop,
                            latency_window=options.latency_window)
-    jobs = [CameraJob(cam.name, camera_resources(cam.name, cam.core, cam.node), _camera_on_node,
+    jobs = [CameraJob(cam.name, camera_resources(cam.name, cam.core, cam.node, cpu_set=_cpu_set(cam)), _camera_on_node,
                       (_camera_config(config, cam), node_opts), resume=_resume_on_node) for cam in config.cameras]
     _log.info("running on a cluster", address=address, cameras=[c.name for c in config.cameras])
     with _ClusterView(config, address, options, sys.stdout if out is None else out, on_status) as view:

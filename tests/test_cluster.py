@@ -675,6 +675,26 @@ def test_a_node_named_by_its_ray_label() -> None:
         check_placement([job], [other])
 
 
+def test_a_cpu_binding_asks_for_the_nodes_cpu_resources_where_nodes_offer_them() -> None:
+    """bind = { cpu = [0, 1] } asks Ray for cpu.0 and cpu.1 (one camera per CPU across the
+    cluster's cameras on a node) where nodes advertise cpu.N; on a cluster that offers none the
+    camera's node pins them itself, as before."""
+    from orchestra.cluster import for_nodes
+
+    job = CameraJob("east", camera_resources("east", cpu_set=(0, 1)), print)
+    assert job.resources == {"camera.east": 1.0, "cpu.0": 1.0, "cpu.1": 1.0}
+    offers = [NodeInfo("aaaaaaaa11", "10.0.0.1", {"camera.east": 1.0, "cpu.0": 1.0, "cpu.1": 1.0, "cpu.2": 1.0})]
+    plain = [NodeInfo("bbbbbbbb22", "10.0.0.2", {"camera.east": 1.0, "CPU": 4.0})]
+    assert for_nodes(job, offers) is job
+    assert for_nodes(job, plain).resources == {"camera.east": 1.0}
+    assert check_placement([for_nodes(job, plain)], plain) == {"east": "bbbbbbbb22"}
+    two = [job, CameraJob("west", camera_resources("west", cpu_set=(1,)), print)]
+    offers2 = [NodeInfo("aaaaaaaa11", "10.0.0.1", {"camera.east": 1.0, "camera.west": 1.0, "cpu.0": 1.0, "cpu.1": 1.0})]
+    with pytest.raises(PlacementError, match=r"camera 'west' needs Ray resources camera.west=1, cpu.1=1: no node has "
+                                             r"them all free \(taken by camera east\)"):
+        check_placement(two, offers2)
+
+
 @needs_ray
 def test_a_camera_runs_on_the_node_labelled_with_its_name(cluster: RayCluster, tmp_path: pathlib.Path) -> None:
     """A third node started with --labels orchestra-node=edge-c (and no node.edge-c resource)

@@ -32,9 +32,11 @@ from ._ray import (
     camera_resources,
     check_placement,
     cluster_nodes,
+    for_nodes,
     label_selector,
     run_jobs,
 )
 
 __all__ = ["NODE_LABEL", "CameraJob", "ClusterError", "ClusterStatus", "JobResult", "JobStatus", "NodeInfo",
-           "PlacementError", "camera_resources", "check_placement", "cluster_nodes", "label_selector", "run_jobs"]
+           "PlacementError", "camera_resources", "check_placement", "cluster_nodes", "for_nodes", "label_selector",
+           "run_jobs"]

@@ -12,7 +12,8 @@ from ..orchestrator._ray import ClusterError, NodeInfo, PlacementError, _fmt_res
 from ..telemetry import get_logger
 
 __all__ = ["NODE_LABEL", "CameraJob", "ClusterError", "ClusterStatus", "JobResult", "JobStatus", "NodeInfo",
-           "PlacementError", "camera_resources", "check_placement", "cluster_nodes", "label_selector", "run_jobs"]
+           "PlacementError", "camera_resources", "check_placement", "cluster_nodes", "for_nodes", "label_selector",
+           "run_jobs"]
 
 _log = get_logger("orchestra.cluster")
 
@@ -132,10 +133,12 @@ class ClusterStatus:
 
 
 def camera_resources(camera: str, core: tuple[str, int] | None = None, node: str | None = None,
-                     cpus: int = 0) -> dict[str, float]:
+                     cpus: int = 0, cpu_set: Sequence[int] = ()) -> dict[str, float]:
     """The Ray resources a camera's actor requests: ``camera.NAME`` (the node it is wired
     to), ``DEVICE.core.N`` for its NPU core binding, ``node.NAME`` (a share of it) when the
-    config pins it to a named node, and ``CPU`` when ``cpus`` > 0."""
+    config pins it to a named node, ``CPU`` when ``cpus`` > 0, and ``cpu.N`` for each CPU of
+    its CPU binding (``cpu_set``: nodes advertise the CPUs orchestra may pin as ``cpu.0``,
+    ``cpu.1``, ...; see :func:`for_nodes`)."""
     res: dict[str, float] = {f"camera.{camera}": 1.0}
     if core is not None:
         res[f"{core[0]}.core.{core[1]}"] = 1.0
@@ -143,7 +146,21 @@ def camera_resources(camera: str, core: tuple[str, int] | None = None, node: str
         res[f"node.{node}"] = NODE_SHARE
     if cpus:
         res["CPU"] = float(cpus)
+    for c in cpu_set:
+        res[f"cpu.{int(c)}"] = 1.0
     return res
+
+
+def for_nodes(job: CameraJob, nodes: Sequence[NodeInfo]) -> CameraJob:
+    """``job`` as the live ``nodes`` can hold it: its ``cpu.N`` resources are dropped when no
+    node advertises any ``cpu.*`` (a cluster that doesn't offer CPU sets: the camera's node
+    then pins the CPUs itself, Ray unaware of them), kept otherwise (Ray places the camera on
+    a node whose CPUs are free, and two cameras never share one)."""
+    if not any(k.startswith("cpu.") for k in job.resources):
+        return job
+    if any(k.startswith("cpu.") for n in nodes for k in n.resources):
+        return job
+    return dataclasses.replace(job, resources={k: v for k, v in job.resources.items() if not k.startswith("cpu.")})
 
 
 def check_placement(jobs: Sequence[CameraJob], nodes: Sequence[NodeInfo]) -> dict[str, str]:
@@ -320,9 +337,10 @@ def run_jobs(jobs: Sequence[CameraJob], address: str = "auto", *, start_timeout_
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise ClusterError(f"can't connect to the Ray cluster at {address!r}: {exc}") from None
     actors: list[Any] = []
-    tries = [_Try(job) for job in jobs]
     try:
         nodes = cluster_nodes()
+        jobs = [for_nodes(j, nodes) for j in jobs]
+        tries = [_Try(job) for job in jobs]
         absent = {j.camera: m for j in jobs if (m := _missing(j, nodes))} if wait_for_nodes else {}
         check_placement([j for j in jobs if j.camera not in absent], nodes)
         cls = ray.remote(_CameraActor)
