@@ -237,8 +237,8 @@ def run_xnnpack(cases: list[XnnpackCase], count: int, seed: int, progress: bool 
 # kinds, argument indices, jumps, delegates, ...), re-encodes them, then loads AND executes
 # what loads (inputs matching method_meta), in a worker process: a case must load and run,
 # or raise an OrchestraError, within STRUCT_SECONDS and STRUCT_PEAK_BYTES. The peak is the
-# worker's resident memory: resource.getrusage's ru_maxrss after the kernel's high-water mark
-# was reset for the case (Linux: /proc/self/clear_refs), minus the resident memory before it;
+# worker's resident memory: its peak (VmHWM in /proc/self/status) after the kernel's high-water
+# mark was reset for the case (Linux: /proc/self/clear_refs), minus the resident memory before it;
 # where that reset is unavailable, tracemalloc's peak (Python and numpy allocations; slower).
 
 STRUCT_KINDS = ("sizes", "dynamism", "allocation", "value_kind", "int", "args", "jump", "delegate", "list",
@@ -516,10 +516,10 @@ class _Peak:
         self.base = 0
 
     @staticmethod
-    def _rss_kb() -> int:
+    def _rss_kb(key: str = "VmRSS:") -> int:
         with open("/proc/self/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith(key):
                     return int(line.split()[1])
         return 0  # pragma: no cover
 
@@ -539,7 +539,12 @@ class _Peak:
         import tracemalloc
 
         if self.rusage:
-            return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10) - self.base
+            # VmHWM, the peak RSS of this process's memory, which clear_refs resets; not
+            # getrusage's ru_maxrss, which also keeps the peak of the memory exec replaced (the
+            # parent's, copied at fork: a test runner grown past the limit made every case "hungry")
+            hwm = self._rss_kb("VmHWM:")
+            peak = hwm << 10 if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10
+            return peak - self.base
         return tracemalloc.get_traced_memory()[1] - self.base
 
 
@@ -655,8 +660,7 @@ class _Worker:
 
 
 def structured_recheck(data: bytes) -> Outcome:
-    """One case again, in a fresh worker process (tells a slow or hungry case from a busy machine
-    or a one-off reading)."""
+    """One case again, in a fresh worker process (tells a slow case from a busy machine)."""
     w = _Worker()
     try:
         return w.check(data, timeout=STRUCT_SECONDS * 5 + 10)
