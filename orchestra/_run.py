@@ -605,16 +605,8 @@ class _Runner:
         cfg = self.config
         npus = self.npus
         if self.opts.metrics_port is not None:  # up while loading: /healthz answers, /readyz says loading
-            registry, self.collector = new_registry()
-            self.metrics = MetricsServer(registry, self.collector, self.opts.metrics_host, self.opts.metrics_port)
-            try:
-                self.metrics.start()
-            except OSError as exc:
-                self.metrics = None
-                raise InvalidArgumentError(f"metrics server: can't listen on {self.opts.metrics_host} port "
-                                           f"{self.opts.metrics_port}: {exc.strerror or exc}") from None
+            self.metrics, self.collector = _start_metrics(self.opts)
             self.result.metrics_url = self.metrics.url
-            _log.info("metrics server listening", url=self.metrics.url)
         if self.opts.record_s is not None:
             from ._report import Timeline
 
@@ -1164,6 +1156,23 @@ def _cpu_set(cam: Any) -> tuple[int, ...]:
     return (int(v),) if isinstance(v, int) else tuple(int(c) for c in v)
 
 
+def _start_metrics(opts: RunOptions) -> tuple[MetricsServer, RunCollector]:
+    """The run's metrics server on ``opts.metrics_host``:``opts.metrics_port``, listening.
+
+    Raises:
+        InvalidArgumentError: it can't listen there (the port taken, say).
+    """
+    registry, collector = new_registry()
+    server = MetricsServer(registry, collector, opts.metrics_host, opts.metrics_port)  # type: ignore[arg-type]
+    try:
+        server.start()
+    except OSError as exc:
+        raise InvalidArgumentError(f"metrics server: can't listen on {opts.metrics_host} port "
+                                   f"{opts.metrics_port}: {exc.strerror or exc}") from None
+    _log.info("metrics server listening", url=server.url)
+    return server, collector
+
+
 def _camera_config(config: Config, cam: Any) -> Config:
     """``config`` cut down to one camera (what its node runs): its program, every device, the
     policies and signals without ``node`` and those with the camera's ``node`` (a node's own
@@ -1399,16 +1408,8 @@ class _ClusterView:
 
     def __enter__(self) -> _ClusterView:
         if self.opts.metrics_port is not None:  # the driver serves every node's cameras
-            registry, self.collector = new_registry()
-            self.metrics = MetricsServer(registry, self.collector, self.opts.metrics_host, self.opts.metrics_port)
-            try:
-                self.metrics.start()
-            except OSError as exc:
-                self.metrics = None
-                raise InvalidArgumentError(f"metrics server: can't listen on {self.opts.metrics_host} port "
-                                           f"{self.opts.metrics_port}: {exc.strerror or exc}") from None
+            self.metrics, self.collector = _start_metrics(self.opts)
             self.metrics_url = self.metrics.url
-            _log.info("metrics server listening", url=self.metrics.url)
         if self.opts.dashboard:
             self.dashboard = _ClusterDashboard(self.out, self.opts.logs)
             self.dashboard.__enter__()
