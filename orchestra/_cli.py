@@ -475,8 +475,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run_config(args: argparse.Namespace, early: list[int]) -> int:
-    from ._dashboard import LogBuffer
-    from ._run import RunOptions, configure_logging, render_summary, run, summary_dict
+    from ._run import RunOptions, render_summary, run, summary_dict
     from .config import _check_for_cli
 
     config, lines = _check_for_cli(args.file)
@@ -491,35 +490,17 @@ def _run_config(args: argparse.Namespace, early: list[int]) -> int:
             return _EXIT_USER_ERROR
     if config.cluster is not None:
         return _run_on_cluster(args, config, early)
-    dashboard = not args.no_dashboard and sys.stdout.isatty()
-    logs = None
-    log_file = None
-    if args.log_file:
-        try:
-            log_file = open(args.log_file, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - closed below
-        except OSError as exc:
-            _write(sys.stderr, f"orchestra: --log-file {args.log_file}: {exc.strerror or exc}\n")
-            return _EXIT_USER_ERROR
-        stream: Any = log_file
-    elif dashboard:
-        stream = logs = LogBuffer()
-    else:
-        stream = sys.stderr
-    configure_logging(args.log_format, stream, timefmt="%H:%M:%S.%f" if logs is not None else "iso")
+    opened = _open_run_logs(args)
+    if opened is None:
+        return _EXIT_USER_ERROR
+    dashboard, logs, log_file = opened
     duration = args.duration if args.duration is not None else config.run.duration_s
     try:
         result = run(config, RunOptions(duration_s=duration, dashboard=dashboard, metrics_port=args.metrics_port,
                                         metrics_host=args.metrics_host, logs=logs,
                                         record_s=1.0 if args.report else None), early_signals=early)
     finally:
-        if logs is not None:  # what the dashboard did not print (it prints each line once, as it comes)
-            kept, lost = logs.drain()
-            if lost:
-                _write(sys.stderr, f"({lost} earlier log lines not kept)\n")
-            _write(sys.stderr, "".join(line + "\n" for line in kept))
-        configure_logging(args.log_format, sys.stderr)
-        if log_file is not None:
-            log_file.close()
+        _close_run_logs(args, logs, log_file)
     _write(sys.stdout, render_summary(result))
     if args.summary_json:
         _write_file(args.summary_json, json.dumps(summary_dict(result), indent=2, allow_nan=False) + "\n")
@@ -531,6 +512,47 @@ def _run_config(args: argparse.Namespace, early: list[int]) -> int:
     return result.exit_code
 
 
+def _open_run_logs(args: argparse.Namespace) -> tuple[bool, Any, Any] | None:
+    """For ``orchestra run``: whether the live dashboard shows (a terminal, no
+    --no-dashboard), the buffer its log lines wait in (None without it) and the --log-file
+    opened; log events go to the file, the buffer or stderr from here on. None (the error
+    printed) when --log-file can't be opened."""
+    from ._dashboard import LogBuffer
+    from ._run import configure_logging
+
+    dashboard = not args.no_dashboard and sys.stdout.isatty()
+    logs = None
+    log_file = None
+    if args.log_file:
+        try:
+            log_file = open(args.log_file, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - _close_run_logs
+        except OSError as exc:
+            _write(sys.stderr, f"orchestra: --log-file {args.log_file}: {exc.strerror or exc}\n")
+            return None
+        stream: Any = log_file
+    elif dashboard:
+        stream = logs = LogBuffer()
+    else:
+        stream = sys.stderr
+    configure_logging(args.log_format, stream, timefmt="%H:%M:%S.%f" if logs is not None else "iso")
+    return dashboard, logs, log_file
+
+
+def _close_run_logs(args: argparse.Namespace, logs: Any, log_file: Any) -> None:
+    """After the run: what the dashboard did not print (it prints each line once, as it
+    comes) to stderr, log events back to stderr, the --log-file closed."""
+    from ._run import configure_logging
+
+    if logs is not None:
+        kept, lost = logs.drain()
+        if lost:
+            _write(sys.stderr, f"({lost} earlier log lines not kept)\n")
+        _write(sys.stderr, "".join(line + "\n" for line in kept))
+    configure_logging(args.log_format, sys.stderr)
+    if log_file is not None:
+        log_file.close()
+
+
 def _run_on_cluster(args: argparse.Namespace, config: Any, early: list[int]) -> int:
     """``orchestra run`` for a config with a [cluster] table: every camera on its node (see
     :func:`orchestra._run.run_cluster`), shown live as the local run is (one dashboard of every
@@ -538,24 +560,12 @@ def _run_on_cluster(args: argparse.Namespace, config: Any, early: list[int]) -> 
 
     SIGINT/SIGTERM (remembered in ``early``) stop the run within a second: the cameras' actors
     are killed, there is no summary, the exit status is 128 + the signal's number."""
-    from ._dashboard import LogBuffer
-    from ._run import RunOptions, cluster_summary_dict, configure_logging, render_cluster_summary, run_cluster
+    from ._run import RunOptions, cluster_summary_dict, render_cluster_summary, run_cluster
 
-    dashboard = not args.no_dashboard and sys.stdout.isatty()
-    logs = None
-    log_file = None
-    if args.log_file:
-        try:
-            log_file = open(args.log_file, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - closed below
-        except OSError as exc:
-            _write(sys.stderr, f"orchestra: --log-file {args.log_file}: {exc.strerror or exc}\n")
-            return _EXIT_USER_ERROR
-        stream: Any = log_file
-    elif dashboard:
-        stream = logs = LogBuffer()
-    else:
-        stream = sys.stderr
-    configure_logging(args.log_format, stream, timefmt="%H:%M:%S.%f" if logs is not None else "iso")
+    opened = _open_run_logs(args)
+    if opened is None:
+        return _EXIT_USER_ERROR
+    dashboard, logs, log_file = opened
     duration = args.duration if args.duration is not None else config.run.duration_s
     def interrupted(status: Any) -> None:
         if early:  # run_jobs kills the actors on its way out
@@ -572,14 +582,7 @@ def _run_on_cluster(args: argparse.Namespace, config: Any, early: list[int]) -> 
                            f"stopped; no summary\n")
         return 128 + int(sig)
     finally:
-        if logs is not None:  # what the dashboard did not print
-            kept, lost = logs.drain()
-            if lost:
-                _write(sys.stderr, f"({lost} earlier log lines not kept)\n")
-            _write(sys.stderr, "".join(line + "\n" for line in kept))
-        configure_logging(args.log_format, sys.stderr)
-        if log_file is not None:
-            log_file.close()
+        _close_run_logs(args, logs, log_file)
     _write(sys.stdout, render_cluster_summary(result))
     if args.summary_json:
         _write_file(args.summary_json, json.dumps(cluster_summary_dict(result), indent=2, allow_nan=False) + "\n")

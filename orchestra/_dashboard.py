@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 __all__ = ["CameraRow", "Dashboard", "Decision", "LogBuffer", "Screen", "StatusLine", "decision_table", "fit_columns",
-           "fmt_drops", "fmt_joules", "fmt_ms", "fmt_options", "fmt_unit", "fmt_value", "printable"]
+           "fmt_drops", "fmt_joules", "fmt_ms", "fmt_options", "fmt_unit", "fmt_value", "printable", "rich_header"]
 
 
 # ---------------------------------------------------------------------------------------
@@ -229,6 +229,20 @@ def _camera_columns(rows: Sequence[CameraRow]) -> list[_Column]:
     return cols
 
 
+def rich_header(screen: Screen) -> Any:
+    """A dashboard's first line: the title, elapsed / duration, state and info (rich Text)."""
+    from rich.text import Text
+
+    span = f"{screen.elapsed:5.1f}s" + (f" / {screen.duration:g}s" if screen.duration else " (Ctrl-C to stop)")
+    head = Text(no_wrap=True, overflow="ellipsis")
+    head.append(screen.title, style="bold")
+    head.append(f"  {span}  ")
+    head.append(screen.state, style="bold green" if screen.state == "running" else "bold yellow")
+    if screen.info:
+        head.append(f"  {screen.info}", style="dim")
+    return head
+
+
 def _rich_table(cols: Sequence[_Column], width: int, *, bold_last: bool = False) -> Any:
     from rich import box
     from rich.table import Table
@@ -405,14 +419,7 @@ class Dashboard:
         from rich.console import Group
         from rich.text import Text
 
-        span = f"{screen.elapsed:5.1f}s" + (f" / {screen.duration:g}s" if screen.duration else " (Ctrl-C to stop)")
-        head = Text(no_wrap=True, overflow="ellipsis")
-        head.append(screen.title, style="bold")
-        head.append(f"  {span}  ")
-        head.append(screen.state, style="bold green" if screen.state == "running" else "bold yellow")
-        if screen.info:
-            head.append(f"  {screen.info}", style="dim")
-        parts: list[Any] = [head]
+        parts: list[Any] = [rich_header(screen)]
         cams = _rich_table(_camera_columns(screen.cameras), width, bold_last=True)
         parts.append(cams)
         used = 1 + len(self.console.render_lines(cams, self.console.options.update(width=width), pad=False))

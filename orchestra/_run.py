@@ -57,7 +57,7 @@ from ._dashboard import (
     fmt_value,
     printable,
 )
-from ._dashboard import _Column, _rich_table
+from ._dashboard import _Column, _rich_table, rich_header
 from ._metrics_http import EnergyUse, MetricsServer, MetricsSnapshot, RunCollector, new_registry
 from .config import Config
 from .errors import InvalidArgumentError, OrchestraError
@@ -1359,14 +1359,7 @@ class _ClusterDashboard(Dashboard):
         from rich.console import Group
         from rich.text import Text
 
-        span = f"{screen.elapsed:5.1f}s" + (f" / {screen.duration:g}s" if screen.duration else " (Ctrl-C to stop)")
-        head = Text(no_wrap=True, overflow="ellipsis")
-        head.append(screen.title, style="bold")
-        head.append(f"  {span}  ")
-        head.append(screen.state, style="bold green" if screen.state == "running" else "bold yellow")
-        if screen.info:
-            head.append(f"  {screen.info}", style="dim")
-        parts: list[Any] = [head, _rich_table(_cluster_columns(screen.rows), width, bold_last=True)]
+        parts: list[Any] = [rich_header(screen), _rich_table(_cluster_columns(screen.rows), width, bold_last=True)]
         errors = [f"{printable(r.camera)}: {printable(r.error)}" for r in screen.rows if r.error]
         parts += [Text(e, style="red", no_wrap=True, overflow="ellipsis") for e in errors[:max(height - 6, 0)]]
         return Group(*parts)
