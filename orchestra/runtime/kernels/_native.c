@@ -69,18 +69,30 @@ typedef float v8f __attribute__((vector_size(32)));
  * accumulated at once, so the multiply-adds of one tap are independent of each other. */
 #define TILES 4
 
-/* exp(t) for t in [-87, 88.72] (clamped there; NaN stays NaN): t = k ln2 + r, |r| <= ln2 / 2,
- * exp(r) by its degree-7 Taylor polynomial (truncation < 6e-9 relative), times 2^k built in
- * the exponent bits (as 2^(k-1) * 2, so k = 128 near the top does not overflow the bits).
- * About 1-2 ulp; vectorises (no libm call). */
-static inline float exp_small(float t) {
-    float tc = t < -87.0f ? -87.0f : t;
-    tc = tc > 88.7228394f ? 88.7228394f : tc;
-    float kf = __builtin_rintf(tc * 1.44269504088896341f);
-    kf = kf == kf ? kf : 0.0f; /* NaN: any k, p is NaN */
-    float r = tc - kf * 0.693359375f;
+/* silu(x) = x / (1 + exp(-x)) over 16 floats at a time (GCC vector types; the baseline build
+ * splits them into SSE halves). exp(t) for t clamped to [-87, 88.72]: t = k ln2 + r,
+ * |r| <= ln2 / 2, exp(r) by its degree-7 Taylor polynomial (truncation < 6e-9 relative), times
+ * 2^k built in the exponent bits (as 2^(k-1) * 2, so k = 128 near the top does not overflow
+ * them); k is rounded by adding 1.5 * 2^23 and read from that float's bits (no float -> int
+ * conversion). About 1-2 ulp; no libm call. Where exp(-x) overflows float32 (x < -88.72) the
+ * result is x * 0 (-0.0, and NaN for -inf), as x / inf is in torch; NaN stays NaN. The clamps
+ * and that case are bit selects, so the compiler keeps one straight chain (written as
+ * ternaries it split the chain into per-case copies: three divisions per vector). */
+typedef float vf16 __attribute__((vector_size(64)));
+typedef int32_t vi16 __attribute__((vector_size(64)));
+
+static inline vf16 vsel16(vi16 m, vf16 a, vf16 b) { return (vf16)((m & (vi16)a) | (~m & (vi16)b)); }
+
+static inline vf16 silu16(vf16 v) {
+    const vf16 zero = {0};
+    vf16 t = -v;
+    t = vsel16(t < zero - 87.0f, zero - 87.0f, t);
+    t = vsel16(t > zero + 88.7228394f, zero + 88.7228394f, t);
+    const vf16 km = t * 1.44269504088896341f + 12582912.0f;
+    const vf16 kf = km - 12582912.0f;
+    vf16 r = t - kf * 0.693359375f;
     r = r - kf * -2.12194440e-4f;
-    float p = 1.0f / 5040.0f;
+    vf16 p = zero + 1.0f / 5040.0f;
     p = p * r + 1.0f / 720.0f;
     p = p * r + 1.0f / 120.0f;
     p = p * r + 1.0f / 24.0f;
@@ -88,17 +100,33 @@ static inline float exp_small(float t) {
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-    int32_t bits = ((int32_t)kf + 126) << 23;
-    float scale;
-    __builtin_memcpy(&scale, &bits, sizeof scale);
-    return p * scale * 2.0f;
+    const vi16 bits = (vi16)(((vi16)km - 0x4B400000 + 126) << 23);
+    const vf16 e = p * (vf16)bits * 2.0f;
+    const vf16 res = v / (e + 1.0f);
+    return vsel16(-v > zero + 88.7228394f, v * 0.0f, res);
 }
 
-/* silu(x) = x / (1 + exp(-x)); where exp(-x) overflows float32 (x < -88.72) the result is
- * x * 0 (-0.0, and NaN for -inf), as x / inf is in torch. */
-static inline float act_silu(float v) {
-    const float res = v / (1.0f + exp_small(-v));
-    return -v > 88.7228394f ? v * 0.0f : res;
+/* out[i] = silu(x[i] + b) for i < n (b = -0.0f adds nothing, -0.0 included); out may be x.
+ * The tail runs through the same vector code (zero-padded), so an element's result does
+ * not depend on where it sits. */
+ORCH_CLONES
+static void silu_span(const float *x, float *out, Py_ssize_t n, float b) {
+    Py_ssize_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        vf16 v;
+        __builtin_memcpy(&v, x + i, sizeof v);
+        v = silu16(v + b);
+        __builtin_memcpy(out + i, &v, sizeof v);
+    }
+    if (i < n) {
+        float buf[16] = {0};
+        __builtin_memcpy(buf, x + i, (size_t)(n - i) * sizeof(float));
+        vf16 v;
+        __builtin_memcpy(&v, buf, sizeof v);
+        v = silu16(v + b);
+        __builtin_memcpy(buf, &v, sizeof v);
+        __builtin_memcpy(out + i, buf, (size_t)(n - i) * sizeof(float));
+    }
 }
 
 /* hardswish(x) = x * min(max(x + 3, 0), 6) / 6 (NaN propagates), in that order. */
@@ -126,7 +154,7 @@ static void bias_act(float *restrict p, float b, Py_ssize_t n, int act) {
         for (Py_ssize_t i = 0; i < n; i++) p[i] = act_hardswish(p[i] + b);
         break;
     case ACT_SILU:
-        for (Py_ssize_t i = 0; i < n; i++) p[i] = act_silu(p[i] + b);
+        silu_span(p, p, n, b);
         break;
     default:
         for (Py_ssize_t i = 0; i < n; i++) p[i] += b;
@@ -144,7 +172,7 @@ static void act_inplace(float *restrict p, Py_ssize_t n, int act) {
         for (Py_ssize_t i = 0; i < n; i++) p[i] = act_hardswish(p[i]);
         break;
     case ACT_SILU:
-        for (Py_ssize_t i = 0; i < n; i++) p[i] = act_silu(p[i]);
+        silu_span(p, p, n, -0.0f);
         break;
     default:
         break;
@@ -154,7 +182,7 @@ static void act_inplace(float *restrict p, Py_ssize_t n, int act) {
 /* out[i] = act(x[i]) (no bias); ``out`` may be ``x``. */
 ORCH_CLONES
 static void silu_loop(const float *restrict x, float *restrict out, Py_ssize_t n) {
-    for (Py_ssize_t i = 0; i < n; i++) out[i] = act_silu(x[i]);
+    silu_span(x, out, n, -0.0f);
 }
 
 ORCH_CLONES
