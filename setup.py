@@ -15,7 +15,7 @@ setup(
         Extension(
             "orchestra.runtime.kernels._native",
             sources=["orchestra/runtime/kernels/_native.c"],
-            extra_compile_args=["-O3", "-std=c11", "-ffp-contract=fast"] + (["-pthread"] if _posix else []),
+            extra_compile_args=["-O3", "-std=c11", "-ffp-contract=fast", "-Wno-psabi"] + (["-pthread"] if _posix else []),
             extra_link_args=["-pthread"] if _posix else [],
             optional=True,
         )

@@ -151,19 +151,19 @@ def section_models(args: argparse.Namespace) -> None:
     from orchestra.runtime import load_program
 
     from orchestra.runtime import kernels
-    from orchestra.runtime.kernels import _conv, _elementwise
+    from orchestra.runtime.kernels import _conv, _elementwise, _linalg
 
     with_xnn = _orch_xnnpack_available()
     with_np = kernels.NATIVE_KERNELS  # orchestra with its numpy kernels only, for comparison
 
     def numpy_only(fn: Callable[[], object]) -> Callable[[], object]:
         def run() -> object:
-            saved = _conv._native, _elementwise._native
-            _conv._native = _elementwise._native = None
+            saved = _conv._native, _elementwise._native, _linalg._native
+            _conv._native = _elementwise._native = _linalg._native = None
             try:
                 return fn()
             finally:
-                _conv._native, _elementwise._native = saved
+                _conv._native, _elementwise._native, _linalg._native = saved
         return run
 
     print("== models: median execute ms, interleaved; ratios are orchestra / the column's runtime (same run)")
@@ -204,8 +204,11 @@ def section_models(args: argparse.Namespace) -> None:
                 fns["np"] = numpy_only(lambda: method.execute(inputs))
             if oxm is not None:
                 fns["oxnn"] = lambda: oxm.execute(inputs)
-            kernels.set_threads(n)  # orchestra's compiled kernels: the same count as BLAS
-            with threadpool_limits(limits=n):
+            # orchestra's rule (orchestrator/_threads.py): the threads go to its compiled kernels
+            # and BLAS runs on one (two pools of spinning threads fight over the CPUs); BLAS
+            # gets them where the kernels are not built
+            kernels.set_threads(n)
+            with threadpool_limits(limits=1 if kernels.NATIVE_KERNELS else n):
                 med = _median_round_robin(fns, args.seconds)
             kernels.set_threads(1)
             row = f"{name:<13}{n:>4}{med['orch'] * 1e3:9.2f}" + (f"{med['np'] * 1e3:9.2f}" if with_np else "")

@@ -287,6 +287,183 @@ def test_a_call_split_over_threads_gives_the_same_bits(threads: int) -> None:
         assert np.array_equal(a, c)
 
 
+def _silu64(v: np.ndarray) -> np.ndarray:
+    return v / (1 + np.exp(-v))
+
+
+ACT_REF = {0: lambda v: v, 1: lambda v: np.maximum(v, 0), 2: lambda v: v * np.clip(v + 3, 0, 6) / 6, 3: _silu64}
+
+
+@needs_native
+@pytest.mark.parametrize("act", [0, 1, 2, 3])
+@pytest.mark.parametrize("case", [(1, 16, 12544, 96), (2, 5, 49, 3), (1, 1152, 49, 192), (3, 7, 33, 13), (1, 3, 1, 1)],
+                         ids=lambda c: "x".join(map(str, c)))
+def test_the_compiled_1x1_product_matches_float64(case: tuple, act: int) -> None:
+    """conv1x1_f32 (N images, K input channels, P pixels, M output channels): every tile edge
+    (P and M not multiples of the tile, a single pixel, several images) against float64."""
+    n, k, p, m = case
+    rng = np.random.default_rng(17)
+    x = rng.standard_normal((n, k, p)).astype(np.float32)
+    w = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    for bias in (b, None):
+        out = np.full((n, m, p), np.nan, np.float32)
+        native.conv1x1_f32(x, w, bias, out, n, k, p, m, act)
+        ref = np.einsum("mk,nkp->nmp", w.astype(np.float64), x.astype(np.float64))
+        if bias is not None:
+            ref += b[:, None]
+        ref = ACT_REF[act](ref)
+        np.testing.assert_allclose(out, ref, rtol=2e-5, atol=2e-5 * np.sqrt(k))
+
+
+@needs_native
+@pytest.mark.parametrize("case", [(1, 128, 256, 1000, False), (1, 197, 192, 576, False), (3, 9, 64, 197, True),
+                                  (1, 8, 7, 3, False), (2, 70, 33, 40, False)],
+                         ids=lambda c: "x".join(map(str, c[:4])) + ("b" if c[4] else ""))
+def test_the_compiled_linear_product_matches_float64(case: tuple) -> None:
+    """linear_f32 (B products of T x K by K x N, the right operand shared or one per product)
+    against float64, with and without a bias over the columns."""
+    nb, t, k, n, batched = case
+    rng = np.random.default_rng(19)
+    x = rng.standard_normal((nb, t, k)).astype(np.float32)
+    wt = rng.standard_normal((nb, k, n) if batched else (k, n)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    for bias in (b, None):
+        out = np.full((nb, t, n), np.nan, np.float32)
+        native.linear_f32(x, wt, bias, out, nb, t, k, n, batched)
+        ref = np.matmul(x.astype(np.float64), wt.astype(np.float64))
+        if bias is not None:
+            ref += b
+        np.testing.assert_allclose(out, ref, rtol=2e-5, atol=2e-5 * np.sqrt(k))
+
+
+@needs_native
+def test_products_run_where_the_runtime_multiplies(monkeypatch: pytest.MonkeyPatch) -> None:
+    """addmm / mm / bmm and 1x1 and im2col convolutions of float32 go through the compiled
+    products (same results as the numpy/BLAS path within float32 rounding); a product of
+    fewer than 8 rows, another dtype or an out it can't write into stays with numpy."""
+    from orchestra.runtime.kernels import _linalg
+
+    calls: list[str] = []
+    real = _linalg._native
+
+    class Spy:
+        def __getattr__(self, name: str) -> object:
+            calls.append(name)
+            return getattr(real, name)
+
+    rng = np.random.default_rng(23)
+    x = rng.standard_normal((64, 96)).astype(np.float32)
+    w = rng.standard_normal((96, 40)).astype(np.float32)
+    b = rng.standard_normal(40).astype(np.float32)
+    addmm = get_kernel_fn("aten::addmm.out")
+    want = x.astype(np.float64) @ w + b
+    monkeypatch.setattr(_linalg, "_native", Spy())
+    np.testing.assert_allclose(addmm(b, x, w, 1, 1, np.empty((64, 40), np.float32)), want, rtol=1e-5, atol=1e-4)
+    assert calls == ["linear_f32"]
+    calls.clear()
+    get_kernel_fn("aten::mm.out")(x[:4], w, np.empty((4, 40), np.float32))  # 4 rows: BLAS
+    get_kernel_fn("aten::mm.out")(x.astype(np.float64), w, np.empty((64, 40)))  # float64: BLAS
+    assert calls == []
+    xb = rng.standard_normal((3, 16, 8)).astype(np.float32)
+    yb = rng.standard_normal((3, 8, 16)).astype(np.float32)
+    got = get_kernel_fn("aten::bmm.out")(xb, yb.transpose(0, 2, 1).copy().transpose(0, 2, 1), np.empty((3, 16, 16), np.float32))
+    np.testing.assert_allclose(got, np.matmul(xb.astype(np.float64), yb), rtol=1e-5, atol=1e-5)
+    assert calls == ["linear_f32"]
+
+
+def get_kernel_fn(name: str):  # type: ignore[no-untyped-def]
+    from orchestra.runtime.kernels import get_kernel
+
+    kd = get_kernel(name)
+    assert kd is not None
+    return kd.fn
+
+
+@needs_native
+def test_the_products_check_the_buffers_they_are_given() -> None:
+    x = np.zeros((4, 8), np.float32)
+    w = np.zeros((6, 4), np.float32)
+    out = np.zeros((6, 8), np.float32)
+    native.conv1x1_f32(x, w, None, out, 1, 4, 8, 6)
+    with pytest.raises(ValueError, match="x holds 128 bytes"):
+        native.conv1x1_f32(x, w, None, out, 1, 5, 8, 6)
+    with pytest.raises(ValueError, match="out holds"):
+        native.conv1x1_f32(x, w, None, out[:2], 1, 4, 8, 6)
+    with pytest.raises(ValueError, match="bias holds"):
+        native.conv1x1_f32(x, w, np.zeros(5, np.float32), out, 1, 4, 8, 6)
+    with pytest.raises(ValueError, match="inconsistent sizes"):
+        native.conv1x1_f32(x, w, None, out, 2**40, 2**40, 8, 6)
+    with pytest.raises(ValueError, match="inconsistent sizes or unknown activation"):
+        native.conv1x1_f32(x, w, None, out, 1, 4, 8, 6, 9)
+    shared = np.zeros(64, np.float32)
+    with pytest.raises(ValueError, match="overlaps"):
+        native.conv1x1_f32(shared[:32], w, None, shared[16:], 1, 4, 8, 6)
+    wt = np.zeros((8, 6), np.float32)
+    o2 = np.zeros((4, 6), np.float32)
+    native.linear_f32(x, wt, None, o2, 1, 4, 8, 6)
+    with pytest.raises(ValueError, match="weight holds"):
+        native.linear_f32(x, wt, None, o2, 2, 2, 8, 6, True)
+    with pytest.raises(ValueError, match="overlaps"):
+        native.linear_f32(x, wt, None, x, 1, 4, 8, 1)
+    with pytest.raises(TypeError):  # a read-only out
+        native.linear_f32(x, wt, None, bytes(96), 1, 4, 8, 6)
+
+
+@needs_native
+@pytest.mark.parametrize("threads", [2, 3])
+def test_products_split_over_threads_give_the_same_bits(threads: int) -> None:
+    """Each tile of a product is computed whole by one thread, so the bits don't depend on
+    the thread count (work of 2^18 multiply-adds and more is split)."""
+    rng = np.random.default_rng(29)
+    x = rng.standard_normal((2, 24, 3136)).astype(np.float32)
+    w = rng.standard_normal((144, 24)).astype(np.float32)
+    a = rng.standard_normal((197, 192)).astype(np.float32)
+    wt = rng.standard_normal((192, 768)).astype(np.float32)
+    b = rng.standard_normal(768).astype(np.float32)
+    runs = []
+    for n in (1, threads):
+        kernels.set_threads(n)
+        try:
+            o1 = np.empty((2, 144, 3136), np.float32)
+            native.conv1x1_f32(x, w, b[:144], o1, 2, 24, 3136, 144, 3)
+            o2 = np.empty((197, 768), np.float32)
+            native.linear_f32(a, wt, b, o2, 1, 197, 192, 768)
+            runs.append((o1, o2))
+        finally:
+            kernels.set_threads(1)
+    for p, q in zip(*runs):
+        assert np.array_equal(p, q)
+
+
+@needs_native
+def test_the_thread_pool_works_in_a_forked_child() -> None:
+    """The pool's threads don't survive a fork: a child forked after the parent used them
+    builds its own and computes the same bits."""
+    import multiprocessing
+
+    rng = np.random.default_rng(31)
+    a = rng.standard_normal((256, 256)).astype(np.float32)
+    wt = rng.standard_normal((256, 512)).astype(np.float32)
+    kernels.set_threads(2)
+    try:
+        want = np.empty((256, 512), np.float32)
+        native.linear_f32(a, wt, None, want, 1, 256, 256, 512)
+        ctx = multiprocessing.get_context("fork")
+        with ctx.Pool(1) as pool:
+            got = pool.apply(_product_in_child, (a, wt))
+    finally:
+        kernels.set_threads(1)
+    assert np.array_equal(got, want)
+
+
+def _product_in_child(a: np.ndarray, wt: np.ndarray) -> np.ndarray:
+    assert kernels.threads() == 2  # inherited; the pool itself is rebuilt here
+    out = np.empty((a.shape[0], wt.shape[1]), np.float32)
+    native.linear_f32(a, wt, None, out, 1, a.shape[0], a.shape[1], wt.shape[1])
+    return out
+
+
 @pytest.mark.parametrize("path", ["native", "numpy"])
 @pytest.mark.parametrize("act", ["relu", "hardswish", "silu"])
 @pytest.mark.parametrize("shape", ["depthwise", "grouped", "1x1", "dense3x3"])

@@ -200,6 +200,10 @@ def conv2d(
 _ACTS = MappingProxyType({"relu": 1, "hardswish": 2, "silu": 3})
 
 
+def _bias32(bias: np.ndarray | None) -> np.ndarray | None:
+    return None if bias is None else np.ascontiguousarray(bias, np.float32)
+
+
 def _activate(res: np.ndarray, act: str) -> None:
     """``act`` over ``res`` in place: one compiled pass where built, else the kernels' numpy."""
     if _native is not None and res.dtype == np.float32 and res.flags.c_contiguous:
@@ -302,6 +306,13 @@ def _conv2d(
         win = _windows(flat, (n, c, kh, kw, ho * wp), (s_n, s_c, dh * wp * s_l, dw * s_l, s_l))
         cols = np.ascontiguousarray(win).reshape(n, groups, k, ho * wp)
         del win, flat
+        if groups == 1 and dt == np.float32 and _native is not None:
+            # the compiled product, bias and activation included (the junk columns too)
+            full = np.empty((n, o, ho, wp), dt)
+            _native.conv1x1_f32(cols, np.ascontiguousarray(w), _bias32(bias), full, n, k, ho * wp, o,
+                                0 if act is None else _ACTS[act])
+            np.copyto(res, full[..., :wo])
+            return res, True
         wm = w.reshape(groups, og, k)
         full = np.matmul(wm, cols).reshape(n, o, ho, wp)[..., :wo]
         if b3 is not None:
@@ -325,6 +336,15 @@ def _conv2d(
             win = as_strided(xp, shape6, strides6, writeable=False)
         cols = np.ascontiguousarray(win).reshape(n, groups, k, hw)
         del win, xp
+    if groups == 1 and dt == np.float32 and _native is not None:
+        # The compiled product (orchestra's threads, not BLAS's): bias and activation applied
+        # as each tile of the result is stored. Its operands may not overlap its out.
+        xc = np.ascontiguousarray(cols)
+        if np.may_share_memory(xc, res):
+            xc = xc.copy()
+        _native.conv1x1_f32(xc, np.ascontiguousarray(w), _bias32(bias), res, n, k, hw, o,
+                            0 if act is None else _ACTS[act])
+        return res, True
     if groups == 1 and n == 1:
         # One plain matrix product (np.dot is cheaper to call than the np.matmul gufunc).
         np.dot(w.reshape(o, k), cols.reshape(k, hw), out=res.reshape(o, hw))
@@ -403,17 +423,15 @@ def plan_conv2d(
             _native.conv_f32(x, wc, bc, out, *args)
             return out
         return run_direct
-    if kh == kw == sh == sw == 1 and ph == pw == 0 and groups == 1 and n == 1:
-        w2 = wc.reshape(o, c)
+    if kh == kw == sh == sw == 1 and ph == pw == 0 and groups == 1:
         hw = ho * wo
-        dot = np.dot
 
         def run_1x1(x: Any, out: Any) -> np.ndarray | None:
             if _native is None or not fits(x, out):
                 return None
-            dot(w2, x.reshape(c, hw), out=out.reshape(o, hw))
-            if bc is not None or code:
-                _native.bias_act_f32(out, bc, 1, o, hw, code)
+            if may_share(x, out):
+                x = x.copy()
+            _native.conv1x1_f32(x, wc, bc, out, n, c, hw, o, code)
             return out
         return run_1x1
     return None

@@ -674,7 +674,19 @@ def gelu_fit_f32_into(x: np.ndarray, out: np.ndarray, scratch: np.ndarray | None
     """gelu(x) (approximate "none") by the float32 fit above into ``out`` (x's shape,
     float32, writeable; may be x itself or overlap it). ``scratch``: a flat float32 array of
     at least ``3 * x.size`` elements to compute in (else three temporaries are allocated), for
-    a step that owns one (see orchestra/runtime/_optimize.py)."""
+    a step that owns one (see orchestra/runtime/_optimize.py). The compiled kernel computes
+    the same fit where built (the same operations; its exp within an ulp or two of numpy's),
+    then no scratch is used (and an ``out`` it can't write straight into gets a copy: the same
+    bits whatever ``out`` is)."""
+    if _native is not None and type(x) is np.ndarray and x.dtype == _F32 and x.flags.c_contiguous:
+        if (type(out) is np.ndarray and out.dtype == _F32 and out.shape == x.shape and out.flags.c_contiguous
+                and out.flags.writeable and (out.ctypes.data == x.ctypes.data or not np.may_share_memory(out, x))):
+            _native.gelu_f32(x, out, x.size)
+            return out
+        tmp = np.empty(x.shape, _F32)
+        _native.gelu_f32(x, tmp, x.size)
+        np.copyto(out, tmp)
+        return out
     n = x.size
     if scratch is not None and scratch.size >= 3 * n:
         h, v, g = (scratch[k * n:(k + 1) * n].reshape(x.shape) for k in range(3))

@@ -19,39 +19,126 @@
 #define ORCH_THREADS 0
 #endif
 
-/* The threads one call may use (set_threads; 1 by default). Threads are started per call and
- * joined before it returns, so nothing lingers across calls or forks. */
+/* The threads one call may use (set_threads; 1 by default). */
 static int max_threads = 1;
-/* Below this many multiply-adds a call stays on the calling thread: starting and joining a
- * thread per call costs more than splitting smaller work gains (measured on a 2-vCPU VM:
- * at 2^20 MobileNetV3's depthwise layers got slower on two threads; at 2^23 they stay on one
- * and EfficientNet's largest layers gain). An activation element counts as 8. */
-#define PARALLEL_MIN_WORK (1 << 23)
+/* Below this many multiply-adds a call stays on the calling thread. The calling thread
+ * starts on the first part at once and the pool's threads take the others as they wake, so
+ * a split costs about one futex wake; below this a layer is done before a worker is up
+ * (measured on a 2-vCPU VM). An activation element counts as 8. */
+#define PARALLEL_MIN_WORK (1 << 18)
+/* A call is cut into up to this many parts per thread, taken in turn by whichever thread is
+ * free: a late-waking worker then costs at most one part. */
+#define PARTS_PER_THREAD 4
+#define MAX_PARTS 64
 
-/* Runs fn(arg_k) for k < n (n <= 16), on the calling thread and n - 1 started threads; where
- * a thread can't be started its part runs on the calling thread. */
+#if ORCH_THREADS
+/* The pool: up to 15 threads started on the first call that splits, each waiting on a
+ * condition variable for the next call (no spinning: an idle pool takes no CPU from the
+ * other instances on the machine). One call uses the pool at a time; a call that finds it
+ * busy (another Python thread's, the GIL being released) runs its parts itself. After a fork
+ * the child has none of the threads: the pool is rebuilt empty there (pthread_atfork). */
+static struct {
+    pthread_mutex_t busy;   /* held by the call using the pool */
+    pthread_mutex_t mu;     /* guards the fields below */
+    pthread_cond_t work_cv; /* a new call: gen changed */
+    pthread_cond_t done_cv; /* the last part of the call is done */
+    void *(*fn)(void *);
+    char *args;
+    size_t arg_size;
+    int nparts, next, done, nthreads;
+    unsigned long gen;
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER,
+          NULL, NULL, 0, 0, 0, 0, 0, 0};
+
+/* Takes and runs parts of the current call until none is left; called with pool.mu held. */
+static void pool_take_parts(void) {
+    while (pool.next < pool.nparts) {
+        const int k = pool.next++;
+        void *(*fn)(void *) = pool.fn;
+        char *arg = pool.args + (size_t)k * pool.arg_size;
+        pthread_mutex_unlock(&pool.mu);
+        fn(arg);
+        pthread_mutex_lock(&pool.mu);
+        if (++pool.done == pool.nparts) pthread_cond_signal(&pool.done_cv);
+    }
+}
+
+static void *pool_worker(void *unused) {
+    (void)unused;
+    pthread_mutex_lock(&pool.mu);
+    unsigned long seen = pool.gen;
+    for (;;) {
+        while (pool.gen == seen) pthread_cond_wait(&pool.work_cv, &pool.mu);
+        seen = pool.gen;
+        pool_take_parts();
+    }
+    return NULL;
+}
+
+static void pool_after_fork_in_child(void) {
+    pthread_mutex_init(&pool.busy, NULL);
+    pthread_mutex_init(&pool.mu, NULL);
+    pthread_cond_init(&pool.work_cv, NULL);
+    pthread_cond_init(&pool.done_cv, NULL);
+    pool.nthreads = 0;
+    pool.nparts = pool.next = pool.done = 0;
+}
+
+/* Starts threads until the pool has ``want`` (called holding pool.busy); how many it has. */
+static int pool_grow(int want) {
+    static int atfork_set = 0;
+    if (!atfork_set) {
+        if (pthread_atfork(NULL, NULL, pool_after_fork_in_child) != 0) return 0;
+        atfork_set = 1;
+    }
+    while (pool.nthreads < want) {
+        pthread_t t;
+        pthread_attr_t attr;
+        if (pthread_attr_init(&attr) != 0) break;
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        pthread_attr_setstacksize(&attr, 256 * 1024);
+        const int rc = pthread_create(&t, &attr, pool_worker, NULL);
+        pthread_attr_destroy(&attr);
+        if (rc != 0) break;
+        pool.nthreads++;
+    }
+    return pool.nthreads;
+}
+#endif
+
+/* Runs fn(args + k * arg_size) for every k < n (n <= MAX_PARTS): on the calling thread and,
+ * when the pool is free, on its threads too; returns once every part is done. */
 static void run_parts(void *(*fn)(void *), void *args, size_t arg_size, int n) {
 #if ORCH_THREADS
-    pthread_t tid[16];
-    int started[16] = {0};
-    for (int k = 1; k < n; k++) started[k] = pthread_create(&tid[k], NULL, fn, (char *)args + k * arg_size) == 0;
-    fn(args);
-    for (int k = 1; k < n; k++) {
-        if (started[k])
-            pthread_join(tid[k], NULL);
-        else
-            fn((char *)args + k * arg_size);
+    if (n > 1 && max_threads > 1 && pthread_mutex_trylock(&pool.busy) == 0) {
+        if (pool_grow(max_threads - 1) > 0) {
+            pthread_mutex_lock(&pool.mu);
+            pool.fn = fn;
+            pool.args = (char *)args;
+            pool.arg_size = arg_size;
+            pool.nparts = n;
+            pool.next = 0;
+            pool.done = 0;
+            pool.gen++;
+            pthread_cond_broadcast(&pool.work_cv);
+            pool_take_parts();
+            while (pool.done < pool.nparts) pthread_cond_wait(&pool.done_cv, &pool.mu);
+            pool.nparts = pool.next = 0;
+            pthread_mutex_unlock(&pool.mu);
+            pthread_mutex_unlock(&pool.busy);
+            return;
+        }
+        pthread_mutex_unlock(&pool.busy);
     }
-#else
-    for (int k = 0; k < n; k++) fn((char *)args + k * arg_size);
 #endif
+    for (int k = 0; k < n; k++) fn((char *)args + k * arg_size);
 }
 
 /* How many parts to split ``work`` units of ``items`` independent items into. */
 static int parts_for(Py_ssize_t work, Py_ssize_t items) {
-    int n = max_threads;
-    if (n > 16) n = 16;
+    int n = max_threads > 16 ? 16 : max_threads;
     if (work < PARALLEL_MIN_WORK) n = 1;
+    if (n > 1) n *= PARTS_PER_THREAD;
     if (items < n) n = (int)(items > 0 ? items : 1);
     return n;
 }
@@ -62,8 +149,6 @@ static int parts_for(Py_ssize_t work, Py_ssize_t items) {
 #else
 #define ORCH_CLONES
 #endif
-
-typedef float v8f __attribute__((vector_size(32)));
 
 /* Output tiles of one plane are runs of 8 output columns of one row; TILES of them are
  * accumulated at once, so the multiply-adds of one tap are independent of each other. */
@@ -80,14 +165,74 @@ typedef float v8f __attribute__((vector_size(32)));
  * ternaries it split the chain into per-case copies: three divisions per vector). */
 typedef float vf16 __attribute__((vector_size(64)));
 typedef int32_t vi16 __attribute__((vector_size(64)));
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t vi8 __attribute__((vector_size(32)));
 
-static inline vf16 vsel16(vi16 m, vf16 a, vf16 b) { return (vf16)((m & (vi16)a) | (~m & (vi16)b)); }
+/* The activations on one GCC vector (VT floats, VI the matching ints), for the loops below
+ * and for the GEMM tiles that apply them in registers: silu as described above; hardswish
+ * and relu exactly as act_hardswish / act_relu compute them (bit for bit). Always inlined:
+ * a 64-byte vector passed by value out of an AVX-512 function would go through memory. */
+#define VEC_ACTS(SUF, VT, VI)                                                                                        \
+    static inline __attribute__((always_inline)) VT vsel_##SUF(VI m, VT a, VT b) {                                   \
+        return (VT)((m & (VI)a) | (~m & (VI)b));                                                                     \
+    }                                                                                                                \
+    static inline __attribute__((always_inline)) VT silu_##SUF(VT v) {                                               \
+        const VT zero = {0};                                                                                         \
+        VT t = -v;                                                                                                   \
+        t = vsel_##SUF(t < zero - 87.0f, zero - 87.0f, t);                                                           \
+        t = vsel_##SUF(t > zero + 88.7228394f, zero + 88.7228394f, t);                                               \
+        const VT km = t * 1.44269504088896341f + 12582912.0f;                                                        \
+        const VT kf = km - 12582912.0f;                                                                              \
+        VT r = t - kf * 0.693359375f;                                                                                \
+        r = r - kf * -2.12194440e-4f;                                                                                \
+        VT p = zero + 1.0f / 5040.0f;                                                                                \
+        p = p * r + 1.0f / 720.0f;                                                                                   \
+        p = p * r + 1.0f / 120.0f;                                                                                   \
+        p = p * r + 1.0f / 24.0f;                                                                                    \
+        p = p * r + 1.0f / 6.0f;                                                                                     \
+        p = p * r + 0.5f;                                                                                            \
+        p = p * r + 1.0f;                                                                                            \
+        p = p * r + 1.0f;                                                                                            \
+        const VI bits = (VI)(((VI)km - 0x4B400000 + 126) << 23);                                                     \
+        const VT e = p * (VT)bits * 2.0f;                                                                            \
+        const VT res = v / (e + 1.0f);                                                                               \
+        return vsel_##SUF(-v > zero + 88.7228394f, v * 0.0f, res);                                                   \
+    }                                                                                                                \
+    static inline __attribute__((always_inline)) VT hardswish_##SUF(VT v) {                                          \
+        const VT zero = {0};                                                                                         \
+        VT c = v + 3.0f;                                                                                             \
+        c = vsel_##SUF(c < zero, zero, c);                                                                           \
+        c = vsel_##SUF(c > zero + 6.0f, zero + 6.0f, c);                                                             \
+        return v * c / 6.0f;                                                                                         \
+    }                                                                                                                \
+    static inline __attribute__((always_inline)) VT relu_##SUF(VT v) {                                               \
+        const VT zero = {0};                                                                                         \
+        return vsel_##SUF(v < zero, zero, v);                                                                        \
+    }                                                                                                                \
+    static inline __attribute__((always_inline)) VT act_##SUF(VT v, int act) {                                       \
+        switch (act) {                                                                                               \
+        case 1:                                                                                                      \
+            return relu_##SUF(v);                                                                                    \
+        case 2:                                                                                                      \
+            return hardswish_##SUF(v);                                                                               \
+        case 3:                                                                                                      \
+            return silu_##SUF(v);                                                                                    \
+        default:                                                                                                     \
+            return v;                                                                                                \
+        }                                                                                                            \
+    }
 
-static inline vf16 silu16(vf16 v) {
+VEC_ACTS(16, vf16, vi16)
+VEC_ACTS(8, v8f, vi8)
+
+/* exp(t) over 16 floats, down into float32's subnormals: t clamped to [-104, 88.72], k =
+ * round(t / ln2) split as k1 + k2 (both >= -75), the result p * 2^k1 * 2^k2, so the last
+ * product alone rounds into a subnormal (or to 0 below ~-103.3); NaN stays NaN. The same
+ * reduction and polynomial as silu's (about 1-2 ulp for normal results). */
+static inline __attribute__((always_inline)) vf16 exp_wide_16(vf16 t) {
     const vf16 zero = {0};
-    vf16 t = -v;
-    t = vsel16(t < zero - 87.0f, zero - 87.0f, t);
-    t = vsel16(t > zero + 88.7228394f, zero + 88.7228394f, t);
+    t = vsel_16(t < zero - 104.0f, zero - 104.0f, t);
+    t = vsel_16(t > zero + 88.7228394f, zero + 88.7228394f, t);
     const vf16 km = t * 1.44269504088896341f + 12582912.0f;
     const vf16 kf = km - 12582912.0f;
     vf16 r = t - kf * 0.693359375f;
@@ -100,10 +245,57 @@ static inline vf16 silu16(vf16 v) {
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-    const vi16 bits = (vi16)(((vi16)km - 0x4B400000 + 126) << 23);
-    const vf16 e = p * (vf16)bits * 2.0f;
-    const vf16 res = v / (e + 1.0f);
-    return vsel16(-v > zero + 88.7228394f, v * 0.0f, res);
+    const vi16 k = (vi16)km - 0x4B400000;
+    const vi16 k1 = k >> 1, k2 = k - k1;
+    const vf16 s1 = (vf16)((k1 + 127) << 23), s2 = (vf16)((k2 + 127) << 23);
+    return p * s1 * s2;
+}
+
+/* gelu(x) = x Phi(x) (approximate "none"), float32, the fit _elementwise.py documents and
+ * its numpy path computes, operation for operation (exp by exp_wide_16: within an ulp or two
+ * of numpy's): h = |x / 2|, v = 1 / (1 / h + 2K), g = G(v) - 2 h^2, out = x / 2 + h - v e^g. */
+static inline __attribute__((always_inline)) vf16 gelu_16(vf16 x) {
+    const vf16 zero = {0};
+    vf16 h = x * 0.5f;
+    h = vsel_16(h < zero, -h, h);
+    vf16 v = (zero + 1.0f) / h;
+    v = v + 0.54f;
+    v = (zero + 1.0f) / v;
+    vf16 g = v * -0.0017205046768785824f;
+    g = (g + 0.010069450530973684f) * v;
+    g = (g + -0.0171442958970123f) * v;
+    g = (g + -0.0026227422978653014f) * v;
+    g = (g + 0.008187478222535955f) * v;
+    g = (g + 0.08201428691474494f) * v;
+    g = (g + 0.010790471420860023f) * v;
+    g = (g + -1.0557681357219344f) * v;
+    vf16 sq = h * -2.0f;
+    sq = sq * h;
+    g = g + sq;
+    g = exp_wide_16(g) * v;
+    vf16 out = x * 0.5f;
+    out = out + h;
+    return out - g;
+}
+
+ORCH_CLONES
+static void gelu_loop(const float *restrict x, float *restrict out, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        vf16 v;
+        __builtin_memcpy(&v, x + i, sizeof v);
+        v = gelu_16(v);
+        __builtin_memcpy(out + i, &v, sizeof v);
+    }
+    if (i < n) {
+        float buf[16] = {0};
+        __builtin_memcpy(buf, x + i, (size_t)(n - i) * sizeof(float));
+        vf16 v;
+        __builtin_memcpy(&v, buf, sizeof v);
+        v = gelu_16(v);
+        __builtin_memcpy(buf, &v, sizeof v);
+        __builtin_memcpy(out + i, buf, (size_t)(n - i) * sizeof(float));
+    }
 }
 
 /* out[i] = silu(x[i] + b) for i < n (b = -0.0f adds nothing, -0.0 included); out may be x.
@@ -115,7 +307,7 @@ static void silu_span(const float *x, float *out, Py_ssize_t n, float b) {
     for (; i + 16 <= n; i += 16) {
         vf16 v;
         __builtin_memcpy(&v, x + i, sizeof v);
-        v = silu16(v + b);
+        v = silu_16(v + b);
         __builtin_memcpy(out + i, &v, sizeof v);
     }
     if (i < n) {
@@ -123,7 +315,7 @@ static void silu_span(const float *x, float *out, Py_ssize_t n, float b) {
         __builtin_memcpy(buf, x + i, (size_t)(n - i) * sizeof(float));
         vf16 v;
         __builtin_memcpy(&v, buf, sizeof v);
-        v = silu16(v + b);
+        v = silu_16(v + b);
         __builtin_memcpy(buf, &v, sizeof v);
         __builtin_memcpy(out + i, buf, (size_t)(n - i) * sizeof(float));
     }
@@ -471,7 +663,7 @@ static PyObject *py_conv_f32(PyObject *self, PyObject *args) {
         for (Py_ssize_t i = 0; i < kh; i++)
             for (Py_ssize_t j = 0; j < kw; j++)
                 toff[i * kw + j] = ((j * dw) % sw) * hp * row + i * dh * row + (j * dw) / sw;
-        conv_job jobs[16];
+        conv_job jobs[MAX_PARTS];
         const Py_ssize_t items = n_ * g_;
         for (int k = 0; k < nparts; k++) {
             conv_job j = {(const float *)x.buf, (const float *)w.buf, have_bias ? (const float *)b.buf : NULL,
@@ -521,7 +713,7 @@ static PyObject *unary(PyObject *args, unary_loop loop, const char *name) {
     }
     if (ok) {
         const int nparts = parts_for(n * 8, n / 4096);
-        unary_job jobs[16];
+        unary_job jobs[MAX_PARTS];
         for (int k = 0; k < nparts; k++) {
             /* parts start on 16-float boundaries (whole vectors for every part but the last) */
             const Py_ssize_t a = (n * k / nparts) & ~(Py_ssize_t)15, e = k + 1 == nparts ? n : (n * (k + 1) / nparts) & ~(Py_ssize_t)15;
@@ -541,6 +733,11 @@ static PyObject *unary(PyObject *args, unary_loop loop, const char *name) {
 static PyObject *py_silu_f32(PyObject *self, PyObject *args) {
     (void)self;
     return unary(args, silu_loop, "silu_f32");
+}
+
+static PyObject *py_gelu_f32(PyObject *self, PyObject *args) {
+    (void)self;
+    return unary(args, gelu_loop, "gelu_f32");
 }
 
 static PyObject *py_hardswish_f32(PyObject *self, PyObject *args) {
@@ -590,7 +787,7 @@ static PyObject *py_bias_act_f32(PyObject *self, PyObject *args) {
     if (ok) {
         const Py_ssize_t items = n_ * c_;
         const int nparts = parts_for(items * inner * 8, items);
-        bias_act_job jobs[16];
+        bias_act_job jobs[MAX_PARTS];
         for (int k = 0; k < nparts; k++) {
             bias_act_job j = {(float *)out.buf, have_bias ? (const float *)b.buf : NULL, items * k / nparts,
                               items * (k + 1) / nparts, c_, inner, act};
@@ -601,6 +798,286 @@ static PyObject *py_bias_act_f32(PyObject *self, PyObject *args) {
         Py_END_ALLOW_THREADS
     }
     if (have_bias) PyBuffer_Release(&b);
+    PyBuffer_Release(&out);
+    if (!ok) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* ---- matrix products: 1x1 convolutions and linear layers ----
+ * A tile is 4 rows x NR columns of the result held in registers over the whole inner
+ * dimension K: each step broadcasts one element of each of the 4 rows of A (a[r * ars +
+ * k * aks]) against one NR-wide run of B's row k, then row and/or column bias and the
+ * activation are applied before the tile is stored, so the result is written once. NR is
+ * 32 with AVX-512 and 16 otherwise (the widest that stays in registers), picked when the
+ * module loads (GEMM_COLUMNS); a run of columns short of NR is read from a zero-padded
+ * copy (a panel).
+ *   conv1x1_f32: out[n] (M x P) = w (M x K) . x[n] (K x P): A = w, B = the input planes.
+ *   linear_f32:  out (T x N) = x (T x K) . wt (K x N): A = x, B = the transposed weight
+ *                (the plan keeps a C-contiguous copy of it). */
+#define GEMM_TILE(NAME, ATTR, VT, VW, SUF)                                                                           \
+    ATTR static void NAME(const float *restrict a, Py_ssize_t ars, Py_ssize_t aks, const float *restrict b,           \
+                          Py_ssize_t ldb, Py_ssize_t K, const float *restrict rbias, const float *restrict cbias,     \
+                          float *restrict out, Py_ssize_t ldo, Py_ssize_t ncols, Py_ssize_t nrows, int act) {         \
+        VT acc[4][2];                                                                                                \
+        for (int r = 0; r < 4; r++)                                                                                  \
+            for (int v = 0; v < 2; v++) acc[r][v] = (VT){0};                                                         \
+        for (Py_ssize_t k = 0; k < K; k++) {                                                                         \
+            VT x0, x1;                                                                                               \
+            __builtin_memcpy(&x0, b + k * ldb, sizeof x0);                                                           \
+            __builtin_memcpy(&x1, b + k * ldb + VW, sizeof x1);                                                      \
+            const float *restrict w = a + k * aks;                                                                   \
+            for (int r = 0; r < 4; r++) {                                                                            \
+                acc[r][0] += w[r * ars] * x0;                                                                        \
+                acc[r][1] += w[r * ars] * x1;                                                                        \
+            }                                                                                                        \
+        }                                                                                                            \
+        VT c0 = {0}, c1 = {0};                                                                                       \
+        if (cbias) {                                                                                                 \
+            __builtin_memcpy(&c0, cbias, sizeof c0);                                                                 \
+            __builtin_memcpy(&c1, cbias + VW, sizeof c1);                                                            \
+        }                                                                                                            \
+        for (Py_ssize_t r = 0; r < nrows; r++) {                                                                     \
+            const float rb = rbias ? rbias[r] : 0.0f;                                                                \
+            const VT v0 = act_##SUF(acc[r][0] + rb + c0, act), v1 = act_##SUF(acc[r][1] + rb + c1, act);             \
+            if (ncols == 2 * VW) {                                                                                   \
+                __builtin_memcpy(out + r * ldo, &v0, sizeof v0);                                                     \
+                __builtin_memcpy(out + r * ldo + VW, &v1, sizeof v1);                                                \
+            } else {                                                                                                 \
+                float tmp[2 * VW];                                                                                   \
+                __builtin_memcpy(tmp, &v0, sizeof v0);                                                               \
+                __builtin_memcpy(tmp + VW, &v1, sizeof v1);                                                          \
+                __builtin_memcpy(out + r * ldo, tmp, (size_t)ncols * sizeof(float));                                 \
+            }                                                                                                        \
+        }                                                                                                            \
+    }
+
+typedef void (*gemm_tile_fn)(const float *restrict, Py_ssize_t, Py_ssize_t, const float *restrict, Py_ssize_t,
+                             Py_ssize_t, const float *restrict, const float *restrict, float *restrict, Py_ssize_t,
+                             Py_ssize_t, Py_ssize_t, int);
+
+GEMM_TILE(gemm_tile_8, , v8f, 8, 8)
+#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && !defined(__clang__)
+#define ORCH_GEMM_DISPATCH 1
+GEMM_TILE(gemm_tile_v4, __attribute__((target("arch=x86-64-v4"))), vf16, 16, 16)
+GEMM_TILE(gemm_tile_v3, __attribute__((target("arch=x86-64-v3"))), v8f, 8, 8)
+#endif
+
+static gemm_tile_fn gemm_tile = gemm_tile_8;
+static Py_ssize_t gemm_nr = 16;
+
+static void gemm_pick(void) {
+#ifdef ORCH_GEMM_DISPATCH
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512dq")) {
+        gemm_tile = gemm_tile_v4;
+        gemm_nr = 32;
+    } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        gemm_tile = gemm_tile_v3;
+        gemm_nr = 16;
+    }
+#endif
+}
+
+/* Rows of the result one item of a call computes (items are split across threads). */
+#define GEMM_ROWS 64
+
+/* A share of one conv1x1_f32 call: items [i0, i1); item it = image it / (nb * nm), pixel
+ * block (it / nm) % nb (NR pixels), output channels (it % nm) * GEMM_ROWS onwards.
+ * ``failed`` is set when its panel could not be allocated. */
+typedef struct {
+    const float *x, *w, *bias;
+    float *out;
+    Py_ssize_t m_, k_, p_, nb, nm, i0, i1;
+    int act, failed;
+} gemm_job;
+
+static void *gemm_part(void *arg) {
+    gemm_job *j = (gemm_job *)arg;
+    const Py_ssize_t nr = gemm_nr, K = j->k_, P = j->p_, M = j->m_;
+    float *panel = NULL;
+    Py_ssize_t panel_of = -1; /* the (image, pixel block) the panel holds */
+    for (Py_ssize_t it = j->i0; it < j->i1; it++) {
+        const Py_ssize_t blk = it / j->nm, n = blk / j->nb, p0 = (blk % j->nb) * nr;
+        const Py_ssize_t m0 = (it % j->nm) * GEMM_ROWS, m1 = M - m0 < GEMM_ROWS ? M : m0 + GEMM_ROWS;
+        const Py_ssize_t nc = P - p0 < nr ? P - p0 : nr;
+        if (blk != panel_of) {
+            /* the block's K rows copied into one contiguous panel (zero-padded past P): rows
+             * of the planes themselves sit P floats apart, which for many P puts them in a
+             * few cache sets (a 4 KB stride halved a product's speed) */
+            if (!panel && !(panel = PyMem_RawMalloc((size_t)(K * nr) * sizeof(float)))) {
+                j->failed = 1;
+                return NULL;
+            }
+            const float *src = j->x + n * K * P + p0;
+            for (Py_ssize_t k = 0; k < K; k++) {
+                float *row = panel + k * nr;
+                __builtin_memcpy(row, src + k * P, (size_t)nc * sizeof(float));
+                for (Py_ssize_t q = nc; q < nr; q++) row[q] = 0.0f;
+            }
+            panel_of = blk;
+        }
+        float *ob = j->out + n * M * P + p0;
+        for (Py_ssize_t o0 = m0; o0 < m1; o0 += 4) {
+            const Py_ssize_t rows = m1 - o0 < 4 ? m1 - o0 : 4;
+            gemm_tile(j->w + o0 * K, K, 1, panel, nr, K, j->bias ? j->bias + o0 : NULL, NULL, ob + o0 * P, P, nc, rows,
+                      j->act);
+        }
+    }
+    PyMem_RawFree(panel);
+    return NULL;
+}
+
+/* whether two buffers share a byte */
+static int overlaps(const Py_buffer *a, const Py_buffer *b) {
+    return (const char *)a->buf < (const char *)b->buf + b->len && (const char *)b->buf < (const char *)a->buf + a->len;
+}
+
+static PyObject *py_conv1x1_f32(PyObject *self, PyObject *args) {
+    Py_buffer x, w, b, out;
+    PyObject *bias_obj;
+    Py_ssize_t n_, k_, p_, m_;
+    int act = ACT_NONE;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*y*Ow*nnnn|i", &x, &w, &bias_obj, &out, &n_, &k_, &p_, &m_, &act)) return NULL;
+    int have_bias = bias_obj != Py_None, ok = 1;
+    if (have_bias && PyObject_GetBuffer(bias_obj, &b, PyBUF_SIMPLE) < 0) {
+        ok = 0;
+        have_bias = 0;
+    }
+    const Py_ssize_t lim = (Py_ssize_t)1 << 24;
+    if (ok && (act < ACT_NONE || act > ACT_SILU || n_ < 1 || k_ < 1 || p_ < 1 || m_ < 1 || n_ > lim || k_ > lim ||
+               p_ > lim || m_ > lim || prod4(n_, k_ + m_, p_, 1) > ((Py_ssize_t)1 << 40))) {
+        PyErr_SetString(PyExc_ValueError, "conv1x1_f32: inconsistent sizes or unknown activation");
+        ok = 0;
+    }
+    ok = ok && need(&x, prod4(n_, k_, p_, 1), "x") && need(&w, prod4(m_, k_, 1, 1), "weight") &&
+         need(&out, prod4(n_, m_, p_, 1), "out") && (!have_bias || need(&b, m_, "bias"));
+    if (ok && (overlaps(&x, &out) || overlaps(&w, &out) || (have_bias && overlaps(&b, &out)))) {
+        PyErr_SetString(PyExc_ValueError, "conv1x1_f32: out overlaps an operand");
+        ok = 0;
+    }
+    if (ok) {
+        const Py_ssize_t nb = (p_ + gemm_nr - 1) / gemm_nr, nm = (m_ + GEMM_ROWS - 1) / GEMM_ROWS, items = n_ * nb * nm;
+        const int nparts = parts_for(prod4(n_, m_, k_, p_), items);
+        gemm_job jobs[MAX_PARTS];
+        for (int k = 0; k < nparts; k++) {
+            gemm_job j = {(const float *)x.buf, (const float *)w.buf, have_bias ? (const float *)b.buf : NULL,
+                          (float *)out.buf, m_, k_, p_, nb, nm, items * k / nparts, items * (k + 1) / nparts, act, 0};
+            jobs[k] = j;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        run_parts(gemm_part, jobs, sizeof jobs[0], nparts);
+        Py_END_ALLOW_THREADS
+        for (int k = 0; k < nparts; k++)
+            if (jobs[k].failed) ok = 0;
+        if (!ok) PyErr_NoMemory();
+    }
+    if (have_bias) PyBuffer_Release(&b);
+    PyBuffer_Release(&x);
+    PyBuffer_Release(&w);
+    PyBuffer_Release(&out);
+    if (!ok) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* A share of one linear_f32 call: items [i0, i1); item it = product it / (nrb * nbc), column
+ * block (it / nrb) % nbc (NR columns), rows block it % nrb (GEMM_ROWS rows): consecutive
+ * items share a column block, so its panel is packed once for all the rows. ``failed``: its
+ * panel could not be allocated. */
+typedef struct {
+    const float *x, *wt, *bias;
+    float *out;
+    Py_ssize_t t_, k_, n_, nbc, nrb, wstride, i0, i1;
+    int act, failed;
+} linear_job;
+
+static void *linear_part(void *arg) {
+    linear_job *j = (linear_job *)arg;
+    const Py_ssize_t nr = gemm_nr, K = j->k_, N = j->n_, T = j->t_;
+    float *panel = NULL;
+    Py_ssize_t panel_of = -1; /* the (product, column block) the panel holds */
+    float cb[32] = {0};
+    for (Py_ssize_t it = j->i0; it < j->i1; it++) {
+        const Py_ssize_t bi = it / (j->nrb * j->nbc), cblk = (it / j->nrb) % j->nbc;
+        const Py_ssize_t r0 = (it % j->nrb) * GEMM_ROWS, n0 = cblk * nr;
+        const Py_ssize_t r1 = T - r0 < GEMM_ROWS ? T : r0 + GEMM_ROWS, nc = N - n0 < nr ? N - n0 : nr;
+        const float *cbias = j->bias ? j->bias + n0 : NULL;
+        const Py_ssize_t key = bi * j->nbc + cblk;
+        if (key != panel_of) { /* the column block's K rows into one contiguous panel (see gemm_part) */
+            if (!panel && !(panel = PyMem_RawMalloc((size_t)(K * nr) * sizeof(float)))) {
+                j->failed = 1;
+                return NULL;
+            }
+            const float *src = j->wt + bi * j->wstride + n0;
+            for (Py_ssize_t k = 0; k < K; k++) {
+                float *row = panel + k * nr;
+                __builtin_memcpy(row, src + k * N, (size_t)nc * sizeof(float));
+                for (Py_ssize_t q = nc; q < nr; q++) row[q] = 0.0f;
+            }
+            panel_of = key;
+        }
+        if (nc < nr && cbias) {
+            for (Py_ssize_t q = 0; q < nr; q++) cb[q] = q < nc ? cbias[q] : 0.0f;
+            cbias = cb;
+        }
+        const float *xb = j->x + bi * T * K;
+        float *ob = j->out + bi * T * N;
+        for (Py_ssize_t t0 = r0; t0 < r1; t0 += 4) {
+            const Py_ssize_t rows = r1 - t0 < 4 ? r1 - t0 : 4;
+            gemm_tile(xb + t0 * K, K, 1, panel, nr, K, NULL, cbias, ob + t0 * N + n0, N, nc, rows, j->act);
+        }
+    }
+    PyMem_RawFree(panel);
+    return NULL;
+}
+
+static PyObject *py_linear_f32(PyObject *self, PyObject *args) {
+    Py_buffer x, wt, b, out;
+    PyObject *bias_obj;
+    Py_ssize_t nb_, t_, k_, n_;
+    int batched_w = 0, act = ACT_NONE;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*y*Ow*nnnn|pi", &x, &wt, &bias_obj, &out, &nb_, &t_, &k_, &n_, &batched_w, &act))
+        return NULL;
+    int have_bias = bias_obj != Py_None, ok = 1;
+    if (have_bias && PyObject_GetBuffer(bias_obj, &b, PyBUF_SIMPLE) < 0) {
+        ok = 0;
+        have_bias = 0;
+    }
+    const Py_ssize_t lim = (Py_ssize_t)1 << 24;
+    if (ok && (act < ACT_NONE || act > ACT_SILU || nb_ < 1 || t_ < 1 || k_ < 1 || n_ < 1 || nb_ > lim || t_ > lim ||
+               k_ > lim || n_ > lim || prod4(nb_, t_ + k_, k_ + n_, 1) > ((Py_ssize_t)1 << 40))) {
+        PyErr_SetString(PyExc_ValueError, "linear_f32: inconsistent sizes or unknown activation");
+        ok = 0;
+    }
+    ok = ok && need(&x, prod4(nb_, t_, k_, 1), "x") && need(&wt, prod4(batched_w ? nb_ : 1, k_, n_, 1), "weight") &&
+         need(&out, prod4(nb_, t_, n_, 1), "out") && (!have_bias || need(&b, n_, "bias"));
+    if (ok && (overlaps(&x, &out) || overlaps(&wt, &out) || (have_bias && overlaps(&b, &out)))) {
+        PyErr_SetString(PyExc_ValueError, "linear_f32: out overlaps an operand");
+        ok = 0;
+    }
+    if (ok) {
+        const Py_ssize_t nbc = (n_ + gemm_nr - 1) / gemm_nr, nrb = (t_ + GEMM_ROWS - 1) / GEMM_ROWS;
+        const Py_ssize_t items = nb_ * nrb * nbc;
+        const int nparts = parts_for(prod4(nb_, t_, k_, n_), items);
+        linear_job jobs[MAX_PARTS];
+        for (int k = 0; k < nparts; k++) {
+            linear_job j = {(const float *)x.buf, (const float *)wt.buf, have_bias ? (const float *)b.buf : NULL,
+                            (float *)out.buf, t_, k_, n_, nbc, nrb, batched_w ? k_ * n_ : 0, items * k / nparts,
+                            items * (k + 1) / nparts, act, 0};
+            jobs[k] = j;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        run_parts(linear_part, jobs, sizeof jobs[0], nparts);
+        Py_END_ALLOW_THREADS
+        for (int k = 0; k < nparts; k++)
+            if (jobs[k].failed) ok = 0;
+        if (!ok) PyErr_NoMemory();
+    }
+    if (have_bias) PyBuffer_Release(&b);
+    PyBuffer_Release(&x);
+    PyBuffer_Release(&wt);
     PyBuffer_Release(&out);
     if (!ok) return NULL;
     Py_RETURN_NONE;
@@ -634,7 +1111,16 @@ static PyMethodDef methods[] = {
      "conv_f32(x, w, bias|None, out, N, C, H, W, O, groups, kh, kw, sh, sw, ph, pw, dh, dw, Ho, Wo[, act]): "
      "NCHW float32 grouped (depthwise included) 2-d convolution into out (C-contiguous buffers), "
      "then act (0 none, 1 relu, 2 hardswish, 3 silu)."},
+    {"conv1x1_f32", py_conv1x1_f32, METH_VARARGS,
+     "conv1x1_f32(x, w, bias|None, out, N, K, P, M[, act]): out[n, m, :] = act(bias[m] + sum_k w[m, k] * "
+     "x[n, k, :]) for x (N, K, P), w (M, K) and out (N, M, P), float32, C-contiguous, out not overlapping x."},
+    {"linear_f32", py_linear_f32, METH_VARARGS,
+     "linear_f32(x, wt, bias|None, out, B, T, K, N[, batched_w, act]): out[b, t, :] = act(bias + sum_k x[b, t, k] * "
+     "wt[k, :]) for x (B, T, K), wt (K, N) (batched_w: (B, K, N), wt[b]) and out (B, T, N), float32, "
+     "C-contiguous, out overlapping no operand."},
     {"silu_f32", py_silu_f32, METH_VARARGS, "silu_f32(x, out, n): out[:n] = silu(x[:n]), float32; out may be x."},
+    {"gelu_f32", py_gelu_f32, METH_VARARGS,
+     "gelu_f32(x, out, n): out[:n] = gelu(x[:n]) (approximate 'none'), float32; out may be x."},
     {"hardswish_f32", py_hardswish_f32, METH_VARARGS,
      "hardswish_f32(x, out, n): out[:n] = hardswish(x[:n]), float32; out may be x."},
     {NULL, NULL, 0, NULL},
@@ -643,4 +1129,12 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", "orchestra's compiled kernels.", -1, methods,
                                      NULL, NULL, NULL, NULL};
 
-PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__native(void) {
+    gemm_pick();
+    PyObject *m = PyModule_Create(&module);
+    if (m && PyModule_AddIntConstant(m, "GEMM_COLUMNS", (long)gemm_nr) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
