@@ -306,14 +306,10 @@ def _bare(kind: str, pte: str, cache_dir: str | None, threads: int, ready: Any, 
     _quiet()
     inputs, _ = real_models.load_io(SCALE_MODEL, "portable", cache_dir)
     if kind == "orchestra":
-        from threadpoolctl import threadpool_limits
-
+        from orchestra.orchestrator._threads import apply_blas_limit
         from orchestra.runtime import load_program
 
-        threadpool_limits(limits=threads)
-        from orchestra.runtime import kernels
-
-        kernels.set_threads(threads)  # the orchestrator's rule: compiled kernels follow BLAS
+        apply_blas_limit(threads)  # the orchestrator's rule for a worker process given `threads`
         m = load_program(pte).load_method("forward")
         fn: Callable[[], object] = lambda: m.execute(inputs)  # noqa: E731
     else:

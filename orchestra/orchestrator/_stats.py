@@ -15,9 +15,12 @@ __all__ = ["EngineRun", "InstanceStatistics", "OrchestratorStatistics", "PoolSta
 class ThreadBudget:
     """The compute threads of one instance (DESIGN: orchestra owns every compute thread).
 
-    ``blas`` is the thread count of the BLAS/OpenMP pools (and of orchestra's compiled
-    kernels, which follow them) in force in the process that runs the instance (its worker process, or this process for thread placement; None: no such
-    library loaded); ``blas_source`` who set it: ``"orchestra"`` (the CPUs bound, or 1), an
+    ``blas`` is the compute threads in force in the process that runs the instance (its
+    worker process, or this process for thread placement): where orchestra's compiled kernels
+    are built, the threads their products and convolutions split over (the BLAS/OpenMP pools
+    then run one thread in a worker process); else the BLAS/OpenMP pools' count (None: no such
+    library loaded). The name is the ``blas_threads`` option's. ``blas_source`` who set it:
+    ``"orchestra"`` (the CPUs bound, or 1), an
     environment variable the user set (``"OPENBLAS_NUM_THREADS"``, ``"MKL_NUM_THREADS"``,
     ``"OMP_NUM_THREADS"``), or ``"blas_threads option"`` (``Orchestrator(blas_threads=)``).
     ``backend`` maps each backend with a thread option to its value in force (e.g.

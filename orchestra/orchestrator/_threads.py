@@ -5,15 +5,18 @@ process that loads them. Two processes doing that on a 2-core machine make each 
 GEMMs crawl (measured: 68x slower executes), so the orchestrator sets the limits itself,
 through ``threadpoolctl``:
 
-* a worker process (``placement="process"``) limits its BLAS/OpenMP pools to the number of
-  CPUs it is bound to; unbound, to 1 when more than one instance shares the orchestrator,
-  else to every CPU orchestra was given;
+* a worker process (``placement="process"``) gets as many compute threads as the CPUs it is
+  bound to; unbound, 1 when more than one instance shares the orchestrator, else every CPU
+  orchestra was given. They go to orchestra's compiled kernels where those are built (its
+  products and convolutions run on their pool) with the BLAS/OpenMP pools at 1, else to the
+  BLAS/OpenMP pools (:func:`apply_blas_limit`);
 * thread-placed instances share their process's pools, so while the orchestrator runs any,
   it limits the process to 1 BLAS thread (restored when it closes); their parallelism comes
   from orchestra's own tiling (backend thread options, e.g. ``NumpyCpuBackend``'s
   ``num_threads``, set from a CPU binding);
 * orchestra's compiled kernels (``orchestra.runtime.kernels``, where built) split a call over
-  the same number of threads as the BLAS pools in force (``kernels.set_threads``);
+  that many threads (``kernels.set_threads``), or, where the user set the BLAS pools, over
+  as many as those have;
 * a user's own setting wins: ``OPENBLAS_NUM_THREADS``, ``MKL_NUM_THREADS`` or
   ``OMP_NUM_THREADS`` in the environment (the libraries read them at load; orchestra leaves
   them alone), or ``Orchestrator(blas_threads=n)``. Either way the value in force is reported
@@ -159,15 +162,22 @@ def _kernel_threads(n: int | None) -> None:
 
 
 def apply_blas_limit(n: int | None) -> int | None:
-    """In a worker process: limits its BLAS/OpenMP pools and orchestra's compiled kernels to
-    ``n`` threads (None: leaves the pools as they are, the user's environment decided, and
-    gives the kernels the count in force). Returns the count in force."""
+    """In a worker process: gives it ``n`` compute threads. Where orchestra's compiled kernels
+    are built they get the ``n`` (the products and convolutions of float32 programs run on
+    their pool) and the BLAS/OpenMP pools 1: OpenBLAS's idle threads spin after each call and
+    would take the CPUs the kernels' pool needs (measured: a 0.3 ms pass took 16 ms). Without
+    the kernels the pools get ``n``. None: leaves the pools as they are (the user's environment
+    decided) and gives the kernels the count in force. Returns the compute threads in force."""
+    from ..runtime import kernels
+
     if n is not None:
         from threadpoolctl import threadpool_limits
 
-        threadpool_limits(limits=n, user_api=None)
+        threadpool_limits(limits=1 if kernels.NATIVE_KERNELS else n, user_api=None)
+        _kernel_threads(n)
+        return n if kernels.NATIVE_KERNELS else blas_in_force()
     in_force = blas_in_force()
-    _kernel_threads(n if n is not None else in_force)
+    _kernel_threads(in_force)
     return in_force
 
 

@@ -17,11 +17,12 @@ Calling convention (what the interpreter relies on):
   input, which the interpreter aliases.
 
 Kernels are numpy, vectorised, and keep no state, so they may run on several threads at
-once. A few steps numpy can't do at speed (depthwise and narrow grouped convolutions, silu,
-hardswish) also have a compiled
-version in the optional extension ``_native`` (built by ``pip install`` where a C compiler
-is available; it releases the GIL while it computes): :data:`NATIVE_KERNELS` says whether
-it is there. Without it the numpy path runs, with the same results to float rounding.
+once. The steps that decide a real model's speed also have a compiled version in the
+optional extension ``_native`` (built by ``pip install`` where a C compiler is available; it
+releases the GIL while it computes): depthwise and narrow grouped convolutions, the float32
+matrix products (1x1 and im2col convolutions, addmm / mm / bmm with at least 8 rows) with
+their bias and activation, silu, hardswish, gelu. :data:`NATIVE_KERNELS` says whether it is
+there. Without it the numpy (BLAS) path runs, with the same results to float rounding.
 """
 
 from orchestra.errors import InvalidArgumentError
@@ -48,11 +49,14 @@ MAX_THREADS = 16
 
 
 def set_threads(n: int) -> None:
-    """Lets one call of a compiled kernel (a convolution, an activation) split its work over
-    up to ``n`` threads (1 to :data:`MAX_THREADS`; 1 by default), process-wide. Threads are
-    started per call for large enough work and joined before it returns. The orchestrator
-    sets this with the BLAS thread count it decides (``statistics().threads``); without the
-    compiled kernels it does nothing.
+    """Lets one call of a compiled kernel (a product, a convolution, an activation) split its
+    work over up to ``n`` threads (1 to :data:`MAX_THREADS`; 1 by default), process-wide. The
+    threads are a pool started on the first call that splits (from about 2^18 multiply-adds),
+    waiting on a condition variable between calls (no spinning); a call made while another
+    thread's call holds the pool runs on its own thread, and a forked child starts its own
+    pool. The orchestrator sets this with the compute threads it decides
+    (``statistics().threads``, orchestra/orchestrator/README.md); without the compiled kernels
+    it does nothing.
 
     Raises:
         orchestra.InvalidArgumentError: ``n`` is not an int from 1 to 16.
