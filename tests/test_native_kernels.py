@@ -46,6 +46,56 @@ def test_orchestra_native_kernels_0_turns_them_off() -> None:
     assert r.stdout.split() == ["False", "None"]
 
 
+@needs_native
+@pytest.mark.parametrize("isa", ["v3", "baseline"])
+def test_the_copies_this_cpu_would_not_pick(isa: str) -> None:
+    """The products, silu and gelu have one copy per instruction set (AVX-512, AVX2+FMA,
+    baseline), picked at load; ORCHESTRA_NATIVE_ISA lowers the pick, so the copies CI's CPU
+    would not use run their tests too (in a child process, which picks again)."""
+    if native.ISA_LEVEL == 0 and isa == "v3":
+        pytest.skip("this CPU has no AVX2 + FMA")
+    tests = "products or silu or activations or gelu"
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", tests],
+                       capture_output=True, text=True, timeout=600, env=dict(os.environ, ORCHESTRA_NATIVE_ISA=isa))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert " passed" in r.stdout and " failed" not in r.stdout
+
+
+def test_the_isa_override_lowers_the_pick() -> None:
+    code = "import orchestra.runtime.kernels._native as n; print(n.ISA_LEVEL, n.GEMM_COLUMNS)"
+    if native is None:
+        pytest.skip("orchestra's compiled kernels are not built here")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, ORCHESTRA_NATIVE_ISA="baseline"))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["0", "16"]
+
+
+@needs_native
+def test_gelu_matches_the_numpy_fit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compiled gelu computes the numpy path's float32 fit (its exp within an ulp or two):
+    the same NaN/inf/zero results, within 2e-6 relative for |x| <= 5 and 1.2e-5 beyond while
+    the result is a normal float (the fit's own error against erf is up to 8e-6 there; the
+    dense check against erf is tests/test_kernels.py's), in place and into a separate out."""
+    from orchestra.runtime.kernels import _elementwise as ew
+
+    x = np.concatenate([SPECIAL, np.array([-14.5, -15.0, -20.0, 3e38, -3e38], np.float32),
+                        np.linspace(-16, 16, 200_001, dtype=np.float32),
+                        np.random.default_rng(3).standard_normal(1 << 16).astype(np.float32)])
+    got = ew.gelu_fit_f32_into(x, np.full_like(x, 7.0))
+    inplace = x.copy()
+    assert ew.gelu_fit_f32_into(inplace, inplace) is inplace
+    monkeypatch.setattr(ew, "_native", None)
+    ref = ew.gelu_fit_f32_into(x, np.empty_like(x))
+    assert np.array_equal(np.isnan(got), np.isnan(ref)) and np.array_equal(inplace, got, equal_nan=True)
+    assert np.array_equal(got[np.isinf(ref)], ref[np.isinf(ref)])
+    normal = np.abs(ref) >= np.finfo(np.float32).tiny
+    near = normal & (np.abs(x) <= 5)  # far out, exp's large argument carries float32's rounding
+    np.testing.assert_allclose(got[near], ref[near], rtol=2e-6)
+    np.testing.assert_allclose(got[normal], ref[normal], rtol=1.2e-5)
+    np.testing.assert_allclose(got[~normal], ref[~normal], rtol=0, atol=1e-43)
+
+
 def _out_size(h: int, k: int, s: int, p: int, d: int) -> int:
     return (h + 2 * p - d * (k - 1) - 1) // s + 1
 

@@ -12,6 +12,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #if defined(__unix__) || defined(__APPLE__)
 #include <pthread.h>
 #define ORCH_THREADS 1
@@ -225,101 +227,130 @@ typedef int32_t vi8 __attribute__((vector_size(32)));
 VEC_ACTS(16, vf16, vi16)
 VEC_ACTS(8, v8f, vi8)
 
-/* exp(t) over 16 floats, down into float32's subnormals: t clamped to [-104, 88.72], k =
- * round(t / ln2) split as k1 + k2 (both >= -75), the result p * 2^k1 * 2^k2, so the last
- * product alone rounds into a subnormal (or to 0 below ~-103.3); NaN stays NaN. The same
- * reduction and polynomial as silu's (about 1-2 ulp for normal results). */
-static inline __attribute__((always_inline)) vf16 exp_wide_16(vf16 t) {
-    const vf16 zero = {0};
-    t = vsel_16(t < zero - 104.0f, zero - 104.0f, t);
-    t = vsel_16(t > zero + 88.7228394f, zero + 88.7228394f, t);
-    const vf16 km = t * 1.44269504088896341f + 12582912.0f;
-    const vf16 kf = km - 12582912.0f;
-    vf16 r = t - kf * 0.693359375f;
-    r = r - kf * -2.12194440e-4f;
-    vf16 p = zero + 1.0f / 5040.0f;
-    p = p * r + 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    const vi16 k = (vi16)km - 0x4B400000;
-    const vi16 k1 = k >> 1, k2 = k - k1;
-    const vf16 s1 = (vf16)((k1 + 127) << 23), s2 = (vf16)((k2 + 127) << 23);
-    return p * s1 * s2;
+/* exp(t), down into float32's subnormals: t clamped to [-104, 88.72], k = round(t / ln2)
+ * split as k1 + k2 (both >= -75), the result p * 2^k1 * 2^k2, so the last product alone
+ * rounds into a subnormal (or to 0 below ~-103.3); NaN stays NaN. The same reduction and
+ * polynomial as silu's (about 1-2 ulp for normal results).
+ * gelu(x) = x Phi(x) (approximate "none"), float32, the fit _elementwise.py documents and its
+ * numpy path computes, operation for operation (exp by this exp: within an ulp or two of
+ * numpy's): h = |x / 2|, v = 1 / (1 / h + 2K), g = G(v) - 2 h^2, out = x / 2 + h - v e^g. */
+#define VEC_GELU(SUF, VT, VI)                                                                                        \
+    static inline __attribute__((always_inline)) VT exp_wide_##SUF(VT t) {                                           \
+        const VT zero = {0};                                                                                         \
+        t = vsel_##SUF(t < zero - 104.0f, zero - 104.0f, t);                                                         \
+        t = vsel_##SUF(t > zero + 88.7228394f, zero + 88.7228394f, t);                                               \
+        const VT km = t * 1.44269504088896341f + 12582912.0f;                                                        \
+        const VT kf = km - 12582912.0f;                                                                              \
+        VT r = t - kf * 0.693359375f;                                                                                \
+        r = r - kf * -2.12194440e-4f;                                                                                \
+        VT p = zero + 1.0f / 5040.0f;                                                                                \
+        p = p * r + 1.0f / 720.0f;                                                                                   \
+        p = p * r + 1.0f / 120.0f;                                                                                   \
+        p = p * r + 1.0f / 24.0f;                                                                                    \
+        p = p * r + 1.0f / 6.0f;                                                                                     \
+        p = p * r + 0.5f;                                                                                            \
+        p = p * r + 1.0f;                                                                                            \
+        p = p * r + 1.0f;                                                                                            \
+        const VI k = (VI)km - 0x4B400000;                                                                            \
+        const VI k1 = k >> 1, k2 = k - k1;                                                                           \
+        const VT s1 = (VT)((k1 + 127) << 23), s2 = (VT)((k2 + 127) << 23);                                           \
+        return p * s1 * s2;                                                                                          \
+    }                                                                                                                \
+    static inline __attribute__((always_inline)) VT gelu_##SUF(VT x) {                                               \
+        const VT zero = {0};                                                                                         \
+        VT h = x * 0.5f;                                                                                             \
+        h = vsel_##SUF(h < zero, -h, h);                                                                             \
+        VT v = (zero + 1.0f) / h;                                                                                    \
+        v = v + 0.54f;                                                                                               \
+        v = (zero + 1.0f) / v;                                                                                       \
+        VT g = v * -0.0017205046768785824f;                                                                          \
+        g = (g + 0.010069450530973684f) * v;                                                                         \
+        g = (g + -0.0171442958970123f) * v;                                                                          \
+        g = (g + -0.0026227422978653014f) * v;                                                                       \
+        g = (g + 0.008187478222535955f) * v;                                                                         \
+        g = (g + 0.08201428691474494f) * v;                                                                          \
+        g = (g + 0.010790471420860023f) * v;                                                                         \
+        g = (g + -1.0557681357219344f) * v;                                                                          \
+        VT sq = h * -2.0f;                                                                                           \
+        sq = sq * h;                                                                                                 \
+        g = g + sq;                                                                                                  \
+        g = exp_wide_##SUF(g) * v;                                                                                   \
+        VT out = x * 0.5f;                                                                                           \
+        out = out + h;                                                                                               \
+        return out - g;                                                                                              \
+    }
+
+VEC_GELU(16, vf16, vi16)
+VEC_GELU(8, v8f, vi8)
+
+/* out[i] = silu(x[i] + b) / gelu(x[i]) for i < n, VW floats at a time (out may be x; b =
+ * -0.0f adds nothing, -0.0 included). The tail runs through the same vector code
+ * (zero-padded), so an element's result does not depend on where it sits. One copy per
+ * instruction set, picked when the module loads (spans_pick): 16-wide with AVX-512, 8-wide
+ * elsewhere (16-wide code in the AVX2 build spilled: 3.5x slower). */
+#define VEC_SPANS(NAME, ATTR, SUF, VT, VW)                                                                           \
+    ATTR static void silu_span_##NAME(const float *x, float *out, Py_ssize_t n, float b) {                           \
+        Py_ssize_t i = 0;                                                                                            \
+        for (; i + VW <= n; i += VW) {                                                                               \
+            VT v;                                                                                                    \
+            __builtin_memcpy(&v, x + i, sizeof v);                                                                   \
+            v = silu_##SUF(v + b);                                                                                   \
+            __builtin_memcpy(out + i, &v, sizeof v);                                                                 \
+        }                                                                                                            \
+        if (i < n) {                                                                                                 \
+            float buf[VW] = {0};                                                                                     \
+            __builtin_memcpy(buf, x + i, (size_t)(n - i) * sizeof(float));                                           \
+            VT v;                                                                                                    \
+            __builtin_memcpy(&v, buf, sizeof v);                                                                     \
+            v = silu_##SUF(v + b);                                                                                   \
+            __builtin_memcpy(buf, &v, sizeof v);                                                                     \
+            __builtin_memcpy(out + i, buf, (size_t)(n - i) * sizeof(float));                                        \
+        }                                                                                                            \
+    }                                                                                                                \
+    ATTR static void gelu_span_##NAME(const float *restrict x, float *restrict out, Py_ssize_t n) {                  \
+        Py_ssize_t i = 0;                                                                                            \
+        for (; i + VW <= n; i += VW) {                                                                               \
+            VT v;                                                                                                    \
+            __builtin_memcpy(&v, x + i, sizeof v);                                                                   \
+            v = gelu_##SUF(v);                                                                                       \
+            __builtin_memcpy(out + i, &v, sizeof v);                                                                 \
+        }                                                                                                            \
+        if (i < n) {                                                                                                 \
+            float buf[VW] = {0};                                                                                     \
+            __builtin_memcpy(buf, x + i, (size_t)(n - i) * sizeof(float));                                           \
+            VT v;                                                                                                    \
+            __builtin_memcpy(&v, buf, sizeof v);                                                                     \
+            v = gelu_##SUF(v);                                                                                       \
+            __builtin_memcpy(buf, &v, sizeof v);                                                                     \
+            __builtin_memcpy(out + i, buf, (size_t)(n - i) * sizeof(float));                                        \
+        }                                                                                                            \
+    }
+
+VEC_SPANS(8, , 8, v8f, 8)
+#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && !defined(__clang__)
+#define ORCH_X86_DISPATCH 1
+VEC_SPANS(v4, __attribute__((target("arch=x86-64-v4"))), 16, vf16, 16)
+VEC_SPANS(v3, __attribute__((target("arch=x86-64-v3"))), 8, v8f, 8)
+#endif
+
+static void (*silu_span)(const float *, float *, Py_ssize_t, float) = silu_span_8;
+static void (*gelu_span)(const float *restrict, float *restrict, Py_ssize_t) = gelu_span_8;
+
+static void spans_pick(int level) {
+#ifdef ORCH_X86_DISPATCH
+    if (level == 4) {
+        silu_span = silu_span_v4;
+        gelu_span = gelu_span_v4;
+    } else if (level == 3) {
+        silu_span = silu_span_v3;
+        gelu_span = gelu_span_v3;
+    }
+#else
+    (void)level;
+#endif
 }
 
-/* gelu(x) = x Phi(x) (approximate "none"), float32, the fit _elementwise.py documents and
- * its numpy path computes, operation for operation (exp by exp_wide_16: within an ulp or two
- * of numpy's): h = |x / 2|, v = 1 / (1 / h + 2K), g = G(v) - 2 h^2, out = x / 2 + h - v e^g. */
-static inline __attribute__((always_inline)) vf16 gelu_16(vf16 x) {
-    const vf16 zero = {0};
-    vf16 h = x * 0.5f;
-    h = vsel_16(h < zero, -h, h);
-    vf16 v = (zero + 1.0f) / h;
-    v = v + 0.54f;
-    v = (zero + 1.0f) / v;
-    vf16 g = v * -0.0017205046768785824f;
-    g = (g + 0.010069450530973684f) * v;
-    g = (g + -0.0171442958970123f) * v;
-    g = (g + -0.0026227422978653014f) * v;
-    g = (g + 0.008187478222535955f) * v;
-    g = (g + 0.08201428691474494f) * v;
-    g = (g + 0.010790471420860023f) * v;
-    g = (g + -1.0557681357219344f) * v;
-    vf16 sq = h * -2.0f;
-    sq = sq * h;
-    g = g + sq;
-    g = exp_wide_16(g) * v;
-    vf16 out = x * 0.5f;
-    out = out + h;
-    return out - g;
-}
-
-ORCH_CLONES
-static void gelu_loop(const float *restrict x, float *restrict out, Py_ssize_t n) {
-    Py_ssize_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        vf16 v;
-        __builtin_memcpy(&v, x + i, sizeof v);
-        v = gelu_16(v);
-        __builtin_memcpy(out + i, &v, sizeof v);
-    }
-    if (i < n) {
-        float buf[16] = {0};
-        __builtin_memcpy(buf, x + i, (size_t)(n - i) * sizeof(float));
-        vf16 v;
-        __builtin_memcpy(&v, buf, sizeof v);
-        v = gelu_16(v);
-        __builtin_memcpy(buf, &v, sizeof v);
-        __builtin_memcpy(out + i, buf, (size_t)(n - i) * sizeof(float));
-    }
-}
-
-/* out[i] = silu(x[i] + b) for i < n (b = -0.0f adds nothing, -0.0 included); out may be x.
- * The tail runs through the same vector code (zero-padded), so an element's result does
- * not depend on where it sits. */
-ORCH_CLONES
-static void silu_span(const float *x, float *out, Py_ssize_t n, float b) {
-    Py_ssize_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        vf16 v;
-        __builtin_memcpy(&v, x + i, sizeof v);
-        v = silu_16(v + b);
-        __builtin_memcpy(out + i, &v, sizeof v);
-    }
-    if (i < n) {
-        float buf[16] = {0};
-        __builtin_memcpy(buf, x + i, (size_t)(n - i) * sizeof(float));
-        vf16 v;
-        __builtin_memcpy(&v, buf, sizeof v);
-        v = silu_16(v + b);
-        __builtin_memcpy(buf, &v, sizeof v);
-        __builtin_memcpy(out + i, buf, (size_t)(n - i) * sizeof(float));
-    }
-}
+static void gelu_loop(const float *restrict x, float *restrict out, Py_ssize_t n) { gelu_span(x, out, n); }
 
 /* hardswish(x) = x * min(max(x + 3, 0), 6) / 6 (NaN propagates), in that order. */
 static inline float act_hardswish(float v) {
@@ -372,7 +403,6 @@ static void act_inplace(float *restrict p, Py_ssize_t n, int act) {
 }
 
 /* out[i] = act(x[i]) (no bias); ``out`` may be ``x``. */
-ORCH_CLONES
 static void silu_loop(const float *restrict x, float *restrict out, Py_ssize_t n) {
     silu_span(x, out, n, -0.0f);
 }
@@ -856,8 +886,7 @@ typedef void (*gemm_tile_fn)(const float *restrict, Py_ssize_t, Py_ssize_t, cons
                              Py_ssize_t, Py_ssize_t, int);
 
 GEMM_TILE(gemm_tile_8, , v8f, 8, 8)
-#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && !defined(__clang__)
-#define ORCH_GEMM_DISPATCH 1
+#ifdef ORCH_X86_DISPATCH
 GEMM_TILE(gemm_tile_v4, __attribute__((target("arch=x86-64-v4"))), vf16, 16, 16)
 GEMM_TILE(gemm_tile_v3, __attribute__((target("arch=x86-64-v3"))), v8f, 8, 8)
 #endif
@@ -865,17 +894,38 @@ GEMM_TILE(gemm_tile_v3, __attribute__((target("arch=x86-64-v3"))), v8f, 8, 8)
 static gemm_tile_fn gemm_tile = gemm_tile_8;
 static Py_ssize_t gemm_nr = 16;
 
-static void gemm_pick(void) {
-#ifdef ORCH_GEMM_DISPATCH
+/* The instruction set the dispatched kernels use: 4 (AVX-512), 3 (AVX2 + FMA) or 0 (the
+ * baseline), the best this CPU has, or lower where ORCHESTRA_NATIVE_ISA says "v3" or
+ * "baseline" (how the tests run the copies this CPU would not pick). */
+static int isa_level(void) {
+#ifdef ORCH_X86_DISPATCH
     __builtin_cpu_init();
+    int level = 0;
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512dq")) {
+        __builtin_cpu_supports("avx512dq"))
+        level = 4;
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        level = 3;
+    const char *want = getenv("ORCHESTRA_NATIVE_ISA");
+    if (want && strcmp(want, "v3") == 0 && level > 3) level = 3;
+    if (want && strcmp(want, "baseline") == 0) level = 0;
+    return level;
+#else
+    return 0;
+#endif
+}
+
+static void gemm_pick(int level) {
+#ifdef ORCH_X86_DISPATCH
+    if (level == 4) {
         gemm_tile = gemm_tile_v4;
         gemm_nr = 32;
-    } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    } else if (level == 3) {
         gemm_tile = gemm_tile_v3;
         gemm_nr = 16;
     }
+#else
+    (void)level;
 #endif
 }
 
@@ -1130,9 +1180,12 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", "orchestra
                                      NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__native(void) {
-    gemm_pick();
+    const int level = isa_level();
+    gemm_pick(level);
+    spans_pick(level);
     PyObject *m = PyModule_Create(&module);
-    if (m && PyModule_AddIntConstant(m, "GEMM_COLUMNS", (long)gemm_nr) < 0) {
+    if (m && (PyModule_AddIntConstant(m, "GEMM_COLUMNS", (long)gemm_nr) < 0 ||
+              PyModule_AddIntConstant(m, "ISA_LEVEL", level) < 0)) {
         Py_DECREF(m);
         return NULL;
     }
