@@ -382,11 +382,12 @@ typedef struct {
 } dw_geom;
 
 /* The floats of one part's depthwise scratch beyond its 64-byte alignment: the strip's
- * padded input, its outputs, the block's weights (taps x 16) and bias (16). -1 on overflow. */
+ * padded input, its outputs (and DW_PX pixels of slack), the block's weights (taps x 16) and bias (16). -1 on overflow. */
 static Py_ssize_t dw_scratch_floats(const dw_geom *g) {
     Py_ssize_t a, b, r;
     if (__builtin_mul_overflow(g->rows_in, g->wp, &a) || __builtin_mul_overflow(a, (Py_ssize_t)16, &a) ||
-        __builtin_mul_overflow(g->strip, g->wo, &b) || __builtin_mul_overflow(b, (Py_ssize_t)16, &b) ||
+        __builtin_mul_overflow(g->strip, g->wo, &b) || __builtin_add_overflow(b, (Py_ssize_t)DW_PX, &b) ||
+        __builtin_mul_overflow(b, (Py_ssize_t)16, &b) ||
         __builtin_mul_overflow(g->kh, g->kw, &r) || __builtin_mul_overflow(r, (Py_ssize_t)16, &r) ||
         __builtin_add_overflow(r, a, &r) || __builtin_add_overflow(r, b, &r) ||
         __builtin_add_overflow(r, (Py_ssize_t)16, &r))
@@ -394,31 +395,31 @@ static Py_ssize_t dw_scratch_floats(const dw_geom *g) {
     return r;
 }
 
-/* DW_PX (or ``px``) output pixels of one row, nv x 8 channels: ``in`` is the padded input at
- * the first pixel's top-left tap, ``ob`` its outputs. */
-static inline __attribute__((always_inline)) void dw_pixels(const float *restrict in, float *restrict ob,
+/* DW_PX output pixels, nv x 8 channels: in[p] is the padded input at pixel p's top-left
+ * tap, ``ob`` the pixels' outputs (consecutive). */
+static inline __attribute__((always_inline)) void dw_pixels(const float *const in[DW_PX], float *restrict ob,
                                                             const float *restrict wb, const float *restrict bv,
-                                                            const dw_geom *g, const int px, const int nv) {
-    const Py_ssize_t L = 8 * nv, pstep = g->sw * L, rstep = g->dh * g->wp * L, cstep = g->dw * L;
+                                                            const dw_geom *g, const int nv) {
+    const Py_ssize_t L = 8 * nv, rstep = g->dh * g->wp * L, cstep = g->dw * L;
     v8f acc[DW_PX][2];
-    for (int p = 0; p < px; p++)
+    for (int p = 0; p < DW_PX; p++)
         for (int hh = 0; hh < nv; hh++) __builtin_memcpy(&acc[p][hh], bv + 8 * hh, sizeof(v8f));
     const float *wt = wb;
     for (Py_ssize_t i = 0; i < g->kh; i++) {
-        const float *q = in + i * rstep;
+        Py_ssize_t q = i * rstep;
         for (Py_ssize_t jj = 0; jj < g->kw; jj++, q += cstep, wt += L) {
             for (int hh = 0; hh < nv; hh++) {
                 v8f wv;
                 __builtin_memcpy(&wv, wt + 8 * hh, sizeof wv);
-                for (int p = 0; p < px; p++) {
+                for (int p = 0; p < DW_PX; p++) {
                     v8f v;
-                    __builtin_memcpy(&v, q + p * pstep + 8 * hh, sizeof v);
+                    __builtin_memcpy(&v, in[p] + q + 8 * hh, sizeof v);
                     acc[p][hh] += wv * v;
                 }
             }
         }
     }
-    for (int p = 0; p < px; p++)
+    for (int p = 0; p < DW_PX; p++)
         for (int hh = 0; hh < nv; hh++) __builtin_memcpy(ob + p * L + 8 * hh, &acc[p][hh], sizeof(v8f));
 }
 
@@ -485,14 +486,24 @@ static inline __attribute__((always_inline)) void dw_block(const float *restrict
             }
         }
         /* the strip's outputs */
-        for (Py_ssize_t oyl = 0; oyl < r; oyl++) {
-            const float *rb = si + oyl * g->sh * row;
-            float *ob = so + oyl * wo * L;
-            Py_ssize_t ox = 0;
-            for (; ox + DW_PX <= wo; ox += DW_PX) dw_pixels(rb + ox * g->sw * L, ob + ox * L, wb, bv, g, DW_PX, nv);
-            for (; ox < wo; ox++) dw_pixels(rb + ox * g->sw * L, ob + ox * L, wb, bv, g, 1, nv);
-        }
+        /* the strip's outputs, DW_PX pixels (flat over its rows) at a time; the last group's
+         * pixels past the strip repeat its last pixel into the slack */
         const Py_ssize_t npix = r * wo;
+        {
+            const float *rb = si; /* the row of output row oy0 + oyl */
+            Py_ssize_t ox = 0;
+            for (Py_ssize_t f = 0; f < npix; f += DW_PX) {
+                const float *in[DW_PX];
+                for (int p = 0; p < DW_PX; p++) {
+                    in[p] = rb + ox * g->sw * L;
+                    if (f + p + 1 < npix && ++ox == wo) {
+                        ox = 0;
+                        rb += g->sh * row;
+                    }
+                }
+                dw_pixels(in, so + f * L, wb, bv, g, nv);
+            }
+        }
         if (act != ACT_NONE) act_inplace(so, npix * L, act);
         /* back into the planes: pixels [oy0 wo, oy0 wo + npix) of each channel */
         const Py_ssize_t off = oy0 * wo;
