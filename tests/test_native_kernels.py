@@ -75,6 +75,7 @@ DW_CASES = [
     (1, 40, 1, 30, 1, 5, (1, 1), (0, 2), (1, 1), True),  # 1xN planes, 16 + 16 + 8
     (3, 33, 30, 1, 5, 1, (3, 1), (2, 0), (1, 1), False),  # Nx1 planes, stride 3
     (1, 18, 40, 200, 3, 3, (1, 1), (1, 1), (1, 1), True),  # several strips
+    (1, 18, 40, 201, 3, 3, (1, 1), (1, 1), (1, 1), True),  # several strips, pixels not a multiple of 4
     (2, 9, 23, 190, 3, 3, (2, 1), (3, 3), (2, 2), True),  # strips with dilation, padding past the reach
     (1, 16, 30, 300, 3, 3, (1, 1), (5, 5), (1, 1), True),  # padding rows inside later strips
     (1, 3, 5, 1600, 3, 3, (1, 1), (1, 1), (1, 1), True),  # a row wider than a strip: strips of 1 row

@@ -399,15 +399,16 @@ static Py_ssize_t dw_scratch_floats(const dw_geom *g) {
  * tap, ``ob`` the pixels' outputs (consecutive). */
 static inline __attribute__((always_inline)) void dw_pixels(const float *const in[DW_PX], float *restrict ob,
                                                             const float *restrict wb, const float *restrict bv,
-                                                            const dw_geom *g, const int nv) {
+                                                            const dw_geom *g, const Py_ssize_t kh,
+                                                            const Py_ssize_t kw, const int nv) {
     const Py_ssize_t L = 8 * nv, rstep = g->dh * g->wp * L, cstep = g->dw * L;
     v8f acc[DW_PX][2];
     for (int p = 0; p < DW_PX; p++)
         for (int hh = 0; hh < nv; hh++) __builtin_memcpy(&acc[p][hh], bv + 8 * hh, sizeof(v8f));
     const float *wt = wb;
-    for (Py_ssize_t i = 0; i < g->kh; i++) {
+    for (Py_ssize_t i = 0; i < kh; i++) {
         Py_ssize_t q = i * rstep;
-        for (Py_ssize_t jj = 0; jj < g->kw; jj++, q += cstep, wt += L) {
+        for (Py_ssize_t jj = 0; jj < kw; jj++, q += cstep, wt += L) {
             for (int hh = 0; hh < nv; hh++) {
                 v8f wv;
                 __builtin_memcpy(&wv, wt + 8 * hh, sizeof wv);
@@ -428,22 +429,35 @@ static inline __attribute__((always_inline)) void dw_pixels(const float *const i
 static inline __attribute__((always_inline)) void dw_block(const float *restrict x, const float *restrict w,
                                                            const float *restrict bias, float *restrict out,
                                                            float *restrict s, const dw_geom *g, Py_ssize_t n,
-                                                           Py_ssize_t c0, Py_ssize_t nc, int act, const int nv) {
+                                                           Py_ssize_t c0, Py_ssize_t nc, int act, const Py_ssize_t kh,
+                                                           const Py_ssize_t kw, const int nv) {
     const Py_ssize_t L = 8 * nv, hw = g->h * g->wd, plane_out = g->ho * g->wo, taps = g->kh * g->kw;
     const Py_ssize_t wp = g->wp, wd = g->wd, wo = g->wo, row = wp * L;
     float *restrict si = s;                        /* [rows_in][wp][L] */
     float *restrict so = si + g->rows_in * row;    /* [strip * wo][L] */
-    float *restrict wb = so + g->strip * wo * 16;  /* [taps][L] */
-    float *restrict bv = wb + taps * 16;           /* [L] */
-    const float *src[16];
+    float *restrict wb = so + (g->strip * wo + DW_PX) * 16; /* [taps][L] */
+    float *restrict bv = wb + taps * 16;                    /* [L] */
+    /* lanes past the block compute its last channel again, into nothing */
+    const float *src[16], *wr[16];
     float *dst[16];
     for (Py_ssize_t l = 0; l < L; l++) {
-        const Py_ssize_t c = c0 + (l < nc ? l : nc - 1); /* lanes past the block read its last channel */
+        const Py_ssize_t c = c0 + (l < nc ? l : nc - 1);
         src[l] = x + (n * g->c_ + c) * hw;
         dst[l] = out + (n * g->c_ + c) * plane_out;
-        for (Py_ssize_t t = 0; t < taps; t++) wb[t * L + l] = l < nc ? w[c * taps + t] : 0.0f;
-        bv[l] = l < nc && bias ? bias[c] : 0.0f;
+        wr[l] = w + c * taps;
+        bv[l] = bias ? bias[c] : 0.0f;
     }
+    /* the block's weights, [taps][L]: 8 taps x 8 channels at a time */
+    Py_ssize_t t0 = 0;
+    for (; t0 + 8 <= taps; t0 += 8)
+        for (int hh = 0; hh < nv; hh++) {
+            v8f rv[8];
+            for (int k = 0; k < 8; k++) __builtin_memcpy(&rv[k], wr[8 * hh + k] + t0, sizeof(v8f));
+            transpose8(rv);
+            for (int k = 0; k < 8; k++) __builtin_memcpy(wb + (t0 + k) * L + 8 * hh, &rv[k], sizeof(v8f));
+        }
+    for (; t0 < taps; t0++)
+        for (Py_ssize_t l = 0; l < L; l++) wb[t0 * L + l] = wr[l][t0];
     const int one_strip = g->strip >= g->ho;
     for (Py_ssize_t oy0 = 0; oy0 < g->ho; oy0 += g->strip) {
         const Py_ssize_t r = g->ho - oy0 < g->strip ? g->ho - oy0 : g->strip;
@@ -501,7 +515,7 @@ static inline __attribute__((always_inline)) void dw_block(const float *restrict
                         rb += g->sh * row;
                     }
                 }
-                dw_pixels(in, so + f * L, wb, bv, g, nv);
+                dw_pixels(in, so + f * L, wb, bv, g, kh, kw, nv);
             }
         }
         if (act != ACT_NONE) act_inplace(so, npix * L, act);
@@ -538,10 +552,22 @@ static void depthwise_part(const float *restrict x, const float *restrict w, con
             __builtin_memset(s, 0, (size_t)(g->rows_in * g->wp * 8 * nv) * sizeof(float));
             zeroed_for = 8 * nv;
         }
-        if (nv == 2)
-            dw_block(x, w, bias, out, s, g, n, c0, nc, act, 2);
-        else
-            dw_block(x, w, bias, out, s, g, n, c0, nc, act, 1);
+        /* the common kernel sizes get their tap loops unrolled */
+        if (g->kh == 3 && g->kw == 3) {
+            if (nv == 2)
+                dw_block(x, w, bias, out, s, g, n, c0, nc, act, 3, 3, 2);
+            else
+                dw_block(x, w, bias, out, s, g, n, c0, nc, act, 3, 3, 1);
+        } else if (g->kh == 5 && g->kw == 5) {
+            if (nv == 2)
+                dw_block(x, w, bias, out, s, g, n, c0, nc, act, 5, 5, 2);
+            else
+                dw_block(x, w, bias, out, s, g, n, c0, nc, act, 5, 5, 1);
+        } else if (nv == 2) {
+            dw_block(x, w, bias, out, s, g, n, c0, nc, act, g->kh, g->kw, 2);
+        } else {
+            dw_block(x, w, bias, out, s, g, n, c0, nc, act, g->kh, g->kw, 1);
+        }
         it += nc;
     }
 }
