@@ -348,8 +348,9 @@ typedef int32_t v8i __attribute__((vector_size(32)));
 /* Scratch floats one strip of a depthwise call may fill: rows of the padded input, all
  * channels of a block, kept in L2 while the strip's taps read them. */
 #define DW_STRIP_FLOATS (24 * 1024)
-/* Output pixels computed at once: each tap's weights are loaded once for DW_PX pixels. */
-#define DW_PX 4
+/* Output pixels computed at once: each tap's weights are loaded once for 8 pixels, whose 8
+ * channels' results are then one 8x8 transpose away from 8 runs of 8 floats in the planes. */
+#define DW_PX 8
 
 /* In-place transpose of the 8x8 block r[row][col]. */
 static inline __attribute__((always_inline)) void transpose8(v8f r[8]) {
@@ -382,46 +383,73 @@ typedef struct {
 } dw_geom;
 
 /* The floats of one part's depthwise scratch beyond its 64-byte alignment: the strip's
- * padded input, its outputs (and DW_PX pixels of slack), the block's weights (taps x 16) and bias (16). -1 on overflow. */
+ * padded input, the block's weights (taps x 16) and bias (16). -1 on overflow. */
 static Py_ssize_t dw_scratch_floats(const dw_geom *g) {
-    Py_ssize_t a, b, r;
+    Py_ssize_t a, r;
     if (__builtin_mul_overflow(g->rows_in, g->wp, &a) || __builtin_mul_overflow(a, (Py_ssize_t)16, &a) ||
-        __builtin_mul_overflow(g->strip, g->wo, &b) || __builtin_add_overflow(b, (Py_ssize_t)DW_PX, &b) ||
-        __builtin_mul_overflow(b, (Py_ssize_t)16, &b) ||
         __builtin_mul_overflow(g->kh, g->kw, &r) || __builtin_mul_overflow(r, (Py_ssize_t)16, &r) ||
-        __builtin_add_overflow(r, a, &r) || __builtin_add_overflow(r, b, &r) ||
-        __builtin_add_overflow(r, (Py_ssize_t)16, &r))
+        __builtin_add_overflow(r, a, &r) || __builtin_add_overflow(r, (Py_ssize_t)16, &r))
         return -1;
     return r;
 }
 
-/* DW_PX output pixels, nv x 8 channels: in[p] is the padded input at pixel p's top-left
- * tap, ``ob`` the pixels' outputs (consecutive). */
-static inline __attribute__((always_inline)) void dw_pixels(const float *const in[DW_PX], float *restrict ob,
-                                                            const float *restrict wb, const float *restrict bv,
-                                                            const dw_geom *g, const Py_ssize_t kh,
-                                                            const Py_ssize_t kw, const int nv) {
-    const Py_ssize_t L = 8 * nv, rstep = g->dh * g->wp * L, cstep = g->dw * L;
-    v8f acc[DW_PX][2];
-    for (int p = 0; p < DW_PX; p++)
-        for (int hh = 0; hh < nv; hh++) __builtin_memcpy(&acc[p][hh], bv + 8 * hh, sizeof(v8f));
-    const float *wt = wb;
+/* v = (m & a) | (~m & b) lane by lane */
+static inline __attribute__((always_inline)) v8f vsel8(v8i m, v8f a, v8f b) {
+    return (v8f)((m & (v8i)a) | (~m & (v8i)b));
+}
+
+/* relu or hardswish over 8 vectors, the same float32 operations as act_inplace (bit for bit) */
+static inline __attribute__((always_inline)) void act8(v8f r[8], int act) {
+    const v8f zero = {0};
+    switch (act) {
+    case ACT_RELU:
+        for (int k = 0; k < 8; k++) r[k] = vsel8(r[k] < zero, zero, r[k]);
+        break;
+    case ACT_HARDSWISH:
+        for (int k = 0; k < 8; k++) {
+            v8f c = r[k] + 3.0f;
+            c = vsel8(c < zero, zero, c);
+            c = vsel8(c > zero + 6.0f, zero + 6.0f, c);
+            r[k] = r[k] * c / 6.0f;
+        }
+        break;
+    default:
+        break;
+    }
+}
+
+/* DW_PX = 8 output pixels of 8 channels (lanes 8 hh ... of the block's L): in[p] is the
+ * padded input at pixel p's top-left tap. Their sums, activated, are written to the channels'
+ * planes: channel k's 8 (or ``npx`` < 8) pixels at dst[k] + at, for the block's nch channels. */
+static inline __attribute__((always_inline)) void dw_pixels(const float *const in[DW_PX], const float *restrict wb,
+                                                            const float *restrict bv, const dw_geom *g,
+                                                            const Py_ssize_t kh, const Py_ssize_t kw,
+                                                            const Py_ssize_t L, int hh, int act,
+                                                            float *const *dst, Py_ssize_t at, Py_ssize_t npx,
+                                                            Py_ssize_t nch) {
+    const Py_ssize_t rstep = g->dh * g->wp * L, cstep = g->dw * L;
+    v8f acc[DW_PX];
+    for (int p = 0; p < DW_PX; p++) __builtin_memcpy(&acc[p], bv + 8 * hh, sizeof(v8f));
+    const float *wt = wb + 8 * hh;
     for (Py_ssize_t i = 0; i < kh; i++) {
-        Py_ssize_t q = i * rstep;
+        Py_ssize_t q = i * rstep + 8 * hh;
         for (Py_ssize_t jj = 0; jj < kw; jj++, q += cstep, wt += L) {
-            for (int hh = 0; hh < nv; hh++) {
-                v8f wv;
-                __builtin_memcpy(&wv, wt + 8 * hh, sizeof wv);
-                for (int p = 0; p < DW_PX; p++) {
-                    v8f v;
-                    __builtin_memcpy(&v, in[p] + q + 8 * hh, sizeof v);
-                    acc[p][hh] += wv * v;
-                }
+            v8f wv;
+            __builtin_memcpy(&wv, wt, sizeof wv);
+            for (int p = 0; p < DW_PX; p++) {
+                v8f v;
+                __builtin_memcpy(&v, in[p] + q, sizeof v);
+                acc[p] += wv * v;
             }
         }
     }
-    for (int p = 0; p < DW_PX; p++)
-        for (int hh = 0; hh < nv; hh++) __builtin_memcpy(ob + p * L + 8 * hh, &acc[p][hh], sizeof(v8f));
+    act8(acc, act);
+    transpose8(acc);
+    if (npx == 8 && nch == 8) {
+        for (int k = 0; k < 8; k++) __builtin_memcpy(dst[k] + at, &acc[k], sizeof(v8f));
+    } else {
+        for (Py_ssize_t k = 0; k < nch; k++) __builtin_memcpy(dst[k] + at, &acc[k], (size_t)npx * sizeof(float));
+    }
 }
 
 /* One block of nc <= 8 nv channels (c0 ...) of image n, strip by strip. ``s`` is the part's
@@ -434,9 +462,8 @@ static inline __attribute__((always_inline)) void dw_block(const float *restrict
     const Py_ssize_t L = 8 * nv, hw = g->h * g->wd, plane_out = g->ho * g->wo, taps = g->kh * g->kw;
     const Py_ssize_t wp = g->wp, wd = g->wd, wo = g->wo, row = wp * L;
     float *restrict si = s;                        /* [rows_in][wp][L] */
-    float *restrict so = si + g->rows_in * row;    /* [strip * wo][L] */
-    float *restrict wb = so + (g->strip * wo + DW_PX) * 16; /* [taps][L] */
-    float *restrict bv = wb + taps * 16;                    /* [L] */
+    float *restrict wb = si + g->rows_in * row;    /* [taps][L] */
+    float *restrict bv = wb + taps * 16;           /* [L] */
     /* lanes past the block compute its last channel again, into nothing */
     const float *src[16], *wr[16];
     float *dst[16];
@@ -500,38 +527,32 @@ static inline __attribute__((always_inline)) void dw_block(const float *restrict
             }
         }
         /* the strip's outputs */
-        /* the strip's outputs, DW_PX pixels (flat over its rows) at a time; the last group's
-         * pixels past the strip repeat its last pixel into the slack */
+        /* the strip's outputs, DW_PX pixels (flat over its rows) at a time, written to the
+         * planes at pixels oy0 wo + f ...; the last group's pixels past the strip repeat its
+         * last pixel and are not written */
         const Py_ssize_t npix = r * wo;
-        {
-            const float *rb = si; /* the row of output row oy0 + oyl */
-            Py_ssize_t ox = 0;
-            for (Py_ssize_t f = 0; f < npix; f += DW_PX) {
-                const float *in[DW_PX];
-                for (int p = 0; p < DW_PX; p++) {
-                    in[p] = rb + ox * g->sw * L;
-                    if (f + p + 1 < npix && ++ox == wo) {
-                        ox = 0;
-                        rb += g->sh * row;
-                    }
+        const float *rb = si; /* the row of output row oy0 + oyl */
+        Py_ssize_t ox = 0;
+        for (Py_ssize_t f = 0; f < npix; f += DW_PX) {
+            const float *in[DW_PX];
+            for (int p = 0; p < DW_PX; p++) {
+                in[p] = rb + ox * g->sw * L;
+                if (f + p + 1 < npix && ++ox == wo) {
+                    ox = 0;
+                    rb += g->sh * row;
                 }
-                dw_pixels(in, so + f * L, wb, bv, g, kh, kw, nv);
             }
+            const Py_ssize_t npx = npix - f < DW_PX ? npix - f : DW_PX;
+            for (int hh = 0; hh < nv; hh++)
+                dw_pixels(in, wb, bv, g, kh, kw, L, hh, act == ACT_SILU ? ACT_NONE : act, dst + 8 * hh,
+                          oy0 * wo + f, npx, nc - 8 * hh < 8 ? nc - 8 * hh : 8);
         }
-        if (act != ACT_NONE) act_inplace(so, npix * L, act);
-        /* back into the planes: pixels [oy0 wo, oy0 wo + npix) of each channel */
-        const Py_ssize_t off = oy0 * wo;
-        Py_ssize_t f = 0;
-        for (; f + 8 <= npix; f += 8)
-            for (int hh = 0; hh < nv; hh++) {
-                v8f rv[8];
-                for (int k = 0; k < 8; k++) __builtin_memcpy(&rv[k], so + (f + k) * L + 8 * hh, sizeof(v8f));
-                transpose8(rv);
-                for (int k = 0; k < 8; k++)
-                    if (8 * hh + k < nc) __builtin_memcpy(dst[8 * hh + k] + off + f, &rv[k], sizeof(v8f));
-            }
-        for (; f < npix; f++)
-            for (Py_ssize_t l = 0; l < nc; l++) dst[l][off + f] = so[f * L + l];
+        /* silu over what was just written, while in cache: the block's planes are one run
+         * when the strip is the whole plane */
+        if (act == ACT_SILU && one_strip)
+            silu_span(dst[0], dst[0], nc * plane_out, -0.0f);
+        else if (act == ACT_SILU)
+            for (Py_ssize_t l = 0; l < nc; l++) silu_span(dst[l] + oy0 * wo, dst[l] + oy0 * wo, npix, -0.0f);
     }
 }
 
