@@ -344,6 +344,9 @@ static int need(const Py_buffer *b, Py_ssize_t count, const char *what) {
  * result does not depend on how the channels are split over threads. */
 
 typedef int32_t v8i __attribute__((vector_size(32)));
+/* 8 floats at a 32-byte aligned address of the depthwise scratch (aligned loads and stores:
+ * the x86-64-v3 clone's generic tuning splits unaligned 32-byte ones in two) */
+typedef float v8fa __attribute__((vector_size(32), may_alias));
 
 /* Scratch floats one strip of a depthwise call may fill: rows of the padded input, all
  * channels of a block, kept in L2 while the strip's taps read them. */
@@ -429,17 +432,15 @@ static inline __attribute__((always_inline)) void dw_pixels(const float *const i
                                                             Py_ssize_t nch) {
     const Py_ssize_t rstep = g->dh * g->wp * L, cstep = g->dw * L;
     v8f acc[DW_PX];
-    for (int p = 0; p < DW_PX; p++) __builtin_memcpy(&acc[p], bv + 8 * hh, sizeof(v8f));
+    for (int p = 0; p < DW_PX; p++) acc[p] = *(const v8fa *)(bv + 8 * hh);
     const float *wt = wb + 8 * hh;
     for (Py_ssize_t i = 0; i < kh; i++) {
         Py_ssize_t q = i * rstep + 8 * hh;
         for (Py_ssize_t jj = 0; jj < kw; jj++, q += cstep, wt += L) {
             v8f wv;
-            __builtin_memcpy(&wv, wt, sizeof wv);
+            wv = *(const v8fa *)wt;
             for (int p = 0; p < DW_PX; p++) {
-                v8f v;
-                __builtin_memcpy(&v, in[p] + q, sizeof v);
-                acc[p] += wv * v;
+                acc[p] += wv * *(const v8fa *)(in[p] + q);
             }
         }
     }
@@ -481,7 +482,7 @@ static inline __attribute__((always_inline)) void dw_block(const float *restrict
             v8f rv[8];
             for (int k = 0; k < 8; k++) __builtin_memcpy(&rv[k], wr[8 * hh + k] + t0, sizeof(v8f));
             transpose8(rv);
-            for (int k = 0; k < 8; k++) __builtin_memcpy(wb + (t0 + k) * L + 8 * hh, &rv[k], sizeof(v8f));
+            for (int k = 0; k < 8; k++) *(v8fa *)(wb + (t0 + k) * L + 8 * hh) = rv[k];
         }
     for (; t0 < taps; t0++)
         for (Py_ssize_t l = 0; l < L; l++) wb[t0 * L + l] = wr[l][t0];
@@ -514,7 +515,7 @@ static inline __attribute__((always_inline)) void dw_block(const float *restrict
                     v8f rv[8];
                     for (int k = 0; k < 8; k++) __builtin_memcpy(&rv[k], src[8 * hh + k] + f, sizeof(v8f));
                     transpose8(rv);
-                    for (int k = 0; k < 8; k++) __builtin_memcpy(dk[k] + 8 * hh, &rv[k], sizeof(v8f));
+                    for (int k = 0; k < 8; k++) *(v8fa *)(dk[k] + 8 * hh) = rv[k];
                 }
             }
             for (; f < f1; f++) {
