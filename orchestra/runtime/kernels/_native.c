@@ -338,10 +338,13 @@ static int need(const Py_buffer *b, Py_ssize_t count, const char *what) {
  * transposed, a strip of rows at a time, into a zero-padded scratch [rows][wp][L] (L = 16, or 8
  * for a block of at most 8 channels; wp = the padded width), so each tap of each output pixel
  * is one aligned 8-float multiply-add per 8 channels, with no column tails at any width,
- * stride or dilation. The strip's outputs ([pixels][L]) get their activation while in cache
- * and are transposed back into the channels' planes. Every output element is bias + its taps
- * in (row, column) order, the same operations wherever its channel sits in a block, so the
- * result does not depend on how the channels are split over threads. */
+ * stride or dilation. Outputs are computed 8 pixels (flat over the strip's rows) x 8 channels
+ * at a time and go from the accumulators, activated (relu, hardswish; silu runs silu_span
+ * over them just after), through one 8x8 transpose into the channels' planes. Every output
+ * element is bias + its taps in (row, column) order, the same operations wherever its channel
+ * sits in a block, so the result does not depend on how the channels are split over threads.
+ * Measured on one Zen 4 core (GMAC/s, old plane-at-a-time kernel -> this): 1152ch 7x7 k5
+ * 5.4 -> 25, 144ch 56x56 k3 14 -> 20, 96ch 112x112 k3 s2 7.2 -> 11.5. */
 
 typedef int32_t v8i __attribute__((vector_size(32)));
 /* 8 floats at a 32-byte aligned address of the depthwise scratch (aligned loads and stores:
@@ -527,7 +530,6 @@ static inline __attribute__((always_inline)) void dw_block(const float *restrict
                 }
             }
         }
-        /* the strip's outputs */
         /* the strip's outputs, DW_PX pixels (flat over its rows) at a time, written to the
          * planes at pixels oy0 wo + f ...; the last group's pixels past the strip repeat its
          * last pixel and are not written */
