@@ -117,6 +117,19 @@ DW_CASES = [
     (1, 2, 1, 1, 1, 1, (1, 1), (0, 0), (1, 1), True),
     (1, 3, 8, 9, 2, 2, (2, 2), (0, 0), (1, 1), True),
     (1, 7, 15, 1, 3, 1, (1, 1), (1, 0), (1, 1), True),
+    # the compiled kernel works on blocks of 16 channels (8 where at most 8 are left), a strip
+    # of rows of at most 24 Ki floats of padded input at a time, pixels flat over the strip
+    (1, 20, 9, 10, 3, 3, (1, 1), (1, 1), (1, 1), True),  # 16 + 4
+    (1, 24, 7, 7, 5, 5, (1, 1), (2, 2), (1, 1), True),  # 16 + 8
+    (2, 17, 5, 6, 3, 3, (2, 2), (1, 1), (1, 1), True),  # 16 + 1, blocks per image
+    (1, 40, 1, 30, 1, 5, (1, 1), (0, 2), (1, 1), True),  # 1xN planes, 16 + 16 + 8
+    (3, 33, 30, 1, 5, 1, (3, 1), (2, 0), (1, 1), False),  # Nx1 planes, stride 3
+    (1, 18, 40, 200, 3, 3, (1, 1), (1, 1), (1, 1), True),  # several strips
+    (1, 18, 40, 201, 3, 3, (1, 1), (1, 1), (1, 1), True),  # several strips, pixels not a multiple of 4
+    (2, 9, 23, 190, 3, 3, (2, 1), (3, 3), (2, 2), True),  # strips with dilation, padding past the reach
+    (1, 16, 30, 300, 3, 3, (1, 1), (5, 5), (1, 1), True),  # padding rows inside later strips
+    (1, 3, 5, 1600, 3, 3, (1, 1), (1, 1), (1, 1), True),  # a row wider than a strip: strips of 1 row
+    (1, 19, 12, 13, 7, 7, (3, 3), (3, 3), (1, 1), True),  # stride 3, 7x7
 ]
 
 
@@ -195,6 +208,25 @@ def test_depthwise_into_out_non_contiguous_input_and_aliasing(monkeypatch: pytes
     inplace = x.copy()  # out is the input itself (same shape at stride 1, padding 1)
     assert _conv.conv2d(inplace, wt, b, (1, 1), (1, 1), (1, 1), 24, inplace) is inplace
     np.testing.assert_allclose(inplace, ref, rtol=1e-5, atol=1e-5)
+
+
+@needs_native
+@pytest.mark.parametrize("act", [None, "relu", "hardswish", "silu"])
+@pytest.mark.parametrize("shape", [(2, 40, 7, 7, 5, 1), (1, 24, 13, 11, 3, 2), (1, 20, 30, 200, 3, 1)],
+                         ids=lambda s: "x".join(map(str, s[:4])) + f"k{s[4]}s{s[5]}")
+def test_depthwise_bits_do_not_depend_on_a_channels_block(shape: tuple, act: str | None) -> None:
+    """The compiled depthwise kernel computes up to 16 channels side by side: each channel's
+    result (activation included) is bit for bit the one it gets computed alone."""
+    n, c, h, w, k, s = shape
+    rng = np.random.default_rng(17)
+    x = (rng.standard_normal((n, c, h, w)) * 3).astype(np.float32)
+    wt = rng.standard_normal((c, 1, k, k)).astype(np.float32)
+    b = rng.standard_normal(c).astype(np.float32)
+    whole = _conv.conv2d(x, wt, b, (s, s), (k // 2, k // 2), (1, 1), c, None, act=act)
+    for ch in range(c):
+        alone = _conv.conv2d(x[:, ch:ch + 1].copy(), wt[ch:ch + 1], b[ch:ch + 1], (s, s), (k // 2, k // 2), (1, 1), 1,
+                             None, act=act)
+        assert np.array_equal(whole[:, ch:ch + 1], alone, equal_nan=True), ch
 
 
 @needs_native
