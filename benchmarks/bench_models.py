@@ -124,7 +124,10 @@ def _orch_xnnpack_available() -> bool:
 
 
 def _median_round_robin(fns: dict[str, Callable[[], object]], seconds: float, min_rounds: int = 3) -> dict[str, float]:
-    """Median latency of each fn, called in turn (interleaved) so load changes hit all alike."""
+    """Median latency of each fn, called in turn (interleaved) so load changes hit all alike.
+    Each turn makes one untimed call first: the turn before was another runtime's, whose idle
+    threads may still be spinning (XNNPACK's, orchestra's) and whose own may be asleep; the
+    timed call then sees the runtime as a user running it steadily does."""
     for f in fns.values():
         f()
     times: dict[str, list[float]] = {k: [] for k in fns}
@@ -132,6 +135,7 @@ def _median_round_robin(fns: dict[str, Callable[[], object]], seconds: float, mi
     end = perf() + seconds * len(fns)
     while perf() < end or min(len(t) for t in times.values()) < min_rounds:
         for k, f in fns.items():
+            f()
             t = perf()
             f()
             times[k].append(perf() - t)

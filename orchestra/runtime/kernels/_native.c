@@ -34,44 +34,82 @@ static int max_threads = 1;
 #define MAX_PARTS 64
 
 #if ORCH_THREADS
-/* The pool: up to 15 threads started on the first call that splits, each waiting on a
- * condition variable for the next call (no spinning: an idle pool takes no CPU from the
- * other instances on the machine). One call uses the pool at a time; a call that finds it
- * busy (another Python thread's, the GIL being released) runs its parts itself. After a fork
- * the child has none of the threads: the pool is rebuilt empty there (pthread_atfork). */
+#include <time.h>
+/* The pool: up to 15 threads started on the first call that splits. One call uses it at a
+ * time; a call that finds it busy (another Python thread's, the GIL being released) runs its
+ * parts itself. Parts are taken with an atomic counter by the caller (which starts at once)
+ * and by whichever threads are awake. Between calls a thread spins for POOL_SPIN_NS (a
+ * model's calls come back to back: waking a sleeping thread costs tens of microseconds on a
+ * VM, more than a small layer takes) and then sleeps on a condition variable, so an idle
+ * pool takes no CPU. The caller spins as long for the last part before it sleeps too. After
+ * a fork the child has none of the threads: the pool is rebuilt empty there (pthread_atfork). */
+#define POOL_SPIN_NS 150000L
+#define POOL_NO_PARTS (1 << 30) /* ``next`` between calls: a late taker finds nothing */
 static struct {
     pthread_mutex_t busy;   /* held by the call using the pool */
-    pthread_mutex_t mu;     /* guards the fields below */
+    pthread_mutex_t mu;     /* guards sleepers, caller_waits and the waits on the two conditions */
     pthread_cond_t work_cv; /* a new call: gen changed */
     pthread_cond_t done_cv; /* the last part of the call is done */
-    void *(*fn)(void *);
+    void *(*fn)(void *);    /* the call's, set before gen is (atomics below) */
     char *args;
     size_t arg_size;
-    int nparts, next, done, nthreads;
-    unsigned long gen;
+    int nparts, next, done; /* atomic */
+    unsigned long gen;      /* atomic */
+    int sleepers, caller_waits, nthreads;
 } pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER,
-          NULL, NULL, 0, 0, 0, 0, 0, 0};
+          NULL, NULL, 0, 0, POOL_NO_PARTS, 0, 0, 0, 0, 0};
 
-/* Takes and runs parts of the current call until none is left; called with pool.mu held. */
+static long pool_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long)ts.tv_sec * 1000000000L + ts.tv_nsec;
+}
+
+static inline void pool_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* Spins until *p != v (returns 1) or POOL_SPIN_NS pass (returns 0). */
+static int pool_spin_ne_ul(const unsigned long *p, unsigned long v) {
+    const long end = pool_now_ns() + POOL_SPIN_NS;
+    for (int i = 1;; i++) {
+        if (__atomic_load_n(p, __ATOMIC_ACQUIRE) != v) return 1;
+        pool_relax();
+        if ((i & 63) == 0 && pool_now_ns() > end) return 0;
+    }
+}
+
+/* Takes and runs parts of the current call until none is left. */
 static void pool_take_parts(void) {
-    while (pool.next < pool.nparts) {
-        const int k = pool.next++;
-        void *(*fn)(void *) = pool.fn;
-        char *arg = pool.args + (size_t)k * pool.arg_size;
-        pthread_mutex_unlock(&pool.mu);
-        fn(arg);
-        pthread_mutex_lock(&pool.mu);
-        if (++pool.done == pool.nparts) pthread_cond_signal(&pool.done_cv);
+    for (;;) {
+        const int k = __atomic_fetch_add(&pool.next, 1, __ATOMIC_ACQ_REL);
+        const int n = __atomic_load_n(&pool.nparts, __ATOMIC_ACQUIRE);
+        if (k >= n) return;
+        pool.fn(pool.args + (size_t)k * pool.arg_size);
+        if (__atomic_add_fetch(&pool.done, 1, __ATOMIC_ACQ_REL) == n) {
+            pthread_mutex_lock(&pool.mu);
+            if (pool.caller_waits) pthread_cond_signal(&pool.done_cv);
+            pthread_mutex_unlock(&pool.mu);
+        }
     }
 }
 
 static void *pool_worker(void *unused) {
     (void)unused;
-    pthread_mutex_lock(&pool.mu);
-    unsigned long seen = pool.gen;
+    unsigned long seen = __atomic_load_n(&pool.gen, __ATOMIC_ACQUIRE);
     for (;;) {
-        while (pool.gen == seen) pthread_cond_wait(&pool.work_cv, &pool.mu);
-        seen = pool.gen;
+        if (!pool_spin_ne_ul(&pool.gen, seen)) {
+            pthread_mutex_lock(&pool.mu);
+            while (__atomic_load_n(&pool.gen, __ATOMIC_ACQUIRE) == seen) {
+                pool.sleepers++;
+                pthread_cond_wait(&pool.work_cv, &pool.mu);
+                pool.sleepers--;
+            }
+            pthread_mutex_unlock(&pool.mu);
+        }
+        seen = __atomic_load_n(&pool.gen, __ATOMIC_ACQUIRE);
         pool_take_parts();
     }
     return NULL;
@@ -82,8 +120,9 @@ static void pool_after_fork_in_child(void) {
     pthread_mutex_init(&pool.mu, NULL);
     pthread_cond_init(&pool.work_cv, NULL);
     pthread_cond_init(&pool.done_cv, NULL);
-    pool.nthreads = 0;
-    pool.nparts = pool.next = pool.done = 0;
+    pool.nthreads = pool.sleepers = pool.caller_waits = 0;
+    pool.nparts = pool.done = 0;
+    pool.next = POOL_NO_PARTS;
 }
 
 /* Starts threads until the pool has ``want`` (called holding pool.busy); how many it has. */
@@ -114,19 +153,34 @@ static void run_parts(void *(*fn)(void *), void *args, size_t arg_size, int n) {
 #if ORCH_THREADS
     if (n > 1 && max_threads > 1 && pthread_mutex_trylock(&pool.busy) == 0) {
         if (pool_grow(max_threads - 1) > 0) {
-            pthread_mutex_lock(&pool.mu);
             pool.fn = fn;
             pool.args = (char *)args;
             pool.arg_size = arg_size;
-            pool.nparts = n;
-            pool.next = 0;
-            pool.done = 0;
-            pool.gen++;
-            pthread_cond_broadcast(&pool.work_cv);
-            pool_take_parts();
-            while (pool.done < pool.nparts) pthread_cond_wait(&pool.done_cv, &pool.mu);
-            pool.nparts = pool.next = 0;
+            __atomic_store_n(&pool.nparts, n, __ATOMIC_RELEASE);
+            __atomic_store_n(&pool.done, 0, __ATOMIC_RELEASE);
+            __atomic_store_n(&pool.next, 0, __ATOMIC_RELEASE);
+            __atomic_add_fetch(&pool.gen, 1, __ATOMIC_ACQ_REL);
+            pthread_mutex_lock(&pool.mu);
+            if (pool.sleepers) pthread_cond_broadcast(&pool.work_cv);
             pthread_mutex_unlock(&pool.mu);
+            pool_take_parts();
+            if (__atomic_load_n(&pool.done, __ATOMIC_ACQUIRE) < n) {
+                const long end = pool_now_ns() + POOL_SPIN_NS;
+                for (int i = 1; __atomic_load_n(&pool.done, __ATOMIC_ACQUIRE) < n; i++) {
+                    pool_relax();
+                    if ((i & 63) == 0 && pool_now_ns() > end) {
+                        pthread_mutex_lock(&pool.mu);
+                        pool.caller_waits = 1;
+                        while (__atomic_load_n(&pool.done, __ATOMIC_ACQUIRE) < n)
+                            pthread_cond_wait(&pool.done_cv, &pool.mu);
+                        pool.caller_waits = 0;
+                        pthread_mutex_unlock(&pool.mu);
+                        break;
+                    }
+                }
+            }
+            /* late takers of this call find nothing from here on */
+            __atomic_store_n(&pool.next, POOL_NO_PARTS, __ATOMIC_RELEASE);
             pthread_mutex_unlock(&pool.busy);
             return;
         }
