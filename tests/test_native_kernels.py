@@ -492,6 +492,51 @@ def test_the_products_check_the_buffers_they_are_given() -> None:
         native.linear_f32(x, wt, None, bytes(96), 1, 4, 8, 6)
 
 
+_AT_A_PAGE_END = """
+import ctypes, mmap, sys
+import numpy as np
+from orchestra.runtime.kernels import _conv
+
+native = _conv._native
+page = mmap.PAGESIZE
+
+
+def at_page_end(a):
+    # a copy of a whose last byte is the last readable one: the next page is PROT_NONE
+    pages = -(-a.nbytes // page)
+    buf = mmap.mmap(-1, (pages + 1) * page, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    assert ctypes.CDLL(None).mprotect(ctypes.c_void_p(base + pages * page), page, 0) == 0
+    out = np.frombuffer(buf, a.dtype, count=a.size, offset=pages * page - a.nbytes).reshape(a.shape)
+    out[...] = a
+    return out
+
+
+rng = np.random.default_rng(1)
+for t in (1, 2, 3, 5, 6, 7, 9, 70):  # rows of the product: the last tile short of 4 rows
+    x = at_page_end(rng.standard_normal((t, 40)).astype(np.float32))
+    wt = rng.standard_normal((40, 37)).astype(np.float32)
+    out = np.empty((t, 37), np.float32)
+    native.linear_f32(x, wt, None, out, 1, t, 40, 37)
+    assert np.allclose(out, x.astype(np.float64) @ wt, rtol=1e-5, atol=1e-4)
+    w = at_page_end(rng.standard_normal((t, 40)).astype(np.float32))  # t output channels
+    xs = rng.standard_normal((40, 50)).astype(np.float32)
+    o2 = np.empty((t, 50), np.float32)
+    native.conv1x1_f32(xs, w, None, o2, 1, 40, 50, t)
+    assert np.allclose(o2, w.astype(np.float64) @ xs, rtol=1e-5, atol=1e-4)
+print("ok")
+"""
+
+
+@needs_native
+def test_products_read_no_row_past_their_operand() -> None:
+    """A tile computes 4 rows; the last one of a product whose rows are not a multiple of 4
+    reads only the rows there are: operands that end where the next page is unreadable
+    (a read past them would kill the child process)."""
+    r = subprocess.run([sys.executable, "-c", _AT_A_PAGE_END], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", (r.returncode, r.stderr[-2000:])
+
+
 @needs_native
 @pytest.mark.parametrize("threads", [2, 3])
 def test_products_split_over_threads_give_the_same_bits(threads: int) -> None:

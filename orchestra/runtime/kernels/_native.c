@@ -1133,16 +1133,19 @@ static PyObject *py_bias_act_f32(PyObject *self, PyObject *args) {
                           Py_ssize_t ldb, Py_ssize_t K, const float *restrict rbias, const float *restrict cbias,     \
                           float *restrict out, Py_ssize_t ldo, Py_ssize_t ncols, Py_ssize_t nrows, int act) {         \
         VT acc[4][2];                                                                                                \
-        for (int r = 0; r < 4; r++)                                                                                  \
+        const float *ar[4]; /* rows past nrows read the last one again (never past A's end) */                      \
+        for (int r = 0; r < 4; r++) {                                                                                \
+            ar[r] = a + (r < nrows ? r : nrows - 1) * ars;                                                           \
             for (int v = 0; v < 2; v++) acc[r][v] = (VT){0};                                                         \
+        }                                                                                                            \
         for (Py_ssize_t k = 0; k < K; k++) {                                                                         \
             VT x0, x1;                                                                                               \
             __builtin_memcpy(&x0, b + k * ldb, sizeof x0);                                                           \
             __builtin_memcpy(&x1, b + k * ldb + VW, sizeof x1);                                                      \
-            const float *restrict w = a + k * aks;                                                                   \
             for (int r = 0; r < 4; r++) {                                                                            \
-                acc[r][0] += w[r * ars] * x0;                                                                        \
-                acc[r][1] += w[r * ars] * x1;                                                                        \
+                const float w = ar[r][k * aks];                                                                      \
+                acc[r][0] += w * x0;                                                                                 \
+                acc[r][1] += w * x1;                                                                                 \
             }                                                                                                        \
         }                                                                                                            \
         VT c0 = {0}, c1 = {0};                                                                                       \
