@@ -356,12 +356,16 @@ def test_a_call_split_over_threads_gives_the_same_bits(threads: int) -> None:
     dw = rng.standard_normal((64, 1, 5, 5)).astype(np.float32)
     grouped = rng.standard_normal((64, 8, 3, 3)).astype(np.float32)
     b = rng.standard_normal(64).astype(np.float32)
+    rgb = rng.standard_normal((1, 3, 224, 224)).astype(np.float32)
+    stem = rng.standard_normal((30, 3, 3, 3)).astype(np.float32)  # 30: the last share is 2 channels
     runs = []
     for n in (1, threads):
         kernels.set_threads(n)
         try:
             runs.append((_conv.conv2d(x, dw, b, (1, 1), (2, 2), (1, 1), 64, None),
                          _conv.conv2d(x, grouped, b, (1, 1), (1, 1), (1, 1), 8, None, act="silu"),
+                         # one image, one group (a stem): split over output channels
+                         _conv.conv2d(rgb, stem, b[:30], (2, 2), (1, 1), (1, 1), 1, None, act="hardswish"),
                          ew.silu_out(x, np.empty_like(x)), ew.hardswish_out(x, np.empty_like(x))))
         finally:
             kernels.set_threads(1)

@@ -901,6 +901,20 @@ static void *conv_part(void *arg) {
     return NULL;
 }
 
+/* A share of a one-image, one-group convolution (a network's stem: 3 input channels): its
+ * padded input planes are shared, made once by the caller; the share is output channels
+ * [i0 * OB, i1 * OB). (conv_part's split is by image and group: one part here.) */
+static void *conv_oc_part(void *arg) {
+    const conv_job *j = (const conv_job *)arg;
+    const Py_ssize_t o0 = j->i0 * OB, o1 = j->i1 * OB < j->og ? j->i1 * OB : j->og;
+    if (o1 <= o0) return NULL;
+    float *dst = j->out + o0 * j->ho * j->wo;
+    grouped_group(j->scratch, j->plane_len, j->w + o0 * j->cg * j->taps, j->bias ? j->bias + o0 : NULL, dst, j->toff,
+                  j->taps, j->cg, o1 - o0, j->sh, j->ho, j->wo, j->row);
+    if (j->act != ACT_NONE) act_inplace(dst, (o1 - o0) * j->ho * j->wo, j->act);
+    return NULL;
+}
+
 static PyObject *py_conv_f32(PyObject *self, PyObject *args) {
     Py_buffer x, w, b, out;
     PyObject *bias_obj;
@@ -978,17 +992,34 @@ static PyObject *py_conv_f32(PyObject *self, PyObject *args) {
             for (Py_ssize_t j = 0; j < kw; j++)
                 toff[i * kw + j] = ((j * dw) % sw) * hp * row + i * dh * row + (j * dw) / sw;
         conv_job jobs[MAX_PARTS];
-        const Py_ssize_t items = n_ * g_;
-        for (int k = 0; k < nparts; k++) {
+        const Py_ssize_t oc_items = (og + OB - 1) / OB;
+        const int oc_parts = !depthwise && n_ == 1 && g_ == 1 ? parts_for(prod4(o_, cg, ho * wo, taps), oc_items) : 1;
+        if (oc_parts > 1) {
+            for (Py_ssize_t ci = 0; ci < cg; ci++)
+                pad_plane((const float *)x.buf + ci * h * wd, scratch + ci * plane_len, h, wd, sw, ph, pw, hp, row);
+            for (int k = 0; k < oc_parts; k++) {
+                conv_job j = {(const float *)x.buf, (const float *)w.buf, have_bias ? (const float *)b.buf : NULL,
+                              (float *)out.buf, scratch, toff, oc_items * k / oc_parts, oc_items * (k + 1) / oc_parts,
+                              c_, h, wd, o_, g_, cg, og, taps, sh, sw, ph, pw, ho, wo, hp, row, plane_len, act, NULL};
+                jobs[k] = j;
+            }
+            Py_BEGIN_ALLOW_THREADS
+            run_parts(conv_oc_part, jobs, sizeof jobs[0], oc_parts);
+            Py_END_ALLOW_THREADS
+        }
+        const Py_ssize_t items = oc_parts > 1 ? 0 : n_ * g_;
+        for (int k = 0; k < nparts && items; k++) {
             conv_job j = {(const float *)x.buf, (const float *)w.buf, have_bias ? (const float *)b.buf : NULL,
                           (float *)out.buf, scratch + k * part_floats, toff, items * k / nparts,
                           items * (k + 1) / nparts, c_, h, wd, o_, g_, cg, og, taps, sh, sw, ph, pw, ho, wo, hp, row,
                           plane_len, act, depthwise ? &dwg : NULL};
             jobs[k] = j;
         }
-        Py_BEGIN_ALLOW_THREADS
-        run_parts(conv_part, jobs, sizeof jobs[0], nparts);
-        Py_END_ALLOW_THREADS
+        if (items) {
+            Py_BEGIN_ALLOW_THREADS
+            run_parts(conv_part, jobs, sizeof jobs[0], nparts);
+            Py_END_ALLOW_THREADS
+        }
     }
     PyMem_RawFree(toff);
     PyMem_RawFree(scratch_mem);
