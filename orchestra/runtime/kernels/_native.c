@@ -957,9 +957,11 @@ static PyObject *py_conv_f32(PyObject *self, PyObject *args) {
     Py_ssize_t *toff = NULL;
     const Py_ssize_t hp = h + 2 * ph, row = (wd + 2 * pw + sw - 1) / sw + 8, plane_len = sw * hp * row;
     const Py_ssize_t taps = kh * kw;
-    const int nparts = ok ? parts_for(prod4(n_, o_ * cg, ho * wo, taps), n_ * g_) : 1;
     /* depthwise: strips of output rows whose padded input fits DW_STRIP_FLOATS (one row at least) */
-    const int depthwise = cg == 1 && og == 1;
+    const int depthwise = ok && cg == 1 && og == 1;
+    /* a depthwise call is split in blocks of 8 channels (its vectors' width: a part of fewer
+     * channels leaves lanes idle and transposes its rows again for them) */
+    const int nparts = ok ? parts_for(prod4(n_, o_ * cg, ho * wo, taps), depthwise ? (n_ * g_ + 7) / 8 : n_ * g_) : 1;
     dw_geom dwg = {c_, h, wd, ho, wo, kh, kw, sh, sw, ph, pw, dh, dw, wd + 2 * pw, 1, 0};
     Py_ssize_t part_floats = cg * plane_len;
     if (ok && depthwise) {
@@ -1009,9 +1011,16 @@ static PyObject *py_conv_f32(PyObject *self, PyObject *args) {
         }
         const Py_ssize_t items = oc_parts > 1 ? 0 : n_ * g_;
         for (int k = 0; k < nparts && items; k++) {
+            Py_ssize_t i0 = items * k / nparts, i1 = items * (k + 1) / nparts;
+            if (depthwise) { /* whole blocks of 8 channels (of the flattened image x channel index) */
+                i0 = k == 0 ? 0 : (((items + 7) / 8) * k / nparts) * 8;
+                i1 = k + 1 == nparts ? items : (((items + 7) / 8) * (k + 1) / nparts) * 8;
+                if (i1 > items) i1 = items;
+                if (i0 > i1) i0 = i1;
+            }
             conv_job j = {(const float *)x.buf, (const float *)w.buf, have_bias ? (const float *)b.buf : NULL,
-                          (float *)out.buf, scratch + k * part_floats, toff, items * k / nparts,
-                          items * (k + 1) / nparts, c_, h, wd, o_, g_, cg, og, taps, sh, sw, ph, pw, ho, wo, hp, row,
+                          (float *)out.buf, scratch + k * part_floats, toff, i0,
+                          i1, c_, h, wd, o_, g_, cg, og, taps, sh, sw, ph, pw, ho, wo, hp, row,
                           plane_len, act, depthwise ? &dwg : NULL};
             jobs[k] = j;
         }
