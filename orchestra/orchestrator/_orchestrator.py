@@ -59,8 +59,10 @@ class Orchestrator:
         process_initializer: for ``placement="process"`` instances: a picklable module-level
             function each worker process runs before loading its Method (e.g. to register
             backends that are not entry points).
-        blas_threads: BLAS/OpenMP threads per worker process, and for this process while it
-            runs thread-placed instances; None (default): orchestra decides (a worker process:
+        blas_threads: compute threads per worker process (given to orchestra's compiled
+            kernels where they are built, the BLAS/OpenMP pools then running one; else to those
+            pools), and BLAS/OpenMP threads for this process while it runs thread-placed
+            instances; None (default): orchestra decides (a worker process:
             the CPUs it is bound to, 1 when unbound and sharing; thread placement: 1), unless
             ``OPENBLAS_NUM_THREADS`` / ``MKL_NUM_THREADS`` / ``OMP_NUM_THREADS`` is set, which
             is then left in force. Each instance's ``statistics().threads`` reports it.
