@@ -404,7 +404,8 @@ def test_the_compiled_1x1_product_matches_float64(case: tuple, act: int) -> None
 
 @needs_native
 @pytest.mark.parametrize("case", [(1, 128, 256, 1000, False), (1, 197, 192, 576, False), (3, 9, 64, 197, True),
-                                  (1, 8, 7, 3, False), (2, 70, 33, 40, False)],
+                                  (1, 8, 7, 3, False), (2, 70, 33, 40, False), (1, 1, 1024, 1000, False),
+                                  (1, 3, 70, 1100, False), (2, 2, 9, 5, True)],
                          ids=lambda c: "x".join(map(str, c[:4])) + ("b" if c[4] else ""))
 def test_the_compiled_linear_product_matches_float64(case: tuple) -> None:
     """linear_f32 (B products of T x K by K x N, the right operand shared or one per product)
@@ -435,7 +436,8 @@ def test_products_run_where_the_runtime_multiplies(monkeypatch: pytest.MonkeyPat
 
     class Spy:
         def __getattr__(self, name: str) -> object:
-            calls.append(name)
+            if name != "get_threads":
+                calls.append(name)
             return getattr(real, name)
 
     rng = np.random.default_rng(23)
@@ -448,13 +450,21 @@ def test_products_run_where_the_runtime_multiplies(monkeypatch: pytest.MonkeyPat
     np.testing.assert_allclose(addmm(b, x, w, 1, 1, np.empty((64, 40), np.float32)), want, rtol=1e-5, atol=1e-4)
     assert calls == ["linear_f32"]
     calls.clear()
-    get_kernel_fn("aten::mm.out")(x[:4], w, np.empty((4, 40), np.float32))  # 4 rows: BLAS
+    get_kernel_fn("aten::mm.out")(x[:2], w, np.empty((2, 40), np.float32))  # 2 rows on 1 thread: BLAS
     get_kernel_fn("aten::mm.out")(x.astype(np.float64), w, np.empty((64, 40)))  # float64: BLAS
     assert calls == []
     xb = rng.standard_normal((3, 16, 8)).astype(np.float32)
     yb = rng.standard_normal((3, 8, 16)).astype(np.float32)
     got = get_kernel_fn("aten::bmm.out")(xb, yb.transpose(0, 2, 1).copy().transpose(0, 2, 1), np.empty((3, 16, 16), np.float32))
     np.testing.assert_allclose(got, np.matmul(xb.astype(np.float64), yb), rtol=1e-5, atol=1e-5)
+    assert calls == ["linear_f32"]
+    calls.clear()
+    kernels.set_threads(2)
+    try:  # a matrix-vector product goes to the compiled kernel where it can split
+        got = get_kernel_fn("aten::mm.out")(x[:2], w, np.empty((2, 40), np.float32))
+    finally:
+        kernels.set_threads(1)
+    np.testing.assert_allclose(got, x[:2].astype(np.float64) @ w, rtol=1e-5, atol=1e-4)
     assert calls == ["linear_f32"]
 
 
@@ -551,6 +561,8 @@ def test_products_split_over_threads_give_the_same_bits(threads: int) -> None:
     w = rng.standard_normal((144, 24)).astype(np.float32)
     a = rng.standard_normal((197, 192)).astype(np.float32)
     wt = rng.standard_normal((192, 768)).astype(np.float32)
+    row = rng.standard_normal((1, 1536)).astype(np.float32)
+    wide = rng.standard_normal((1536, 768)).astype(np.float32)
     b = rng.standard_normal(768).astype(np.float32)
     runs = []
     for n in (1, threads):
@@ -560,7 +572,9 @@ def test_products_split_over_threads_give_the_same_bits(threads: int) -> None:
             native.conv1x1_f32(x, w, b[:144], o1, 2, 24, 3136, 144, 3)
             o2 = np.empty((197, 768), np.float32)
             native.linear_f32(a, wt, b, o2, 1, 197, 192, 768)
-            runs.append((o1, o2))
+            o3 = np.empty((1, 768), np.float32)  # a matrix-vector product: column blocks
+            native.linear_f32(row, wide, b, o3, 1, 1, 1536, 768)
+            runs.append((o1, o2, o3))
         finally:
             kernels.set_threads(1)
     for p, q in zip(*runs):

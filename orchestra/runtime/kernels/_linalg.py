@@ -13,10 +13,11 @@ __all__: list[str] = []
 
 _native = load_native()  # orchestra's compiled kernels, or None (numpy/BLAS only)
 
-# Products with fewer rows than this stay with BLAS: the compiled tiles compute 4 rows at
-# a time and copy each block of columns of the right operand once, which a matrix-vector
-# product does not amortise (measured: 1 x 1024 x 1000 took 2-3x BLAS's time).
-_NATIVE_MIN_ROWS = 8
+# A product of fewer rows than this (a classifier's matrix-vector product) goes to the
+# compiled kernel only when it may split over threads: on one, BLAS's sgemv is faster
+# (1 x 1024 x 1000: 52 us against 66); the kernel's column blocks split where BLAS, held to
+# one thread, can't.
+_NATIVE_MIN_ROWS = 4
 
 _F32 = np.dtype(np.float32)
 
@@ -25,8 +26,8 @@ def _native_product(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, out: 
     """``a @ b`` (+ ``bias`` over the last axis) straight into ``out`` by the compiled kernel
     (float32; 2-d operands, or 3-d with equal batch), running on orchestra's own threads.
     None where it doesn't apply (the caller then uses numpy): another dtype or shape, fewer
-    than ``_NATIVE_MIN_ROWS`` rows, or an ``out`` that is not a writable C-contiguous array of
-    the result's shape and dtype sharing no memory with an operand."""
+    than ``_NATIVE_MIN_ROWS`` rows on one thread, or an ``out`` that is not a writable
+    C-contiguous array of the result's shape and dtype sharing no memory with an operand."""
     if _native is None or type(a) is not np.ndarray or type(b) is not np.ndarray or a.dtype != _F32 or b.dtype != _F32:
         return None
     if a.ndim == 2 and b.ndim == 2:
@@ -37,7 +38,7 @@ def _native_product(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, out: 
         return None
     t, k = a.shape[-2:]
     n = b.shape[-1]
-    if b.shape[-2] != k or t < _NATIVE_MIN_ROWS or min(nb, k, n) < 1:
+    if b.shape[-2] != k or min(nb, k, n) < 1 or (t < _NATIVE_MIN_ROWS and _native.get_threads() == 1):
         return None
     if bias is not None:
         if type(bias) is not np.ndarray or bias.dtype != _F32 or bias.shape not in ((n,), (1, n)):

@@ -1305,6 +1305,34 @@ static void *gemm_part(void *arg) {
     return NULL;
 }
 
+/* A product of fewer than GEMV_ROWS rows is a matrix-vector product per row: each part
+ * takes blocks of GEMV_COLS columns and streams B's rows through them once (the 4-row tiles
+ * would compute padding and copy B into panels for nothing). */
+#define GEMV_ROWS 4
+#define GEMV_COLS 512
+
+ORCH_CLONES
+static void gemv_cols(const float *restrict x, const float *restrict wt, const float *restrict bias,
+                      float *restrict out, Py_ssize_t K, Py_ssize_t N, Py_ssize_t c0, Py_ssize_t nc, int act) {
+    float acc[GEMV_COLS] __attribute__((aligned(64)));
+    for (Py_ssize_t q = 0; q < nc; q++) acc[q] = 0.0f;
+    Py_ssize_t k = 0;
+    for (; k + 4 <= K; k += 4) { /* four rows of B per pass over acc */
+        const float x0 = x[k], x1 = x[k + 1], x2 = x[k + 2], x3 = x[k + 3];
+        const float *restrict r0 = wt + k * N + c0, *restrict r1 = r0 + N, *restrict r2 = r1 + N, *restrict r3 = r2 + N;
+        for (Py_ssize_t q = 0; q < nc; q++) acc[q] += x0 * r0[q] + x1 * r1[q] + x2 * r2[q] + x3 * r3[q];
+    }
+    for (; k < K; k++) {
+        const float xv = x[k];
+        const float *restrict row = wt + k * N + c0;
+        for (Py_ssize_t q = 0; q < nc; q++) acc[q] += xv * row[q];
+    }
+    if (bias)
+        for (Py_ssize_t q = 0; q < nc; q++) acc[q] += bias[c0 + q];
+    if (act != ACT_NONE) act_inplace(acc, nc, act);
+    __builtin_memcpy(out + c0, acc, (size_t)nc * sizeof(float));
+}
+
 /* whether two buffers share a byte */
 static int overlaps(const Py_buffer *a, const Py_buffer *b) {
     return (const char *)a->buf < (const char *)b->buf + b->len && (const char *)b->buf < (const char *)a->buf + a->len;
@@ -1372,6 +1400,16 @@ typedef struct {
 static void *linear_part(void *arg) {
     linear_job *j = (linear_job *)arg;
     const Py_ssize_t nr = gemm_nr, K = j->k_, N = j->n_, T = j->t_;
+    if (T < GEMV_ROWS) { /* items: product it / nbc, column block (it % nbc) * GEMV_COLS */
+        for (Py_ssize_t it = j->i0; it < j->i1; it++) {
+            const Py_ssize_t bi = it / j->nbc, c0 = (it % j->nbc) * GEMV_COLS;
+            const Py_ssize_t nc = N - c0 < GEMV_COLS ? N - c0 : GEMV_COLS;
+            for (Py_ssize_t t = 0; t < T; t++)
+                gemv_cols(j->x + (bi * T + t) * K, j->wt + bi * j->wstride, j->bias, j->out + (bi * T + t) * N, K, N,
+                          c0, nc, j->act);
+        }
+        return NULL;
+    }
     float *panel = NULL;
     Py_ssize_t panel_of = -1; /* the (product, column block) the panel holds */
     float cb[32] = {0};
@@ -1435,7 +1473,9 @@ static PyObject *py_linear_f32(PyObject *self, PyObject *args) {
         ok = 0;
     }
     if (ok) {
-        const Py_ssize_t nbc = (n_ + gemm_nr - 1) / gemm_nr, nrb = (t_ + GEMM_ROWS - 1) / GEMM_ROWS;
+        const int gemv = t_ < GEMV_ROWS;
+        const Py_ssize_t nbc = gemv ? (n_ + GEMV_COLS - 1) / GEMV_COLS : (n_ + gemm_nr - 1) / gemm_nr;
+        const Py_ssize_t nrb = gemv ? 1 : (t_ + GEMM_ROWS - 1) / GEMM_ROWS;
         const Py_ssize_t items = nb_ * nrb * nbc;
         const int nparts = parts_for(prod4(nb_, t_, k_, n_), items);
         linear_job jobs[MAX_PARTS];
