@@ -408,20 +408,22 @@ def test_the_compiled_1x1_product_matches_float64(case: tuple, act: int) -> None
                                   (1, 3, 70, 1100, False), (2, 2, 9, 5, True)],
                          ids=lambda c: "x".join(map(str, c[:4])) + ("b" if c[4] else ""))
 def test_the_compiled_linear_product_matches_float64(case: tuple) -> None:
-    """linear_f32 (B products of T x K by K x N, the right operand shared or one per product)
-    against float64, with and without a bias over the columns."""
+    """linear_f32 (B products of T x K by K x N, the right operand shared or one per product,
+    given as rows or transposed) against float64, with and without a bias over the columns."""
     nb, t, k, n, batched = case
     rng = np.random.default_rng(19)
     x = rng.standard_normal((nb, t, k)).astype(np.float32)
     wt = rng.standard_normal((nb, k, n) if batched else (k, n)).astype(np.float32)
+    w = np.ascontiguousarray(wt.swapaxes(-1, -2))  # the same B given transposed: (N, K) rows
     b = rng.standard_normal(n).astype(np.float32)
     for bias in (b, None):
-        out = np.full((nb, t, n), np.nan, np.float32)
-        native.linear_f32(x, wt, bias, out, nb, t, k, n, batched)
         ref = np.matmul(x.astype(np.float64), wt.astype(np.float64))
         if bias is not None:
             ref += b
-        np.testing.assert_allclose(out, ref, rtol=2e-5, atol=2e-5 * np.sqrt(k))
+        for trans in (False, True):
+            out = np.full((nb, t, n), np.nan, np.float32)
+            native.linear_f32(x, w if trans else wt, bias, out, nb, t, k, n, batched, 0, trans)
+            np.testing.assert_allclose(out, ref, rtol=2e-5, atol=2e-5 * np.sqrt(k))
 
 
 @needs_native
@@ -448,6 +450,10 @@ def test_products_run_where_the_runtime_multiplies(monkeypatch: pytest.MonkeyPat
     want = x.astype(np.float64) @ w + b
     monkeypatch.setattr(_linalg, "_native", Spy())
     np.testing.assert_allclose(addmm(b, x, w, 1, 1, np.empty((64, 40), np.float32)), want, rtol=1e-5, atol=1e-4)
+    assert calls == ["linear_f32"]
+    calls.clear()
+    wview = np.ascontiguousarray(w.T).T  # a linear layer's W.T: a transposed view, read as it is
+    np.testing.assert_allclose(addmm(b, x, wview, 1, 1, np.empty((64, 40), np.float32)), want, rtol=1e-5, atol=1e-4)
     assert calls == ["linear_f32"]
     calls.clear()
     get_kernel_fn("aten::mm.out")(x[:2], w, np.empty((2, 40), np.float32))  # 2 rows on 1 thread: BLAS

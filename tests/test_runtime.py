@@ -234,3 +234,23 @@ def test_hundred_instances_cost_little_more_than_their_arenas(name: str) -> None
     assert r.returncode == 0, r.stderr
     growth, planned = map(int, r.stdout.split())
     assert growth <= 1.1 * 100 * planned, f"RSS grew {growth} bytes for 100 x {planned} planned bytes"
+
+
+def test_loading_leaves_the_garbage_collector_as_it_found_it() -> None:
+    """load_program / load_method pause Python's cyclic collector while they decode and
+    compile (full collections of a large heap cost more than the load), and put it back as
+    it was: on, off, and after a load that failed."""
+    import gc
+
+    was = gc.isenabled()
+    try:
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            prog = load_program(FIXTURES / "convnet.pte")
+            prog.load_method("forward")
+            assert gc.isenabled() is enabled
+            with pytest.raises(OrchestraError):
+                load_program(b"not a program")
+            assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()

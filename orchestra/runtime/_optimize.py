@@ -157,7 +157,7 @@ from ..program import (
     Tensor,
     numpy_dtype,
 )
-from .kernels import _linalg, get_kernel
+from .kernels import get_kernel
 from .kernels._conv import convolution_act, plan_conv2d
 from .kernels._elementwise import GELU_TABLE_MAX_SIZE, clip_ufunc, gelu_fit_f32_into, hardsigmoid_out, hardswish_out, silu_out
 from .kernels._pool import max_pool2d_values_out
@@ -1940,10 +1940,6 @@ def optimize_steps(
                 const = mt.constant(src)
                 if const is not None:
                     arr = fn(const)
-                    if arr.dtype == np.float32 and not arr.flags.c_contiguous and _linalg._native is not None:
-                        # the compiled product reads its right operand by rows: one copy here,
-                        # not a transposing copy per execute (a linear layer's W.T)
-                        arr = np.ascontiguousarray(arr)
                     arr.setflags(write=False)  # a view of the program's bytes, or a copy made once here
                     consts.append(arr)
                     params[k] = nv + len(derived)

@@ -50,7 +50,13 @@ def _native_product(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, out: 
     if (np.may_share_memory(out, a) or np.may_share_memory(out, b)
             or (bias is not None and np.may_share_memory(out, bias))):
         return None
-    _native.linear_f32(np.ascontiguousarray(a), np.ascontiguousarray(b), bias, out, nb, t, k, n, batched)
+    bt = b.swapaxes(-1, -2)
+    if bt.flags.c_contiguous and not b.flags.c_contiguous:
+        # b is a transposed view (a linear layer's W.T, attention's K^T): the kernel reads
+        # its rows as columns, no transposing copy
+        _native.linear_f32(np.ascontiguousarray(a), bt, bias, out, nb, t, k, n, batched, 0, True)
+    else:
+        _native.linear_f32(np.ascontiguousarray(a), np.ascontiguousarray(b), bias, out, nb, t, k, n, batched)
     return out
 
 

@@ -1333,6 +1333,38 @@ static void gemv_cols(const float *restrict x, const float *restrict wt, const f
     __builtin_memcpy(out + c0, acc, (size_t)nc * sizeof(float));
 }
 
+/* gemv_cols with B given transposed, as W (N x K) rows: out[n] = act(bias[n] + W[n, :] . x)
+ * for n in [c0, c0 + nc), each a dot product of two contiguous rows (4 x 8 partial sums). */
+static void gemv_rows(const float *restrict x, const float *restrict w, const float *restrict bias,
+                      float *restrict out, Py_ssize_t K, Py_ssize_t c0, Py_ssize_t nc, int act) {
+    for (Py_ssize_t n = c0; n < c0 + nc; n++) {
+        const float *restrict wr = w + n * K;
+        v8f s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
+        Py_ssize_t k = 0;
+        for (; k + 32 <= K; k += 32) {
+            v8f a0, a1, a2, a3, b0, b1, b2, b3;
+            __builtin_memcpy(&a0, wr + k, sizeof a0);
+            __builtin_memcpy(&a1, wr + k + 8, sizeof a1);
+            __builtin_memcpy(&a2, wr + k + 16, sizeof a2);
+            __builtin_memcpy(&a3, wr + k + 24, sizeof a3);
+            __builtin_memcpy(&b0, x + k, sizeof b0);
+            __builtin_memcpy(&b1, x + k + 8, sizeof b1);
+            __builtin_memcpy(&b2, x + k + 16, sizeof b2);
+            __builtin_memcpy(&b3, x + k + 24, sizeof b3);
+            s0 += a0 * b0;
+            s1 += a1 * b1;
+            s2 += a2 * b2;
+            s3 += a3 * b3;
+        }
+        const v8f sv = (s0 + s1) + (s2 + s3);
+        float acc = 0.0f;
+        for (int q = 0; q < 8; q++) acc += sv[q];
+        for (; k < K; k++) acc += wr[k] * x[k];
+        out[n] = bias ? acc + bias[n] : acc;
+    }
+    if (act != ACT_NONE) act_inplace(out + c0, nc, act);
+}
+
 /* whether two buffers share a byte */
 static int overlaps(const Py_buffer *a, const Py_buffer *b) {
     return (const char *)a->buf < (const char *)b->buf + b->len && (const char *)b->buf < (const char *)a->buf + a->len;
@@ -1394,7 +1426,7 @@ typedef struct {
     const float *x, *wt, *bias;
     float *out;
     Py_ssize_t t_, k_, n_, nbc, nrb, wstride, i0, i1;
-    int act, failed;
+    int act, failed, trans; /* trans: wt is B transposed, (N x K) rows */
 } linear_job;
 
 static void *linear_part(void *arg) {
@@ -1404,9 +1436,14 @@ static void *linear_part(void *arg) {
         for (Py_ssize_t it = j->i0; it < j->i1; it++) {
             const Py_ssize_t bi = it / j->nbc, c0 = (it % j->nbc) * GEMV_COLS;
             const Py_ssize_t nc = N - c0 < GEMV_COLS ? N - c0 : GEMV_COLS;
-            for (Py_ssize_t t = 0; t < T; t++)
-                gemv_cols(j->x + (bi * T + t) * K, j->wt + bi * j->wstride, j->bias, j->out + (bi * T + t) * N, K, N,
-                          c0, nc, j->act);
+            for (Py_ssize_t t = 0; t < T; t++) {
+                if (j->trans)
+                    gemv_rows(j->x + (bi * T + t) * K, j->wt + bi * j->wstride, j->bias, j->out + (bi * T + t) * N, K,
+                              c0, nc, j->act);
+                else
+                    gemv_cols(j->x + (bi * T + t) * K, j->wt + bi * j->wstride, j->bias, j->out + (bi * T + t) * N, K,
+                              N, c0, nc, j->act);
+            }
         }
         return NULL;
     }
@@ -1424,11 +1461,22 @@ static void *linear_part(void *arg) {
                 j->failed = 1;
                 return NULL;
             }
-            const float *src = j->wt + bi * j->wstride + n0;
-            for (Py_ssize_t k = 0; k < K; k++) {
-                float *row = panel + k * nr;
-                __builtin_memcpy(row, src + k * N, (size_t)nc * sizeof(float));
-                for (Py_ssize_t q = nc; q < nr; q++) row[q] = 0.0f;
+            if (j->trans) { /* B's columns n0.. are W's rows: transposed into the panel */
+                const float *src = j->wt + bi * j->wstride + n0 * K;
+                for (Py_ssize_t q = 0; q < nr; q++) {
+                    const float *wr = src + q * K;
+                    if (q < nc)
+                        for (Py_ssize_t k = 0; k < K; k++) panel[k * nr + q] = wr[k];
+                    else
+                        for (Py_ssize_t k = 0; k < K; k++) panel[k * nr + q] = 0.0f;
+                }
+            } else {
+                const float *src = j->wt + bi * j->wstride + n0;
+                for (Py_ssize_t k = 0; k < K; k++) {
+                    float *row = panel + k * nr;
+                    __builtin_memcpy(row, src + k * N, (size_t)nc * sizeof(float));
+                    for (Py_ssize_t q = nc; q < nr; q++) row[q] = 0.0f;
+                }
             }
             panel_of = key;
         }
@@ -1451,9 +1499,10 @@ static PyObject *py_linear_f32(PyObject *self, PyObject *args) {
     Py_buffer x, wt, b, out;
     PyObject *bias_obj;
     Py_ssize_t nb_, t_, k_, n_;
-    int batched_w = 0, act = ACT_NONE;
+    int batched_w = 0, act = ACT_NONE, trans = 0;
     (void)self;
-    if (!PyArg_ParseTuple(args, "y*y*Ow*nnnn|pi", &x, &wt, &bias_obj, &out, &nb_, &t_, &k_, &n_, &batched_w, &act))
+    if (!PyArg_ParseTuple(args, "y*y*Ow*nnnn|pip", &x, &wt, &bias_obj, &out, &nb_, &t_, &k_, &n_, &batched_w, &act,
+                          &trans))
         return NULL;
     int have_bias = bias_obj != Py_None, ok = 1;
     if (have_bias && PyObject_GetBuffer(bias_obj, &b, PyBUF_SIMPLE) < 0) {
@@ -1482,7 +1531,7 @@ static PyObject *py_linear_f32(PyObject *self, PyObject *args) {
         for (int k = 0; k < nparts; k++) {
             linear_job j = {(const float *)x.buf, (const float *)wt.buf, have_bias ? (const float *)b.buf : NULL,
                             (float *)out.buf, t_, k_, n_, nbc, nrb, batched_w ? k_ * n_ : 0, items * k / nparts,
-                            items * (k + 1) / nparts, act, 0};
+                            items * (k + 1) / nparts, act, 0, trans};
             jobs[k] = j;
         }
         Py_BEGIN_ALLOW_THREADS
@@ -1532,8 +1581,9 @@ static PyMethodDef methods[] = {
      "conv1x1_f32(x, w, bias|None, out, N, K, P, M[, act]): out[n, m, :] = act(bias[m] + sum_k w[m, k] * "
      "x[n, k, :]) for x (N, K, P), w (M, K) and out (N, M, P), float32, C-contiguous, out not overlapping x."},
     {"linear_f32", py_linear_f32, METH_VARARGS,
-     "linear_f32(x, wt, bias|None, out, B, T, K, N[, batched_w, act]): out[b, t, :] = act(bias + sum_k x[b, t, k] * "
-     "wt[k, :]) for x (B, T, K), wt (K, N) (batched_w: (B, K, N), wt[b]) and out (B, T, N), float32, "
+     "linear_f32(x, wt, bias|None, out, B, T, K, N[, batched_w, act, trans]): out[b, t, :] = act(bias + sum_k "
+     "x[b, t, k] * wt[k, :]) for x (B, T, K), wt (K, N) (trans: wt given as its transpose, (N, K); batched_w: one "
+     "per product, wt[b]) and out (B, T, N), float32, "
      "C-contiguous, out overlapping no operand."},
     {"silu_f32", py_silu_f32, METH_VARARGS, "silu_f32(x, out, n): out[:n] = silu(x[:n]), float32; out may be x."},
     {"gelu_f32", py_gelu_f32, METH_VARARGS,
