@@ -232,11 +232,9 @@ typedef int32_t vi8 __attribute__((vector_size(32)));
     static inline __attribute__((always_inline)) VT vsel_##SUF(VI m, VT a, VT b) {                                   \
         return (VT)((m & (VI)a) | (~m & (VI)b));                                                                     \
     }                                                                                                                \
-    static inline __attribute__((always_inline)) VT silu_##SUF(VT v) {                                               \
+    /* exp(t) = 2^k p for t already clamped: k = round(t / ln2) (into *k), p = exp(r) */                           \
+    static inline __attribute__((always_inline)) VT exp_parts_##SUF(VT t, VI *k) {                                   \
         const VT zero = {0};                                                                                         \
-        VT t = -v;                                                                                                   \
-        t = vsel_##SUF(t < zero - 87.0f, zero - 87.0f, t);                                                           \
-        t = vsel_##SUF(t > zero + 88.7228394f, zero + 88.7228394f, t);                                               \
         const VT km = t * 1.44269504088896341f + 12582912.0f;                                                        \
         const VT kf = km - 12582912.0f;                                                                              \
         VT r = t - kf * 0.693359375f;                                                                                \
@@ -249,7 +247,17 @@ typedef int32_t vi8 __attribute__((vector_size(32)));
         p = p * r + 0.5f;                                                                                            \
         p = p * r + 1.0f;                                                                                            \
         p = p * r + 1.0f;                                                                                            \
-        const VI bits = (VI)(((VI)km - 0x4B400000 + 126) << 23);                                                     \
+        *k = (VI)km - 0x4B400000;                                                                                    \
+        return p;                                                                                                    \
+    }                                                                                                                \
+    static inline __attribute__((always_inline)) VT silu_##SUF(VT v) {                                               \
+        const VT zero = {0};                                                                                         \
+        VT t = -v;                                                                                                   \
+        t = vsel_##SUF(t < zero - 87.0f, zero - 87.0f, t);                                                           \
+        t = vsel_##SUF(t > zero + 88.7228394f, zero + 88.7228394f, t);                                               \
+        VI k;                                                                                                        \
+        const VT p = exp_parts_##SUF(t, &k);                                                                         \
+        const VI bits = (VI)((k + 126) << 23);                                                                       \
         const VT e = p * (VT)bits * 2.0f;                                                                            \
         const VT res = v / (e + 1.0f);                                                                               \
         return vsel_##SUF(-v > zero + 88.7228394f, v * 0.0f, res);                                                   \
@@ -293,19 +301,8 @@ VEC_ACTS(8, v8f, vi8)
         const VT zero = {0};                                                                                         \
         t = vsel_##SUF(t < zero - 104.0f, zero - 104.0f, t);                                                         \
         t = vsel_##SUF(t > zero + 88.7228394f, zero + 88.7228394f, t);                                               \
-        const VT km = t * 1.44269504088896341f + 12582912.0f;                                                        \
-        const VT kf = km - 12582912.0f;                                                                              \
-        VT r = t - kf * 0.693359375f;                                                                                \
-        r = r - kf * -2.12194440e-4f;                                                                                \
-        VT p = zero + 1.0f / 5040.0f;                                                                                \
-        p = p * r + 1.0f / 720.0f;                                                                                   \
-        p = p * r + 1.0f / 120.0f;                                                                                   \
-        p = p * r + 1.0f / 24.0f;                                                                                    \
-        p = p * r + 1.0f / 6.0f;                                                                                     \
-        p = p * r + 0.5f;                                                                                            \
-        p = p * r + 1.0f;                                                                                            \
-        p = p * r + 1.0f;                                                                                            \
-        const VI k = (VI)km - 0x4B400000;                                                                            \
+        VI k;                                                                                                        \
+        const VT p = exp_parts_##SUF(t, &k);                                                                         \
         const VI k1 = k >> 1, k2 = k - k1;                                                                           \
         const VT s1 = (VT)((k1 + 127) << 23), s2 = (VT)((k2 + 127) << 23);                                           \
         return p * s1 * s2;                                                                                          \
@@ -342,42 +339,31 @@ VEC_GELU(8, v8f, vi8)
  * (zero-padded), so an element's result does not depend on where it sits. One copy per
  * instruction set, picked when the module loads (spans_pick): 16-wide with AVX-512, 8-wide
  * elsewhere (16-wide code in the AVX2 build spilled: 3.5x slower). */
+/* The body of a span: v = EXPR(v) over x[:n] into out, VW floats at a time, the tail padded. */
+#define SPAN_BODY(VT, VW, EXPR)                                                                                      \
+    Py_ssize_t i = 0;                                                                                                \
+    for (; i + VW <= n; i += VW) {                                                                                   \
+        VT v;                                                                                                        \
+        __builtin_memcpy(&v, x + i, sizeof v);                                                                       \
+        v = EXPR;                                                                                                    \
+        __builtin_memcpy(out + i, &v, sizeof v);                                                                     \
+    }                                                                                                                \
+    if (i < n) {                                                                                                     \
+        float buf[VW] = {0};                                                                                         \
+        __builtin_memcpy(buf, x + i, (size_t)(n - i) * sizeof(float));                                               \
+        VT v;                                                                                                        \
+        __builtin_memcpy(&v, buf, sizeof v);                                                                         \
+        v = EXPR;                                                                                                    \
+        __builtin_memcpy(buf, &v, sizeof v);                                                                         \
+        __builtin_memcpy(out + i, buf, (size_t)(n - i) * sizeof(float));                                            \
+    }
+
 #define VEC_SPANS(NAME, ATTR, SUF, VT, VW)                                                                           \
     ATTR static void silu_span_##NAME(const float *x, float *out, Py_ssize_t n, float b) {                           \
-        Py_ssize_t i = 0;                                                                                            \
-        for (; i + VW <= n; i += VW) {                                                                               \
-            VT v;                                                                                                    \
-            __builtin_memcpy(&v, x + i, sizeof v);                                                                   \
-            v = silu_##SUF(v + b);                                                                                   \
-            __builtin_memcpy(out + i, &v, sizeof v);                                                                 \
-        }                                                                                                            \
-        if (i < n) {                                                                                                 \
-            float buf[VW] = {0};                                                                                     \
-            __builtin_memcpy(buf, x + i, (size_t)(n - i) * sizeof(float));                                           \
-            VT v;                                                                                                    \
-            __builtin_memcpy(&v, buf, sizeof v);                                                                     \
-            v = silu_##SUF(v + b);                                                                                   \
-            __builtin_memcpy(buf, &v, sizeof v);                                                                     \
-            __builtin_memcpy(out + i, buf, (size_t)(n - i) * sizeof(float));                                        \
-        }                                                                                                            \
+        SPAN_BODY(VT, VW, silu_##SUF(v + b))                                                                         \
     }                                                                                                                \
     ATTR static void gelu_span_##NAME(const float *restrict x, float *restrict out, Py_ssize_t n) {                  \
-        Py_ssize_t i = 0;                                                                                            \
-        for (; i + VW <= n; i += VW) {                                                                               \
-            VT v;                                                                                                    \
-            __builtin_memcpy(&v, x + i, sizeof v);                                                                   \
-            v = gelu_##SUF(v);                                                                                       \
-            __builtin_memcpy(out + i, &v, sizeof v);                                                                 \
-        }                                                                                                            \
-        if (i < n) {                                                                                                 \
-            float buf[VW] = {0};                                                                                     \
-            __builtin_memcpy(buf, x + i, (size_t)(n - i) * sizeof(float));                                           \
-            VT v;                                                                                                    \
-            __builtin_memcpy(&v, buf, sizeof v);                                                                     \
-            v = gelu_##SUF(v);                                                                                       \
-            __builtin_memcpy(buf, &v, sizeof v);                                                                     \
-            __builtin_memcpy(out + i, buf, (size_t)(n - i) * sizeof(float));                                        \
-        }                                                                                                            \
+        SPAN_BODY(VT, VW, gelu_##SUF(v))                                                                             \
     }
 
 VEC_SPANS(8, , 8, v8f, 8)
@@ -872,6 +858,17 @@ static void depthwise_part(const float *restrict x, const float *restrict w, con
     }
 }
 
+/* Releases a call's buffers (the bias only when it was taken) and returns None, or NULL
+ * when the call failed (its exception set). */
+static PyObject *release_call(int ok, int have_bias, Py_buffer *b, Py_buffer *x, Py_buffer *w, Py_buffer *out) {
+    if (have_bias) PyBuffer_Release(b);
+    PyBuffer_Release(x);
+    PyBuffer_Release(w);
+    PyBuffer_Release(out);
+    if (!ok) return NULL;
+    Py_RETURN_NONE;
+}
+
 /* A share of one convolution call: images x groups [i0, i1), with its own scratch. */
 typedef struct {
     const float *x, *w, *bias;
@@ -1032,12 +1029,7 @@ static PyObject *py_conv_f32(PyObject *self, PyObject *args) {
     }
     PyMem_RawFree(toff);
     PyMem_RawFree(scratch_mem);
-    if (have_bias) PyBuffer_Release(&b);
-    PyBuffer_Release(&x);
-    PyBuffer_Release(&w);
-    PyBuffer_Release(&out);
-    if (!ok) return NULL;
-    Py_RETURN_NONE;
+    return release_call(ok, have_bias, &b, &x, &w, &out);
 }
 
 typedef void (*unary_loop)(const float *restrict, float *restrict, Py_ssize_t);
@@ -1259,18 +1251,41 @@ static void gemm_pick(int level) {
 /* Rows of the result one item of a call computes (items are split across threads). */
 #define GEMM_ROWS 64
 
-/* A share of one conv1x1_f32 call: items [i0, i1); item it = image it / (nb * nm), pixel
- * block (it / nm) % nb (NR pixels), output channels (it % nm) * GEMM_ROWS onwards.
- * ``failed`` is set when its panel could not be allocated. */
+/* A share of one product call (conv1x1_f32 or linear_f32): items [i0, i1), as gemm_part and
+ * linear_part count them; ``failed`` is set when its panel could not be allocated. */
 typedef struct {
     const float *x, *w, *bias;
     float *out;
-    Py_ssize_t m_, k_, p_, nb, nm, i0, i1;
-    int act, failed;
-} gemm_job;
+    Py_ssize_t m_, k_, p_, nb, nm; /* conv1x1: out (M x P) per image, nb pixel and nm row blocks */
+    Py_ssize_t t_, n_, nbc, nrb, wstride; /* linear: T x N per product, column/row blocks, B's stride */
+    Py_ssize_t i0, i1;
+    int act, failed, trans; /* trans: linear's w is B transposed, (N x K) rows */
+} product_job;
 
+/* Runs fn over ``items`` split in ``nparts`` shares of the job ``proto`` (the GIL released);
+ * 0 (MemoryError set) when a share could not get its panel. */
+static int run_product(void *(*fn)(void *), const product_job *proto, Py_ssize_t items, int nparts) {
+    product_job jobs[MAX_PARTS];
+    for (int k = 0; k < nparts; k++) {
+        jobs[k] = *proto;
+        jobs[k].i0 = items * k / nparts;
+        jobs[k].i1 = items * (k + 1) / nparts;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    run_parts(fn, jobs, sizeof jobs[0], nparts);
+    Py_END_ALLOW_THREADS
+    for (int k = 0; k < nparts; k++)
+        if (jobs[k].failed) {
+            PyErr_NoMemory();
+            return 0;
+        }
+    return 1;
+}
+
+/* conv1x1_f32's items: image it / (nb * nm), pixel block (it / nm) % nb (NR pixels), output
+ * channels (it % nm) * GEMM_ROWS onwards. */
 static void *gemm_part(void *arg) {
-    gemm_job *j = (gemm_job *)arg;
+    product_job *j = (product_job *)arg;
     const Py_ssize_t nr = gemm_nr, K = j->k_, P = j->p_, M = j->m_;
     float *panel = NULL;
     Py_ssize_t panel_of = -1; /* the (image, pixel block) the panel holds */
@@ -1397,40 +1412,18 @@ static PyObject *py_conv1x1_f32(PyObject *self, PyObject *args) {
     if (ok) {
         const Py_ssize_t nb = (p_ + gemm_nr - 1) / gemm_nr, nm = (m_ + GEMM_ROWS - 1) / GEMM_ROWS, items = n_ * nb * nm;
         const int nparts = parts_for(prod4(n_, m_, k_, p_), items);
-        gemm_job jobs[MAX_PARTS];
-        for (int k = 0; k < nparts; k++) {
-            gemm_job j = {(const float *)x.buf, (const float *)w.buf, have_bias ? (const float *)b.buf : NULL,
-                          (float *)out.buf, m_, k_, p_, nb, nm, items * k / nparts, items * (k + 1) / nparts, act, 0};
-            jobs[k] = j;
-        }
-        Py_BEGIN_ALLOW_THREADS
-        run_parts(gemm_part, jobs, sizeof jobs[0], nparts);
-        Py_END_ALLOW_THREADS
-        for (int k = 0; k < nparts; k++)
-            if (jobs[k].failed) ok = 0;
-        if (!ok) PyErr_NoMemory();
+        const product_job proto = {(const float *)x.buf, (const float *)w.buf, have_bias ? (const float *)b.buf : NULL,
+                                   (float *)out.buf, m_, k_, p_, nb, nm, 0, 0, 0, 0, 0, 0, 0, act, 0, 0};
+        ok = run_product(gemm_part, &proto, items, nparts);
     }
-    if (have_bias) PyBuffer_Release(&b);
-    PyBuffer_Release(&x);
-    PyBuffer_Release(&w);
-    PyBuffer_Release(&out);
-    if (!ok) return NULL;
-    Py_RETURN_NONE;
+    return release_call(ok, have_bias, &b, &x, &w, &out);
 }
 
-/* A share of one linear_f32 call: items [i0, i1); item it = product it / (nrb * nbc), column
- * block (it / nrb) % nbc (NR columns), rows block it % nrb (GEMM_ROWS rows): consecutive
- * items share a column block, so its panel is packed once for all the rows. ``failed``: its
- * panel could not be allocated. */
-typedef struct {
-    const float *x, *wt, *bias;
-    float *out;
-    Py_ssize_t t_, k_, n_, nbc, nrb, wstride, i0, i1;
-    int act, failed, trans; /* trans: wt is B transposed, (N x K) rows */
-} linear_job;
-
+/* linear_f32's items: product it / (nrb * nbc), column block (it / nrb) % nbc (NR columns),
+ * rows block it % nrb (GEMM_ROWS rows): consecutive items share a column block, so its
+ * panel is packed once for all the rows. */
 static void *linear_part(void *arg) {
-    linear_job *j = (linear_job *)arg;
+    product_job *j = (product_job *)arg;
     const Py_ssize_t nr = gemm_nr, K = j->k_, N = j->n_, T = j->t_;
     if (T < GEMV_ROWS) { /* items: product it / nbc, column block (it % nbc) * GEMV_COLS */
         for (Py_ssize_t it = j->i0; it < j->i1; it++) {
@@ -1438,10 +1431,10 @@ static void *linear_part(void *arg) {
             const Py_ssize_t nc = N - c0 < GEMV_COLS ? N - c0 : GEMV_COLS;
             for (Py_ssize_t t = 0; t < T; t++) {
                 if (j->trans)
-                    gemv_rows(j->x + (bi * T + t) * K, j->wt + bi * j->wstride, j->bias, j->out + (bi * T + t) * N, K,
+                    gemv_rows(j->x + (bi * T + t) * K, j->w + bi * j->wstride, j->bias, j->out + (bi * T + t) * N, K,
                               c0, nc, j->act);
                 else
-                    gemv_cols(j->x + (bi * T + t) * K, j->wt + bi * j->wstride, j->bias, j->out + (bi * T + t) * N, K,
+                    gemv_cols(j->x + (bi * T + t) * K, j->w + bi * j->wstride, j->bias, j->out + (bi * T + t) * N, K,
                               N, c0, nc, j->act);
             }
         }
@@ -1462,7 +1455,7 @@ static void *linear_part(void *arg) {
                 return NULL;
             }
             if (j->trans) { /* B's columns n0.. are W's rows: transposed into the panel */
-                const float *src = j->wt + bi * j->wstride + n0 * K;
+                const float *src = j->w + bi * j->wstride + n0 * K;
                 for (Py_ssize_t q = 0; q < nr; q++) {
                     const float *wr = src + q * K;
                     if (q < nc)
@@ -1471,7 +1464,7 @@ static void *linear_part(void *arg) {
                         for (Py_ssize_t k = 0; k < K; k++) panel[k * nr + q] = 0.0f;
                 }
             } else {
-                const float *src = j->wt + bi * j->wstride + n0;
+                const float *src = j->w + bi * j->wstride + n0;
                 for (Py_ssize_t k = 0; k < K; k++) {
                     float *row = panel + k * nr;
                     __builtin_memcpy(row, src + k * N, (size_t)nc * sizeof(float));
@@ -1527,26 +1520,12 @@ static PyObject *py_linear_f32(PyObject *self, PyObject *args) {
         const Py_ssize_t nrb = gemv ? 1 : (t_ + GEMM_ROWS - 1) / GEMM_ROWS;
         const Py_ssize_t items = nb_ * nrb * nbc;
         const int nparts = parts_for(prod4(nb_, t_, k_, n_), items);
-        linear_job jobs[MAX_PARTS];
-        for (int k = 0; k < nparts; k++) {
-            linear_job j = {(const float *)x.buf, (const float *)wt.buf, have_bias ? (const float *)b.buf : NULL,
-                            (float *)out.buf, t_, k_, n_, nbc, nrb, batched_w ? k_ * n_ : 0, items * k / nparts,
-                            items * (k + 1) / nparts, act, 0, trans};
-            jobs[k] = j;
-        }
-        Py_BEGIN_ALLOW_THREADS
-        run_parts(linear_part, jobs, sizeof jobs[0], nparts);
-        Py_END_ALLOW_THREADS
-        for (int k = 0; k < nparts; k++)
-            if (jobs[k].failed) ok = 0;
-        if (!ok) PyErr_NoMemory();
+        const product_job proto = {(const float *)x.buf, (const float *)wt.buf, have_bias ? (const float *)b.buf : NULL,
+                                   (float *)out.buf, 0, k_, 0, 0, 0, t_, n_, nbc, nrb, batched_w ? k_ * n_ : 0, 0, 0,
+                                   act, 0, trans};
+        ok = run_product(linear_part, &proto, items, nparts);
     }
-    if (have_bias) PyBuffer_Release(&b);
-    PyBuffer_Release(&x);
-    PyBuffer_Release(&wt);
-    PyBuffer_Release(&out);
-    if (!ok) return NULL;
-    Py_RETURN_NONE;
+    return release_call(ok, have_bias, &b, &x, &wt, &out);
 }
 
 static PyObject *py_set_threads(PyObject *self, PyObject *args) {
