@@ -428,9 +428,10 @@ def test_the_compiled_linear_product_matches_float64(case: tuple) -> None:
 
 @needs_native
 def test_products_run_where_the_runtime_multiplies(monkeypatch: pytest.MonkeyPatch) -> None:
-    """addmm / mm / bmm and 1x1 and im2col convolutions of float32 go through the compiled
-    products (same results as the numpy/BLAS path within float32 rounding); a product of
-    fewer than 8 rows, another dtype or an out it can't write into stays with numpy."""
+    """addmm / mm / bmm of float32 go through the compiled products (same results as the
+    numpy/BLAS path within float32 rounding), a transposed right operand read as it is; a
+    product under 2^16 multiply-adds, of fewer than 4 rows on one thread, or of another dtype
+    stays with numpy."""
     from orchestra.runtime.kernels import _linalg
 
     calls: list[str] = []
@@ -447,6 +448,7 @@ def test_products_run_where_the_runtime_multiplies(monkeypatch: pytest.MonkeyPat
     w = rng.standard_normal((96, 40)).astype(np.float32)
     b = rng.standard_normal(40).astype(np.float32)
     addmm = get_kernel_fn("aten::addmm.out")
+    mm = get_kernel_fn("aten::mm.out")
     want = x.astype(np.float64) @ w + b
     monkeypatch.setattr(_linalg, "_native", Spy())
     np.testing.assert_allclose(addmm(b, x, w, 1, 1, np.empty((64, 40), np.float32)), want, rtol=1e-5, atol=1e-4)
@@ -456,21 +458,24 @@ def test_products_run_where_the_runtime_multiplies(monkeypatch: pytest.MonkeyPat
     np.testing.assert_allclose(addmm(b, x, wview, 1, 1, np.empty((64, 40), np.float32)), want, rtol=1e-5, atol=1e-4)
     assert calls == ["linear_f32"]
     calls.clear()
-    get_kernel_fn("aten::mm.out")(x[:2], w, np.empty((2, 40), np.float32))  # 2 rows on 1 thread: BLAS
-    get_kernel_fn("aten::mm.out")(x.astype(np.float64), w, np.empty((64, 40)))  # float64: BLAS
+    row = rng.standard_normal((2, 512)).astype(np.float32)
+    wide = rng.standard_normal((512, 100)).astype(np.float32)
+    mm(row, wide, np.empty((2, 100), np.float32))  # 2 rows on 1 thread: BLAS
+    mm(x.astype(np.float64), w, np.empty((64, 40)))  # float64: BLAS
+    mm(x[:16], w, np.empty((16, 40), np.float32))  # 61,440 multiply-adds: BLAS
     assert calls == []
-    xb = rng.standard_normal((3, 16, 8)).astype(np.float32)
-    yb = rng.standard_normal((3, 8, 16)).astype(np.float32)
-    got = get_kernel_fn("aten::bmm.out")(xb, yb.transpose(0, 2, 1).copy().transpose(0, 2, 1), np.empty((3, 16, 16), np.float32))
-    np.testing.assert_allclose(got, np.matmul(xb.astype(np.float64), yb), rtol=1e-5, atol=1e-5)
+    xb = rng.standard_normal((3, 32, 64)).astype(np.float32)
+    yb = rng.standard_normal((3, 64, 48)).astype(np.float32)
+    got = get_kernel_fn("aten::bmm.out")(xb, yb.transpose(0, 2, 1).copy().transpose(0, 2, 1), np.empty((3, 32, 48), np.float32))
+    np.testing.assert_allclose(got, np.matmul(xb.astype(np.float64), yb), rtol=1e-5, atol=1e-4)
     assert calls == ["linear_f32"]
     calls.clear()
     kernels.set_threads(2)
     try:  # a matrix-vector product goes to the compiled kernel where it can split
-        got = get_kernel_fn("aten::mm.out")(x[:2], w, np.empty((2, 40), np.float32))
+        got = mm(row, wide, np.empty((2, 100), np.float32))
     finally:
         kernels.set_threads(1)
-    np.testing.assert_allclose(got, x[:2].astype(np.float64) @ w, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(got, row.astype(np.float64) @ wide, rtol=1e-5, atol=1e-4)
     assert calls == ["linear_f32"]
 
 
