@@ -608,7 +608,6 @@ static int need(const Py_buffer *b, Py_ssize_t count, const char *what) {
  * Measured on one Zen 4 core (GMAC/s, old plane-at-a-time kernel -> this): 1152ch 7x7 k5
  * 5.4 -> 25, 144ch 56x56 k3 14 -> 20, 96ch 112x112 k3 s2 7.2 -> 11.5. */
 
-typedef int32_t v8i __attribute__((vector_size(32)));
 /* 8 floats at a 32-byte aligned address of the depthwise scratch (aligned loads and stores:
  * the x86-64-v3 clone's generic tuning splits unaligned 32-byte ones in two) */
 typedef float v8fa __attribute__((vector_size(32), may_alias));
@@ -622,9 +621,9 @@ typedef float v8fa __attribute__((vector_size(32), may_alias));
 
 /* In-place transpose of the 8x8 block r[row][col]. */
 static inline __attribute__((always_inline)) void transpose8(v8f r[8]) {
-    const v8i lo = {0, 8, 1, 9, 4, 12, 5, 13}, hi = {2, 10, 3, 11, 6, 14, 7, 15};
-    const v8i s01 = {0, 1, 8, 9, 4, 5, 12, 13}, s23 = {2, 3, 10, 11, 6, 7, 14, 15};
-    const v8i p0 = {0, 1, 2, 3, 8, 9, 10, 11}, p1 = {4, 5, 6, 7, 12, 13, 14, 15};
+    const vi8 lo = {0, 8, 1, 9, 4, 12, 5, 13}, hi = {2, 10, 3, 11, 6, 14, 7, 15};
+    const vi8 s01 = {0, 1, 8, 9, 4, 5, 12, 13}, s23 = {2, 3, 10, 11, 6, 7, 14, 15};
+    const vi8 p0 = {0, 1, 2, 3, 8, 9, 10, 11}, p1 = {4, 5, 6, 7, 12, 13, 14, 15};
     v8f t[8], u[8];
     for (int k = 0; k < 4; k++) {
         t[2 * k] = __builtin_shuffle(r[2 * k], r[2 * k + 1], lo);
@@ -661,29 +660,13 @@ static Py_ssize_t dw_scratch_floats(const dw_geom *g) {
     return r;
 }
 
-/* v = (m & a) | (~m & b) lane by lane */
-static inline __attribute__((always_inline)) v8f vsel8(v8i m, v8f a, v8f b) {
-    return (v8f)((m & (v8i)a) | (~m & (v8i)b));
-}
-
-/* relu or hardswish over 8 vectors, the same float32 operations as act_inplace (bit for bit) */
+/* relu or hardswish over 8 vectors (relu_8 / hardswish_8: the same float32 operations as
+ * act_inplace, bit for bit); silu is applied after the strip is stored (silu_span). */
 static inline __attribute__((always_inline)) void act8(v8f r[8], int act) {
-    const v8f zero = {0};
-    switch (act) {
-    case ACT_RELU:
-        for (int k = 0; k < 8; k++) r[k] = vsel8(r[k] < zero, zero, r[k]);
-        break;
-    case ACT_HARDSWISH:
-        for (int k = 0; k < 8; k++) {
-            v8f c = r[k] + 3.0f;
-            c = vsel8(c < zero, zero, c);
-            c = vsel8(c > zero + 6.0f, zero + 6.0f, c);
-            r[k] = r[k] * c / 6.0f;
-        }
-        break;
-    default:
-        break;
-    }
+    if (act == ACT_RELU)
+        for (int k = 0; k < 8; k++) r[k] = relu_8(r[k]);
+    else if (act == ACT_HARDSWISH)
+        for (int k = 0; k < 8; k++) r[k] = hardswish_8(r[k]);
 }
 
 /* DW_PX = 8 output pixels of 8 channels (lanes 8 hh ... of the block's L): in[p] is the
