@@ -479,6 +479,51 @@ def test_products_run_where_the_runtime_multiplies(monkeypatch: pytest.MonkeyPat
     assert calls == ["linear_f32"]
 
 
+@needs_native
+@pytest.mark.parametrize("threads", [1, 2])
+def test_squeeze_and_excite_steps(threads: int) -> None:
+    """A float32 global average pool and the excitation's per-plane scale run compiled: the
+    scale bit for bit numpy's products (either operand order, in place too), the pool within
+    float32 rounding of float64, on 1 and 2 threads; other shapes and dtypes keep numpy's path."""
+    mean = get_kernel_fn("aten::mean.out")
+    mul = get_kernel_fn("aten::mul.out")
+    rng = np.random.default_rng(37)
+    kernels.set_threads(threads)
+    try:
+        for c, hw in ((32, 112), (672, 14), (1152, 7), (5, 3)):
+            x = rng.standard_normal((1, c, hw, hw)).astype(np.float32)
+            s = rng.standard_normal((1, c, 1, 1)).astype(np.float32)
+            got = mean(x, [-1, -2], True, None, np.empty((1, c, 1, 1), np.float32))
+            np.testing.assert_allclose(got, x.astype(np.float64).mean(axis=(2, 3), keepdims=True), rtol=1e-5, atol=1e-6)
+            want = x * s
+            assert np.array_equal(mul(x, s, np.empty_like(x)), want)
+            assert np.array_equal(mul(s, x, np.empty_like(x)), want)
+            y = x.copy()
+            assert mul(y, s, y) is y and np.array_equal(y, want)
+        x64 = rng.standard_normal((1, 64, 16, 16))
+        s64 = rng.standard_normal((1, 64, 1, 1))
+        assert np.array_equal(mul(x64, s64, np.empty_like(x64)), x64 * s64)  # float64: numpy
+    finally:
+        kernels.set_threads(1)
+
+
+@needs_native
+def test_the_plane_kernels_check_the_buffers_they_are_given() -> None:
+    x = np.zeros((4, 8), np.float32)
+    s = np.zeros(4, np.float32)
+    native.scale_planes_f32(x, s, x, 4, 8)  # in place: allowed
+    with pytest.raises(ValueError, match="s holds"):
+        native.scale_planes_f32(x, s[:3], np.empty_like(x), 4, 8)
+    with pytest.raises(ValueError, match="out holds"):
+        native.scale_planes_f32(x, s, np.empty(16, np.float32), 4, 8)
+    with pytest.raises(ValueError, match="overlaps"):
+        native.scale_planes_f32(x.ravel()[:24], s, x.ravel()[8:], 3, 8)
+    with pytest.raises(ValueError, match="x holds"):
+        native.plane_sums_f32(x, np.empty(5, np.float32), 5, 8)
+    with pytest.raises(ValueError, match="inconsistent sizes"):
+        native.plane_sums_f32(x, np.empty(4, np.float32), 2**41, 8)
+
+
 def get_kernel_fn(name: str):  # type: ignore[no-untyped-def]
     from orchestra.runtime.kernels import get_kernel
 

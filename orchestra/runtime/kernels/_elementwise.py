@@ -205,7 +205,34 @@ def rsub_scalar_out(self: np.ndarray, other: Any, alpha: Any, out: np.ndarray) -
     return finish(np.subtract(other, self, out=o, dtype=dt, casting="unsafe"), out)
 
 
+# A (N, C, H, W) x (N, C, 1, 1) float32 product of at least this many elements (a
+# squeeze-and-excite block's excitation) is one compiled pass over the planes, split over
+# the kernels' threads; the same float32 products as numpy's, bit for bit.
+_SCALE_PLANES_MIN = 1 << 14
+
+
+def _scale_planes(x: Any, s: Any, out: Any) -> np.ndarray | None:
+    """x * s into out by the compiled kernel when s scales x's (n, c) planes; else None."""
+    if (type(x) is not np.ndarray or type(s) is not np.ndarray or x.ndim != 4 or s.ndim != 4
+            or x.dtype != _F32 or s.dtype != _F32 or x.size < _SCALE_PLANES_MIN
+            or s.shape != x.shape[:2] + (1, 1) or type(out) is not np.ndarray or out.shape != x.shape
+            or out.dtype != _F32 or not (x.flags.c_contiguous and s.flags.c_contiguous and out.flags.c_contiguous)
+            or not out.flags.writeable):
+        return None
+    if (out.ctypes.data != x.ctypes.data and np.may_share_memory(out, x)) or np.may_share_memory(out, s):
+        return None
+    planes = x.shape[0] * x.shape[1]
+    _native.scale_planes_f32(x, s, out, planes, x.size // planes)
+    return out
+
+
 def _mul(self: Any, other: Any, out: Any) -> Any:
+    if _native is not None:
+        r = _scale_planes(self, other, out)
+        if r is None:
+            r = _scale_planes(other, self, out)
+        if r is not None:
+            return r
     if (r := _binary_fast(np.multiply, self, other, out)) is not None:
         return r
     dt = result_dtype(self, other)

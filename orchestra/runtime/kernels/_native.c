@@ -1511,6 +1511,109 @@ static PyObject *py_linear_f32(PyObject *self, PyObject *args) {
     return release_call(ok, have_bias, &b, &x, &wt, &out);
 }
 
+/* ---- per-plane steps of squeeze-and-excite: a plane's sum (global average pooling) and a
+ * plane scaled by one number (the excitation) ---- */
+
+/* x[:n]'s sum: 4 x 8 partial sums (then 8 at a time), the 8 lanes added in order, then the
+ * last n % 8 */
+ORCH_CLONES
+static float plane_sum(const float *restrict x, Py_ssize_t n) {
+    v8f s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
+    Py_ssize_t k = 0;
+    for (; k + 32 <= n; k += 32) {
+        v8f a0, a1, a2, a3;
+        __builtin_memcpy(&a0, x + k, sizeof a0);
+        __builtin_memcpy(&a1, x + k + 8, sizeof a1);
+        __builtin_memcpy(&a2, x + k + 16, sizeof a2);
+        __builtin_memcpy(&a3, x + k + 24, sizeof a3);
+        s0 += a0;
+        s1 += a1;
+        s2 += a2;
+        s3 += a3;
+    }
+    for (; k + 8 <= n; k += 8) {
+        v8f a0;
+        __builtin_memcpy(&a0, x + k, sizeof a0);
+        s0 += a0;
+    }
+    const v8f sv = (s0 + s1) + (s2 + s3);
+    float acc = 0.0f;
+    for (int q = 0; q < 8; q++) acc += sv[q];
+    for (; k < n; k++) acc += x[k];
+    return acc;
+}
+
+ORCH_CLONES
+static void scale_plane(const float *x, float s, float *out, Py_ssize_t n) {
+    for (Py_ssize_t k = 0; k < n; k++) out[k] = x[k] * s;
+}
+
+/* A share of one planes call: planes [i0, i1); ``s`` NULL: sums into out[i], else
+ * out[i, :] = x[i, :] * s[i]. */
+typedef struct {
+    const float *x, *s;
+    float *out;
+    Py_ssize_t inner, i0, i1;
+} planes_job;
+
+static void *planes_part(void *arg) {
+    const planes_job *j = (const planes_job *)arg;
+    for (Py_ssize_t i = j->i0; i < j->i1; i++) {
+        if (j->s)
+            scale_plane(j->x + i * j->inner, j->s[i], j->out + i * j->inner, j->inner);
+        else
+            j->out[i] = plane_sum(j->x + i * j->inner, j->inner);
+    }
+    return NULL;
+}
+
+static PyObject *planes(PyObject *args, int scale, const char *name) {
+    Py_buffer x, s, out;
+    Py_ssize_t planes_, inner;
+    int ok;
+    if (scale) {
+        if (!PyArg_ParseTuple(args, "y*y*w*nn", &x, &s, &out, &planes_, &inner)) return NULL;
+    } else {
+        if (!PyArg_ParseTuple(args, "y*w*nn", &x, &out, &planes_, &inner)) return NULL;
+    }
+    const Py_ssize_t lim = (Py_ssize_t)1 << 40;
+    ok = planes_ >= 0 && inner >= 0 && planes_ <= lim && inner <= lim && prod4(planes_, inner, 1, 1) <= lim;
+    if (!ok) PyErr_Format(PyExc_ValueError, "%s: inconsistent sizes", name);
+    ok = ok && need(&x, prod4(planes_, inner, 1, 1), "x") &&
+         need(&out, scale ? prod4(planes_, inner, 1, 1) : planes_, "out") && (!scale || need(&s, planes_, "s"));
+    if (ok && ((x.buf != out.buf && overlaps(&x, &out)) || (scale && overlaps(&s, &out)))) {
+        PyErr_Format(PyExc_ValueError, "%s: out overlaps an operand (other than being x)", name);
+        ok = 0;
+    }
+    if (ok) {
+        const int nparts = parts_for(prod4(planes_, inner, 2, 1), planes_);
+        planes_job jobs[MAX_PARTS];
+        for (int k = 0; k < nparts; k++) {
+            planes_job j = {(const float *)x.buf, scale ? (const float *)s.buf : NULL, (float *)out.buf, inner,
+                            planes_ * k / nparts, planes_ * (k + 1) / nparts};
+            jobs[k] = j;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        run_parts(planes_part, jobs, sizeof jobs[0], nparts);
+        Py_END_ALLOW_THREADS
+    }
+    if (scale) PyBuffer_Release(&s);
+    PyBuffer_Release(&x);
+    PyBuffer_Release(&out);
+    if (!ok) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_scale_planes_f32(PyObject *self, PyObject *args) {
+    (void)self;
+    return planes(args, 1, "scale_planes_f32");
+}
+
+static PyObject *py_plane_sums_f32(PyObject *self, PyObject *args) {
+    (void)self;
+    return planes(args, 0, "plane_sums_f32");
+}
+
 static PyObject *py_set_threads(PyObject *self, PyObject *args) {
     int n;
     (void)self;
@@ -1548,6 +1651,11 @@ static PyMethodDef methods[] = {
      "per product, wt[b]) and out (B, T, N), float32, "
      "C-contiguous, out overlapping no operand."},
     {"silu_f32", py_silu_f32, METH_VARARGS, "silu_f32(x, out, n): out[:n] = silu(x[:n]), float32; out may be x."},
+    {"scale_planes_f32", py_scale_planes_f32, METH_VARARGS,
+     "scale_planes_f32(x, s, out, planes, inner): out[i, :] = x[i, :] * s[i] for planes of inner float32; out may "
+     "be x."},
+    {"plane_sums_f32", py_plane_sums_f32, METH_VARARGS,
+     "plane_sums_f32(x, out, planes, inner): out[i] = sum(x[i, :]) for planes of inner float32."},
     {"gelu_f32", py_gelu_f32, METH_VARARGS,
      "gelu_f32(x, out, n): out[:n] = gelu(x[:n]) (approximate 'none'), float32; out may be x."},
     {"hardswish_f32", py_hardswish_f32, METH_VARARGS,
