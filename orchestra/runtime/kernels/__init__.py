@@ -51,8 +51,9 @@ MAX_THREADS = 16
 def set_threads(n: int) -> None:
     """Lets one call of a compiled kernel (a product, a convolution, an activation) split its
     work over up to ``n`` threads (1 to :data:`MAX_THREADS`; 1 by default), process-wide. The
-    threads are a pool started on the first call that splits (from about 2^18 multiply-adds),
-    waiting on a condition variable between calls (no spinning); a call made while another
+    threads are a pool started on the first call that splits (from about 2^18 multiply-adds);
+    between calls they spin for 150 us (a model's calls come back to back) and then wait on a
+    condition variable, so an idle pool takes no CPU; a call made while another
     thread's call holds the pool runs on its own thread, and a forked child starts its own
     pool. The orchestrator sets this with the compute threads it decides
     (``statistics().threads``, orchestra/orchestrator/README.md); without the compiled kernels
