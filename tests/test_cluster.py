@@ -20,6 +20,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from _pty import run_in_pty
 from _ray_cluster import RayCluster, free_port
 from orchestra.cluster import CameraJob, NodeInfo, PlacementError, camera_resources, check_placement
 from orchestra.config import load_config, validate_config
@@ -569,40 +570,11 @@ def test_the_status_callback_sees_every_camera_on_its_node(cluster: RayCluster, 
 
 def _run_in_pty(args: list[str], cols: int = 160, rows: int = 40, timeout: float = 90) -> tuple[int, str]:
     """``args`` with stdout and stderr on a pseudo-terminal of ``cols`` x ``rows``: its exit
-    status and everything it wrote."""
-    import fcntl
-    import select
-    import struct
-    import termios
-
-    master, slave = os.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
-    env = dict(os.environ, PYTHONIOENCODING="utf-8", COLUMNS=str(cols), LINES=str(rows), TERM="xterm-256color",
-               RAY_DISABLE_USAGE_STATS="1")
-    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, env=env, cwd=ROOT)
-    os.close(slave)
-    raw = b""
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([master], [], [], 0.1)
-            if ready:
-                try:
-                    chunk = os.read(master, 65536)
-                except OSError:  # EIO: the child closed its end
-                    break
-                if not chunk:
-                    break
-                raw += chunk
-            elif proc.poll() is not None:
-                break
-        rc = proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        os.close(master)
+    status and everything it wrote, escape sequences removed."""
     import re
 
+    rc, chunks = run_in_pty(args, cols, rows, cwd=ROOT, timeout=timeout, env={"RAY_DISABLE_USAGE_STATS": "1"})
+    raw = b"".join(c for _, c in chunks)
     text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07", "", raw.decode("utf-8", "replace"))
     return rc, text.replace("\r", "\n")
 

@@ -4,15 +4,12 @@ with its power mode, energy and the policy decision, and logs are printed once."
 
 from __future__ import annotations
 
-import os
 import pathlib
 import re
-import select
-import subprocess
 import sys
-import time
 
 import pytest
+from _pty import run_in_pty
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CAMERAS = ROOT / "examples" / "cameras.toml"
@@ -98,42 +95,11 @@ class Terminal:
 
 
 def _run_in_pty(cols: int, rows: int, duration: float) -> tuple[int, Terminal, list[tuple[float, str]], str]:
-    import fcntl
-    import struct
-    import termios
-
-    master, slave = os.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
-    env = dict(os.environ, PYTHONIOENCODING="utf-8", COLUMNS=str(cols), LINES=str(rows), TERM="xterm-256color")
-    env.pop("NO_COLOR", None)
-    proc = subprocess.Popen([sys.executable, "-m", "orchestra", "run", str(CAMERAS), "--duration", str(duration)],
-                            stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, env=env, cwd=ROOT)
-    os.close(slave)
+    rc, got = run_in_pty([sys.executable, "-m", "orchestra", "run", str(CAMERAS), "--duration", str(duration)],
+                         cols, rows, cwd=ROOT, env={"NO_COLOR": None})
+    chunks = [(t, c.decode("utf-8", "replace")) for t, c in got]
+    text = b"".join(c for _, c in got).decode("utf-8", "replace")
     term = Terminal(cols, rows)
-    chunks: list[tuple[float, str]] = []
-    raw = b""
-    t0 = time.monotonic()
-    deadline = t0 + 90
-    try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([master], [], [], 0.1)
-            if ready:
-                try:
-                    chunk = os.read(master, 65536)
-                except OSError:  # EIO: the child closed its end
-                    break
-                if not chunk:
-                    break
-                raw += chunk
-                chunks.append((time.monotonic() - t0, chunk.decode("utf-8", "replace")))
-            elif proc.poll() is not None:
-                break
-        rc = proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        os.close(master)
-    text = raw.decode("utf-8", "replace")
     term.feed(text)
     return rc, term, chunks, text
 

@@ -289,7 +289,7 @@ def _conv2d(
         if np.may_share_memory(xc, res):  # the planes are read while the output is written
             xc = xc.copy()
         wc = np.ascontiguousarray(w)
-        bc = None if bias is None else np.ascontiguousarray(bias, dt)
+        bc = _bias32(bias)
         _native.conv_f32(xc, wc, bc, res, n, c, h, wd, o, groups, kh, kw, sh, sw, ph, pw, dh, dw, ho, wo,
                          0 if act is None else _ACTS[act])
         return res, True
@@ -357,7 +357,7 @@ def _conv2d(
         np.matmul(w.reshape(groups, og, k), cols, out=res.reshape(n, groups, og, hw))
     if _native is not None and dt == np.float32 and (act is not None or b3 is not None):
         # bias and activation in one compiled pass over the GEMM's output
-        bc = None if bias is None else np.ascontiguousarray(bias, dt)
+        bc = _bias32(bias)
         _native.bias_act_f32(res, bc, n, o, hw, 0 if act is None else _ACTS[act])
         return res, True
     if b3 is not None:

@@ -206,9 +206,6 @@ static int parts_for(Py_ssize_t work, Py_ssize_t items) {
 #define ORCH_CLONES
 #endif
 
-/* Output tiles of one plane are runs of 8 output columns of one row; TILES of them are
- * accumulated at once, so the multiply-adds of one tap are independent of each other. */
-#define TILES 4
 
 /* silu(x) = x / (1 + exp(-x)) over 16 floats at a time (GCC vector types; the baseline build
  * splits them into SSE halves). exp(t) for t clamped to [-87, 88.72]: t = k ln2 + r,
