@@ -54,7 +54,7 @@ def test_the_copies_this_cpu_would_not_pick(isa: str) -> None:
     would not use run their tests too (in a child process, which picks again)."""
     if native.ISA_LEVEL == 0 and isa == "v3":
         pytest.skip("this CPU has no AVX2 + FMA")
-    tests = "products or silu or activations or gelu"
+    tests = "products or silu or activations or gelu or grouped or same_bits"
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", tests],
                        capture_output=True, text=True, timeout=600, env=dict(os.environ, ORCHESTRA_NATIVE_ISA=isa))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
@@ -168,6 +168,9 @@ GROUPED_CASES = [
     (1, 4, 12, 9, 9, 4, 3, 3, (1, 1), (1, 1), (1, 1), True),  # depthwise with multiplier 3
     (1, 3, 16, 224, 224, 1, 3, 3, (2, 2), (1, 1), (1, 1), True),  # MobileNetV3's first (RGB) convolution
     (2, 8, 10, 15, 14, 1, 5, 5, (1, 1), (2, 2), (1, 1), False),  # one group of 8
+    # rows wide enough for the product tiles, a last tile of part width, 5 outputs per group
+    (1, 6, 10, 30, 48, 2, 3, 3, (1, 1), (1, 1), (1, 1), True),
+    (2, 3, 8, 61, 64, 1, 3, 3, (2, 2), (1, 1), (1, 1), False),  # two images of a stem
 ]
 
 

@@ -776,6 +776,46 @@ def test_a_convolution_output_read_through_a_value_on_its_memory_is_not_folded()
         np.testing.assert_array_equal(g, w_)
 
 
+def test_a_folded_convolution_writing_on_its_inputs_memory_computes_into_its_own_output(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan puts the batch norm's result on the convolution input's memory (the input is
+    dead once the convolution has read it): the fused step computes into the convolution's
+    own output, which the fold leaves out, and copies the result over, rather than copying
+    the whole input aside every execute. The results are those of the plan as written."""
+    from orchestra.runtime import _optimize
+
+    def body(f: MethodBuilder, x: Value) -> None:
+        x1 = f.call("aten::abs.out", x)  # planned, dead after the convolution
+        y = conv(f, x1, randn(8, 8, 1, 1) * 0.5, randn(8), 1, 0, 1, 1)
+        f.output(f.call("aten::abs.out", f.call(BN, y, *bn_params(8), 0.1, 1e-3)[0]))
+
+    prog = build(body, (1, 8, 20, 20))
+    with prog.load_method() as m:
+        cp = m._cp
+        assert [r.kind for r in cp.rewrites] == ["conv_bn"]
+        ins = [c.instr_args.args for c in cp.plan.chains[0].instructions]
+        conv_x, conv_y, bn_out = ins[1][0], ins[1][9], ins[2][7]
+        a, b = cp.slots[conv_x], cp.slots[bn_out]
+        assert (a.memory_id, a.offset) == (b.memory_id, b.offset)  # the case this test is about
+    outs: list[np.ndarray] = []
+    real = _optimize.plan_conv2d
+
+    def spy(*args: Any) -> Any:
+        run = real(*args)
+        return None if run is None else (lambda x, out: (outs.append(out), run(x, out))[1])
+
+    monkeypatch.setattr(_optimize, "plan_conv2d", spy)
+    x = randn(1, 8, 20, 20)
+    got, want = run_both(prog, [x])
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+    assert outs and all(o.shape == (1, 8, 20, 20) for o in outs)
+    with prog.load_method() as m:
+        outs.clear()
+        m.execute([x])
+        assert len(outs) == 1 and outs[0] is m._vals[conv_y]  # the convolution's own output
+        assert not np.shares_memory(outs[0], m._vals[conv_x])
+
+
 # -- elementwise chains ------------------------------------------------------------------------
 EW = "elementwise_chain"
 

@@ -1189,16 +1189,24 @@ def fold_batch_norm(
 
 def _conv_bn_step(cp: CompiledPlan, params: tuple[int, ...], out: int, w: np.ndarray, b: np.ndarray | None,
                   what: str, label: str, act: str | None = None,
-                  static: tuple[tuple[int, int], tuple[int, int], tuple[int, int], int] | None = None) -> Step:
+                  static: tuple[tuple[int, int], tuple[int, int], tuple[int, int], int] | None = None,
+                  spare: int | None = None) -> Step:
     """One step running ``aten::convolution.out`` with the (folded) constant weight ``w`` and
     bias ``b`` into value ``out`` (the batch norm's output, or with ``act`` the output of the
     activation that alone reads it). ``static``: the literal (stride, padding, dilation,
     groups) of a 2-d convolution: the step then plans the call once per input shape
-    (``plan_conv2d``: checks and choices made once, a few numpy calls per execute)."""
+    (``plan_conv2d``: checks and choices made once, a few numpy calls per execute).
+    ``spare``: a planned value of ``out``'s shape and dtype that no read observes after this
+    step (the convolution's own output, left out by the fold): where ``out`` shares memory
+    with the input (the plan reuses the input's memory for a later result) and is no larger
+    than it, the planned call writes there and the result is copied to ``out``, rather than
+    copying the whole input aside first (a fresh array every execute)."""
     conv = convolution_act  # aten::convolution.out's kernel, with conv2d's activation
     x, _, _, st, pd, dl, tr, op, g, _ = params
     lists = tuple(i for i in params if i in cp.lists)
     planned: dict[tuple[int, ...], Any] = {}  # input shape -> plan_conv2d's run (False: none)
+    may_share = np.may_share_memory
+    copyto = np.copyto
 
     def step(vals: list[Any], m: Method) -> None:
         o = vals[out]
@@ -1207,8 +1215,14 @@ def _conv_bn_step(cp: CompiledPlan, params: tuple[int, ...], out: int, w: np.nda
             run = planned.get(xv.shape)
             if run is None:
                 run = planned[xv.shape] = plan_conv2d(xv.shape, xv.dtype, w, b, *static, act) or False
-            if run and run(xv, o) is not None:
-                return
+            if run:
+                if spare is not None and o.nbytes <= xv.nbytes and may_share(xv, o):
+                    t = vals[spare]
+                    if not may_share(xv, t) and run(xv, t) is not None:
+                        copyto(o, t)
+                        return
+                if run(xv, o) is not None:
+                    return
         if lists:
             m._refresh_lists(lists)
         res = conv(xv, w, b, vals[st], vals[pd], vals[dl], vals[tr], vals[op], vals[g], o, act)
@@ -1874,6 +1888,20 @@ def optimize_steps(
         gelu_scratch = nv + len(derived)
         first = next(iter(gelus.values()))
         derived.append((first[1], functools.partial(_new_scratch, 3 * max(g[2] for g in gelus.values()))))
+    def spare_of(params: tuple[int, ...], out: int, span: tuple[int, ...]) -> int | None:
+        """A folded convolution's own output, as the spare of its step covering ``span``:
+        left out (step 2 checked that no read observes its bytes after the convolution, given
+        the writes that still run after it), of ``out``'s static shape; only where no other
+        step runs between the convolution and the step (a write there could share its bytes
+        and be overwritten by the step's later write of it)."""
+        y = params[9]
+        if y == out or not st.static(y) or not st.static(out) or mt.static_tensor(y) != mt.static_tensor(out):
+            return None
+        covered = set(span)
+        if any(q not in covered and q not in ccs for q in range(span[0], span[-1] + 1)):
+            return None
+        return y
+
     pc = 0
     while pc < n:
         label = f"step[{pc}]"
@@ -1888,7 +1916,7 @@ def optimize_steps(
                 name = f"{_CONV} + {_BN} (folded)"
                 what = f"chains[{ci}].instructions[{i0}..{i1}] ({name})"
                 steps.append(_conv_bn_step(cp, params, out, w, b, what, f"{label} {name}",
-                                           static=_conv_static(mt, params)))
+                                           static=_conv_static(mt, params), spare=spare_of(params, out, (pc, pc + 1))))
                 spans.append((pc, pc + 1))
                 rewrites.append(Rewrite("conv_bn", (pc, pc + 1), (w, b)))
             else:
@@ -1897,7 +1925,7 @@ def optimize_steps(
                 name = f"{_CONV} + {_BN} (folded) + {kind}"
                 what = f"chains[{ci}].instructions[{i0}..{where[act_pcs[-1]][1]}] ({name})"
                 steps.append(_conv_bn_step(cp, params, act_out, w, b, what, f"{label} {name}", act=kind,
-                                           static=_conv_static(mt, params)))
+                                           static=_conv_static(mt, params), spare=spare_of(params, act_out, span)))
                 spans.append(with_copies(span))
                 rewrites.append(Rewrite("conv_bn", (pc, pc + 1), (w, b)))
                 rewrites.append(Rewrite("conv_activation", span))

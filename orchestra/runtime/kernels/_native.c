@@ -853,11 +853,16 @@ static PyObject *release_call(int ok, int have_bias, Py_buffer *b, Py_buffer *x,
 typedef struct {
     const float *x, *w, *bias;
     float *out, *scratch;
-    const Py_ssize_t *toff;
+    const Py_ssize_t *toff, *koff; /* koff: where conv_tiles reads (NULL: grouped_group computes) */
     Py_ssize_t i0, i1, c_, h, wd, o_, g_, cg, og, taps, sh, sw, ph, pw, ho, wo, hp, row, plane_len;
     int act;
     const dw_geom *dwg; /* depthwise (cg == og == 1): its sizes; scratch is then depthwise_part's */
 } conv_job;
+
+static void conv_tiles(const float *scratch, const Py_ssize_t *koff, const float *wg, const float *bg, float *og_out,
+                       Py_ssize_t K, Py_ssize_t og, Py_ssize_t sh, Py_ssize_t row, Py_ssize_t ho, Py_ssize_t wo,
+                       Py_ssize_t r0, Py_ssize_t r1, int act);
+static Py_ssize_t gemm_nr; /* the product tiles' width (set with them when the module loads) */
 
 static void *conv_part(void *arg) {
     const conv_job *j = (const conv_job *)arg;
@@ -871,24 +876,26 @@ static void *conv_part(void *arg) {
             pad_plane(j->x + ((n * j->c_) + g * j->cg + ci) * j->h * j->wd, j->scratch + ci * j->plane_len, j->h,
                       j->wd, j->sw, j->ph, j->pw, j->hp, j->row);
         float *dst = j->out + (n * j->o_ + g * j->og) * j->ho * j->wo;
-        grouped_group(j->scratch, j->plane_len, j->w + g * j->og * j->cg * j->taps, j->bias ? j->bias + g * j->og : NULL,
-                      dst, j->toff, j->taps, j->cg, j->og, j->sh, j->ho, j->wo, j->row);
-        if (j->act != ACT_NONE) act_inplace(dst, j->og * j->ho * j->wo, j->act); /* while it is in cache */
+        const float *wg = j->w + g * j->og * j->cg * j->taps, *bg = j->bias ? j->bias + g * j->og : NULL;
+        if (j->koff) {
+            conv_tiles(j->scratch, j->koff, wg, bg, dst, j->cg * j->taps, j->og, j->sh, j->row, j->ho, j->wo, 0, j->ho,
+                       j->act);
+        } else {
+            grouped_group(j->scratch, j->plane_len, wg, bg, dst, j->toff, j->taps, j->cg, j->og, j->sh, j->ho, j->wo,
+                          j->row);
+            if (j->act != ACT_NONE) act_inplace(dst, j->og * j->ho * j->wo, j->act); /* while it is in cache */
+        }
     }
     return NULL;
 }
 
 /* A share of a one-image, one-group convolution (a network's stem: 3 input channels): its
- * padded input planes are shared, made once by the caller; the share is output channels
- * [i0 * OB, i1 * OB). (conv_part's split is by image and group: one part here.) */
-static void *conv_oc_part(void *arg) {
+ * padded input planes are shared, made once by the caller; the share is output rows [i0, i1)
+ * of every output channel. (conv_part's split is by image and group: one part here.) */
+static void *conv_rows_part(void *arg) {
     const conv_job *j = (const conv_job *)arg;
-    const Py_ssize_t o0 = j->i0 * OB, o1 = j->i1 * OB < j->og ? j->i1 * OB : j->og;
-    if (o1 <= o0) return NULL;
-    float *dst = j->out + o0 * j->ho * j->wo;
-    grouped_group(j->scratch, j->plane_len, j->w + o0 * j->cg * j->taps, j->bias ? j->bias + o0 : NULL, dst, j->toff,
-                  j->taps, j->cg, o1 - o0, j->sh, j->ho, j->wo, j->row);
-    if (j->act != ACT_NONE) act_inplace(dst, (o1 - o0) * j->ho * j->wo, j->act);
+    conv_tiles(j->scratch, j->koff, j->w, j->bias, j->out, j->cg * j->taps, j->og, j->sh, j->row, j->ho, j->wo, j->i0,
+               j->i1, j->act);
     return NULL;
 }
 
@@ -940,7 +947,9 @@ static PyObject *py_conv_f32(PyObject *self, PyObject *args) {
      * channels leaves lanes idle and transposes its rows again for them) */
     const int nparts = ok ? parts_for(prod4(n_, o_ * cg, ho * wo, taps), depthwise ? (n_ * g_ + 7) / 8 : n_ * g_) : 1;
     dw_geom dwg = {c_, h, wd, ho, wo, kh, kw, sh, sw, ph, pw, dh, dw, wd + 2 * pw, 1, 0};
-    Py_ssize_t part_floats = cg * plane_len;
+    /* + 64: conv_tiles reads a run of gemm_nr (<= 32) floats from each tap's first, past a
+     * plane's last row by up to gemm_nr - 8 */
+    Py_ssize_t part_floats = cg * plane_len + 64;
     if (ok && depthwise) {
         const Py_ssize_t reach = (kh - 1) * dh + 1, fit = DW_STRIP_FLOATS / (16 * dwg.wp);
         dwg.strip = fit > reach ? (fit - reach) / sh + 1 : 1;
@@ -959,7 +968,7 @@ static PyObject *py_conv_f32(PyObject *self, PyObject *args) {
             part_floats = (part_floats + 15) & ~(Py_ssize_t)15;
             scratch_mem = PyMem_RawMalloc((size_t)(nparts * part_floats + 16) * sizeof(float));
             scratch = scratch_mem ? (float *)(((uintptr_t)scratch_mem + 63) & ~(uintptr_t)63) : NULL;
-            toff = PyMem_RawMalloc((size_t)(kh * kw) * sizeof(Py_ssize_t));
+            toff = PyMem_RawMalloc((size_t)(kh * kw) * (size_t)(cg + 1) * sizeof(Py_ssize_t)); /* toff, then koff */
             if (!scratch || !toff) {
                 PyErr_NoMemory();
                 ok = 0;
@@ -970,23 +979,29 @@ static PyObject *py_conv_f32(PyObject *self, PyObject *args) {
         for (Py_ssize_t i = 0; i < kh; i++)
             for (Py_ssize_t j = 0; j < kw; j++)
                 toff[i * kw + j] = ((j * dw) % sw) * hp * row + i * dh * row + (j * dw) / sw;
+        /* wide enough output rows go through conv_tiles (at most a quarter of its columns
+         * wasted in a row's last tile); narrow ones through grouped_group's 8-column tiles */
+        const int tiles = !depthwise && (wo + gemm_nr - 1) / gemm_nr * gemm_nr * 3 <= 4 * wo;
+        Py_ssize_t *koff = toff + taps; /* B's row (ci, tap) of conv_tiles' product */
+        if (tiles)
+            for (Py_ssize_t ci = 0; ci < cg; ci++)
+                for (Py_ssize_t t = 0; t < taps; t++) koff[ci * taps + t] = ci * plane_len + toff[t];
         conv_job jobs[MAX_PARTS];
-        const Py_ssize_t oc_items = (og + OB - 1) / OB;
-        const int oc_parts = !depthwise && n_ == 1 && g_ == 1 ? parts_for(prod4(o_, cg, ho * wo, taps), oc_items) : 1;
-        if (oc_parts > 1) {
+        const int row_parts = tiles && n_ == 1 && g_ == 1 ? parts_for(prod4(o_, cg, ho * wo, taps), ho) : 1;
+        if (row_parts > 1) {
             for (Py_ssize_t ci = 0; ci < cg; ci++)
                 pad_plane((const float *)x.buf + ci * h * wd, scratch + ci * plane_len, h, wd, sw, ph, pw, hp, row);
-            for (int k = 0; k < oc_parts; k++) {
+            for (int k = 0; k < row_parts; k++) {
                 conv_job j = {(const float *)x.buf, (const float *)w.buf, have_bias ? (const float *)b.buf : NULL,
-                              (float *)out.buf, scratch, toff, oc_items * k / oc_parts, oc_items * (k + 1) / oc_parts,
+                              (float *)out.buf, scratch, toff, koff, ho * k / row_parts, ho * (k + 1) / row_parts,
                               c_, h, wd, o_, g_, cg, og, taps, sh, sw, ph, pw, ho, wo, hp, row, plane_len, act, NULL};
                 jobs[k] = j;
             }
             Py_BEGIN_ALLOW_THREADS
-            run_parts(conv_oc_part, jobs, sizeof jobs[0], oc_parts);
+            run_parts(conv_rows_part, jobs, sizeof jobs[0], row_parts);
             Py_END_ALLOW_THREADS
         }
-        const Py_ssize_t items = oc_parts > 1 ? 0 : n_ * g_;
+        const Py_ssize_t items = row_parts > 1 ? 0 : n_ * g_;
         for (int k = 0; k < nparts && items; k++) {
             Py_ssize_t i0 = items * k / nparts, i1 = items * (k + 1) / nparts;
             if (depthwise) { /* whole blocks of 8 channels (of the flattened image x channel index) */
@@ -996,7 +1011,7 @@ static PyObject *py_conv_f32(PyObject *self, PyObject *args) {
                 if (i0 > i1) i0 = i1;
             }
             conv_job j = {(const float *)x.buf, (const float *)w.buf, have_bias ? (const float *)b.buf : NULL,
-                          (float *)out.buf, scratch + k * part_floats, toff, i0,
+                          (float *)out.buf, scratch + k * part_floats, toff, tiles ? koff : NULL, i0,
                           i1, c_, h, wd, o_, g_, cg, og, taps, sh, sw, ph, pw, ho, wo, hp, row,
                           plane_len, act, depthwise ? &dwg : NULL};
             jobs[k] = j;
@@ -1140,9 +1155,9 @@ static PyObject *py_bias_act_f32(PyObject *self, PyObject *args) {
  *   conv1x1_f32: out[n] (M x P) = w (M x K) . x[n] (K x P): A = w, B = the input planes.
  *   linear_f32:  out (T x N) = x (T x K) . wt (K x N): A = x, B = the transposed weight
  *                (the plan keeps a C-contiguous copy of it). */
-#define GEMM_TILE(NAME, ATTR, VT, VW, SUF)                                                                           \
+#define TILE_FN(NAME, ATTR, VT, VW, SUF, BROW_T, BROW)                                                             \
     ATTR static void NAME(const float *restrict a, Py_ssize_t ars, Py_ssize_t aks, const float *restrict b,           \
-                          Py_ssize_t ldb, Py_ssize_t K, const float *restrict rbias, const float *restrict cbias,     \
+                          BROW_T, Py_ssize_t K, const float *restrict rbias, const float *restrict cbias,             \
                           float *restrict out, Py_ssize_t ldo, Py_ssize_t ncols, Py_ssize_t nrows, int act) {         \
         VT acc[4][2];                                                                                                \
         const float *ar[4]; /* rows past nrows read the last one again (never past A's end) */                      \
@@ -1152,8 +1167,8 @@ static PyObject *py_bias_act_f32(PyObject *self, PyObject *args) {
         }                                                                                                            \
         for (Py_ssize_t k = 0; k < K; k++) {                                                                         \
             VT x0, x1;                                                                                               \
-            __builtin_memcpy(&x0, b + k * ldb, sizeof x0);                                                           \
-            __builtin_memcpy(&x1, b + k * ldb + VW, sizeof x1);                                                      \
+            __builtin_memcpy(&x0, BROW, sizeof x0);                                                                  \
+            __builtin_memcpy(&x1, BROW + VW, sizeof x1);                                                             \
             for (int r = 0; r < 4; r++) {                                                                            \
                 const float w = ar[r][k * aks];                                                                      \
                 acc[r][0] += w * x0;                                                                                 \
@@ -1180,17 +1195,30 @@ static PyObject *py_bias_act_f32(PyObject *self, PyObject *args) {
         }                                                                                                            \
     }
 
+#define GEMM_TILE(NAME, ATTR, VT, VW, SUF) TILE_FN(NAME, ATTR, VT, VW, SUF, Py_ssize_t ldb, b + k * ldb)
+/* The same tile with B's row k at b + koff[k]: a convolution's taps read in place from its
+ * padded input planes (an implicit im2col; the row's NR-wide run must be readable). */
+#define GATHER_TILE(NAME, ATTR, VT, VW, SUF) TILE_FN(NAME, ATTR, VT, VW, SUF, const Py_ssize_t *restrict koff, b + koff[k])
+
 typedef void (*gemm_tile_fn)(const float *restrict, Py_ssize_t, Py_ssize_t, const float *restrict, Py_ssize_t,
                              Py_ssize_t, const float *restrict, const float *restrict, float *restrict, Py_ssize_t,
                              Py_ssize_t, Py_ssize_t, int);
 
+typedef void (*gather_tile_fn)(const float *restrict, Py_ssize_t, Py_ssize_t, const float *restrict,
+                               const Py_ssize_t *restrict, Py_ssize_t, const float *restrict, const float *restrict,
+                               float *restrict, Py_ssize_t, Py_ssize_t, Py_ssize_t, int);
+
 GEMM_TILE(gemm_tile_8, , v8f, 8, 8)
+GATHER_TILE(gather_tile_8, , v8f, 8, 8)
 #ifdef ORCH_X86_DISPATCH
 GEMM_TILE(gemm_tile_v4, __attribute__((target("arch=x86-64-v4"))), vf16, 16, 16)
 GEMM_TILE(gemm_tile_v3, __attribute__((target("arch=x86-64-v3"))), v8f, 8, 8)
+GATHER_TILE(gather_tile_v4, __attribute__((target("arch=x86-64-v4"))), vf16, 16, 16)
+GATHER_TILE(gather_tile_v3, __attribute__((target("arch=x86-64-v3"))), v8f, 8, 8)
 #endif
 
 static gemm_tile_fn gemm_tile = gemm_tile_8;
+static gather_tile_fn gather_tile = gather_tile_8;
 static Py_ssize_t gemm_nr = 16;
 
 /* The instruction set the dispatched kernels use: 4 (AVX-512), 3 (AVX2 + FMA) or 0 (the
@@ -1218,14 +1246,35 @@ static void gemm_pick(int level) {
 #ifdef ORCH_X86_DISPATCH
     if (level == 4) {
         gemm_tile = gemm_tile_v4;
+        gather_tile = gather_tile_v4;
         gemm_nr = 32;
     } else if (level == 3) {
         gemm_tile = gemm_tile_v3;
+        gather_tile = gather_tile_v3;
         gemm_nr = 16;
     }
 #else
     (void)level;
 #endif
+}
+
+/* Output rows [r0, r1) of one group of a convolution of one image as a product with 4 x NR
+ * gather tiles: out (og x ho*wo) = w (og x K) . the taps, B's row k = (ci, tap) read at
+ * koff[k] in the padded planes (pad_plane) from the row's first input: every NR-wide run of a
+ * row of outputs is one tile per 4 output channels, bias and activation applied before its
+ * store. Each output is computed the same way whichever rows a part takes. */
+static void conv_tiles(const float *scratch, const Py_ssize_t *koff, const float *wg, const float *bg, float *og_out,
+                       Py_ssize_t K, Py_ssize_t og, Py_ssize_t sh, Py_ssize_t row, Py_ssize_t ho, Py_ssize_t wo,
+                       Py_ssize_t r0, Py_ssize_t r1, int act) {
+    const Py_ssize_t plane = ho * wo, nr = gemm_nr;
+    for (Py_ssize_t oy = r0; oy < r1; oy++)
+        for (Py_ssize_t ox = 0; ox < wo; ox += nr) {
+            const Py_ssize_t ncols = wo - ox < nr ? wo - ox : nr;
+            const float *b = scratch + oy * sh * row + ox;
+            for (Py_ssize_t o0 = 0; o0 < og; o0 += 4)
+                gather_tile(wg + o0 * K, K, 1, b, koff, K, bg ? bg + o0 : NULL, NULL, og_out + o0 * plane + oy * wo + ox,
+                            plane, ncols, og - o0 < 4 ? og - o0 : 4, act);
+        }
 }
 
 /* Rows of the result one item of a call computes (items are split across threads). */
@@ -1328,33 +1377,56 @@ static void gemv_cols(const float *restrict x, const float *restrict wt, const f
     __builtin_memcpy(out + c0, acc, (size_t)nc * sizeof(float));
 }
 
+/* The 8 lanes of v added in order. */
+static inline float lanes_sum(v8f v) {
+    float acc = 0.0f;
+    for (int q = 0; q < 8; q++) acc += v[q];
+    return acc;
+}
+
 /* gemv_cols with B given transposed, as W (N x K) rows: out[n] = act(bias[n] + W[n, :] . x)
- * for n in [c0, c0 + nc), each a dot product of two contiguous rows (4 x 8 partial sums). */
+ * for n in [c0, c0 + nc), each a dot product of two contiguous rows: 2 x 8 partial sums per
+ * row, four rows at a time (each load of x feeds four of them), then the last K % 16 in order. */
+ORCH_CLONES
 static void gemv_rows(const float *restrict x, const float *restrict w, const float *restrict bias,
                       float *restrict out, Py_ssize_t K, Py_ssize_t c0, Py_ssize_t nc, int act) {
-    for (Py_ssize_t n = c0; n < c0 + nc; n++) {
-        const float *restrict wr = w + n * K;
-        v8f s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
-        Py_ssize_t k = 0;
-        for (; k + 32 <= K; k += 32) {
-            v8f a0, a1, a2, a3, b0, b1, b2, b3;
-            __builtin_memcpy(&a0, wr + k, sizeof a0);
-            __builtin_memcpy(&a1, wr + k + 8, sizeof a1);
-            __builtin_memcpy(&a2, wr + k + 16, sizeof a2);
-            __builtin_memcpy(&a3, wr + k + 24, sizeof a3);
+    const Py_ssize_t k16 = K & ~(Py_ssize_t)15;
+    Py_ssize_t n = c0;
+    for (; n + 4 <= c0 + nc; n += 4) {
+        const float *restrict wr[4] = {w + n * K, w + (n + 1) * K, w + (n + 2) * K, w + (n + 3) * K};
+        v8f s[4][2] = {{{0}}};
+        for (Py_ssize_t k = 0; k < k16; k += 16) {
+            v8f b0, b1;
             __builtin_memcpy(&b0, x + k, sizeof b0);
             __builtin_memcpy(&b1, x + k + 8, sizeof b1);
-            __builtin_memcpy(&b2, x + k + 16, sizeof b2);
-            __builtin_memcpy(&b3, x + k + 24, sizeof b3);
+            for (int r = 0; r < 4; r++) {
+                v8f a0, a1;
+                __builtin_memcpy(&a0, wr[r] + k, sizeof a0);
+                __builtin_memcpy(&a1, wr[r] + k + 8, sizeof a1);
+                s[r][0] += a0 * b0;
+                s[r][1] += a1 * b1;
+            }
+        }
+        for (int r = 0; r < 4; r++) {
+            float acc = lanes_sum(s[r][0] + s[r][1]);
+            for (Py_ssize_t k = k16; k < K; k++) acc += wr[r][k] * x[k];
+            out[n + r] = bias ? acc + bias[n + r] : acc;
+        }
+    }
+    for (; n < c0 + nc; n++) { /* the last rows, one at a time, the same sums */
+        const float *restrict wr = w + n * K;
+        v8f s0 = {0}, s1 = {0};
+        for (Py_ssize_t k = 0; k < k16; k += 16) {
+            v8f a0, a1, b0, b1;
+            __builtin_memcpy(&a0, wr + k, sizeof a0);
+            __builtin_memcpy(&a1, wr + k + 8, sizeof a1);
+            __builtin_memcpy(&b0, x + k, sizeof b0);
+            __builtin_memcpy(&b1, x + k + 8, sizeof b1);
             s0 += a0 * b0;
             s1 += a1 * b1;
-            s2 += a2 * b2;
-            s3 += a3 * b3;
         }
-        const v8f sv = (s0 + s1) + (s2 + s3);
-        float acc = 0.0f;
-        for (int q = 0; q < 8; q++) acc += sv[q];
-        for (; k < K; k++) acc += wr[k] * x[k];
+        float acc = lanes_sum(s0 + s1);
+        for (Py_ssize_t k = k16; k < K; k++) acc += wr[k] * x[k];
         out[n] = bias ? acc + bias[n] : acc;
     }
     if (act != ACT_NONE) act_inplace(out + c0, nc, act);
