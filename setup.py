@@ -17,6 +17,7 @@ setup(
             sources=["orchestra/runtime/kernels/_native.c"],
             extra_compile_args=["-O3", "-std=c11", "-ffp-contract=fast", "-Wno-psabi"] + (["-pthread"] if _posix else []),
             extra_link_args=["-pthread"] if _posix else [],
+            libraries=["m"] if _posix else [],
             optional=True,
         )
     ]

@@ -54,7 +54,7 @@ def test_the_copies_this_cpu_would_not_pick(isa: str) -> None:
     would not use run their tests too (in a child process, which picks again)."""
     if native.ISA_LEVEL == 0 and isa == "v3":
         pytest.skip("this CPU has no AVX2 + FMA")
-    tests = "products or silu or activations or gelu or grouped or same_bits"
+    tests = "products or silu or activations or gelu or grouped or same_bits or squeeze"
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", tests],
                        capture_output=True, text=True, timeout=600, env=dict(os.environ, ORCHESTRA_NATIVE_ISA=isa))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
@@ -751,3 +751,110 @@ def test_a_convolution_step_is_planned_per_input_shape() -> None:
             for got, want in zip(m.execute([x]), plain.execute([x]), strict=True):
                 assert np.array_equal(got, want)
         plain.close()
+
+
+# -- squeeze-and-excite in one call -----------------------------------------------------------
+def _se_reference(x: np.ndarray, w1: np.ndarray, b1: np.ndarray, w2: np.ndarray, b2: np.ndarray, act: str,
+                  gate: str) -> list[np.ndarray]:
+    """s, t1, t2, t3, g, out in float64."""
+    x64 = x.astype(np.float64)
+    s = x64.mean(axis=(2, 3))
+    t1 = s @ w1.T.astype(np.float64) + b1
+    t2 = np.maximum(t1, 0) if act == "relu" else t1 / (1 + np.exp(-t1))
+    t3 = t2 @ w2.T.astype(np.float64) + b2
+    g = np.clip(t3 + 3, 0, 6) / 6 if gate == "hardsigmoid" else 1 / (1 + np.exp(-t3))
+    return [s, t1, t2, t3, g, x64 * g[:, :, None, None]]
+
+
+_SE_OPS = {"relu": [(4, 0, np.nan)], "silu": [(5, 0, 0), (6, 0, 0)], "sigmoid": [(5, 0, 0)],
+           "hardsigmoid": [(1, 3, 0), (4, 0, np.nan), (4, np.nan, 6), (3, 6, 0)]}
+
+
+@needs_native
+@pytest.mark.parametrize("act,gate", [("relu", "hardsigmoid"), ("silu", "sigmoid")])
+@pytest.mark.parametrize("shape", [(1, 16, 56, 56), (2, 96, 7, 7), (1, 576, 7, 7)])
+def test_squeeze_excite_matches_float64(shape: tuple[int, ...], act: str, gate: str) -> None:
+    from orchestra.runtime.kernels._fused import squeeze_excite_into
+
+    n, c, h, w = shape
+    r = max(c // 4, 8)
+    rng = np.random.default_rng(c)
+    x = rng.standard_normal(shape).astype(np.float32)
+    w1, b1 = (rng.standard_normal((r, c)) * 0.3).astype(np.float32), rng.standard_normal(r).astype(np.float32)
+    w2, b2 = (rng.standard_normal((c, r)) * 0.3).astype(np.float32), rng.standard_normal(c).astype(np.float32)
+    ops1, ops2 = (np.array(_SE_OPS[k], np.float32).reshape(-1) for k in (act, gate))
+    vecs = [np.full((n, k, 1, 1), np.nan, np.float32) for k in (c, r, r, c, c)]
+    ref = _se_reference(x, w1, b1, w2, b2, act, gate)
+    for inplace in (False, True):
+        xin = x.copy()
+        out = xin if inplace else np.empty_like(x)
+        assert squeeze_excite_into(xin, out, *vecs, w1, b1, w2, b2, ops1, ops2)
+        for got, want in zip([*vecs, out], ref, strict=True):
+            np.testing.assert_allclose(got.reshape(want.shape), want, rtol=2e-5, atol=2e-6)
+
+
+@needs_native
+def test_squeeze_excite_writes_in_order_and_checks_its_operands() -> None:
+    """Each value is written in the six steps' order (g lying on s's memory holds g; x read
+    again after g: a g on x's memory scales what is there then), and what doesn't fit is
+    refused before anything is written."""
+    from orchestra.runtime.kernels._fused import squeeze_excite_into
+
+    n, c, r = 1, 8, 8
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((n, c, 4, 4)).astype(np.float32)
+    w1, w2 = (rng.standard_normal((r, c)) * 0.3).astype(np.float32), (rng.standard_normal((c, r)) * 0.3).astype(np.float32)
+    b1, b2 = np.zeros(r, np.float32), np.zeros(c, np.float32)
+    ops1, ops2 = np.array(_SE_OPS["relu"], np.float32).ravel(), np.array(_SE_OPS["sigmoid"], np.float32).ravel()
+    ref = _se_reference(x, w1, b1, w2, b2, "relu", "sigmoid")
+    s = np.empty((n, c, 1, 1), np.float32)
+    t1, t2, t3 = (np.empty((n, k, 1, 1), np.float32) for k in (r, r, c))
+    out = np.empty_like(x)
+    assert squeeze_excite_into(x, out, s, t1, t2, t3, s, w1, b1, w2, b2, ops1, ops2)  # g on s's memory
+    np.testing.assert_allclose(s.reshape(n, c), ref[4], rtol=2e-5, atol=2e-6)
+    np.testing.assert_allclose(out, ref[5], rtol=2e-5, atol=2e-6)
+    xg = x.copy()
+    g_on_x = xg.reshape(-1)[:c].reshape(n, c, 1, 1)  # g written over x's first elements
+    assert squeeze_excite_into(xg, out, s, t1, t2, t3, g_on_x, w1, b1, w2, b2, ops1, ops2)
+    changed = x.copy()
+    changed.reshape(-1)[:c] = ref[4].reshape(-1)
+    np.testing.assert_allclose(out, changed.astype(np.float64) * ref[4][:, :, None, None], rtol=2e-5, atol=2e-6)
+    before = out.copy()
+    shifted = np.empty(x.size + 4, np.float32)
+    refusals = [
+        (shifted[:-4].reshape(x.shape), shifted[4:].reshape(x.shape), s, t1, t2, t3, s, w1, b1, w2, b2, ops1, ops2),  # out on x, shifted
+        (x, out, s, t1, t2, t3, s, w1, b1, w2, b2, np.array([7, 0, 0], np.float32), ops2),  # an unknown op
+        (x, out, s, t1, t2, t3, s, w1, b1, w2, b2, np.array([1, 3], np.float32), ops2),  # not triples
+        (x, out, s, t1[:, :4], t2, t3, s, w1, b1, w2, b2, ops1, ops2),  # t1 too small
+        (x.astype(np.float64), out, s, t1, t2, t3, s, w1, b1, w2, b2, ops1, ops2),  # not float32
+    ]
+    for args in refusals:
+        shifted[4:] = x.reshape(-1)
+        assert not squeeze_excite_into(*args)
+    np.testing.assert_array_equal(out, before)
+    with pytest.raises(ValueError, match="overlaps x"):
+        native.se_f32(shifted[:-4], shifted[4:], s, t1, t2, t3, s, w1, b1, w2, b2, ops1, ops2, n, c, r, 16)
+
+
+@needs_native
+@pytest.mark.parametrize("threads", [2, 3])
+def test_squeeze_excite_split_over_threads_gives_the_same_bits(threads: int) -> None:
+    from orchestra.runtime.kernels._fused import squeeze_excite_into
+
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((2, 96, 56, 56)).astype(np.float32)  # large enough to be split
+    w1, b1 = (rng.standard_normal((24, 96)) * 0.3).astype(np.float32), rng.standard_normal(24).astype(np.float32)
+    w2, b2 = (rng.standard_normal((96, 24)) * 0.3).astype(np.float32), rng.standard_normal(96).astype(np.float32)
+    ops1, ops2 = (np.array(_SE_OPS[k], np.float32).reshape(-1) for k in ("silu", "sigmoid"))
+    runs = []
+    for n in (1, threads):
+        kernels.set_threads(n)
+        try:
+            vecs = [np.empty((2, k, 1, 1), np.float32) for k in (96, 24, 24, 96, 96)]
+            out = np.empty_like(x)
+            assert squeeze_excite_into(x, out, *vecs, w1, b1, w2, b2, ops1, ops2)
+            runs.append([*vecs, out])
+        finally:
+            kernels.set_threads(1)
+    for a, b in zip(*runs, strict=True):
+        assert np.array_equal(a, b)

@@ -1270,3 +1270,97 @@ def test_an_activation_whose_input_is_read_elsewhere_stays_a_step_of_its_own() -
     got, want = run_both(prog, [randn(1, 8, 10, 10)])
     for g, w_ in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w_, rtol=1e-5, atol=1e-5)
+
+
+# -- squeeze-and-excite in one step -----------------------------------------------------------
+SE = "squeeze_excite"
+
+
+def _se_body(act: str, gate: str, mul_other: str = "x", bias: bool = True, dims: tuple[int, ...] = (-1, -2),
+             t1_out: bool = False) -> Callable[..., None]:
+    """A squeeze-and-excite block as torchvision's exports it: x -> mean -> 1x1 conv -> act ->
+    1x1 conv -> gate -> x * gate; a depthwise convolution before it (its input)."""
+    c, r = 24, 8
+    w1, b1 = randn(r, c, 1, 1) * 0.3, randn(r) if bias else None
+    w2, b2 = randn(c, r, 1, 1) * 0.3, randn(c)
+    dw = randn(c, 1, 3, 3)
+    three, six = np.array(3, np.float32), np.array(6, np.float32)
+
+    def body(f: MethodBuilder, x0: Value) -> None:
+        x = conv(f, x0, dw, None, 1, 1, 1, c)
+        s = f.call("aten::mean.out", x, list(dims), True, None)
+        t1 = conv(f, s, w1, b1, 1, 0, 1, 1)
+        if act in ("relu", "tanh"):
+            t2 = f.call(f"aten::{act}.out", t1)
+        else:  # silu as exported: sigmoid, then a multiply by its input
+            t2 = f.call("aten::mul.out", t1, f.call("aten::sigmoid.out", t1))
+        t3 = conv(f, t2, w2, b2, 1, 0, 1, 1)
+        if gate == "sigmoid":
+            g = f.call("aten::sigmoid.out", t3)
+        else:  # hardsigmoid as exported: add 3, clamp to 0..6, divide by 6
+            g = f.call("aten::div.out", f.call("aten::clamp.out", f.call("aten::clamp.out", f.call(
+                "aten::add.out", t3, three, 1), 0, None), None, 6), six)
+        other = {"x": x, "x0": x0}[mul_other]
+        f.output(f.call("aten::abs.out", f.call("aten::mul.out", g, other) if mul_other == "x0"
+                        else f.call("aten::mul.out", other, g)), *((t1,) if t1_out else ()))
+
+    return body
+
+
+@pytest.mark.parametrize("act,gate,t1_out", [("relu", "hardsigmoid", False), ("silu", "sigmoid", False),
+                                             ("relu", "sigmoid", True)])
+@pytest.mark.parametrize("n", [1, 2])
+def test_a_squeeze_and_excite_block_is_one_step(act: str, gate: str, t1_out: bool, n: int) -> None:
+    """The six steps of the block become one compiled call that writes every value they wrote,
+    in their order: the results are those of the plan as written (float rounding of the
+    mean's and the products' sums), whatever memory the plan gave the block's values, and an
+    intermediate value that is also an output (t1_out) holds what its step wrote."""
+    from orchestra.runtime.kernels import _fused
+
+    if not _fused.squeeze_excite_available():
+        pytest.skip("orchestra's compiled kernels are not built here")
+    prog = build(_se_body(act, gate, t1_out=t1_out), (n, 24, 20, 20))
+    with prog.load_method() as m:
+        assert kinds(prog).count(SE) == 1
+        names = [s.__qualname__ for s in m._cp.steps]
+        assert sum("squeeze-and-excite" in q for q in names) == 1, names
+        assert len(m._cp.steps) == 3  # the depthwise convolution, the block, the abs
+    x = randn(n, 24, 20, 20)
+    got, want = run_both(prog, [x])
+    assert len(got) == 1 + t1_out
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("case", ["mul_by_another", "mean_over_one_dim", "unsupported_activation"])
+def test_near_squeeze_and_excite_blocks_stay_steps(case: str) -> None:
+    body = {"mul_by_another": _se_body("relu", "sigmoid", mul_other="x0"),
+            "mean_over_one_dim": _se_body("relu", "sigmoid", dims=(-1,)),
+            "unsupported_activation": _se_body("tanh", "hardsigmoid")}[case]
+    prog = build(body, (1, 24, 20, 20))
+    assert SE not in kinds(prog)
+    got, want = run_both(prog, [randn(1, 24, 20, 20)])
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
+
+
+def test_a_squeeze_and_excite_step_runs_the_steps_where_the_compiled_call_declines(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestra.runtime import _optimize
+    from orchestra.runtime.kernels import _fused
+
+    if not _fused.squeeze_excite_available():
+        pytest.skip("orchestra's compiled kernels are not built here")
+    prog = build(_se_body("silu", "sigmoid", bias=False), (1, 24, 20, 20))
+    assert kinds(prog).count(SE) == 1
+    x = randn(1, 24, 20, 20)
+    with prog.load_method() as m:
+        fused = m.execute([x])[0].copy()
+        monkeypatch.setattr(_optimize, "squeeze_excite_into", lambda *a: False)
+        declined = m.execute([x])[0].copy()
+    monkeypatch.setattr(_optimize, "squeeze_excite_available", lambda: False)
+    with load_program(prog.definition).load_method() as m:  # a plan without the block's step: its six steps
+        assert SE not in [r.kind for r in m._cp.rewrites]
+        six = m.execute([x])[0]
+    np.testing.assert_array_equal(declined, six)  # the same steps: the same bits
+    with unoptimised(prog) as u:
+        np.testing.assert_allclose(fused, u.execute([x])[0], rtol=1e-5, atol=1e-6)

@@ -11,6 +11,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1683,6 +1684,117 @@ static PyObject *py_plane_sums_f32(PyObject *self, PyObject *args) {
     return planes(args, 0, "plane_sums_f32");
 }
 
+/* ---- squeeze-and-excite in one call (a plan's fused step) ----
+ * s = each plane's mean; t1 = w1 . s + b1; t2 = ops1(t1); t3 = w2 . t2 + b2; g = ops2(t3);
+ * out = x * g (plane by plane). Each result is written to its own buffer in that order, as
+ * the six steps it replaces wrote them (a later one may sit on an earlier one's memory, or on
+ * x's: x is read again for the product after g is written, as the last step read it); the
+ * next result is computed from a private copy of the previous one. ops: (code, a, b) float32
+ * triples applied in order, each in float32 as the elementwise kernels compute it. */
+enum { SE_ADD = 1, SE_MUL = 2, SE_DIV = 3, SE_CLAMP = 4, SE_SIGMOID = 5, SE_MULX = 6, SE_CODES = 6 };
+
+static void se_apply(float *restrict v, const float *restrict v0, Py_ssize_t n, const float *ops, Py_ssize_t nops) {
+    for (Py_ssize_t i = 0; i < nops; i++) {
+        const int code = (int)ops[3 * i];
+        const float a = ops[3 * i + 1], b = ops[3 * i + 2];
+        for (Py_ssize_t j = 0; j < n; j++) {
+            float t = v[j];
+            switch (code) {
+            case SE_ADD: t = t + a; break;
+            case SE_MUL: t = t * a; break;
+            case SE_DIV: t = t / a; break;
+            case SE_CLAMP: /* a NaN bound: none on that side; a NaN value stays NaN */
+                if (a == a && t < a) t = a;
+                if (b == b && t > b) t = b;
+                break;
+            case SE_SIGMOID: t = 1.0f / (1.0f + expf(-t)); break;
+            default: t = v0[j] * t; break; /* SE_MULX: times the vector the ops started from */
+            }
+            v[j] = t;
+        }
+    }
+}
+
+/* out[n, r] = b[r] + w[r, :] . s[n, :] for n < N, r < R (w: R x C), as gemv_rows sums */
+static void se_dense(const float *s, const float *w, const float *b, float *out, Py_ssize_t N, Py_ssize_t C,
+                     Py_ssize_t R) {
+    for (Py_ssize_t n = 0; n < N; n++) gemv_rows(s + n * C, w, b, out + n * R, C, 0, R, ACT_NONE);
+}
+
+static int se_ops_ok(const Py_buffer *ops, const char *what) {
+    const float *o = (const float *)ops->buf;
+    const Py_ssize_t n = ops->len / (Py_ssize_t)sizeof(float);
+    if (n % 3) goto bad;
+    for (Py_ssize_t i = 0; i < n; i += 3)
+        if (!(o[i] >= 1.0f && o[i] <= (float)SE_CODES && o[i] == (float)(int)o[i])) goto bad;
+    return 1;
+bad:
+    PyErr_Format(PyExc_ValueError, "se_f32: %s is not a list of (code, a, b) float32 triples", what);
+    return 0;
+}
+
+static PyObject *py_se_f32(PyObject *self, PyObject *args) {
+    Py_buffer x, out, s, t1, t2, t3, g, w1, b1, w2, b2, o1, o2;
+    Py_ssize_t n_, c_, r_, hw;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*w*w*w*w*w*w*y*y*y*y*y*y*nnnn", &x, &out, &s, &t1, &t2, &t3, &g, &w1, &b1, &w2, &b2,
+                          &o1, &o2, &n_, &c_, &r_, &hw))
+        return NULL;
+    Py_buffer *all[] = {&x, &out, &s, &t1, &t2, &t3, &g, &w1, &b1, &w2, &b2, &o1, &o2};
+    const Py_ssize_t lim = (Py_ssize_t)1 << 24;
+    int ok = n_ >= 1 && c_ >= 1 && r_ >= 1 && hw >= 1 && n_ <= lim && c_ <= lim && r_ <= lim && hw <= lim &&
+             prod4(n_, c_, hw, 1) <= ((Py_ssize_t)1 << 40) && prod4(r_, c_, 1, 1) <= ((Py_ssize_t)1 << 40);
+    if (!ok) PyErr_SetString(PyExc_ValueError, "se_f32: inconsistent sizes");
+    const Py_ssize_t nc = ok ? n_ * c_ : 0, nr = ok ? n_ * r_ : 0;
+    ok = ok && need(&x, prod4(n_, c_, hw, 1), "x") && need(&out, prod4(n_, c_, hw, 1), "out") && need(&s, nc, "s") &&
+         need(&t1, nr, "t1") && need(&t2, nr, "t2") && need(&t3, nc, "t3") && need(&g, nc, "g") &&
+         need(&w1, r_ * c_, "w1") && need(&b1, r_, "b1") && need(&w2, c_ * r_, "w2") && need(&b2, c_, "b2") &&
+         se_ops_ok(&o1, "ops1") && se_ops_ok(&o2, "ops2");
+    if (ok && x.buf != out.buf && overlaps(&x, &out)) {
+        PyErr_SetString(PyExc_ValueError, "se_f32: out overlaps x (other than being x)");
+        ok = 0;
+    }
+    float *v = NULL;
+    if (ok && !(v = PyMem_RawMalloc((size_t)(3 * nc + 2 * nr) * sizeof(float)))) {
+        PyErr_NoMemory();
+        ok = 0;
+    }
+    if (ok) {
+        float *vs = v, *vt1 = vs + nc, *vt2 = vt1 + nr, *vt3 = vt2 + nr, *vg = vt3 + nc;
+        const float *xb = (const float *)x.buf;
+        const int nparts = parts_for(prod4(nc, hw, 1, 1), nc);
+        planes_job jobs[MAX_PARTS];
+        Py_BEGIN_ALLOW_THREADS
+        for (int k = 0; k < nparts; k++) {
+            planes_job j = {xb, NULL, vs, hw, nc * k / nparts, nc * (k + 1) / nparts};
+            jobs[k] = j;
+        }
+        run_parts(planes_part, jobs, sizeof jobs[0], nparts);
+        for (Py_ssize_t i = 0; i < nc; i++) vs[i] = vs[i] / (float)hw;
+        memcpy(s.buf, vs, (size_t)nc * sizeof(float));
+        se_dense(vs, (const float *)w1.buf, (const float *)b1.buf, vt1, n_, c_, r_);
+        memcpy(t1.buf, vt1, (size_t)nr * sizeof(float));
+        memcpy(vt2, vt1, (size_t)nr * sizeof(float));
+        se_apply(vt2, vt1, nr, (const float *)o1.buf, o1.len / (Py_ssize_t)(3 * sizeof(float)));
+        memcpy(t2.buf, vt2, (size_t)nr * sizeof(float));
+        se_dense(vt2, (const float *)w2.buf, (const float *)b2.buf, vt3, n_, r_, c_);
+        memcpy(t3.buf, vt3, (size_t)nc * sizeof(float));
+        memcpy(vg, vt3, (size_t)nc * sizeof(float));
+        se_apply(vg, vt3, nc, (const float *)o2.buf, o2.len / (Py_ssize_t)(3 * sizeof(float)));
+        memcpy(g.buf, vg, (size_t)nc * sizeof(float));
+        for (int k = 0; k < nparts; k++) {
+            planes_job j = {xb, vg, (float *)out.buf, hw, nc * k / nparts, nc * (k + 1) / nparts};
+            jobs[k] = j;
+        }
+        run_parts(planes_part, jobs, sizeof jobs[0], nparts);
+        Py_END_ALLOW_THREADS
+    }
+    PyMem_RawFree(v);
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) PyBuffer_Release(all[i]);
+    if (!ok) return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyObject *py_set_threads(PyObject *self, PyObject *args) {
     int n;
     (void)self;
@@ -1725,6 +1837,12 @@ static PyMethodDef methods[] = {
      "be x."},
     {"plane_sums_f32", py_plane_sums_f32, METH_VARARGS,
      "plane_sums_f32(x, out, planes, inner): out[i] = sum(x[i, :]) for planes of inner float32."},
+    {"se_f32", py_se_f32, METH_VARARGS,
+     "se_f32(x, out, s, t1, t2, t3, g, w1, b1, w2, b2, ops1, ops2, N, C, R, HW): squeeze-and-excite of x (N, C, HW) "
+     "float32: s = plane means, t1 = w1 (R, C) . s + b1, t2 = ops1(t1), t3 = w2 (C, R) . t2 + b2, g = ops2(t3), "
+     "out = x * g per plane, each written in that order; ops: (code, a, b) float32 triples (1 add a, 2 mul a, 3 "
+     "div a, 4 clamp a..b (NaN: no bound), 5 sigmoid, 6 times the vector the ops started from); out is x or does "
+     "not overlap it."},
     {"gelu_f32", py_gelu_f32, METH_VARARGS,
      "gelu_f32(x, out, n): out[:n] = gelu(x[:n]) (approximate 'none'), float32; out may be x."},
     {"hardswish_f32", py_hardswish_f32, METH_VARARGS,
