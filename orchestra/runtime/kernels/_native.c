@@ -854,15 +854,18 @@ static PyObject *release_call(int ok, int have_bias, Py_buffer *b, Py_buffer *x,
 typedef struct {
     const float *x, *w, *bias;
     float *out, *scratch;
-    const Py_ssize_t *toff, *koff; /* koff: where conv_tiles reads (NULL: grouped_group computes) */
+    const Py_ssize_t *toff, *koff; /* koff: where conv_tiles / conv_flat read (NULL: grouped_group computes) */
     Py_ssize_t i0, i1, c_, h, wd, o_, g_, cg, og, taps, sh, sw, ph, pw, ho, wo, hp, row, plane_len;
     int act;
     const dw_geom *dwg; /* depthwise (cg == og == 1): its sizes; scratch is then depthwise_part's */
+    int flat;           /* with koff: conv_flat computes (row has no slack), else conv_tiles */
 } conv_job;
 
 static void conv_tiles(const float *scratch, const Py_ssize_t *koff, const float *wg, const float *bg, float *og_out,
                        Py_ssize_t K, Py_ssize_t og, Py_ssize_t sh, Py_ssize_t row, Py_ssize_t ho, Py_ssize_t wo,
                        Py_ssize_t r0, Py_ssize_t r1, int act);
+static void conv_flat(const float *scratch, const Py_ssize_t *koff, const float *wg, const float *bg, float *og_out,
+                      Py_ssize_t K, Py_ssize_t og, Py_ssize_t row, Py_ssize_t ho, Py_ssize_t wo, int act);
 static Py_ssize_t gemm_nr; /* the product tiles' width (set with them when the module loads) */
 
 static void *conv_part(void *arg) {
@@ -878,7 +881,9 @@ static void *conv_part(void *arg) {
                       j->wd, j->sw, j->ph, j->pw, j->hp, j->row);
         float *dst = j->out + (n * j->o_ + g * j->og) * j->ho * j->wo;
         const float *wg = j->w + g * j->og * j->cg * j->taps, *bg = j->bias ? j->bias + g * j->og : NULL;
-        if (j->koff) {
+        if (j->koff && j->flat) {
+            conv_flat(j->scratch, j->koff, wg, bg, dst, j->cg * j->taps, j->og, j->row, j->ho, j->wo, j->act);
+        } else if (j->koff) {
             conv_tiles(j->scratch, j->koff, wg, bg, dst, j->cg * j->taps, j->og, j->sh, j->row, j->ho, j->wo, 0, j->ho,
                        j->act);
         } else {
@@ -940,7 +945,14 @@ static PyObject *py_conv_f32(PyObject *self, PyObject *args) {
          need(&out, prod4(n_, o_, ho, wo), "out") && (!have_bias || need(&b, o_, "bias"));
     float *scratch = NULL, *scratch_mem = NULL;
     Py_ssize_t *toff = NULL;
-    const Py_ssize_t hp = h + 2 * ph, row = (wd + 2 * pw + sw - 1) / sw + 8, plane_len = sw * hp * row;
+    /* How a non-depthwise call computes: rows wide enough go through conv_tiles (at most a
+     * quarter of a row's last tile wasted); narrower ones at stride 1 through conv_flat
+     * (tiles over the padded planes' flat positions, rows without the 8-float slack);
+     * the rest through grouped_group's 8-column tiles */
+    const int tiles = ok && !(cg == 1 && og == 1) && (wo + gemm_nr - 1) / gemm_nr * gemm_nr * 3 <= 4 * wo;
+    const int flat = ok && !tiles && !(cg == 1 && og == 1) && sh == 1 && sw == 1;
+    const Py_ssize_t hp = h + 2 * ph, row = flat ? wd + 2 * pw : (wd + 2 * pw + sw - 1) / sw + 8,
+                     plane_len = sw * hp * row;
     const Py_ssize_t taps = kh * kw;
     /* depthwise: strips of output rows whose padded input fits DW_STRIP_FLOATS (one row at least) */
     const int depthwise = ok && cg == 1 && og == 1;
@@ -948,9 +960,10 @@ static PyObject *py_conv_f32(PyObject *self, PyObject *args) {
      * channels leaves lanes idle and transposes its rows again for them) */
     const int nparts = ok ? parts_for(prod4(n_, o_ * cg, ho * wo, taps), depthwise ? (n_ * g_ + 7) / 8 : n_ * g_) : 1;
     dw_geom dwg = {c_, h, wd, ho, wo, kh, kw, sh, sw, ph, pw, dh, dw, wd + 2 * pw, 1, 0};
-    /* + 64: conv_tiles reads a run of gemm_nr (<= 32) floats from each tap's first, past a
-     * plane's last row by up to gemm_nr - 8 */
-    Py_ssize_t part_floats = cg * plane_len + 64;
+    /* + 64 + kw dw: conv_tiles reads a run of gemm_nr (<= 32) floats from each tap's first,
+     * past a plane's last row by up to gemm_nr - 8; conv_flat's last tile reads its garbage
+     * positions past the last plane by up to gemm_nr + (kw - 1) dw */
+    Py_ssize_t part_floats = cg * plane_len + 64 + (ok ? kw * dw : 0);
     if (ok && depthwise) {
         const Py_ssize_t reach = (kh - 1) * dh + 1, fit = DW_STRIP_FLOATS / (16 * dwg.wp);
         dwg.strip = fit > reach ? (fit - reach) / sh + 1 : 1;
@@ -982,9 +995,8 @@ static PyObject *py_conv_f32(PyObject *self, PyObject *args) {
                 toff[i * kw + j] = ((j * dw) % sw) * hp * row + i * dh * row + (j * dw) / sw;
         /* wide enough output rows go through conv_tiles (at most a quarter of its columns
          * wasted in a row's last tile); narrow ones through grouped_group's 8-column tiles */
-        const int tiles = !depthwise && (wo + gemm_nr - 1) / gemm_nr * gemm_nr * 3 <= 4 * wo;
-        Py_ssize_t *koff = toff + taps; /* B's row (ci, tap) of conv_tiles' product */
-        if (tiles)
+        Py_ssize_t *koff = toff + taps; /* B's row (ci, tap) of conv_tiles' / conv_flat's product */
+        if (tiles || flat)
             for (Py_ssize_t ci = 0; ci < cg; ci++)
                 for (Py_ssize_t t = 0; t < taps; t++) koff[ci * taps + t] = ci * plane_len + toff[t];
         conv_job jobs[MAX_PARTS];
@@ -1012,9 +1024,9 @@ static PyObject *py_conv_f32(PyObject *self, PyObject *args) {
                 if (i0 > i1) i0 = i1;
             }
             conv_job j = {(const float *)x.buf, (const float *)w.buf, have_bias ? (const float *)b.buf : NULL,
-                          (float *)out.buf, scratch + k * part_floats, toff, tiles ? koff : NULL, i0,
+                          (float *)out.buf, scratch + k * part_floats, toff, tiles || flat ? koff : NULL, i0,
                           i1, c_, h, wd, o_, g_, cg, og, taps, sh, sw, ph, pw, ho, wo, hp, row,
-                          plane_len, act, depthwise ? &dwg : NULL};
+                          plane_len, act, depthwise ? &dwg : NULL, flat};
             jobs[k] = j;
         }
         if (items) {
@@ -1276,6 +1288,42 @@ static void conv_tiles(const float *scratch, const Py_ssize_t *koff, const float
                 gather_tile(wg + o0 * K, K, 1, b, koff, K, bg ? bg + o0 : NULL, NULL, og_out + o0 * plane + oy * wo + ox,
                             plane, ncols, og - o0 < 4 ? og - o0 : 4, act);
         }
+}
+
+/* One group of a stride-1 convolution of one image with narrow output rows, as a product
+ * over the padded planes' flat positions: output (oy, ox) reads its taps at oy * row + ox +
+ * koff[k] (planes padded without the 8-float slack: row = the padded width), so a run of NR
+ * consecutive positions is one 4 x NR gather tile per 4 output channels, bias and activation
+ * applied; the positions past a row's last output (the padding columns) are computed and
+ * dropped. Stored through a small buffer, row by row. */
+static void conv_flat(const float *scratch, const Py_ssize_t *koff, const float *wg, const float *bg, float *og_out,
+                      Py_ssize_t K, Py_ssize_t og, Py_ssize_t row, Py_ssize_t ho, Py_ssize_t wo, int act) {
+    const Py_ssize_t nr = gemm_nr, plane = ho * wo, span = (ho - 1) * row + wo;
+    float tmp[4 * 32] __attribute__((aligned(64)));
+    for (Py_ssize_t f0 = 0; f0 < span; f0 += nr) {
+        const Py_ssize_t ncols = span - f0 < nr ? span - f0 : nr;
+        for (Py_ssize_t o0 = 0; o0 < og; o0 += 4) {
+            const Py_ssize_t rows = og - o0 < 4 ? og - o0 : 4;
+            gather_tile(wg + o0 * K, K, 1, scratch + f0, koff, K, bg ? bg + o0 : NULL, NULL, tmp, nr, ncols, rows, act);
+            for (Py_ssize_t q = 0; q < rows; q++) {
+                float *dst = og_out + (o0 + q) * plane;
+                Py_ssize_t oy = f0 / row, ox = f0 - oy * row, f = f0;
+                while (f < f0 + ncols) {
+                    if (ox >= wo) { /* a padding column: on to the next row */
+                        f += row - ox;
+                        oy++;
+                        ox = 0;
+                        continue;
+                    }
+                    Py_ssize_t m = wo - ox;
+                    if (m > f0 + ncols - f) m = f0 + ncols - f;
+                    memcpy(dst + oy * wo + ox, tmp + q * nr + (f - f0), (size_t)m * sizeof(float));
+                    f += m;
+                    ox += m;
+                }
+            }
+        }
+    }
 }
 
 /* Rows of the result one item of a call computes (items are split across threads). */
