@@ -727,6 +727,23 @@ def test_a_planned_convolution_gives_conv2ds_bits_and_declines_what_it_was_not_p
     ro = np.empty_like(out)
     ro.flags.writeable = False
     assert run(x, ro) is None
+    # the pair last checked is remembered (weakly): the same arrays again, then arrays sharing
+    # memory (checked again: the input is copied aside), then the first ones
+    want = out.copy()
+    assert run(x, out) is out and np.array_equal(out, want)
+    if c == o:
+        inplace = x.copy()
+        assert run(inplace, inplace) is inplace and np.array_equal(inplace, want)
+    out.fill(np.nan)
+    assert run(x, out) is out and np.array_equal(out, want)
+    import gc
+    import weakref
+    x2, out2 = x.copy(), np.empty_like(out)
+    alive = weakref.ref(x2)
+    assert run(x2, out2) is out2
+    del x2, out2
+    gc.collect()
+    assert alive() is None  # not kept alive by the plan
     monkeypatch.setattr(_conv, "_native", None)  # switched off after planning: conv2d's numpy path then
     assert run(x, out) is None
     # no plan for what the compiled kernels don't cover, or for invalid arguments

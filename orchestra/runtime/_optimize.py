@@ -154,6 +154,7 @@ import functools
 import math
 import operator
 import re
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -1228,6 +1229,18 @@ def _conv_bn_step(cp: CompiledPlan, params: tuple[int, ...], out: int, w: np.nda
     planned: dict[tuple[int, ...], Any] = {}  # input shape -> plan_conv2d's run (False: none)
     may_share = np.may_share_memory
     copyto = np.copyto
+    # (x, out, whether the spare is used) last decided, as weak references (the same arrays
+    # every execute of a Method; a closed Method's are not kept alive); one tuple, replaced whole
+    last: list[Any] = [None]
+    ref = weakref.ref
+
+    def use_spare(xv: np.ndarray, o: Any) -> bool:
+        p = last[0]
+        if p is not None and p[0]() is xv and p[1]() is o:
+            return p[2]
+        found = type(o) is np.ndarray and o.nbytes <= xv.nbytes and bool(may_share(xv, o))
+        last[0] = (ref(xv), ref(o), found) if type(o) is np.ndarray else None
+        return found
 
     def step(vals: list[Any], m: Method) -> None:
         o = vals[out]
@@ -1237,7 +1250,7 @@ def _conv_bn_step(cp: CompiledPlan, params: tuple[int, ...], out: int, w: np.nda
             if run is None:
                 run = planned[xv.shape] = plan_conv2d(xv.shape, xv.dtype, w, b, *static, act) or False
             if run:
-                if spare is not None and o.nbytes <= xv.nbytes and may_share(xv, o):
+                if spare is not None and use_spare(xv, o):
                     t = vals[spare]
                     if not may_share(xv, t) and run(xv, t) is not None:
                         copyto(o, t)

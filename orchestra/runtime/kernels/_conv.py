@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from types import MappingProxyType
 from typing import Any
@@ -413,6 +414,25 @@ def plan_conv2d(
                 and type(out) is ndarray and out.shape == shape and out.dtype == f32 and out.flags.c_contiguous
                 and out.flags.writeable)
 
+    # The (x, out) pair last found to fit and to share no memory, as weak references (a
+    # closed Method's arrays are not kept alive): a plan's step passes the same two arrays
+    # every execute (a Method's planned tensors), so the next call with them skips the
+    # checks (about 1 us of a small convolution's 2). One tuple, replaced whole.
+    last: list[Any] = [None]
+    ref = weakref.ref
+
+    def checked(x: Any, out: Any) -> bool | None:
+        """True: x and out fit and share no memory; False: they fit but may share; None: no fit."""
+        p = last[0]
+        if p is not None and p[0]() is x and p[1]() is out:
+            return True
+        if not fits(x, out):
+            return None
+        if may_share(x, out):
+            return False
+        last[0] = (ref(x), ref(out))
+        return True
+
     if cg <= _NATIVE_MAX_GROUP_CHANNELS and (groups > 1 or kh * kw > 1):
         try:
             check_scratch(_OP, (n, c, h + 2 * ph, wd + 2 * pw), 4, "padded input")
@@ -421,11 +441,12 @@ def plan_conv2d(
         args = (n, c, h, wd, o, groups, kh, kw, sh, sw, ph, pw, dh, dw, ho, wo, code)
 
         def run_direct(x: Any, out: Any) -> np.ndarray | None:
-            if _native is None or not fits(x, out):  # (switched off since: conv2d's numpy path)
+            if _native is None:  # (switched off since: conv2d's numpy path)
                 return None
-            if may_share(x, out):
-                x = x.copy()
-            _native.conv_f32(x, wc, bc, out, *args)
+            ok = checked(x, out)
+            if ok is None:
+                return None
+            _native.conv_f32(x if ok else x.copy(), wc, bc, out, *args)
             return out
         return run_direct
     if kh == kw == sh == sw == 1 and ph == pw == 0 and groups == 1 and n == 1 and ho * wo < _NATIVE_MIN_PIXELS:
@@ -436,7 +457,7 @@ def plan_conv2d(
         dot = np.dot
 
         def run_gemv(x: Any, out: Any) -> np.ndarray | None:
-            if _native is None or not fits(x, out):
+            if _native is None or checked(x, out) is None:
                 return None
             dot(w2, x.reshape(c, hw), out=out.reshape(o, hw))
             if bc is not None or code:
@@ -447,11 +468,12 @@ def plan_conv2d(
         hw = ho * wo
 
         def run_1x1(x: Any, out: Any) -> np.ndarray | None:
-            if _native is None or not fits(x, out):
+            if _native is None:
                 return None
-            if may_share(x, out):
-                x = x.copy()
-            _native.conv1x1_f32(x, wc, bc, out, n, c, hw, o, code)
+            ok = checked(x, out)
+            if ok is None:
+                return None
+            _native.conv1x1_f32(x if ok else x.copy(), wc, bc, out, n, c, hw, o, code)
             return out
         return run_1x1
     return None
