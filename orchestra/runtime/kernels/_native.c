@@ -1763,10 +1763,41 @@ static void se_apply(float *restrict v, const float *restrict v0, Py_ssize_t n, 
     }
 }
 
-/* out[n, r] = b[r] + w[r, :] . s[n, :] for n < N, r < R (w: R x C), as gemv_rows sums */
+/* A share of se_dense: rows [r0, r1) of every image. */
+typedef struct {
+    const float *s, *w, *b;
+    float *out;
+    Py_ssize_t N, C, R, r0, r1;
+} se_dense_job;
+
+static void *se_dense_part(void *arg) {
+    const se_dense_job *j = (const se_dense_job *)arg;
+    for (Py_ssize_t n = 0; n < j->N; n++)
+        gemv_rows(j->s + n * j->C, j->w, j->b, j->out + n * j->R, j->C, j->r0, j->r1 - j->r0, ACT_NONE);
+    return NULL;
+}
+
+/* How many parts a squeeze-and-excite phase of ``work`` units over ``items`` takes: one per
+ * thread from 2^14 (its phases are small and its weights usually come from memory: split
+ * lower than the big kernels, one share per thread) */
+static int se_parts(Py_ssize_t work, Py_ssize_t items) {
+    int n = max_threads > 16 ? 16 : max_threads;
+    if (work < ((Py_ssize_t)1 << 14)) n = 1;
+    if (items < n) n = (int)(items > 0 ? items : 1);
+    return n;
+}
+
+/* out[n, r] = b[r] + w[r, :] . s[n, :] for n < N, r < R (w: R x C), as gemv_rows sums, the
+ * rows split over the pool (each row's sum the same whichever part computes it) */
 static void se_dense(const float *s, const float *w, const float *b, float *out, Py_ssize_t N, Py_ssize_t C,
                      Py_ssize_t R) {
-    for (Py_ssize_t n = 0; n < N; n++) gemv_rows(s + n * C, w, b, out + n * R, C, 0, R, ACT_NONE);
+    se_dense_job jobs[MAX_PARTS];
+    const int nparts = se_parts(N * R * C, R);
+    for (int k = 0; k < nparts; k++) {
+        se_dense_job j = {s, w, b, out, N, C, R, R * k / nparts, R * (k + 1) / nparts};
+        jobs[k] = j;
+    }
+    run_parts(se_dense_part, jobs, sizeof jobs[0], nparts);
 }
 
 static int se_ops_ok(const Py_buffer *ops, const char *what) {
@@ -1810,7 +1841,7 @@ static PyObject *py_se_f32(PyObject *self, PyObject *args) {
     if (ok) {
         float *vs = v, *vt1 = vs + nc, *vt2 = vt1 + nr, *vt3 = vt2 + nr, *vg = vt3 + nc;
         const float *xb = (const float *)x.buf;
-        const int nparts = parts_for(prod4(nc, hw, 1, 1), nc);
+        const int nparts = se_parts(nc * hw, nc);
         planes_job jobs[MAX_PARTS];
         Py_BEGIN_ALLOW_THREADS
         for (int k = 0; k < nparts; k++) {
