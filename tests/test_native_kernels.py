@@ -14,6 +14,7 @@ import subprocess
 import sys
 import sysconfig
 import threading
+from typing import Any
 
 import numpy as np
 import pytest
@@ -875,3 +876,36 @@ def test_squeeze_excite_split_over_threads_gives_the_same_bits(threads: int) -> 
             kernels.set_threads(1)
     for a, b in zip(*runs, strict=True):
         assert np.array_equal(a, b)
+
+
+@needs_native
+def test_a_product_whose_out_lies_on_its_input_copies_the_input_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plan may put a linear layer's result on its input's memory (a rewrite reads the input
+    in place of a copy of it): the compiled product copies the input aside and runs, rather
+    than leaving it to numpy (one thread); the result is that of separate arrays."""
+    from orchestra.runtime.kernels import _linalg
+
+    rng = np.random.default_rng(31)
+    x = rng.standard_normal((1, 1280)).astype(np.float32)
+    w = rng.standard_normal((1000, 1280)).astype(np.float32)
+    b = rng.standard_normal(1000).astype(np.float32)
+    want = x.astype(np.float64) @ w.T.astype(np.float64) + b
+    calls: list[str] = []
+
+    class Spy:
+        def __getattr__(self, name: str) -> Any:
+            calls.append(name)
+            return getattr(native, name)
+
+    monkeypatch.setattr(_linalg, "_native", Spy())
+    kernels.set_threads(2)
+    try:
+        buf = np.zeros(1280, np.float32)
+        a = buf.reshape(1, 1280)
+        a[...] = x
+        out = buf[:1000].reshape(1, 1000)  # the result on the input's first 1000 elements
+        assert _linalg.addmm_out(b, a, w.T, 1, 1, out) is out
+    finally:
+        kernels.set_threads(1)
+    assert "linear_f32" in calls
+    np.testing.assert_allclose(out, want, rtol=2e-5, atol=2e-4)

@@ -31,8 +31,8 @@ def _native_product(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, out: 
     (float32; 2-d operands, or 3-d with equal batch), running on orchestra's own threads.
     None where it doesn't apply (the caller then uses numpy): another dtype or shape, fewer
     than ``_NATIVE_MIN_WORK`` multiply-adds, fewer than ``_NATIVE_MIN_ROWS`` rows on one
-    thread, or an ``out`` that is not a writable
-    C-contiguous array of the result's shape and dtype sharing no memory with an operand."""
+    thread, or an ``out`` that is not a writable C-contiguous array of the result's shape and
+    dtype. An operand sharing memory with ``out`` is copied first."""
     if _native is None or type(a) is not np.ndarray or type(b) is not np.ndarray or a.dtype != _F32 or b.dtype != _F32:
         return None
     if a.ndim == 2 and b.ndim == 2:
@@ -53,9 +53,15 @@ def _native_product(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, out: 
     if (type(out) is not np.ndarray or out.shape != a.shape[:-1] + (n,) or out.dtype != _F32
             or not out.flags.c_contiguous or not out.flags.writeable):
         return None
-    if (np.may_share_memory(out, a) or np.may_share_memory(out, b)
-            or (bias is not None and np.may_share_memory(out, bias))):
-        return None
+    # an operand on out's memory is copied aside first, as numpy's matmul would (the plan may
+    # put a product's result on its input once a rewrite reads that input in place of a copy
+    # of it: EfficientNet's classifier)
+    if np.may_share_memory(out, a):
+        a = a.copy()
+    if np.may_share_memory(out, b):
+        b = b.copy()
+    if bias is not None and np.may_share_memory(out, bias):
+        bias = bias.copy()
     bt = b.swapaxes(-1, -2)
     if bt.flags.c_contiguous and not b.flags.c_contiguous:
         # b is a transposed view (a linear layer's W.T, attention's K^T): the kernel reads
