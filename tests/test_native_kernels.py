@@ -909,3 +909,48 @@ def test_a_product_whose_out_lies_on_its_input_copies_the_input_first(monkeypatc
         kernels.set_threads(1)
     assert "linear_f32" in calls
     np.testing.assert_allclose(out, want, rtol=2e-5, atol=2e-4)
+
+
+@needs_native
+@pytest.mark.parametrize("relu", [False, True])
+def test_the_compiled_add_gives_numpys_bits(relu: bool) -> None:
+    """add_f32 (a residual connection, with its relu): numpy's float32 sum and relu_out's
+    clip bit for bit (NaN, inf, -0.0 included), in place into either operand, on 1 and 2
+    threads; an out overlapping an operand otherwise is refused."""
+    from orchestra.runtime.kernels import _elementwise as ew
+
+    rng = np.random.default_rng(41)
+    n = 3 * 2**15 + 5  # split on 2 threads, and a tail
+    a = rng.standard_normal(n).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    a[:6] = [np.nan, np.inf, -np.inf, -0.0, 0.0, 1.0]
+    b[:6] = [1.0, -np.inf, 1.0, -0.0, -0.0, -1.0]
+    want = np.add(a, b)
+    if relu:
+        want = ew.relu_out(want, np.empty_like(want))
+    for threads in (1, 2):
+        kernels.set_threads(threads)
+        try:
+            out = np.empty_like(a)
+            native.add_f32(a, b, out, n, relu)
+            assert np.array_equal(out.view(np.uint32), want.view(np.uint32))
+            for into in ("a", "b"):
+                x, y = a.copy(), b.copy()
+                target = x if into == "a" else y
+                native.add_f32(x, y, target, n, relu)
+                assert np.array_equal(target.view(np.uint32), want.view(np.uint32))
+        finally:
+            kernels.set_threads(1)
+    buf = np.zeros(n + 4, np.float32)
+    with pytest.raises(ValueError, match="overlaps"):
+        native.add_f32(buf[:n], b, buf[4:], n, relu)
+    # the add kernel takes it only with several threads, same shapes, float32, large enough
+    kernels.set_threads(2)
+    try:
+        x = a.reshape(1, 1, 1, n)
+        assert ew.add_f32_into(x, b.reshape(x.shape), np.empty_like(x))
+        assert not ew.add_f32_into(x, b[:1].reshape(1, 1, 1, 1), np.empty_like(x))  # broadcasting
+        assert not ew.add_f32_into(x[..., :100], x[..., :100], np.empty((1, 1, 1, 100), np.float32))  # small
+    finally:
+        kernels.set_threads(1)
+    assert not ew.add_f32_into(x, b.reshape(x.shape), np.empty_like(x))  # one thread: numpy's add

@@ -1364,3 +1364,34 @@ def test_a_squeeze_and_excite_step_runs_the_steps_where_the_compiled_call_declin
     np.testing.assert_array_equal(declined, six)  # the same steps: the same bits
     with unoptimised(prog) as u:
         np.testing.assert_allclose(fused, u.execute([x])[0], rtol=1e-5, atol=1e-6)
+
+
+def test_a_residual_add_and_relu_chain_runs_compiled_on_several_threads_with_the_same_bits(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An add of two same-shape float32 tensors then relu (a residual connection) is one
+    elementwise chain; on several kernel threads it runs as one compiled pass (add_f32_into),
+    bit for bit the plan as written."""
+    from orchestra.runtime import _optimize
+    from orchestra.runtime import kernels as kern
+    from orchestra.runtime.kernels import _fused
+
+    if not _fused.squeeze_excite_available():
+        pytest.skip("orchestra's compiled kernels are not built here")
+
+    def body(f: MethodBuilder, x: Value) -> None:
+        y = f.call("aten::abs.out", x)
+        f.output(f.call("aten::relu.out", f.call("aten::add.out", f.call("aten::neg.out", x), y, 1)))
+
+    prog = build(body, (1, 24, 56, 56))
+    assert ew_spans(prog) == [(2, 3)]
+    used: list[bool] = []
+    real = _optimize.add_f32_into
+    monkeypatch.setattr(_optimize, "add_f32_into", lambda *a, **k: used.append(real(*a, **k)) or used[-1])
+    x = randn(1, 24, 56, 56)
+    kern.set_threads(2)
+    try:
+        got, want = run_both(prog, [x])
+    finally:
+        kern.set_threads(1)
+    assert used and all(used)
+    np.testing.assert_array_equal(got[0], want[0])

@@ -181,7 +181,7 @@ from ..program import (
 from .kernels import get_kernel
 from .kernels._conv import convolution_act, plan_conv2d
 from .kernels._fused import SE_ADD, SE_CLAMP, SE_DIV, SE_MUL, SE_MULX, SE_SIGMOID, squeeze_excite_available, squeeze_excite_into
-from .kernels._elementwise import GELU_TABLE_MAX_SIZE, clip_ufunc, gelu_fit_f32_into, hardsigmoid_out, hardswish_out, silu_out
+from .kernels._elementwise import GELU_TABLE_MAX_SIZE, add_f32_into, clip_ufunc, gelu_fit_f32_into, hardsigmoid_out, hardswish_out, silu_out
 from .kernels._pool import max_pool2d_values_out
 
 if TYPE_CHECKING:
@@ -1448,6 +1448,19 @@ def _ew_fn(name: str, spec: tuple[Any, ...], dt: np.dtype) -> Callable[[np.ndarr
     return call
 
 
+def _add_relu_fn(add: Callable[[np.ndarray, np.ndarray, list[Any]], None],
+                 relu: Callable[[np.ndarray, np.ndarray, list[Any]], None],
+                 other: int) -> Callable[[np.ndarray, np.ndarray, list[Any]], None]:
+    """A chain's add of value ``other`` then relu as one compiled pass where it applies (the
+    same bits: the float32 sum, then relu keeping NaN and -0.0), else the two operations."""
+
+    def add_relu(src: np.ndarray, buf: np.ndarray, vals: list[Any]) -> None:
+        if not add_f32_into(src, vals[other], buf, relu=True):
+            add(src, buf, vals)
+            relu(buf, buf, vals)
+    return add_relu
+
+
 def _is_scalar(const: Callable[[int], np.ndarray | None], i: Any, value: float) -> bool:
     """Whether value ``i`` is a constant holding one element equal to ``value``."""
     c = const(i) if isinstance(i, int) else None
@@ -1490,6 +1503,12 @@ def _ew_step(chain: _EwChain, out: int, label: str, const: Callable[[int], np.nd
         k = n_hs
     while k < len(ops):
         name, spec = ops[k]
+        # add a same-shape tensor, then relu (a residual connection): one compiled pass split
+        # over the kernels' threads where it applies (add_f32_into), the two ufuncs otherwise
+        if (dt == np.float32 and name == "aten::add.out" and k + 1 < len(ops) and ops[k + 1][0] == "aten::relu.out"):
+            fns.append(_add_relu_fn(_ew_fn(name, spec, dt), _ew_fn(*ops[k + 1], dt), spec[2]))
+            k += 2
+            continue
         # sigmoid(x) then mul by x: silu, one pass fewer.
         if (k == 0 and name == "aten::sigmoid.out" and len(ops) > 1 and ops[1][0] == "aten::mul.out"
                 and ops[1][1][2] == x):

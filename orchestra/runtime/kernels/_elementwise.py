@@ -167,8 +167,33 @@ def _add_sub(op: str, ufunc: np.ufunc, self: Any, other: Any, alpha: Any, out: A
     return finish(res, out)
 
 
+# float32 sums of at least this many elements run compiled, split over the kernels' threads,
+# when there are several (one thread: numpy's add is as fast)
+_NATIVE_ADD_MIN = 1 << 15
+
+
+def add_f32_into(a: Any, b: Any, out: Any, relu: bool = False) -> bool:
+    """``out = a + b`` (then relu, as :func:`relu_out`: NaN and -0.0 kept), compiled and split
+    over the kernels' threads, for float32 C-contiguous arrays of out's shape (out may be a or
+    b) of at least ``_NATIVE_ADD_MIN`` elements when the kernels have several threads. The
+    same bits as numpy's add. False, nothing written, where it doesn't apply."""
+    if (_native is None or type(out) is not np.ndarray or type(a) is not np.ndarray or type(b) is not np.ndarray
+            or out.dtype != _F32 or a.dtype != _F32 or b.dtype != _F32 or out.size < _NATIVE_ADD_MIN
+            or a.shape != out.shape or b.shape != out.shape or not out.flags.writeable):
+        return False
+    if not (a.flags.c_contiguous and b.flags.c_contiguous and out.flags.c_contiguous) or _native.get_threads() < 2:
+        return False
+    try:
+        _native.add_f32(a, b, out, out.size, relu)
+    except ValueError:  # out overlaps an operand without being it
+        return False
+    return True
+
+
 @kernel("aten::add.out", dtypes=ALL)
 def add_out(self: np.ndarray, other: np.ndarray, alpha: Any, out: np.ndarray) -> np.ndarray:
+    if alpha == 1 and add_f32_into(self, other, out):
+        return out
     if alpha == 1 and (r := _binary_fast(np.add, self, other, out)) is not None:
         return r
     return _add_sub("aten::add.out", np.add, self, other, alpha, out)

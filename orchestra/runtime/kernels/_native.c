@@ -1084,6 +1084,66 @@ static PyObject *unary(PyObject *args, unary_loop loop, const char *name) {
     Py_RETURN_NONE;
 }
 
+/* ---- out = a + b (then relu), float32 elementwise: a residual connection ---- */
+static int overlaps(const Py_buffer *a, const Py_buffer *b);
+
+typedef struct {
+    const float *a, *b;
+    float *out;
+    Py_ssize_t n;
+    int relu;
+} add_job;
+
+/* (out may be a or b: each element is read before it is written) */
+ORCH_CLONES
+static void add_loop(const float *a, const float *b, float *out, Py_ssize_t n, int relu) {
+    if (relu) {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            const float v = a[i] + b[i];
+            out[i] = v < 0.0f ? 0.0f : v; /* relu_out's clip: NaN and -0.0 stay */
+        }
+    } else {
+        for (Py_ssize_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+    }
+}
+
+static void *add_part(void *arg) {
+    const add_job *j = (const add_job *)arg;
+    if (j->n > 0) add_loop(j->a, j->b, j->out, j->n, j->relu);
+    return NULL;
+}
+
+static PyObject *py_add_f32(PyObject *self, PyObject *args) {
+    Py_buffer a, b, out;
+    Py_ssize_t n;
+    int relu = 0;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*y*w*n|p", &a, &b, &out, &n, &relu)) return NULL;
+    int ok = need(&a, n, "a") && need(&b, n, "b") && need(&out, n, "out");
+    if (ok && ((a.buf != out.buf && overlaps(&a, &out)) || (b.buf != out.buf && overlaps(&b, &out)))) {
+        PyErr_SetString(PyExc_ValueError, "add_f32: out overlaps an operand without being it");
+        ok = 0;
+    }
+    if (ok) {
+        const int nparts = parts_for(n * 8, n / 4096);
+        add_job jobs[MAX_PARTS];
+        for (int k = 0; k < nparts; k++) {
+            const Py_ssize_t s0 = (n * k / nparts) & ~(Py_ssize_t)15,
+                             e = k + 1 == nparts ? n : (n * (k + 1) / nparts) & ~(Py_ssize_t)15;
+            add_job j = {(const float *)a.buf + s0, (const float *)b.buf + s0, (float *)out.buf + s0, e - s0, relu};
+            jobs[k] = j;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        run_parts(add_part, jobs, sizeof jobs[0], nparts);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&a);
+    PyBuffer_Release(&b);
+    PyBuffer_Release(&out);
+    if (!ok) return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyObject *py_silu_f32(PyObject *self, PyObject *args) {
     (void)self;
     return unary(args, silu_loop, "silu_f32");
@@ -1911,6 +1971,9 @@ static PyMethodDef methods[] = {
      "per product, wt[b]) and out (B, T, N), float32, "
      "C-contiguous, out overlapping no operand."},
     {"silu_f32", py_silu_f32, METH_VARARGS, "silu_f32(x, out, n): out[:n] = silu(x[:n]), float32; out may be x."},
+    {"add_f32", py_add_f32, METH_VARARGS,
+     "add_f32(a, b, out, n[, relu]): out[:n] = a[:n] + b[:n] (then relu, NaN and -0.0 kept), float32; out may be a "
+     "or b."},
     {"scale_planes_f32", py_scale_planes_f32, METH_VARARGS,
      "scale_planes_f32(x, s, out, planes, inner): out[i, :] = x[i, :] * s[i] for planes of inner float32; out may "
      "be x."},
