@@ -55,7 +55,7 @@ def test_the_copies_this_cpu_would_not_pick(isa: str) -> None:
     would not use run their tests too (in a child process, which picks again)."""
     if native.ISA_LEVEL == 0 and isa == "v3":
         pytest.skip("this CPU has no AVX2 + FMA")
-    tests = "products or silu or activations or gelu or grouped or same_bits or squeeze"
+    tests = "products or silu or activations or gelu or grouped or same_bits or squeeze or layer_norm or compiled_add"
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", tests],
                        capture_output=True, text=True, timeout=600, env=dict(os.environ, ORCHESTRA_NATIVE_ISA=isa))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
@@ -954,3 +954,45 @@ def test_the_compiled_add_gives_numpys_bits(relu: bool) -> None:
     finally:
         kernels.set_threads(1)
     assert not ew.add_f32_into(x, b.reshape(x.shape), np.empty_like(x))  # one thread: numpy's add
+
+
+@needs_native
+@pytest.mark.parametrize("affine", ["both", "weight", "bias", "none"])
+@pytest.mark.parametrize("shape", [(1, 197, 192), (2, 128, 256), (3, 5, 13)])
+def test_the_compiled_layer_norm_matches_float64(shape: tuple[int, ...], affine: str) -> None:
+    """The layer norm kernel's float32 layer norm (and its mean and rstd outputs) against
+    float64, with and without weight and bias, in place or not, the same bits on 1 and 2
+    threads; an output on an operand's memory goes back to the numpy path."""
+    from orchestra.runtime.kernels import _norm
+
+    rng = np.random.default_rng(43)
+    x = (rng.standard_normal(shape) * 3 + 1).astype(np.float32)
+    d = shape[-1]
+    w = rng.standard_normal(d).astype(np.float32) if affine in ("both", "weight") else None
+    b = rng.standard_normal(d).astype(np.float32) if affine in ("both", "bias") else None
+    x64 = x.astype(np.float64)
+    mean = x64.mean(-1, keepdims=True)
+    rstd = 1 / np.sqrt(((x64 - mean) ** 2).mean(-1, keepdims=True) + 1e-5)
+    want = (x64 - mean) * rstd * (1 if w is None else w) + (0 if b is None else b)
+    runs = []
+    for threads in (1, 2):
+        kernels.set_threads(threads)
+        try:
+            outs = (np.empty_like(x), np.empty(shape[:-1] + (1,), np.float32), np.empty(shape[:-1] + (1,), np.float32))
+            assert _norm._layer_norm_native(x, w, b, 1e-5, *outs)
+            runs.append(outs)
+        finally:
+            kernels.set_threads(1)
+    for p, q in zip(*runs, strict=True):
+        assert np.array_equal(p, q)
+    out, m, r = runs[0]
+    np.testing.assert_allclose(out, want, rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(m, mean, rtol=2e-6, atol=2e-6)
+    np.testing.assert_allclose(r, rstd, rtol=2e-6)
+    inplace = x.copy()
+    assert _norm._layer_norm_native(inplace, w, b, 1e-5, inplace, m, r)
+    assert np.array_equal(inplace, out)
+    assert not _norm._layer_norm_native(x, w, b, 1e-5, out, x.reshape(-1)[: m.size].reshape(m.shape), r)  # mean on x
+    assert not _norm._layer_norm_native(x.astype(np.float64), w, b, 1e-5, out, m, r)
+    got = _norm.native_layer_norm_out(x, [d], w, b, 1e-5, np.empty_like(x), np.empty_like(m), np.empty_like(r))
+    assert np.array_equal(got[0], out)  # the kernel takes this path

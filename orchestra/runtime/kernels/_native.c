@@ -1084,6 +1084,13 @@ static PyObject *unary(PyObject *args, unary_loop loop, const char *name) {
     Py_RETURN_NONE;
 }
 
+/* The 8 lanes of v added in order. */
+static inline float lanes_sum(v8f v) {
+    float acc = 0.0f;
+    for (int q = 0; q < 8; q++) acc += v[q];
+    return acc;
+}
+
 /* ---- out = a + b (then relu), float32 elementwise: a residual connection ---- */
 static int overlaps(const Py_buffer *a, const Py_buffer *b);
 
@@ -1140,6 +1147,130 @@ static PyObject *py_add_f32(PyObject *self, PyObject *args) {
     PyBuffer_Release(&a);
     PyBuffer_Release(&b);
     PyBuffer_Release(&out);
+    if (!ok) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* ---- layer norm over the last dim, float32: out = (x - mean) * rstd * w + b per row, with
+ * mean and rstd = 1 / sqrt(var + eps) (the biased variance) written per row ---- */
+typedef struct {
+    const float *x, *w, *b;
+    float *out, *mean, *rstd;
+    Py_ssize_t d, r0, r1;
+    float eps;
+} ln_job;
+
+/* x[:n]'s sum as 8 lanes then in order (the last n % 8 added one by one) */
+static inline float row_sum(const float *x, Py_ssize_t n) {
+    v8f s0 = {0}, s1 = {0};
+    Py_ssize_t k = 0;
+    for (; k + 16 <= n; k += 16) {
+        v8f a0, a1;
+        __builtin_memcpy(&a0, x + k, sizeof a0);
+        __builtin_memcpy(&a1, x + k + 8, sizeof a1);
+        s0 += a0;
+        s1 += a1;
+    }
+    for (; k + 8 <= n; k += 8) {
+        v8f a0;
+        __builtin_memcpy(&a0, x + k, sizeof a0);
+        s0 += a0;
+    }
+    float acc = lanes_sum(s0 + s1);
+    for (; k < n; k++) acc += x[k];
+    return acc;
+}
+
+ORCH_CLONES
+static void ln_rows(const ln_job *j) {
+    const Py_ssize_t d = j->d;
+    const float inv_d = 1.0f / (float)d;
+    for (Py_ssize_t r = j->r0; r < j->r1; r++) {
+        const float *x = j->x + r * d;
+        float *o = j->out + r * d;
+        const float mean = row_sum(x, d) * inv_d;
+        for (Py_ssize_t k = 0; k < d; k++) { /* the centred row, then its squares' mean */
+            const float c = x[k] - mean;
+            o[k] = c;
+        }
+        v8f q0 = {0}, q1 = {0};
+        Py_ssize_t k = 0;
+        for (; k + 16 <= d; k += 16) {
+            v8f a0, a1;
+            __builtin_memcpy(&a0, o + k, sizeof a0);
+            __builtin_memcpy(&a1, o + k + 8, sizeof a1);
+            q0 += a0 * a0;
+            q1 += a1 * a1;
+        }
+        float var = lanes_sum(q0 + q1);
+        for (; k < d; k++) var += o[k] * o[k];
+        const float rstd = 1.0f / sqrtf(var * inv_d + j->eps);
+        j->mean[r] = mean;
+        j->rstd[r] = rstd;
+        if (j->w && j->b)
+            for (Py_ssize_t q = 0; q < d; q++) o[q] = o[q] * rstd * j->w[q] + j->b[q];
+        else if (j->w)
+            for (Py_ssize_t q = 0; q < d; q++) o[q] = o[q] * rstd * j->w[q];
+        else if (j->b)
+            for (Py_ssize_t q = 0; q < d; q++) o[q] = o[q] * rstd + j->b[q];
+        else
+            for (Py_ssize_t q = 0; q < d; q++) o[q] = o[q] * rstd;
+    }
+}
+
+static void *ln_part(void *arg) {
+    ln_rows((const ln_job *)arg);
+    return NULL;
+}
+
+static PyObject *py_layer_norm_f32(PyObject *self, PyObject *args) {
+    Py_buffer x, w, b, out, mean, rstd;
+    PyObject *w_obj, *b_obj;
+    Py_ssize_t rows, d;
+    double eps;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*OOw*w*w*nnd", &x, &w_obj, &b_obj, &out, &mean, &rstd, &rows, &d, &eps)) return NULL;
+    int have_w = 0, have_b = 0, ok = 1;
+    if (w_obj != Py_None) {
+        if (PyObject_GetBuffer(w_obj, &w, PyBUF_SIMPLE) < 0) ok = 0;
+        else have_w = 1;
+    }
+    if (ok && b_obj != Py_None) {
+        if (PyObject_GetBuffer(b_obj, &b, PyBUF_SIMPLE) < 0) ok = 0;
+        else have_b = 1;
+    }
+    const Py_ssize_t lim = (Py_ssize_t)1 << 40;
+    if (ok && (rows < 1 || d < 1 || rows > lim || d > lim || prod4(rows, d, 1, 1) > lim)) {
+        PyErr_SetString(PyExc_ValueError, "layer_norm_f32: inconsistent sizes");
+        ok = 0;
+    }
+    ok = ok && need(&x, rows * d, "x") && need(&out, rows * d, "out") && need(&mean, rows, "mean") &&
+         need(&rstd, rows, "rstd") && (!have_w || need(&w, d, "weight")) && (!have_b || need(&b, d, "bias"));
+    if (ok && ((x.buf != out.buf && overlaps(&x, &out)) || overlaps(&mean, &out) || overlaps(&rstd, &out) ||
+               overlaps(&mean, &x) || overlaps(&rstd, &x) || overlaps(&mean, &rstd) ||
+               (have_w && overlaps(&w, &out)) || (have_b && overlaps(&b, &out)))) {
+        PyErr_SetString(PyExc_ValueError, "layer_norm_f32: an output overlaps an operand or another output");
+        ok = 0;
+    }
+    if (ok) {
+        const int nparts = parts_for(rows * d * 8, rows);
+        ln_job jobs[MAX_PARTS];
+        for (int k = 0; k < nparts; k++) {
+            ln_job j = {(const float *)x.buf, have_w ? (const float *)w.buf : NULL, have_b ? (const float *)b.buf : NULL,
+                        (float *)out.buf, (float *)mean.buf, (float *)rstd.buf, d, rows * k / nparts,
+                        rows * (k + 1) / nparts, (float)eps};
+            jobs[k] = j;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        run_parts(ln_part, jobs, sizeof jobs[0], nparts);
+        Py_END_ALLOW_THREADS
+    }
+    if (have_w) PyBuffer_Release(&w);
+    if (have_b) PyBuffer_Release(&b);
+    PyBuffer_Release(&x);
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&mean);
+    PyBuffer_Release(&rstd);
     if (!ok) return NULL;
     Py_RETURN_NONE;
 }
@@ -1484,13 +1615,6 @@ static void gemv_cols(const float *restrict x, const float *restrict wt, const f
         for (Py_ssize_t q = 0; q < nc; q++) acc[q] += bias[c0 + q];
     if (act != ACT_NONE) act_inplace(acc, nc, act);
     __builtin_memcpy(out + c0, acc, (size_t)nc * sizeof(float));
-}
-
-/* The 8 lanes of v added in order. */
-static inline float lanes_sum(v8f v) {
-    float acc = 0.0f;
-    for (int q = 0; q < 8; q++) acc += v[q];
-    return acc;
 }
 
 /* gemv_cols with B given transposed, as W (N x K) rows: out[n] = act(bias[n] + W[n, :] . x)
@@ -1971,6 +2095,10 @@ static PyMethodDef methods[] = {
      "per product, wt[b]) and out (B, T, N), float32, "
      "C-contiguous, out overlapping no operand."},
     {"silu_f32", py_silu_f32, METH_VARARGS, "silu_f32(x, out, n): out[:n] = silu(x[:n]), float32; out may be x."},
+    {"layer_norm_f32", py_layer_norm_f32, METH_VARARGS,
+     "layer_norm_f32(x, weight|None, bias|None, out, mean, rstd, rows, d, eps): layer norm of x's rows of d float32: "
+     "out = (x - mean) * rstd * weight + bias, rstd = 1 / sqrt(biased variance + eps), mean and rstd per row; out "
+     "may be x."},
     {"add_f32", py_add_f32, METH_VARARGS,
      "add_f32(a, b, out, n[, relu]): out[:n] = a[:n] + b[:n] (then relu, NaN and -0.0 kept), float32; out may be a "
      "or b."},

@@ -5,7 +5,35 @@ from __future__ import annotations
 import numpy as np
 
 from ._registry import kernel
-from ._util import FLOAT_MATH, bad, dest, finish
+from ._util import FLOAT_MATH, bad, dest, finish, load_native
+
+_native = load_native()  # orchestra's compiled kernels, or None (numpy paths only)
+_F32 = np.dtype(np.float32)
+
+
+def _layer_norm_native(x: np.ndarray, weight: np.ndarray | None, bias: np.ndarray | None, eps: float,
+                       out0: np.ndarray, out1: np.ndarray, out2: np.ndarray) -> bool:
+    """The float32 layer norm over the last dim, compiled (one pass for the statistics, one
+    for the result, rows split over the kernels' threads): True when it ran. Where an array
+    is not a C-contiguous float32 one of its shape (out writable; mean and rstd of the rows'
+    shape with a trailing 1), or an output overlaps an operand, False: nothing written."""
+    if _native is None or x.dtype != _F32 or not x.flags.c_contiguous:
+        return False
+    rows_shape = x.shape[:-1] + (1,)
+    for o in (out0, out1, out2):
+        if o.dtype != _F32 or not o.flags.c_contiguous or not o.flags.writeable:
+            return False
+    if out1.shape != rows_shape or out2.shape != rows_shape:
+        return False
+    for p in (weight, bias):
+        if p is not None and (type(p) is not np.ndarray or p.dtype != _F32 or not p.flags.c_contiguous):
+            return False
+    d = x.shape[-1]
+    try:
+        _native.layer_norm_f32(x, weight, bias, out0, out1, out2, x.size // d, d, float(eps))
+    except (ValueError, BufferError):
+        return False
+    return True
 
 __all__: list[str] = []
 
@@ -157,6 +185,8 @@ def native_layer_norm_out(
             and (weight is None or weight.shape == (d,))
             and (bias is None or bias.shape == (d,))
         ):
+            if _layer_norm_native(x, weight, bias, eps, out0, out1, out2):
+                return out0, out1, out2
             # Fast path over the last dim: row means as one product with a column of 1/d,
             # straight into out1, the biased variance likewise into out2, then rstd in place.
             # (np.dot insists on outs of exactly the result's shape and dtype, C-contiguous
