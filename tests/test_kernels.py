@@ -1432,25 +1432,33 @@ def test_softmax_large_inputs_in_and_out_of_exp_range(dt: Any) -> None:
         y = base * 10
         y[1, 2, 3, :5] = v
         cases[f"with_{v}"] = y
+    from orchestra.runtime.kernels import _reduce
     from orchestra.runtime.kernels._reduce import _in_exp_range
     assert [k for k, x in cases.items() if _in_exp_range(x)] == ["in_range", "offset"]
     assert not _in_exp_range(shifted)
-    for what, x in cases.items():
-        exp = torch.softmax(torch.from_numpy(x), -1).numpy()
-        with np.errstate(all="raise", under="ignore"):  # underflow: numpy's default, ignored
-            got = get_kernel("aten::_softmax.out").fn(x, -1, False, np.empty_like(x))
-        # torch (and the shifted path) subtract the row max in float32: x - max rounds, ~1e-6
-        # relative for results 40 below the max.
-        np.testing.assert_allclose(got, exp, rtol=1e-5 if dt == F32 else 1e-12, atol=1e-30, equal_nan=True, err_msg=what)
-        if dt == F32 and _in_exp_range(x):  # the unshifted path: within a few ulp of exact
-            ref = torch.softmax(torch.from_numpy(x.astype(np.float64)), -1).numpy()
-            np.testing.assert_allclose(got, ref, rtol=6e-7, atol=1e-37, err_msg=what)
-        y = x.copy()
-        assert get_kernel("aten::_softmax.out").fn(y, -1, False, y) is y
-        np.testing.assert_array_equal(y, got, err_msg=what)
-        wide = np.zeros(x.shape[:-1] + (2 * x.shape[-1],), dt)
-        get_kernel("aten::_softmax.out").fn(x, -1, False, wide[..., ::2])
-        np.testing.assert_array_equal(wide[..., ::2], got)
+    compiled = _reduce._native
+    for native in {compiled, None}:  # the compiled softmax (float32) where built, and numpy's paths
+        _reduce._native = native
+        try:
+            for what, x in cases.items():
+                exp = torch.softmax(torch.from_numpy(x), -1).numpy()
+                with np.errstate(all="raise", under="ignore"):  # underflow: numpy's default, ignored
+                    got = get_kernel("aten::_softmax.out").fn(x, -1, False, np.empty_like(x))
+                # torch (and the shifted paths) subtract the row max in float32: x - max rounds,
+                # ~1e-6 relative for results 40 below the max.
+                np.testing.assert_allclose(got, exp, rtol=1e-5 if dt == F32 else 1e-12, atol=1e-30, equal_nan=True,
+                                           err_msg=what)
+                if dt == F32 and _in_exp_range(x) and native is None:  # the unshifted path: a few ulp of exact
+                    ref = torch.softmax(torch.from_numpy(x.astype(np.float64)), -1).numpy()
+                    np.testing.assert_allclose(got, ref, rtol=6e-7, atol=1e-37, err_msg=what)
+                y = x.copy()
+                assert get_kernel("aten::_softmax.out").fn(y, -1, False, y) is y
+                np.testing.assert_array_equal(y, got, err_msg=what)
+                wide = np.zeros(x.shape[:-1] + (2 * x.shape[-1],), dt)
+                get_kernel("aten::_softmax.out").fn(x, -1, False, wide[..., ::2])
+                np.testing.assert_array_equal(wide[..., ::2], got)
+        finally:
+            _reduce._native = compiled
     check("aten::_softmax.out", base * 50, 2, False)  # another dim: the shifted path
 
 

@@ -55,7 +55,8 @@ def test_the_copies_this_cpu_would_not_pick(isa: str) -> None:
     would not use run their tests too (in a child process, which picks again)."""
     if native.ISA_LEVEL == 0 and isa == "v3":
         pytest.skip("this CPU has no AVX2 + FMA")
-    tests = "products or silu or activations or gelu or grouped or same_bits or squeeze or layer_norm or compiled_add"
+    tests = ("products or silu or activations or gelu or grouped or same_bits or squeeze or layer_norm"
+             " or compiled_add or compiled_softmax")
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", tests],
                        capture_output=True, text=True, timeout=600, env=dict(os.environ, ORCHESTRA_NATIVE_ISA=isa))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
@@ -996,3 +997,39 @@ def test_the_compiled_layer_norm_matches_float64(shape: tuple[int, ...], affine:
     assert not _norm._layer_norm_native(x.astype(np.float64), w, b, 1e-5, out, m, r)
     got = _norm.native_layer_norm_out(x, [d], w, b, 1e-5, np.empty_like(x), np.empty_like(m), np.empty_like(r))
     assert np.array_equal(got[0], out)  # the kernel takes this path
+
+
+@needs_native
+def test_the_compiled_softmax() -> None:
+    """softmax_f32 over rows: within 2e-6 of float64 for ordinary rows (a tail past the
+    8-float vectors included), a -inf mask exactly 0, a row with NaN or +inf all NaN (as the
+    shifted formula gives), in place, the same bits on 1 and 2 threads."""
+    rng = np.random.default_rng(47)
+    rows, d = 3 * 197, 197
+    x = (rng.standard_normal((rows, d)) * 4).astype(np.float32)
+    x[1, :50] = -np.inf
+    x[2, 7] = np.nan
+    x[3, 9] = np.inf
+    x64 = x.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(x64 - x64.max(-1, keepdims=True))
+        want = e / e.sum(-1, keepdims=True)
+    runs = []
+    for threads in (1, 2):
+        kernels.set_threads(threads)
+        try:
+            out = np.empty_like(x)
+            native.softmax_f32(x, out, rows, d)
+            runs.append(out)
+        finally:
+            kernels.set_threads(1)
+    assert np.array_equal(runs[0], runs[1], equal_nan=True)
+    got = runs[0]
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-30)
+    assert np.all(got[1, :50] == 0)
+    assert np.isnan(got[2]).all() and np.isnan(got[3]).all()
+    y = x.copy()
+    native.softmax_f32(y, y, rows, d)
+    assert np.array_equal(y, got, equal_nan=True)
+    with pytest.raises(ValueError, match="overlaps"):
+        native.softmax_f32(x.reshape(-1)[: -d], x.reshape(-1)[d:], rows - 1, d)

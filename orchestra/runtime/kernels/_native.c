@@ -1275,6 +1275,93 @@ static PyObject *py_layer_norm_f32(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* ---- softmax over the last dim, float32: per row m = max (NaN if any), e = exp(x - m),
+ * out = e * (1 / sum(e)); exp as gelu's (within an ulp or two); a row with NaN or +inf gives
+ * NaN, as the shifted formula does ---- */
+typedef struct {
+    const float *x;
+    float *out;
+    Py_ssize_t d, r0, r1;
+} softmax_job;
+
+ORCH_CLONES
+static void softmax_rows(const softmax_job *j) {
+    const Py_ssize_t d = j->d, d8 = d & ~(Py_ssize_t)7;
+    for (Py_ssize_t r = j->r0; r < j->r1; r++) {
+        const float *x = j->x + r * d;
+        float *o = j->out + r * d;
+        float m = x[0];
+        {
+            v8f mv = {0};
+            for (int q = 0; q < 8; q++) mv[q] = x[0];
+            for (Py_ssize_t k = 0; k < d8; k += 8) {
+                v8f v;
+                __builtin_memcpy(&v, x + k, sizeof v);
+                mv = vsel_8((v > mv) | (v != v), v, mv); /* a NaN, once in a lane, stays */
+            }
+            for (int q = 0; q < 8; q++)
+                if (mv[q] > m || mv[q] != mv[q]) m = mv[q];
+            for (Py_ssize_t k = d8; k < d; k++)
+                if (x[k] > m || x[k] != x[k]) m = x[k];
+        }
+        v8f sv = {0};
+        for (Py_ssize_t k = 0; k < d8; k += 8) {
+            v8f v;
+            __builtin_memcpy(&v, x + k, sizeof v);
+            const v8f e = exp_wide_8(v - m);
+            __builtin_memcpy(o + k, &e, sizeof e);
+            sv += e;
+        }
+        float sum = lanes_sum(sv);
+        if (d8 < d) {
+            v8f v = {0}, e;
+            for (Py_ssize_t k = d8; k < d; k++) v[k - d8] = x[k] - m;
+            e = exp_wide_8(v);
+            for (Py_ssize_t k = d8; k < d; k++) {
+                o[k] = e[k - d8];
+                sum += e[k - d8];
+            }
+        }
+        const float inv = 1.0f / sum;
+        for (Py_ssize_t k = 0; k < d; k++) o[k] = o[k] * inv;
+    }
+}
+
+static void *softmax_part(void *arg) {
+    softmax_rows((const softmax_job *)arg);
+    return NULL;
+}
+
+static PyObject *py_softmax_f32(PyObject *self, PyObject *args) {
+    Py_buffer x, out;
+    Py_ssize_t rows, d;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*w*nn", &x, &out, &rows, &d)) return NULL;
+    const Py_ssize_t lim = (Py_ssize_t)1 << 40;
+    int ok = rows >= 1 && d >= 1 && rows <= lim && d <= lim && prod4(rows, d, 1, 1) <= lim;
+    if (!ok) PyErr_SetString(PyExc_ValueError, "softmax_f32: inconsistent sizes");
+    ok = ok && need(&x, rows * d, "x") && need(&out, rows * d, "out");
+    if (ok && x.buf != out.buf && overlaps(&x, &out)) {
+        PyErr_SetString(PyExc_ValueError, "softmax_f32: out overlaps x without being x");
+        ok = 0;
+    }
+    if (ok) {
+        const int nparts = parts_for(rows * d * 16, rows);
+        softmax_job jobs[MAX_PARTS];
+        for (int k = 0; k < nparts; k++) {
+            softmax_job j = {(const float *)x.buf, (float *)out.buf, d, rows * k / nparts, rows * (k + 1) / nparts};
+            jobs[k] = j;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        run_parts(softmax_part, jobs, sizeof jobs[0], nparts);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&x);
+    PyBuffer_Release(&out);
+    if (!ok) return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyObject *py_silu_f32(PyObject *self, PyObject *args) {
     (void)self;
     return unary(args, silu_loop, "silu_f32");
@@ -2099,6 +2186,9 @@ static PyMethodDef methods[] = {
      "layer_norm_f32(x, weight|None, bias|None, out, mean, rstd, rows, d, eps): layer norm of x's rows of d float32: "
      "out = (x - mean) * rstd * weight + bias, rstd = 1 / sqrt(biased variance + eps), mean and rstd per row; out "
      "may be x."},
+    {"softmax_f32", py_softmax_f32, METH_VARARGS,
+     "softmax_f32(x, out, rows, d): softmax of x's rows of d float32 (shifted by each row's max; NaN or +inf in a "
+     "row: NaN); out may be x."},
     {"add_f32", py_add_f32, METH_VARARGS,
      "add_f32(a, b, out, n[, relu]): out[:n] = a[:n] + b[:n] (then relu, NaN and -0.0 kept), float32; out may be a "
      "or b."},

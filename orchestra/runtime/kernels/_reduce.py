@@ -380,6 +380,18 @@ def _softmax(op: str, x: np.ndarray, dim: int, log: bool, out: Any) -> Any:
     if x.dtype.kind == "f" and x.size and -nd <= dim < nd:
         d = dim + nd if dim < 0 else dim
         fits = type(out) is np.ndarray and out.shape == x.shape and out.dtype == x.dtype and out.flags.writeable
+        if not log and d == nd - 1 and _native is not None and x.dtype == np.float32 and x.flags.c_contiguous:
+            # The compiled softmax over the last dim (rows split over the kernels' threads), as
+            # torch computes it: shifted by each row's max, exp within an ulp or two of numpy's.
+            # Chosen by x alone, like the paths below: an out it can't write goes through a
+            # buffer.
+            w = out if fits and out.flags.c_contiguous else np.empty(x.shape, x.dtype)
+            try:
+                _native.softmax_f32(x, w, x.size // x.shape[-1], x.shape[-1])
+            except ValueError:  # out overlaps x without being it
+                w = np.empty(x.shape, x.dtype)
+                _native.softmax_f32(x, w, x.size // x.shape[-1], x.shape[-1])
+            return w if w is out else finish(w, out)
         w = out if fits else np.empty(x.shape, x.dtype)  # the algorithms below allow w to overlap x
         # The cheapest safe algorithm, chosen by x alone (so out's shape never changes the
         # result); the checks go through Python floats or np.vdot, cheaper than np.errstate.
