@@ -79,7 +79,9 @@ the change can't be observed:
   The operations are the kernels' own numpy ufunc calls in the same order and dtype:
   results are bit-identical to the unfused steps. ``sigmoid`` then ``mul`` by the
   sigmoid's input is computed as ``silu`` (``x / (1 + exp(-x))``, one pass fewer; float
-  rounding only).
+  rounding only); an ``add`` of a same-shape float32 tensor then ``relu`` (a residual
+  connection) runs as one compiled pass split over the kernels' threads where they have
+  several (``add_f32_into``: the same bits).
 - **Constant copies folded.** ``_to_dim_order_copy`` / ``_to_copy`` of a constant (literal
   arguments, the identity dim order or none) into a planned static tensor of at most
   ``_CONST_COPY_MAX_SIZE`` elements that only it writes, not a method output, read
