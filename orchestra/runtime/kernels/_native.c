@@ -1042,6 +1042,12 @@ static PyObject *py_conv_f32(PyObject *self, PyObject *args) {
 
 typedef void (*unary_loop)(const float *restrict, float *restrict, Py_ssize_t);
 
+/* Where part k of an elementwise run of n floats split in nparts starts (n for k == nparts):
+ * on 16-float boundaries, so every part but the last is whole vectors. */
+static inline Py_ssize_t run_start(Py_ssize_t n, int k, int nparts) {
+    return k >= nparts ? n : (n * k / nparts) & ~(Py_ssize_t)15;
+}
+
 typedef struct {
     unary_loop loop;
     const float *x;
@@ -1069,8 +1075,7 @@ static PyObject *unary(PyObject *args, unary_loop loop, const char *name) {
         const int nparts = parts_for(n * 8, n / 4096);
         unary_job jobs[MAX_PARTS];
         for (int k = 0; k < nparts; k++) {
-            /* parts start on 16-float boundaries (whole vectors for every part but the last) */
-            const Py_ssize_t a = (n * k / nparts) & ~(Py_ssize_t)15, e = k + 1 == nparts ? n : (n * (k + 1) / nparts) & ~(Py_ssize_t)15;
+            const Py_ssize_t a = run_start(n, k, nparts), e = run_start(n, k + 1, nparts);
             unary_job j = {loop, (const float *)x.buf + a, (float *)out.buf + a, e - a};
             jobs[k] = j;
         }
@@ -1135,8 +1140,7 @@ static PyObject *py_add_f32(PyObject *self, PyObject *args) {
         const int nparts = parts_for(n * 8, n / 4096);
         add_job jobs[MAX_PARTS];
         for (int k = 0; k < nparts; k++) {
-            const Py_ssize_t s0 = (n * k / nparts) & ~(Py_ssize_t)15,
-                             e = k + 1 == nparts ? n : (n * (k + 1) / nparts) & ~(Py_ssize_t)15;
+            const Py_ssize_t s0 = run_start(n, k, nparts), e = run_start(n, k + 1, nparts);
             add_job j = {(const float *)a.buf + s0, (const float *)b.buf + s0, (float *)out.buf + s0, e - s0, relu};
             jobs[k] = j;
         }
