@@ -182,8 +182,8 @@ from ..program import (
 )
 from .kernels import get_kernel
 from .kernels._conv import convolution_act, plan_conv2d
-from .kernels._fused import SE_ADD, SE_CLAMP, SE_DIV, SE_MUL, SE_MULX, SE_SIGMOID, squeeze_excite_available, squeeze_excite_into
 from .kernels._elementwise import GELU_TABLE_MAX_SIZE, add_f32_into, clip_ufunc, gelu_fit_f32_into, hardsigmoid_out, hardswish_out, silu_out
+from .kernels._fused import SE_ADD, SE_CLAMP, SE_DIV, SE_MUL, SE_MULX, SE_SIGMOID, squeeze_excite_available, squeeze_excite_into
 from .kernels._pool import max_pool2d_values_out
 
 if TYPE_CHECKING:
