@@ -387,7 +387,9 @@ ACT_REF = {0: lambda v: v, 1: lambda v: np.maximum(v, 0), 2: lambda v: v * np.cl
 
 @needs_native
 @pytest.mark.parametrize("act", [0, 1, 2, 3])
-@pytest.mark.parametrize("case", [(1, 16, 12544, 96), (2, 5, 49, 3), (1, 1152, 49, 192), (3, 7, 33, 13), (1, 3, 1, 1)],
+@pytest.mark.parametrize("case", [(1, 16, 12544, 96), (2, 5, 49, 3), (1, 1152, 49, 192), (3, 7, 33, 13), (1, 3, 1, 1),
+                                  (2, 152, 196, 152), (1, 368, 144, 40)],  # 196 = 6 x 32 + 4: 4 gemv columns;
+                         # 49 = 48 + 1 and 144 = 3 x 48: 48-column tiles where the CPU has AVX-512
                          ids=lambda c: "x".join(map(str, c)))
 def test_the_compiled_1x1_product_matches_float64(case: tuple, act: int) -> None:
     """conv1x1_f32 (N images, K input channels, P pixels, M output channels): every tile edge
@@ -635,7 +637,11 @@ def test_products_split_over_threads_give_the_same_bits(threads: int) -> None:
             native.linear_f32(a, wt, b, o2, 1, 197, 192, 768)
             o3 = np.empty((1, 768), np.float32)  # a matrix-vector product: column blocks
             native.linear_f32(row, wide, b, o3, 1, 1, 1536, 768)
-            runs.append((o1, o2, o3))
+            o4 = np.empty((1, 152, 196), np.float32)  # a last block of 4 columns: gemvs
+            native.conv1x1_f32(wide[:152, :196].copy(), wide[200:352, :152].copy(), b[:152], o4, 1, 152, 196, 152, 3)
+            o5 = np.empty((1, 368, 49), np.float32)  # 7x7: 48 columns (AVX-512) and one gemv
+            native.conv1x1_f32(wide[:368, :49].copy(), wide[400:768, :368].copy(), b[:368], o5, 1, 368, 49, 368, 2)
+            runs.append((o1, o2, o3, o4, o5))
         finally:
             kernels.set_threads(1)
     for p, q in zip(*runs):

@@ -1450,50 +1450,47 @@ static PyObject *py_bias_act_f32(PyObject *self, PyObject *args) {
  *   conv1x1_f32: out[n] (M x P) = w (M x K) . x[n] (K x P): A = w, B = the input planes.
  *   linear_f32:  out (T x N) = x (T x K) . wt (K x N): A = x, B = the transposed weight
  *                (the plan keeps a C-contiguous copy of it). */
-#define TILE_FN(NAME, ATTR, VT, VW, SUF, BROW_T, BROW)                                                             \
+#define TILE_FN(NAME, ATTR, VT, VW, SUF, NV, BROW_T, BROW)                                                         \
     ATTR static void NAME(const float *restrict a, Py_ssize_t ars, Py_ssize_t aks, const float *restrict b,           \
                           BROW_T, Py_ssize_t K, const float *restrict rbias, const float *restrict cbias,             \
                           float *restrict out, Py_ssize_t ldo, Py_ssize_t ncols, Py_ssize_t nrows, int act) {         \
-        VT acc[4][2];                                                                                                \
+        VT acc[4][NV];                                                                                               \
         const float *ar[4]; /* rows past nrows read the last one again (never past A's end) */                      \
         for (int r = 0; r < 4; r++) {                                                                                \
             ar[r] = a + (r < nrows ? r : nrows - 1) * ars;                                                           \
-            for (int v = 0; v < 2; v++) acc[r][v] = (VT){0};                                                         \
+            for (int v = 0; v < NV; v++) acc[r][v] = (VT){0};                                                        \
         }                                                                                                            \
         for (Py_ssize_t k = 0; k < K; k++) {                                                                         \
-            VT x0, x1;                                                                                               \
-            __builtin_memcpy(&x0, BROW, sizeof x0);                                                                  \
-            __builtin_memcpy(&x1, BROW + VW, sizeof x1);                                                             \
+            VT xv[NV];                                                                                               \
+            for (int v = 0; v < NV; v++) __builtin_memcpy(&xv[v], BROW + v * VW, sizeof xv[v]);                      \
             for (int r = 0; r < 4; r++) {                                                                            \
                 const float w = ar[r][k * aks];                                                                      \
-                acc[r][0] += w * x0;                                                                                 \
-                acc[r][1] += w * x1;                                                                                 \
+                for (int v = 0; v < NV; v++) acc[r][v] += w * xv[v];                                                 \
             }                                                                                                        \
         }                                                                                                            \
-        VT c0 = {0}, c1 = {0};                                                                                       \
-        if (cbias) {                                                                                                 \
-            __builtin_memcpy(&c0, cbias, sizeof c0);                                                                 \
-            __builtin_memcpy(&c1, cbias + VW, sizeof c1);                                                            \
+        VT cv[NV];                                                                                                   \
+        for (int v = 0; v < NV; v++) {                                                                               \
+            cv[v] = (VT){0};                                                                                         \
+            if (cbias) __builtin_memcpy(&cv[v], cbias + v * VW, sizeof cv[v]);                                      \
         }                                                                                                            \
         for (Py_ssize_t r = 0; r < nrows; r++) {                                                                     \
             const float rb = rbias ? rbias[r] : 0.0f;                                                                \
-            const VT v0 = act_##SUF(acc[r][0] + rb + c0, act), v1 = act_##SUF(acc[r][1] + rb + c1, act);             \
-            if (ncols == 2 * VW) {                                                                                   \
-                __builtin_memcpy(out + r * ldo, &v0, sizeof v0);                                                     \
-                __builtin_memcpy(out + r * ldo + VW, &v1, sizeof v1);                                                \
+            VT ov[NV];                                                                                               \
+            for (int v = 0; v < NV; v++) ov[v] = act_##SUF(acc[r][v] + rb + cv[v], act);                            \
+            if (ncols == NV * VW) {                                                                                  \
+                for (int v = 0; v < NV; v++) __builtin_memcpy(out + r * ldo + v * VW, &ov[v], sizeof ov[v]);         \
             } else {                                                                                                 \
-                float tmp[2 * VW];                                                                                   \
-                __builtin_memcpy(tmp, &v0, sizeof v0);                                                               \
-                __builtin_memcpy(tmp + VW, &v1, sizeof v1);                                                          \
+                float tmp[NV * VW];                                                                                  \
+                for (int v = 0; v < NV; v++) __builtin_memcpy(tmp + v * VW, &ov[v], sizeof ov[v]);                  \
                 __builtin_memcpy(out + r * ldo, tmp, (size_t)ncols * sizeof(float));                                 \
             }                                                                                                        \
         }                                                                                                            \
     }
 
-#define GEMM_TILE(NAME, ATTR, VT, VW, SUF) TILE_FN(NAME, ATTR, VT, VW, SUF, Py_ssize_t ldb, b + k * ldb)
+#define GEMM_TILE(NAME, ATTR, VT, VW, SUF) TILE_FN(NAME, ATTR, VT, VW, SUF, 2, Py_ssize_t ldb, b + k * ldb)
 /* The same tile with B's row k at b + koff[k]: a convolution's taps read in place from its
  * padded input planes (an implicit im2col; the row's NR-wide run must be readable). */
-#define GATHER_TILE(NAME, ATTR, VT, VW, SUF) TILE_FN(NAME, ATTR, VT, VW, SUF, const Py_ssize_t *restrict koff, b + koff[k])
+#define GATHER_TILE(NAME, ATTR, VT, VW, SUF) TILE_FN(NAME, ATTR, VT, VW, SUF, 2, const Py_ssize_t *restrict koff, b + koff[k])
 
 typedef void (*gemm_tile_fn)(const float *restrict, Py_ssize_t, Py_ssize_t, const float *restrict, Py_ssize_t,
                              Py_ssize_t, const float *restrict, const float *restrict, float *restrict, Py_ssize_t,
@@ -1507,12 +1504,16 @@ GEMM_TILE(gemm_tile_8, , v8f, 8, 8)
 GATHER_TILE(gather_tile_8, , v8f, 8, 8)
 #ifdef ORCH_X86_DISPATCH
 GEMM_TILE(gemm_tile_v4, __attribute__((target("arch=x86-64-v4"))), vf16, 16, 16)
+/* 4 x 48 with AVX-512 (12 accumulators of 32 registers): conv1x1_f32's blocks where 48 columns
+ * waste less than 32 (a 7x7 map: 48 + 1 rather than 32 + 32) */
+TILE_FN(gemm_tile3_v4, __attribute__((target("arch=x86-64-v4"))), vf16, 16, 16, 3, Py_ssize_t ldb, b + k * ldb)
 GEMM_TILE(gemm_tile_v3, __attribute__((target("arch=x86-64-v3"))), v8f, 8, 8)
 GATHER_TILE(gather_tile_v4, __attribute__((target("arch=x86-64-v4"))), vf16, 16, 16)
 GATHER_TILE(gather_tile_v3, __attribute__((target("arch=x86-64-v3"))), v8f, 8, 8)
 #endif
 
 static gemm_tile_fn gemm_tile = gemm_tile_8;
+static gemm_tile_fn gemm_tile3 = NULL; /* 4 x 48, where the CPU has AVX-512 */
 static gather_tile_fn gather_tile = gather_tile_8;
 static Py_ssize_t gemm_nr = 16;
 
@@ -1541,6 +1542,7 @@ static void gemm_pick(int level) {
 #ifdef ORCH_X86_DISPATCH
     if (level == 4) {
         gemm_tile = gemm_tile_v4;
+        gemm_tile3 = gemm_tile3_v4;
         gather_tile = gather_tile_v4;
         gemm_nr = 32;
     } else if (level == 3) {
@@ -1610,6 +1612,9 @@ static void conv_flat(const float *scratch, const Py_ssize_t *koff, const float 
 
 /* Rows of the result one item of a call computes (items are split across threads). */
 #define GEMM_ROWS 64
+/* conv1x1_f32 computes a last block of at most this many columns (past whole blocks) as
+ * matrix-vector products */
+#define GEMM_REM_COLS 8
 
 /* A share of one product call (conv1x1_f32 or linear_f32): items [i0, i1), as gemm_part and
  * linear_part count them; ``failed`` is set when its panel could not be allocated. */
@@ -1620,6 +1625,7 @@ typedef struct {
     Py_ssize_t t_, n_, nbc, nrb, wstride; /* linear: T x N per product, column/row blocks, B's stride */
     Py_ssize_t i0, i1;
     int act, failed, trans; /* trans: linear's w is B transposed, (N x K) rows */
+    Py_ssize_t cw;          /* conv1x1: its column blocks' width, gemm_nr or 48 (gemm_tile3) */
 } product_job;
 
 /* Runs fn over ``items`` split in ``nparts`` shares of the job ``proto`` (the GIL released);
@@ -1644,15 +1650,44 @@ static int run_product(void *(*fn)(void *), const product_job *proto, Py_ssize_t
 
 /* conv1x1_f32's items: image it / (nb * nm), pixel block (it / nm) % nb (NR pixels), output
  * channels (it % nm) * GEMM_ROWS onwards. */
+ORCH_CLONES
+static void gemv_rows(const float *restrict x, const float *restrict w, const float *restrict bias,
+                      float *restrict out, Py_ssize_t K, Py_ssize_t c0, Py_ssize_t nc, int act);
+
+/* The columns conv1x1_f32 computes for P pixels in blocks of w (see gemm_part). */
+static Py_ssize_t col_cost(Py_ssize_t P, Py_ssize_t w) {
+    const Py_ssize_t r = P % w;
+    return P / w * w + (r == 0 ? 0 : r <= GEMM_REM_COLS && r < P ? 3 * r : w);
+}
+
 static void *gemm_part(void *arg) {
     product_job *j = (product_job *)arg;
-    const Py_ssize_t nr = gemm_nr, K = j->k_, P = j->p_, M = j->m_;
+    const Py_ssize_t nr = j->cw, K = j->k_, P = j->p_, M = j->m_;
+    const gemm_tile_fn tile = nr == 48 ? gemm_tile3 : gemm_tile;
     float *panel = NULL;
     Py_ssize_t panel_of = -1; /* the (image, pixel block) the panel holds */
     for (Py_ssize_t it = j->i0; it < j->i1; it++) {
         const Py_ssize_t blk = it / j->nm, n = blk / j->nb, p0 = (blk % j->nb) * nr;
         const Py_ssize_t m0 = (it % j->nm) * GEMM_ROWS, m1 = M - m0 < GEMM_ROWS ? M : m0 + GEMM_ROWS;
         const Py_ssize_t nc = P - p0 < nr ? P - p0 : nr;
+        if (nc <= GEMM_REM_COLS && nc < P) {
+            /* a few columns past the last whole block (a 14x14 map's 196 = 6 x 32 + 4): one
+             * matrix-vector product per column, rather than a tile computing nr of them */
+            if (!panel && !(panel = PyMem_RawMalloc((size_t)(K * nr) * sizeof(float)))) {
+                j->failed = 1;
+                return NULL;
+            }
+            float col[GEMM_ROWS];
+            for (Py_ssize_t q = 0; q < nc; q++) {
+                const float *src = j->x + n * K * P + p0 + q;
+                for (Py_ssize_t k = 0; k < K; k++) panel[k] = src[k * P];
+                gemv_rows(panel, j->w + m0 * K, j->bias ? j->bias + m0 : NULL, col, K, 0, m1 - m0, j->act);
+                float *dst = j->out + n * M * P + m0 * P + p0 + q;
+                for (Py_ssize_t i = 0; i < m1 - m0; i++) dst[i * P] = col[i];
+            }
+            panel_of = -1;
+            continue;
+        }
         if (blk != panel_of) {
             /* the block's K rows copied into one contiguous panel (zero-padded past P): rows
              * of the planes themselves sit P floats apart, which for many P puts them in a
@@ -1672,8 +1707,7 @@ static void *gemm_part(void *arg) {
         float *ob = j->out + n * M * P + p0;
         for (Py_ssize_t o0 = m0; o0 < m1; o0 += 4) {
             const Py_ssize_t rows = m1 - o0 < 4 ? m1 - o0 : 4;
-            gemm_tile(j->w + o0 * K, K, 1, panel, nr, K, j->bias ? j->bias + o0 : NULL, NULL, ob + o0 * P, P, nc, rows,
-                      j->act);
+            tile(j->w + o0 * K, K, 1, panel, nr, K, j->bias ? j->bias + o0 : NULL, NULL, ob + o0 * P, P, nc, rows, j->act);
         }
     }
     PyMem_RawFree(panel);
@@ -1786,10 +1820,14 @@ static PyObject *py_conv1x1_f32(PyObject *self, PyObject *args) {
         ok = 0;
     }
     if (ok) {
-        const Py_ssize_t nb = (p_ + gemm_nr - 1) / gemm_nr, nm = (m_ + GEMM_ROWS - 1) / GEMM_ROWS, items = n_ * nb * nm;
+        /* blocks of 48 columns where they compute fewer (a last block of at most
+         * GEMM_REM_COLS columns costs about 3 each, as matrix-vector products) */
+        const Py_ssize_t cw = gemm_tile3 && col_cost(p_, 48) * 20 < col_cost(p_, gemm_nr) * 19 ? 48 : gemm_nr;
+        const Py_ssize_t nb = (p_ + cw - 1) / cw, nm = (m_ + GEMM_ROWS - 1) / GEMM_ROWS, items = n_ * nb * nm;
         const int nparts = parts_for(prod4(n_, m_, k_, p_), items);
-        const product_job proto = {(const float *)x.buf, (const float *)w.buf, have_bias ? (const float *)b.buf : NULL,
-                                   (float *)out.buf, m_, k_, p_, nb, nm, 0, 0, 0, 0, 0, 0, 0, act, 0, 0};
+        product_job proto = {(const float *)x.buf, (const float *)w.buf, have_bias ? (const float *)b.buf : NULL,
+                             (float *)out.buf, m_, k_, p_, nb, nm, 0, 0, 0, 0, 0, 0, 0, act, 0, 0};
+        proto.cw = cw;
         ok = run_product(gemm_part, &proto, items, nparts);
     }
     return release_call(ok, have_bias, &b, &x, &w, &out);
