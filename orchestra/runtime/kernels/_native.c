@@ -1446,7 +1446,7 @@ static PyObject *py_bias_act_f32(PyObject *self, PyObject *args) {
  * activation are applied before the tile is stored, so the result is written once. NR is
  * 32 with AVX-512 and 16 otherwise (the widest that stays in registers), picked when the
  * module loads (GEMM_COLUMNS); a run of columns short of NR is read from a zero-padded
- * copy (a panel).
+ * copy (a panel). With AVX-512, conv1x1_f32 also has a 48-column tile for small maps.
  *   conv1x1_f32: out[n] (M x P) = w (M x K) . x[n] (K x P): A = w, B = the input planes.
  *   linear_f32:  out (T x N) = x (T x K) . wt (K x N): A = x, B = the transposed weight
  *                (the plan keeps a C-contiguous copy of it). */
@@ -1648,8 +1648,6 @@ static int run_product(void *(*fn)(void *), const product_job *proto, Py_ssize_t
     return 1;
 }
 
-/* conv1x1_f32's items: image it / (nb * nm), pixel block (it / nm) % nb (NR pixels), output
- * channels (it % nm) * GEMM_ROWS onwards. */
 ORCH_CLONES
 static void gemv_rows(const float *restrict x, const float *restrict w, const float *restrict bias,
                       float *restrict out, Py_ssize_t K, Py_ssize_t c0, Py_ssize_t nc, int act);
@@ -1660,6 +1658,9 @@ static Py_ssize_t col_cost(Py_ssize_t P, Py_ssize_t w) {
     return P / w * w + (r == 0 ? 0 : r <= GEMM_REM_COLS && r < P ? 3 * r : w);
 }
 
+/* conv1x1_f32's items: image it / (nb * nm), pixel block (it / nm) % nb (cw pixels), output
+ * channels (it % nm) * GEMM_ROWS onwards; a last block of at most GEMM_REM_COLS pixels (past
+ * whole blocks) as one matrix-vector product per pixel. */
 static void *gemm_part(void *arg) {
     product_job *j = (product_job *)arg;
     const Py_ssize_t nr = j->cw, K = j->k_, P = j->p_, M = j->m_;
