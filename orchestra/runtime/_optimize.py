@@ -1818,12 +1818,14 @@ def _fuse_squeeze_excite(mt: _Matcher, steps: list[Step], spans: list[tuple[int,
             continue
         found.append((k, *hit))
         k += 6
-    for k, values, consts in reversed(found):
+    fused: list[Rewrite] = []
+    for k, values, consts in reversed(found):  # from the end: the earlier indices stay valid
         span = tuple(sorted({p for sp in spans[k:k + 6] for p in sp}))
         label = f"step[{span[-1]}] squeeze-and-excite (mean + 1x1 convolution + activation + 1x1 convolution + gate + mul)"
         steps[k:k + 6] = [_se_step(values, consts, tuple(steps[k:k + 6]), label)]
         spans[k:k + 6] = [span]
-    rewrites.extend(Rewrite("squeeze_excite", spans[k - 5 * j]) for j, (k, _, _) in enumerate(found))
+        fused.append(Rewrite("squeeze_excite", span))
+    rewrites.extend(reversed(fused))
 
 
 def _se_step(values: tuple[int, ...], consts: tuple[np.ndarray, ...], as_written: tuple[Step, ...], label: str) -> Step:

@@ -1164,26 +1164,8 @@ typedef struct {
     float eps;
 } ln_job;
 
-/* x[:n]'s sum as 8 lanes then in order (the last n % 8 added one by one) */
-static inline float row_sum(const float *x, Py_ssize_t n) {
-    v8f s0 = {0}, s1 = {0};
-    Py_ssize_t k = 0;
-    for (; k + 16 <= n; k += 16) {
-        v8f a0, a1;
-        __builtin_memcpy(&a0, x + k, sizeof a0);
-        __builtin_memcpy(&a1, x + k + 8, sizeof a1);
-        s0 += a0;
-        s1 += a1;
-    }
-    for (; k + 8 <= n; k += 8) {
-        v8f a0;
-        __builtin_memcpy(&a0, x + k, sizeof a0);
-        s0 += a0;
-    }
-    float acc = lanes_sum(s0 + s1);
-    for (; k < n; k++) acc += x[k];
-    return acc;
-}
+ORCH_CLONES
+static float plane_sum(const float *restrict x, Py_ssize_t n); /* (the global average pool's) */
 
 ORCH_CLONES
 static void ln_rows(const ln_job *j) {
@@ -1192,7 +1174,7 @@ static void ln_rows(const ln_job *j) {
     for (Py_ssize_t r = j->r0; r < j->r1; r++) {
         const float *x = j->x + r * d;
         float *o = j->out + r * d;
-        const float mean = row_sum(x, d) * inv_d;
+        const float mean = plane_sum(x, d) * inv_d;
         for (Py_ssize_t k = 0; k < d; k++) { /* the centred row, then its squares' mean */
             const float c = x[k] - mean;
             o[k] = c;
@@ -1968,9 +1950,7 @@ static float plane_sum(const float *restrict x, Py_ssize_t n) {
         __builtin_memcpy(&a0, x + k, sizeof a0);
         s0 += a0;
     }
-    const v8f sv = (s0 + s1) + (s2 + s3);
-    float acc = 0.0f;
-    for (int q = 0; q < 8; q++) acc += sv[q];
+    float acc = lanes_sum((s0 + s1) + (s2 + s3));
     for (; k < n; k++) acc += x[k];
     return acc;
 }

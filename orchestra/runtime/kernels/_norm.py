@@ -7,6 +7,8 @@ import numpy as np
 from ._registry import kernel
 from ._util import FLOAT_MATH, bad, dest, finish, load_native
 
+__all__: list[str] = []
+
 _native = load_native()  # orchestra's compiled kernels, or None (numpy paths only)
 _F32 = np.dtype(np.float32)
 
@@ -34,8 +36,6 @@ def _layer_norm_native(x: np.ndarray, weight: np.ndarray | None, bias: np.ndarra
     except (ValueError, BufferError):
         return False
     return True
-
-__all__: list[str] = []
 
 
 def _channel_view(v: np.ndarray, ndim: int) -> np.ndarray:
