@@ -110,6 +110,9 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
     "dim_order_ops::_clone_dim_order.out": {"non_blocking": False, "dim_order": None},
     "dim_order_ops::_empty_dim_order.out": {"dim_order": None},
     "dim_order_ops::_to_dim_order_copy.out": {"non_blocking": False, "dim_order": None},
+    "quantized_decomposed::dequantize_per_channel.out": {"out_dtype": None},
+    "quantized_decomposed::dequantize_per_tensor.Tensor_out": {"out_dtype": None},
+    "quantized_decomposed::dequantize_per_tensor.out": {"out_dtype": None},
 }
 
 # Out arguments of ops whose outs are not called ``out`` / ``out0``, ``out1``, ...
@@ -117,6 +120,8 @@ _OUTPUT_NAMES: dict[str, tuple[str, ...]] = {
     "aten::max_pool2d_with_indices.out": ("out", "indices"),
     "aten::max.dim_max": ("max", "max_values"),
     "aten::min.dim_min": ("min", "min_indices"),
+    "quantized_decomposed::choose_qparams.Tensor_out": ("scale_out", "zero_point_out"),
+    "quantized_decomposed::choose_qparams_per_token_asymmetric.out": ("scale_out", "zero_point_out"),
 }
 
 # Arguments whose kernel annotation is looser than the schema type.
@@ -245,8 +250,8 @@ def _argument_type(op: str, name: str, annotation: Any) -> str:
     if override is not None:
         return override
     t = _ANNOTATIONS.get(_annotation(annotation), "any")
-    if t == "int?" and name == "dtype":
-        return "ScalarType?"
+    if t in ("int", "int?") and name in ("dtype", "out_dtype", "output_dtype"):  # a ScalarType (an Int in the program)
+        return "ScalarType" + t[3:]
     if t == "int?" and name == "memory_format":
         return "MemoryFormat?"
     return t
