@@ -1,8 +1,10 @@
-"""Build configuration beyond pyproject.toml: orchestra's compiled kernels.
+"""Build configuration beyond pyproject.toml: orchestra's two optional C extensions.
 
-``orchestra.runtime.kernels._native`` (one C file, no numpy headers needed) is optional: where
-no C compiler is available the install goes on without it and every kernel runs its numpy
-path (``orchestra.runtime.kernels.NATIVE_KERNELS`` is then False)."""
+``orchestra.runtime.kernels._native`` (the compiled kernels) and ``orchestra.program._decode``
+(the program reader's decoding of values and instructions) are one C file each, need no numpy
+headers, and are optional: where no C compiler is available the install goes on without them,
+every kernel runs its numpy path (``orchestra.runtime.kernels.NATIVE_KERNELS`` is then False)
+and the reader decodes in Python (``orchestra.program._reader._native_decode`` is then None)."""
 
 import sys
 
@@ -19,6 +21,12 @@ setup(
             extra_link_args=["-pthread"] if _posix else [],
             libraries=["m"] if _posix else [],
             optional=True,
-        )
+        ),
+        Extension(
+            "orchestra.program._decode",
+            sources=["orchestra/program/_decode.c"],
+            extra_compile_args=["-O3", "-std=c11"],
+            optional=True,
+        ),
     ]
 )

@@ -12,6 +12,7 @@ Byte payloads are ``memoryview`` slices of the input: nothing is copied.
 
 from __future__ import annotations
 
+import dataclasses
 import mmap
 import os
 import struct
@@ -229,11 +230,37 @@ class _FlatReader:
 # checked decoders below (bounds, alignment, vtable and table sizes, null-terminated UTF-8
 # strings, value and instruction tags, the object budget) but builds no path: on anything
 # unusual it raises ``_Fallback`` and ``loads`` decodes the whole program again on the
-# checked path, whose error names the place. Only well-formed programs stay on it.
+# checked path, whose error names the place. Only well-formed programs stay on it. Where the
+# optional C extension ``orchestra.program._decode`` is built, ``_Fast.evalues`` and
+# ``_Fast.instructions`` run in it: the same checks, objects and budget charge, about ten
+# times faster; the Python code below stays the reference (and runs where it is not built).
 
 
 class _Fallback(Exception):
     """The fast path met something it does not decode: decode again on the checked path."""
+
+
+def _setup_native_decode():  # noqa: ANN202 - the module, or None
+    """``orchestra.program._decode`` (optional C extension: ``_Fast.evalues`` and
+    ``_Fast.instructions`` in C, the same checks, objects and budget charge), given the schema
+    classes it builds; None when it is not built or does not fit these classes."""
+    try:
+        from . import _decode
+    except ImportError:
+        return None
+    built = (S.EValue, S.Instruction, S.AllocationDetails, S.ExtraTensorInfo) + S.KERNEL_TYPES + S.INSTRUCTION_TYPES
+    if any(hasattr(c, "__post_init__") for c in built):
+        return None  # it sets the fields without running __init__
+    try:
+        _decode.setup({c.__name__: (c, tuple(f.name for f in dataclasses.fields(c))) for c in built},
+                      S.KERNEL_TYPES, S.INSTRUCTION_TYPES)
+    except (TypeError, ValueError):
+        return None
+    return _decode
+
+
+# The C decoder, or None: the Python code (tests set None to compare the two).
+_native_decode = _setup_native_decode()
 
 
 _u16x2 = struct.Struct("<HH").unpack_from
@@ -353,6 +380,13 @@ class _Fast:
         """The EValues of a vector of ``n`` table offsets at ``start`` (tables() then
         evalue() on each, with the table checks of the value and of its union member, and
         the decoding of the common kinds, inlined: the same checks, fewer calls)."""
+        native = _native_decode
+        if native is not None and self.buf.format == "B" and self.buf.c_contiguous:
+            r = native.evalues(self.buf, self.end, start, n)
+            if r is None:
+                raise _Fallback
+            self.spent += r[1]
+            return r[0]
         buf, end, vts = self.buf, self.end, self.vts
         offs = struct.unpack_from(f"<{n}I", buf, start)
         out = []
@@ -407,6 +441,13 @@ class _Fast:
         """The Instructions of a vector of ``n`` table offsets at ``start`` (tables() then
         instruction() on each, with the table checks and the decoding of a KernelCall
         inlined, as in evalues)."""
+        native = _native_decode
+        if native is not None and self.buf.format == "B" and self.buf.c_contiguous:
+            r = native.instructions(self.buf, self.end, start, n)
+            if r is None:
+                raise _Fallback
+            self.spent += r[1]
+            return r[0]
         buf, end, vts = self.buf, self.end, self.vts
         offs = struct.unpack_from(f"<{n}I", buf, start)
         out = []
