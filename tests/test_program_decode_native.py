@@ -483,6 +483,32 @@ def test_fall_backs_leak_nothing_and_leave_gc_as_it_was() -> None:
         gc.enable()
 
 
+def test_decoded_objects_are_untracked_and_a_decode_leaks_nothing() -> None:
+    """What C builds is left out of the collector's scans (immutable, no cycles through it), so
+    a decode that kept a reference too many would never be freed: none does."""
+    fb = _fb(BIG)
+    vectors = _vectors(fb)
+    prog = loads(BIG)
+    plan = prog.execution_plan[0]
+    tensors = [ev.val for ev in plan.values if isinstance(ev.val, S.Tensor)]
+    assert tensors and not any(gc.is_tracked(t) or gc.is_tracked(t.sizes) for t in tensors)
+    assert not gc.is_tracked(plan.values) and not gc.is_tracked(plan.values[0])
+    assert not gc.is_tracked(plan.chains[0].instructions[0].instr_args)
+    del prog, plan, tensors
+
+    def run() -> None:
+        for kind, start, n in vectors:
+            assert getattr(_decode, kind)(fb, len(fb), start, n) is not None
+
+    run()
+    gc.collect()
+    before = sys.getallocatedblocks()
+    for _ in range(5):
+        run()
+    gc.collect()
+    assert sys.getallocatedblocks() - before < 200
+
+
 # -- the object budget -------------------------------------------------------------------------------
 def _outcome(data: bytes, max_objects: int) -> object:
     try:
