@@ -490,17 +490,23 @@ class _Storage:
         self._overlapping[i] = found
         return found
 
-    def aliases(self, i: int) -> list[int]:
-        """Other values that are ``i`` seen with another shape: the same bytes, dtype and
-        element count, all static and laid out contiguously (identity dim order)."""
-        if self._same_bytes is None:
-            # (region, dtype) -> the plain values there, once per plan.
+    def same_bytes(self) -> dict[int, list[int]]:
+        """value -> its group (itself included) of values with the same bytes, dtype and
+        element count, all static and laid out contiguously; only values in a group of two or
+        more. Made once per plan."""
+        found = self._same_bytes
+        if found is None:
+            # (region, dtype) -> the plain values there.
             groups: dict[tuple[_Region, np.dtype], list[int]] = {}
             for j, r in self.regions.items():
                 if r[2] > r[1] and self._plain(j):
                     groups.setdefault((r, self.cp.slots[j].dtype), []).append(j)  # type: ignore[union-attr]
-            self._same_bytes = {j: g for g in groups.values() if len(g) > 1 for j in g}
-        group = self._same_bytes.get(i)
+            found = self._same_bytes = {j: g for g in groups.values() if len(g) > 1 for j in g}
+        return found
+
+    def aliases(self, i: int) -> list[int]:
+        """Other values that are ``i`` seen with another shape (see same_bytes)."""
+        group = self.same_bytes().get(i)
         return [] if group is None else [j for j in group if j != i]
 
     def whole_writes(self, d: int) -> list[tuple[int, int, int]]:
@@ -1114,8 +1120,7 @@ class _Matcher:
         """(pc, defined value) of the last instruction before ``reader`` defining ``value``
         or a value that is it seen with another shape (``_Storage.aliases``)."""
         st = self.storage
-        st.aliases(value)  # builds the groups
-        group = st._same_bytes.get(value)  # type: ignore[union-attr]
+        group = st.same_bytes().get(value)
         if group is None:
             ws = [w for w in self.uses.defines.get(value, ()) if w < reader]
             return (max(ws), value) if ws else None
