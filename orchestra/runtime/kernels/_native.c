@@ -524,7 +524,7 @@ static void grouped_group(const float *restrict scratch, Py_ssize_t plane_len, c
         for (Py_ssize_t t0 = 0; t0 < ntiles; t0 += TS) {
             const Py_ssize_t nt = ntiles - t0 < TS ? ntiles - t0 : TS;
             v8f acc[OB][TS];
-            Py_ssize_t base[TS], dst[TS], m[TS];
+            Py_ssize_t base[TS] = {0}, dst[TS], m[TS]; /* (base[0] is always set: nt >= 1) */
             for (Py_ssize_t k = 0; k < TS; k++) {
                 if (k < nt) {
                     base[k] = oy * ystep + cx * 8;
