@@ -41,6 +41,8 @@ needs_ray = pytest.mark.skipif(ray is None, reason="needs Ray (pip install 'orch
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[RayCluster]:
+    if ray is None:  # every test using the cluster skips, marked needs_ray or not
+        pytest.skip("needs Ray (pip install 'orchestra[ray]')")
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="orc-ray-", dir="/tmp"))  # Ray's socket paths must stay short
     c = RayCluster(tmp)
     try:
