@@ -376,17 +376,25 @@ class _Fast:
         offs = struct.unpack_from(f"<{n}I", self.buf, start)
         return [self.table(start + 4 * i + o) for i, o in enumerate(offs)]
 
+    def in_c(self, kind: str, start: int, n: int) -> tuple | None:
+        """``self.<kind>(start, n)`` ("evalues" or "instructions") decoded by the C extension;
+        None where it is not built or the buffer is not plain bytes (the Python code then)."""
+        native = _native_decode
+        if native is None or self.buf.format != "B" or not self.buf.c_contiguous:
+            return None
+        r = getattr(native, kind)(self.buf, self.end, start, n)
+        if r is None:
+            raise _Fallback
+        self.spent += r[1]
+        return r[0]
+
     def evalues(self, start: int, n: int) -> tuple[S.EValue, ...]:
         """The EValues of a vector of ``n`` table offsets at ``start`` (tables() then
         evalue() on each, with the table checks of the value and of its union member, and
         the decoding of the common kinds, inlined: the same checks, fewer calls)."""
-        native = _native_decode
-        if native is not None and self.buf.format == "B" and self.buf.c_contiguous:
-            r = native.evalues(self.buf, self.end, start, n)
-            if r is None:
-                raise _Fallback
-            self.spent += r[1]
-            return r[0]
+        done = self.in_c("evalues", start, n)
+        if done is not None:
+            return done
         buf, end, vts = self.buf, self.end, self.vts
         offs = struct.unpack_from(f"<{n}I", buf, start)
         out = []
@@ -441,13 +449,9 @@ class _Fast:
         """The Instructions of a vector of ``n`` table offsets at ``start`` (tables() then
         instruction() on each, with the table checks and the decoding of a KernelCall
         inlined, as in evalues)."""
-        native = _native_decode
-        if native is not None and self.buf.format == "B" and self.buf.c_contiguous:
-            r = native.instructions(self.buf, self.end, start, n)
-            if r is None:
-                raise _Fallback
-            self.spent += r[1]
-            return r[0]
+        done = self.in_c("instructions", start, n)
+        if done is not None:
+            return done
         buf, end, vts = self.buf, self.end, self.vts
         offs = struct.unpack_from(f"<{n}I", buf, start)
         out = []
