@@ -696,6 +696,31 @@ def test_out_dtypes_follow_torch() -> None:
     assert f.call("aten::add.out", x, i, out_dtype=np.float64).dtype == np.float64
 
 
+def test_quantized_ops_build_with_their_out_dtypes_and_run() -> None:
+    """quantize writes its dtype argument's type, dequantize float32 (or out_dtype),
+    choose_qparams a float64 scale and an int64 zero point (one element each)."""
+    b = ProgramBuilder()
+    f = b.method()
+    x = f.input(np.float32, (4, 8))
+    q = f.call("quantized_decomposed::quantize_per_tensor.out", x, 0.05, 3, -128, 127, np.int8)
+    d = f.call("quantized_decomposed::dequantize_per_tensor.out", q, 0.05, 3, -128, 127, np.int8)
+    d16 = f.call("quantized_decomposed::dequantize_per_tensor.out", q, 0.05, 3, -128, 127, np.int8,
+                 out_dtype=np.float16)
+    s, z = f.call("quantized_decomposed::choose_qparams.Tensor_out", x, -128, 127, 1e-7, np.int8)
+    ts, tz = f.call("quantized_decomposed::choose_qparams_per_token_asymmetric.out", x, np.int8)
+    assert (q.dtype, d.dtype, d16.dtype, s.dtype, z.dtype) == (np.int8, np.float32, np.float16, np.float64, np.int64)
+    assert (s.shape, ts.shape, tz.dtype) == ((1,), (4, 1), np.int64)
+    f.output(q, d, d16, s, z, ts)
+    xin = np.linspace(-3, 4, 32, dtype=np.float32).reshape(4, 8)
+    qo, do, d16o, so, zo, tso = load_program(dumps(b.build())).load_method("forward").execute([xin])
+    want = np.clip(np.rint(xin / np.float32(0.05)) + 3, -128, 127).astype(np.int8)
+    np.testing.assert_array_equal(qo, want)
+    np.testing.assert_allclose(do, (want.astype(np.float32) - 3) * np.float32(0.05), rtol=1e-6)
+    assert d16o.dtype == np.float16 and so.shape == (1,) and zo.dtype == np.int64
+    np.testing.assert_allclose(so, [7.0 / 255], rtol=1e-6)  # (max - min) / (quant_max - quant_min)
+    np.testing.assert_allclose(tso[:, 0], (np.maximum(xin.max(1), 0) - np.minimum(xin.min(1), 0)) / 255, rtol=1e-6)
+
+
 # ---------------------------------------------------------------------------------------
 # Delegates
 

@@ -113,6 +113,27 @@ _INT64_REDUCE = frozenset({
     "aten::sum.out", "aten::sum.IntList_out", "aten::prod.out", "aten::prod.int_out",
     "aten::cumsum.out",
 })
+_QUANT_NS = "quantized_decomposed::"
+# Ops whose kernel wants its outs at their shape (one element), not resizes empty ones.
+_OUT_SHAPES: dict[str, tuple[int, ...]] = {_QUANT_NS + "choose_qparams.Tensor_out": (1,)}
+
+
+def _quant_out_dtypes(name: str, samples: dict[str, Any]) -> dict[str, np.dtype] | None:
+    """The out dtypes of a quantized_decomposed op, by out name ("" for every out): a quantize
+    writes its ``dtype`` argument's type, a dequantize float32 unless ``out_dtype`` /
+    ``output_dtype`` says otherwise, choose_qparams a float64 scale and an int64 zero point."""
+    op = name[len(_QUANT_NS):]
+    if op.startswith("quantize_per"):
+        dt = numpy_dtype(samples.get("dtype"))
+        return None if dt is None else {"": dt}
+    if op.startswith("dequantize_per"):
+        code = samples.get("out_dtype", samples.get("output_dtype"))
+        return {"": (numpy_dtype(code) if code is not None else None) or _F32}
+    if op.startswith("choose_qparams"):
+        return {"scale_out": np.dtype(np.float64), "zero_point_out": _I64}
+    return None
+
+
 # Ops whose result dtype is that of particular arguments (not all of them).
 _DTYPE_FROM: dict[str, tuple[str, ...]] = {
     "aten::embedding.out": ("weight",),
@@ -441,7 +462,7 @@ class MethodBuilder:
                     raise InvalidArgumentError(f"{where}: invalid arguments: {exc}") from exc
                 call_args.append([np.empty((0,), out_dts[a.name]) for _ in range(counts[a.name])])
             else:
-                call_args.append(np.empty((0,), out_dts[a.name]))
+                call_args.append(np.empty(_OUT_SHAPES.get(schema.name, (0,)), out_dts[a.name]))
         self._check_kernel_dtype(schema, call_args, where)
         try:
             result = schema.kernel.fn(*call_args)
@@ -691,6 +712,10 @@ class MethodBuilder:
                 result[a.name] = dt
             return result
         name = schema.name
+        if name.startswith(_QUANT_NS):
+            found = _quant_out_dtypes(name, samples)
+            if found is not None:
+                return {a.name: found.get(a.name, found.get("")) for a in outs}  # type: ignore[misc]
         from_args = _DTYPE_FROM.get(name)
         operands: list[Any] = []
         for a in schema.inputs:
