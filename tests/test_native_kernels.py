@@ -515,6 +515,29 @@ def test_squeeze_and_excite_steps(threads: int) -> None:
 
 
 @needs_native
+@pytest.mark.parametrize("threads", [1, 2])
+def test_scale_planes_says_whether_every_product_is_finite(threads: int) -> None:
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((96, 3, 3, 40)).astype(np.float32)  # large enough to split
+    s = rng.standard_normal(96).astype(np.float32)
+    kernels.set_threads(threads)
+    try:
+        out = np.empty_like(x)
+        assert native.scale_planes_f32(x, s, out, 96, x.size // 96) is True
+        assert np.array_equal(out, x * s[:, None, None, None])
+        for value, scale in ((np.inf, 1.0), (np.nan, 1.0), (3e38, 10.0), (1.0, np.inf), (0.0, np.inf)):
+            y, t = x.copy(), s.copy()
+            y[95, 2, 2, 39], t[95] = value, scale  # the last element: the last part's
+            assert native.scale_planes_f32(y, t, out, 96, x.size // 96) is False, (value, scale)
+            y[95, 2, 2, 39], t[95] = x[95, 2, 2, 39], s[95]
+            y[0, 0, 0, 0] = value if np.isfinite(scale) else y[0, 0, 0, 0]
+            t[0] = scale
+            assert native.scale_planes_f32(y, t, out, 96, x.size // 96) is False, (value, scale)
+    finally:
+        kernels.set_threads(1)
+
+
+@needs_native
 def test_the_plane_kernels_check_the_buffers_they_are_given() -> None:
     x = np.zeros((4, 8), np.float32)
     s = np.zeros(4, np.float32)

@@ -20,6 +20,7 @@ from orchestra.errors import OrchestraError
 from orchestra.program import AllocationDetails, Bool, EValue, Instruction, JumpFalseCall, KernelCall, ProgramDef, Tensor
 from orchestra.runtime import Program, load_program
 from orchestra.runtime._method import CompiledPlan, Method
+from orchestra.runtime import _optimize
 from orchestra.runtime.kernels import get_kernel
 from orchestra.runtime.kernels._pool import max_pool2d_values_out, max_pool2d_with_indices_out
 
@@ -1395,3 +1396,32 @@ def test_a_residual_add_and_relu_chain_runs_compiled_on_several_threads_with_the
         kern.set_threads(1)
     assert used and all(used)
     np.testing.assert_array_equal(got[0], want[0])
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_the_batch_norm_fold_is_exact_and_refuses_non_finite_weights(compiled: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """W' = W * float32(gamma / sqrt(var + eps)) row by row (the compiled kernel or numpy: the
+    same products), b' in float64 rounded once; no fold where a folded value is not finite."""
+    if not compiled:
+        monkeypatch.setattr(_optimize, "scale_rows_into", lambda w, s, out: None)
+    rng = np.random.default_rng(9)
+    w = rng.standard_normal((64, 32, 3, 3)).astype(np.float32)
+    b, gamma, beta, mean = (rng.standard_normal(64).astype(np.float32) for _ in range(4))
+    var = rng.random(64).astype(np.float32) + 0.1
+    w2, b2 = _optimize.fold_batch_norm(w, b, gamma, beta, mean, var, 1e-5)
+    scale = gamma.astype(np.float64) / np.sqrt(var.astype(np.float64) + 1e-5)
+    assert np.array_equal(w2, w * scale.astype(np.float32)[:, None, None, None]) and w2.dtype == np.float32
+    assert np.array_equal(b2, ((b.astype(np.float64) - mean) * scale + beta).astype(np.float32))
+    assert not w2.flags.writeable and not b2.flags.writeable
+    for value in (np.inf, np.nan, 3e38):
+        bad = w.copy()
+        bad[63, 31, 2, 2] = value
+        g = gamma.copy()
+        g[63] = 1e3 if value == 3e38 else g[63]  # 3e38 * ~3e3 overflows to inf
+        assert _optimize.fold_batch_norm(bad, b, g, beta, mean, var, 1e-5) is None, value
+    zero_var = var.copy()
+    zero_var[0] = 0.0
+    assert _optimize.fold_batch_norm(w, b, gamma, beta, mean, zero_var, 0.0) is None  # scale inf
+    w64 = w.astype(np.float64)  # numpy's multiply
+    f64 = _optimize.fold_batch_norm(w64, None, None, None, mean.astype(np.float64), var.astype(np.float64), 1e-5)
+    assert f64 is not None and f64[0].dtype == np.float64

@@ -182,7 +182,7 @@ from ..program import (
 )
 from .kernels import get_kernel
 from .kernels._conv import convolution_act, plan_conv2d
-from .kernels._elementwise import GELU_TABLE_MAX_SIZE, add_f32_into, clip_ufunc, gelu_fit_f32_into, hardsigmoid_out, hardswish_out, silu_out
+from .kernels._elementwise import GELU_TABLE_MAX_SIZE, add_f32_into, clip_ufunc, gelu_fit_f32_into, hardsigmoid_out, hardswish_out, scale_rows_into, silu_out
 from .kernels._fused import SE_ADD, SE_CLAMP, SE_DIV, SE_MUL, SE_MULX, SE_SIGMOID, squeeze_excite_available, squeeze_excite_into
 from .kernels._pool import max_pool2d_values_out
 
@@ -1205,11 +1205,17 @@ def fold_batch_norm(
         shift = shift * scale
         if beta is not None:
             shift = shift + beta.astype(f64)
-        w2 = np.multiply(w, scale.astype(w.dtype).reshape((-1,) + (1,) * (w.ndim - 1)))
+        s_w = scale.astype(w.dtype)
+        w2 = np.empty(w.shape, w.dtype)
+        # The compiled kernel multiplies and checks in one pass over its threads (a large
+        # model's fresh weight pages are most of the fold's time); numpy otherwise.
+        finite = scale_rows_into(w, s_w, w2)
+        if finite is None:
+            np.multiply(w, s_w.reshape((-1,) + (1,) * (w.ndim - 1)), out=w2)
         b2 = np.ascontiguousarray(shift.astype(w.dtype))
     # A non-finite element of w makes its product non-finite too (inf * 0 is NaN), so
     # checking w2 checks w.
-    if not (np.isfinite(w2).all() and np.isfinite(b2).all()):
+    if finite is False or (finite is None and not np.isfinite(w2).all()) or not np.isfinite(b2).all():
         return None
     w2.setflags(write=False)
     b2.setflags(write=False)

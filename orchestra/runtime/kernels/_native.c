@@ -1956,33 +1956,46 @@ static float plane_sum(const float *restrict x, Py_ssize_t n) {
 }
 
 ORCH_CLONES
-static void scale_plane(const float *x, float s, float *out, Py_ssize_t n) {
-    for (Py_ssize_t k = 0; k < n; k++) out[k] = x[k] * s;
+/* out = x * s; returns 1 when every product is finite (its exponent bits not all ones) */
+ORCH_CLONES
+static int scale_plane(const float *x, float s, float *out, Py_ssize_t n) {
+    uint32_t nonfinite = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        const float v = x[k] * s;
+        uint32_t u;
+        __builtin_memcpy(&u, &v, sizeof u);
+        nonfinite |= (u & 0x7f800000u) == 0x7f800000u;
+        out[k] = v;
+    }
+    return !nonfinite;
 }
 
 /* A share of one planes call: planes [i0, i1); ``s`` NULL: sums into out[i], else
- * out[i, :] = x[i, :] * s[i]. */
+ * out[i, :] = x[i, :] * s[i] (``finite``: whether every product of the share was). */
 typedef struct {
     const float *x, *s;
     float *out;
     Py_ssize_t inner, i0, i1;
+    int finite;
 } planes_job;
 
 static void *planes_part(void *arg) {
-    const planes_job *j = (const planes_job *)arg;
+    planes_job *j = (planes_job *)arg;
+    int finite = 1;
     for (Py_ssize_t i = j->i0; i < j->i1; i++) {
         if (j->s)
-            scale_plane(j->x + i * j->inner, j->s[i], j->out + i * j->inner, j->inner);
+            finite &= scale_plane(j->x + i * j->inner, j->s[i], j->out + i * j->inner, j->inner);
         else
             j->out[i] = plane_sum(j->x + i * j->inner, j->inner);
     }
+    j->finite = finite;
     return NULL;
 }
 
 static PyObject *planes(PyObject *args, int scale, const char *name) {
     Py_buffer x, s, out;
     Py_ssize_t planes_, inner;
-    int ok;
+    int ok, finite = 1;
     if (scale) {
         if (!PyArg_ParseTuple(args, "y*y*w*nn", &x, &s, &out, &planes_, &inner)) return NULL;
     } else {
@@ -2002,17 +2015,19 @@ static PyObject *planes(PyObject *args, int scale, const char *name) {
         planes_job jobs[MAX_PARTS];
         for (int k = 0; k < nparts; k++) {
             planes_job j = {(const float *)x.buf, scale ? (const float *)s.buf : NULL, (float *)out.buf, inner,
-                            planes_ * k / nparts, planes_ * (k + 1) / nparts};
+                            planes_ * k / nparts, planes_ * (k + 1) / nparts, 1};
             jobs[k] = j;
         }
         Py_BEGIN_ALLOW_THREADS
         run_parts(planes_part, jobs, sizeof jobs[0], nparts);
         Py_END_ALLOW_THREADS
+        for (int k = 0; k < nparts; k++) finite &= jobs[k].finite;
     }
     if (scale) PyBuffer_Release(&s);
     PyBuffer_Release(&x);
     PyBuffer_Release(&out);
     if (!ok) return NULL;
+    if (scale) return PyBool_FromLong(finite);
     Py_RETURN_NONE;
 }
 
@@ -2216,8 +2231,8 @@ static PyMethodDef methods[] = {
      "add_f32(a, b, out, n[, relu]): out[:n] = a[:n] + b[:n] (then relu, NaN and -0.0 kept), float32; out may be a "
      "or b."},
     {"scale_planes_f32", py_scale_planes_f32, METH_VARARGS,
-     "scale_planes_f32(x, s, out, planes, inner): out[i, :] = x[i, :] * s[i] for planes of inner float32; out may "
-     "be x."},
+     "scale_planes_f32(x, s, out, planes, inner) -> bool: out[i, :] = x[i, :] * s[i] for planes of inner float32; "
+     "out may be x. True when every product is finite."},
     {"plane_sums_f32", py_plane_sums_f32, METH_VARARGS,
      "plane_sums_f32(x, out, planes, inner): out[i] = sum(x[i, :]) for planes of inner float32."},
     {"se_f32", py_se_f32, METH_VARARGS,
