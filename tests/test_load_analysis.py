@@ -82,6 +82,35 @@ def test_drop_unobserved_gives_the_same_answers_with_numpy(name: str) -> None:
     assert True in answers and False in answers
 
 
+@pytest.mark.parametrize("name", ["cnn", "convnet", "dwsep", "transformer"])
+def test_drop_unobserved_gives_the_same_answers_after_prefetch_covered(name: str) -> None:
+    """The questions answered together (one array expression per memory) get the answers
+    they get one by one; only those found covered are kept, the others are asked as before."""
+    cp = load_program(FIXTURES / f"{name}.pte")._compiled_plan("forward")
+    plain, pre = _storage(cp), _storage(cp)
+    plain.numpy_from, pre.numpy_from = 1 << 30, 0
+    rng = np.random.default_rng(7)
+    writes = [(w, d) for d in plain.regions for w, _, _ in plain.whole_writes(d)]
+    base = plain.reads()
+    answers, kept = [], 0
+    for k in range(4):
+        dropped = {writes[j] for j in rng.permutation(len(writes))[: len(writes) * k // 4]}
+        reads = {v: {p for p in ps if rng.random() < 0.8} for v, ps in base.items()}
+        queries = [(value, pc) for value in plain.regions
+                   for pc in {0, plain.n // 2, plain.n - 1, int(rng.integers(0, plain.n))}]
+        pre.prefetch_covered(queries, reads, dropped)
+        kept += len(pre._covered_known[4])  # type: ignore[index]
+        for value, pc in queries:
+            want = plain.drop_unobserved(value, pc, reads, dropped)
+            assert pre.drop_unobserved(value, pc, reads, dropped) == want, (value, pc)
+            answers.append(want)
+        # A reads dict changed in place is seen (its size changes): nothing kept applies.
+        reads[-5] = {0}
+        assert all(pre.drop_unobserved(v, pc, reads, dropped) == plain.drop_unobserved(v, pc, reads, dropped)
+                   for v, pc in queries[:20])
+    assert True in answers and False in answers and kept
+
+
 def _reference_uses(cp: CompiledPlan, instructions: list, rets: list) -> tuple:
     """The use analysis written plainly (as it was before it was made faster)."""
     from orchestra.program import DelegateCall, FreeCall, JumpFalseCall, KernelCall, MoveCall
