@@ -237,15 +237,18 @@ _SCALE_PLANES_MIN = 1 << 14
 
 
 def scale_rows_into(w: np.ndarray, s: np.ndarray, out: np.ndarray) -> bool | None:
-    """``out[i, ...] = w[i, ...] * s[i]`` (float32, C-contiguous, out a new array of w's
-    shape) by the compiled kernel, split over its threads: whether every product is finite;
-    None (nothing written) where it does not apply. The same products as numpy's."""
+    """``out[i, ...] = w[i, ...] * s[i]`` (float32, C-contiguous, out of w's shape: w itself
+    or memory of its own) by the compiled kernel, split over its threads: whether every
+    product is finite; None (nothing written) where it does not apply. The same products as
+    numpy's."""
     if (_native is None or w.dtype != _F32 or s.dtype != _F32 or out.dtype != _F32 or not w.ndim
             or s.shape != (w.shape[0],) or out.shape != w.shape or not w.shape[0]
-            or not (w.flags.c_contiguous and s.flags.c_contiguous and out.flags.c_contiguous)
-            or np.may_share_memory(out, w) or np.may_share_memory(out, s)):
+            or not (w.flags.c_contiguous and s.flags.c_contiguous and out.flags.c_contiguous)):
         return None
-    return bool(_native.scale_planes_f32(w, s, out, w.shape[0], w.size // w.shape[0]))
+    try:
+        return bool(_native.scale_planes_f32(w, s, out, w.shape[0], w.size // w.shape[0]))
+    except ValueError:  # out overlaps w or s (the kernel checks before it writes)
+        return None
 
 
 def _scale_planes(x: Any, s: Any, out: Any) -> np.ndarray | None:
