@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pathlib
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -62,23 +63,30 @@ def test_a_dropped_set_changed_between_calls_is_seen() -> None:
     assert len(kw) == len(before) - 1
 
 
+def _question_rounds(st: _Storage, seed: int) -> Iterator[tuple[set, dict, list[tuple[int, int]]]]:
+    """Four rounds of (dropped writes, reads, drop_unobserved questions (value, pc)): no write
+    left out, then ever more; about a fifth of the reads left out; four positions per value."""
+    rng = np.random.default_rng(seed)
+    writes = [(w, d) for d in st.regions for w, _, _ in st.whole_writes(d)]
+    base = st.reads()
+    for k in range(4):
+        dropped = {writes[j] for j in rng.permutation(len(writes))[: len(writes) * k // 4]}
+        reads = {v: {p for p in ps if rng.random() < 0.8} for v, ps in base.items()}
+        yield dropped, reads, [(value, pc) for value in st.regions
+                               for pc in {0, st.n // 2, st.n - 1, int(rng.integers(0, st.n))}]
+
+
 @pytest.mark.parametrize("name", ["cnn", "convnet", "dwsep", "transformer"])
 def test_drop_unobserved_gives_the_same_answers_with_numpy(name: str) -> None:
     cp = load_program(FIXTURES / f"{name}.pte")._compiled_plan("forward")
     plain, vec = _storage(cp), _storage(cp)
     plain.numpy_from, vec.numpy_from = 1 << 30, 0
-    rng = np.random.default_rng(5)
-    writes = [(w, d) for d in plain.regions for w, _, _ in plain.whole_writes(d)]
-    base = plain.reads()
     answers = []
-    for k in range(4):
-        dropped = {writes[j] for j in rng.permutation(len(writes))[: len(writes) * k // 4]}
-        reads = {v: {p for p in ps if rng.random() < 0.8} for v, ps in base.items()}
-        for value in plain.regions:
-            for pc in {0, plain.n // 2, plain.n - 1, int(rng.integers(0, plain.n))}:
-                want = plain.drop_unobserved(value, pc, reads, dropped)
-                assert vec.drop_unobserved(value, pc, reads, dropped) == want, (value, pc)
-                answers.append(want)
+    for dropped, reads, queries in _question_rounds(plain, 5):
+        for value, pc in queries:
+            want = plain.drop_unobserved(value, pc, reads, dropped)
+            assert vec.drop_unobserved(value, pc, reads, dropped) == want, (value, pc)
+            answers.append(want)
     assert True in answers and False in answers
 
 
@@ -89,15 +97,8 @@ def test_drop_unobserved_gives_the_same_answers_after_prefetch_covered(name: str
     cp = load_program(FIXTURES / f"{name}.pte")._compiled_plan("forward")
     plain, pre = _storage(cp), _storage(cp)
     plain.numpy_from, pre.numpy_from = 1 << 30, 0
-    rng = np.random.default_rng(7)
-    writes = [(w, d) for d in plain.regions for w, _, _ in plain.whole_writes(d)]
-    base = plain.reads()
     answers, kept = [], 0
-    for k in range(4):
-        dropped = {writes[j] for j in rng.permutation(len(writes))[: len(writes) * k // 4]}
-        reads = {v: {p for p in ps if rng.random() < 0.8} for v, ps in base.items()}
-        queries = [(value, pc) for value in plain.regions
-                   for pc in {0, plain.n // 2, plain.n - 1, int(rng.integers(0, plain.n))}]
+    for dropped, reads, queries in _question_rounds(plain, 7):
         pre.prefetch_covered(queries, reads, dropped)
         kept += len(pre._covered_known[4])  # type: ignore[index]
         for value, pc in queries:
