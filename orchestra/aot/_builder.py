@@ -118,20 +118,20 @@ _QUANT_NS = "quantized_decomposed::"
 _OUT_SHAPES: dict[str, tuple[int, ...]] = {_QUANT_NS + "choose_qparams.Tensor_out": (1,)}
 
 
-def _quant_out_dtypes(name: str, samples: dict[str, Any]) -> dict[str, np.dtype] | None:
-    """The out dtypes of a quantized_decomposed op, by out name ("" for every out): a quantize
-    writes its ``dtype`` argument's type, a dequantize float32 unless ``out_dtype`` /
-    ``output_dtype`` says otherwise, choose_qparams a float64 scale and an int64 zero point."""
+def _quant_out_dtypes(name: str, samples: dict[str, Any], outs: Sequence[SchemaArgument]) -> dict[str, np.dtype] | None:
+    """The out dtypes of a quantized_decomposed op, by out name: a quantize writes its
+    ``dtype`` argument's type, a dequantize float32 unless ``out_dtype`` / ``output_dtype``
+    says otherwise, choose_qparams a float64 scale and an int64 zero point."""
     op = name[len(_QUANT_NS):]
+    dt: np.dtype | None = None
     if op.startswith("quantize_per"):
         dt = numpy_dtype(samples.get("dtype"))
-        return None if dt is None else {"": dt}
-    if op.startswith("dequantize_per"):
+    elif op.startswith("dequantize_per"):
         code = samples.get("out_dtype", samples.get("output_dtype"))
-        return {"": (numpy_dtype(code) if code is not None else None) or _F32}
-    if op.startswith("choose_qparams"):
-        return {"scale_out": np.dtype(np.float64), "zero_point_out": _I64}
-    return None
+        dt = (numpy_dtype(code) if code is not None else None) or _F32
+    elif op.startswith("choose_qparams"):
+        return {a.name: _I64 if a.name == "zero_point_out" else np.dtype(np.float64) for a in outs}
+    return None if dt is None else {a.name: dt for a in outs}
 
 
 # Ops whose result dtype is that of particular arguments (not all of them).
@@ -713,9 +713,9 @@ class MethodBuilder:
             return result
         name = schema.name
         if name.startswith(_QUANT_NS):
-            found = _quant_out_dtypes(name, samples)
+            found = _quant_out_dtypes(name, samples, outs)
             if found is not None:
-                return {a.name: found.get(a.name, found.get("")) for a in outs}  # type: ignore[misc]
+                return found
         from_args = _DTYPE_FROM.get(name)
         operands: list[Any] = []
         for a in schema.inputs:
