@@ -2183,6 +2183,717 @@ static PyObject *py_se_f32(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* ---- channels-last (NHWC) convolutions: depthwise (dwconv_nhwc_f32) and grouped
+ * (gconv_nhwc_f32) ----
+ * Both compute NHWC float32 data as it is (the NCHW kernels above would need it transposed
+ * there and back). An output row is computed in tiles of PX pixels x a block of channels
+ * (depthwise: 16 channels, one AVX-512 vector or two AVX2 ones, 8 in the baseline copy;
+ * grouped: 8 or 16 output channels, of one group or two, each input value broadcast against a
+ * weight row), the sums in registers: bias, then the taps in row-major order (grouped: each
+ * tap's input channels in order), then clamp(v, lo, hi) = v < lo ? lo : (v > hi ? hi : v)
+ * (NaN passes), then the activation (the vector relu / hardswish / silu above), then stored.
+ * Taps on rows outside the image are skipped; a tile whose taps all fall inside the image's
+ * columns reads x with no check, the others (a row's first and last) read a row of zeros in
+ * place of each tap outside (it adds 0 * w: nothing, for a finite weight, as torch's zero
+ * padding computes it). A row's last tile computes pixels past its end (not stored; a short
+ * one computes 3 PX / 4 or PX / 2). Every output is computed the same way whichever part,
+ * chunk, tile or lane it falls in (a depthwise call's last block of channels overlaps the one
+ * before it rather than read past the pixel), so the result does not depend on the thread
+ * count.
+ * A call is cut into items, an output row of one chunk of the channels, chunk-major (a part
+ * takes consecutive rows of a chunk). A call has one chunk unless it has too few rows for the
+ * threads' parts (small maps, many channels): then one a part, cut on 16-channel units
+ * (depthwise; the last chunk takes the last C % 16, the boundaries put where out's rows are
+ * 64-byte aligned, so two parts do not write one cache line) or whole groups. A part computes
+ * its rows in strips (NHWC_STRIP_BYTES), block by block over a strip's rows. One copy per
+ * instruction set, picked when the module loads (nhwc_pick): AVX-512, AVX2 + FMA, baseline.
+ * Measured on one Zen 4 core (AVX-512) against conv_f32 on the same data as NCHW, both 64-byte
+ * aligned: depthwise on MobileNetV3 / EfficientNet-B0 shapes 1.2-1.9x as fast (56x56x72 3x3:
+ * 82 us vs 99; 7x7x1152 5x5: 42 vs 58; 112x112x16 3x3 / 2: 21 vs 40), grouped on RegNetX-200MF's
+ * (8 channels a group) as fast at stride 1 on 56x56 and 28x28 and up to 2.3x as fast on the
+ * small maps and at stride 2 (7x7x368: 40 us vs 64). The AVX2 copies trail conv_f32's on some
+ * stride-1 shapes (depthwise 3x3 at 56x56: 56x56x72 113 us vs 98; grouped 56x56x24 156 vs 143,
+ * and 16 or 24 channels a group by 7-11 %) and match or beat it on the rest. x at a 16-byte
+ * offset costs the in-place loads up to 15 %. */
+
+/* A part computes its rows in strips, a block of channels (or a group or two) at a time over
+ * a strip's rows, so the block's input rows and weights are reused from L1 across its rows;
+ * the strip's input rows (all channels) fit this many bytes, so the next block finds them in
+ * L2 (block by block over a whole 112x112 map read x from memory once a block). */
+#define NHWC_STRIP_BYTES (256 * 1024)
+
+/* The sizes of an NHWC call, shared by its parts. */
+typedef struct {
+    const float *x, *w, *bias; /* w and bias as the kernel reads them: padded copies where needed */
+    const float *zeros;        /* max(16, 2 gic) zeros: the input of a tap outside the image (two groups) */
+    float *out;
+    Py_ssize_t n_, h, wd, ho, wo, kh, kw, sh, sw, pt, pl, dh, dw;
+    Py_ssize_t cx, cy;         /* channels of an input pixel, of an output pixel */
+    Py_ssize_t gic, goc, gocp; /* grouped: per group; gocp = goc rounded up to 8 (the weights' rows) */
+    int padded;                /* depthwise, C < a block: one block, its lanes past C zero (ring, weights, bias) */
+    int ring;                  /* depthwise: the input read through the ring (else in place) */
+    Py_ssize_t ntiles, ta, tb; /* tiles a row; grouped: [ta, tb) have every tap inside the image's columns */
+    Py_ssize_t wpad, rsz;      /* depthwise: pixels of a ring slot (every tap of every tile), slots */
+    Py_ssize_t units, nchunks; /* the chunks: units (16 channels / a group) in nchunks */
+    Py_ssize_t strip;          /* output rows a part computes block by block (their input in L2) */
+    Py_ssize_t shift;          /* depthwise: the chunks' boundaries past 16-channel multiples */
+    Py_ssize_t idx;            /* Py_ssize_t of a part's index block (2 kh + rsz, rounded up to 8) */
+    Py_ssize_t scr;            /* depthwise: floats of a part's scratch (the block's weights, the ring; x 16) */
+    float lo, hi;
+    int clamp_lo, clamp_hi; /* lo > -inf, hi < inf */
+    int act;
+} nhwc_geom;
+
+/* A share of an NHWC call: items [i0, i1) (chunk it / (N Ho), output row it % (N Ho)). */
+typedef struct {
+    const nhwc_geom *g;
+    Py_ssize_t *idx; /* kh each: an output row's taps (kernel rows i inside the image), their rows' offsets (in
+                      * x, grouped; in the ring, depthwise); then (depthwise) the ring's slots' image rows */
+    float *scr;      /* depthwise: the part's scratch, 64-byte aligned */
+    Py_ssize_t i0, i1;
+} nhwc_job;
+
+/* clamp(v, lo, hi) = v < lo ? lo : (v > hi ? hi : v) (NaN passes): each side only where its
+ * bound can act (lo > -inf, hi < inf; the other side's select leaves every v as it is), the
+ * bound broadcast there (not held in a register through the tiles' loops) */
+#define NHWC_CLAMP(SUF, VT)                                                                                          \
+    static inline __attribute__((always_inline)) VT nhwc_clamp_##SUF(const nhwc_geom *g, VT v) {                     \
+        const VT zero = {0};                                                                                         \
+        if (g->clamp_hi) v = vsel_##SUF(v > zero + g->hi, zero + g->hi, v);                                          \
+        if (g->clamp_lo) v = vsel_##SUF(v < zero + g->lo, zero + g->lo, v);                                          \
+        return v;                                                                                                    \
+    }
+NHWC_CLAMP(16, vf16)
+NHWC_CLAMP(8, v8f)
+
+/* Chunk k's input channels [*ca, *cb). */
+static void nhwc_chunk(const nhwc_geom *g, int grouped, Py_ssize_t k, Py_ssize_t *ca, Py_ssize_t *cb) {
+    const Py_ssize_t u0 = g->units * k / g->nchunks, u1 = g->units * (k + 1) / g->nchunks;
+    if (grouped) {
+        *ca = u0 * g->gic;
+        *cb = u1 * g->gic;
+    } else {
+        *ca = k == 0 ? 0 : 16 * u0 + g->shift;
+        *cb = k + 1 == g->nchunks ? g->cx : 16 * u1 + g->shift;
+    }
+}
+
+/* The kernel rows output row (n, oy) reads (the ones inside the image, in order) into the
+ * job's taps, their image rows' offsets in x into its offsets; returns how many. */
+static Py_ssize_t nhwc_rows(const nhwc_job *j, Py_ssize_t n, Py_ssize_t oy) {
+    const nhwc_geom *g = j->g;
+    Py_ssize_t *tap = j->idx, *xo = tap + g->kh;
+    const Py_ssize_t y0 = oy * g->sh - g->pt;
+    Py_ssize_t nv = 0;
+    for (Py_ssize_t i = 0; i < g->kh; i++) {
+        const Py_ssize_t iy = y0 + i * g->dh;
+        if (iy >= 0 && iy < g->h) {
+            tap[nv] = i;
+            xo[nv++] = ((n * g->h + iy) * g->wd) * g->cx;
+        }
+    }
+    return nv;
+}
+
+/* The depthwise kernel for one instruction set: blocks of NV vectors VT of VW floats (VTA:
+ * aligned), tiles of PX pixels. WIN: a row's inputs in a window of registers, each loaded once
+ * for the pixels and taps that read it (a vector of the block at a time), else loaded where
+ * used; SPEC: the common kernel widths and strides (3 and 5, stride 1 and 2) as constants, else
+ * only the loops. A part computes a strip a block at a time, the block's weights packed into
+ * its scratch ([taps][block]). The input is read in place, or through the scratch's ring of
+ * rsz = (kh - 1) dh + 1 slots (image row iy copied into slot iy % rsz once a block and strip,
+ * ``wpad`` pixels of a block each, the padding pixels, and the lanes past C, zero) where C is a
+ * multiple of 128 (x's pixels, C floats apart, then put a tile's loads in 8 cache sets of L1 or
+ * fewer: C = 1152 ran at two thirds of the speed, C = 256 at half) or smaller than a block.
+ * dwn_in: the input vector v of a tile's pixel ``pix`` (from the tile's first tap): MODE 0 from
+ * the ring row at xp; MODE 1 from x's row at xp (at the block's channel), image column
+ * ix0 + pix; MODE 2 the same, zeros outside the image.
+ * dwn_tile: NP (PX, 3 PX / 4 or PX / 2) pixels (npx stored) x a block of one output row: row r
+ * of its taps at xs + so[r] (ring: xs the ring at the tile, so[r] the slot; in place: xs x at
+ * the block's channel, so[r] the image row), the weights of kernel row tap[r] at wb + tap[r] kw
+ * bw, ``o`` the first pixel's output (nl channels stored). KW, SW, DW: the kernel width, stride
+ * and dilation as constants, or 0: g's. dwn_row: one output row's tiles; dwn_part: a part's
+ * items. */
+#define DWN_FNS(NAME, ATTR, VT, VTA, VW, SUF, PX, NV, WIN, SPEC)                                                     \
+    ATTR static inline __attribute__((always_inline)) VT dwn_in_##NAME(const nhwc_geom *g, const float *xp,          \
+                                                                         Py_ssize_t pix, int v, Py_ssize_t ix0,      \
+                                                                         const int MODE) {                           \
+        if (MODE == 0) return *(const VTA *)(xp + pix * VW * NV + v * VW);                                           \
+        const Py_ssize_t ix = ix0 + pix;                                                                             \
+        const float *src = MODE == 1 || (ix >= 0 && ix < g->wd) ? xp + ix * g->cx : g->zeros;                        \
+        VT r;                                                                                                        \
+        __builtin_memcpy(&r, src + v * VW, sizeof r);                                                                \
+        return r;                                                                                                    \
+    }                                                                                                                \
+    ATTR static inline __attribute__((always_inline)) void dwn_tile_##NAME(                                          \
+        const nhwc_geom *g, const float *restrict xs, const Py_ssize_t *so, const Py_ssize_t *tap, Py_ssize_t nv,    \
+        Py_ssize_t ix0, const float *restrict wb, const float *restrict bv, const Py_ssize_t KW,                     \
+        const Py_ssize_t SW, const Py_ssize_t DW, const int NP, const int MODE, float *restrict o, Py_ssize_t npx,   \
+        Py_ssize_t nl) {                                                                                             \
+        const Py_ssize_t kw = KW ? KW : g->kw, sw = SW ? SW : g->sw, dw = DW ? DW : g->dw, bw = VW * NV;             \
+        VT acc[PX][NV];                                                                                              \
+        for (int v = 0; v < NV; v++) {                                                                               \
+            VT b;                                                                                                    \
+            __builtin_memcpy(&b, bv + v * VW, sizeof b);                                                             \
+            for (int p = 0; p < NP; p++) acc[p][v] = b;                                                              \
+        }                                                                                                            \
+        for (Py_ssize_t r = 0; r < nv; r++) {                                                                        \
+            const float *restrict xp = xs + so[r];                                                                   \
+            const float *restrict wp = wb + tap[r] * kw * bw;                                                        \
+            if (KW && WIN) {                                                                                         \
+                /* a channel vector at a time, the row's inputs in registers (pixel p, tap jj at p SW + jj DW),      \
+                 * each loaded where a tap first reads it (so fewer are live at once) */                             \
+                for (int v = 0; v < NV; v++) {                                                                       \
+                    VT win[(PX - 1) * 2 + 5];                                                                        \
+                    const float *at = MODE == 1 ? xp + ix0 * g->cx + v * VW : xp; /* x's row, one base register */   \
+                    if (MODE == 1) __asm__("" : "+r"(at));                                                           \
+                    _Pragma("GCC unroll 8") for (int jj = 0; jj < KW; jj++) {                                        \
+                        for (int p = 0; p < NP; p++) {                                                               \
+                            const int q = p * SW + jj * DW;                                                          \
+                            if (dwn_first_use(q, jj, NP, SW, DW))                                                    \
+                                win[q] = MODE == 1 ? dwn_ld_##NAME(at + q * g->cx)                                   \
+                                                   : dwn_in_##NAME(g, xp, q, v, ix0, MODE);                          \
+                        }                                                                                            \
+                        const VT wv = *(const VTA *)(wp + jj * bw + v * VW);                                         \
+                        for (int p = 0; p < NP; p++) acc[p][v] += wv * win[p * SW + jj * DW];                        \
+                    }                                                                                                \
+                }                                                                                                    \
+            } else {                                                                                                 \
+                /* each input vector loaded where it is used (folded into its multiply-add) */                       \
+                _Pragma("GCC unroll 8") for (Py_ssize_t jj = 0; jj < kw; jj++) {                                     \
+                    VT wv[NV];                                                                                       \
+                    for (int v = 0; v < NV; v++) wv[v] = *(const VTA *)(wp + jj * bw + v * VW);                      \
+                    for (int p = 0; p < NP; p++)                                                                     \
+                        for (int v = 0; v < NV; v++)                                                                 \
+                            acc[p][v] += wv[v] * dwn_in_##NAME(g, xp, p * sw + jj * dw, v, ix0, MODE);               \
+                }                                                                                                    \
+            }                                                                                                        \
+        }                                                                                                            \
+        for (int p = 0; p < NP; p++)                                                                                 \
+            for (int v = 0; v < NV; v++) acc[p][v] = nhwc_clamp_##SUF(g, acc[p][v]);                                 \
+        if (g->act == ACT_SILU) { /* out of line (one copy, not one a tile), through t (acc stays in registers) */   \
+            VT t[PX * NV];                                                                                           \
+            for (int i = 0; i < NP * NV; i++) t[i] = acc[i / NV][i % NV];                                            \
+            dwn_silu_##NAME(t, NP * NV);                                                                             \
+            for (int i = 0; i < NP * NV; i++) acc[i / NV][i % NV] = t[i];                                            \
+        } else if (g->act != ACT_NONE)                                                                               \
+            for (int p = 0; p < NP; p++)                                                                             \
+                for (int v = 0; v < NV; v++) acc[p][v] = act_##SUF(acc[p][v], g->act);                               \
+        if (nl == bw && npx == NP) {                                                                                 \
+            for (int p = 0; p < NP; p++) __builtin_memcpy(o + p * g->cy, &acc[p], sizeof acc[p]);                    \
+        } else if (nl == bw) {                                                                                       \
+            for (Py_ssize_t p = 0; p < npx; p++) __builtin_memcpy(o + p * g->cy, &acc[p], sizeof acc[p]);            \
+        } else {                                                                                                     \
+            for (Py_ssize_t p = 0; p < npx; p++)                                                                     \
+                __builtin_memcpy(o + p * g->cy, &acc[p], (size_t)nl * sizeof(float));                                \
+        }                                                                                                            \
+    }                                                                                                                \
+    /* NP (PX, or 3 PX / 4 or PX / 2 for a row's short last tile) for a tile of npx pixels */                        \
+    ATTR static inline __attribute__((always_inline)) void dwn_tile_at_##NAME(                                       \
+        const nhwc_geom *g, const float *xs, const Py_ssize_t *so, const Py_ssize_t *tap, Py_ssize_t nv,             \
+        Py_ssize_t ix0, const float *wb, const float *bv, const Py_ssize_t KW, const Py_ssize_t SW,                  \
+        const Py_ssize_t DW, const int MODE, float *o, Py_ssize_t npx, Py_ssize_t nl) {                              \
+        if (npx <= PX / 2)                                                                                           \
+            dwn_tile_##NAME(g, xs, so, tap, nv, ix0, wb, bv, KW, SW, DW, PX / 2, MODE, o, npx, nl);                  \
+        else if (npx <= PX * 3 / 4)                                                                                  \
+            dwn_tile_##NAME(g, xs, so, tap, nv, ix0, wb, bv, KW, SW, DW, PX * 3 / 4, MODE, o, npx, nl);              \
+        else                                                                                                         \
+            dwn_tile_##NAME(g, xs, so, tap, nv, ix0, wb, bv, KW, SW, DW, PX, MODE, o, npx, nl);                      \
+    }                                                                                                                \
+    ATTR static inline __attribute__((always_inline)) void dwn_row_##NAME(                                           \
+        const nhwc_geom *g, const float *ring, const float *xc, const Py_ssize_t *so, const Py_ssize_t *tap,         \
+        Py_ssize_t nv, const float *wb, const float *bv, float *restrict o, Py_ssize_t nl, const Py_ssize_t KW,      \
+        const Py_ssize_t SW, const Py_ssize_t DW) {                                                                  \
+        for (Py_ssize_t t = 0; t < g->ntiles; t++) {                                                                 \
+            const Py_ssize_t ox0 = t * PX, npx = g->wo - ox0 < PX ? g->wo - ox0 : PX, ix0 = ox0 * g->sw - g->pl;     \
+            float *ot = o + ox0 * g->cy;                                                                             \
+            if (ring)                                                                                                \
+                dwn_tile_at_##NAME(g, ring + ox0 * g->sw * VW * NV, so, tap, nv, 0, wb, bv, KW, SW, DW, 0, ot, npx,  \
+                                   nl);                                                                              \
+            else if (t >= g->ta && t < g->tb)                                                                        \
+                dwn_tile_at_##NAME(g, xc, so, tap, nv, ix0, wb, bv, KW, SW, DW, 1, ot, npx, nl);                     \
+            else                                                                                                     \
+                dwn_tile_at_##NAME(g, xc, so, tap, nv, ix0, wb, bv, KW, SW, DW, 2, ot, npx, nl);                     \
+        }                                                                                                            \
+    }                                                                                                                \
+    ATTR static void dwn_part_##NAME(const nhwc_job *j) {                                                            \
+        const nhwc_geom *g = j->g;                                                                                   \
+        const Py_ssize_t rows = g->n_ * g->ho, kh = g->kh, kw = g->kw, sw = g->sw, dw = g->dw, cx = g->cx;           \
+        const Py_ssize_t taps = kh * kw, bw = VW * NV, slot = g->wpad * bw, rsz = g->rsz;                            \
+        const Py_ssize_t ncopy = g->wpad - g->pl < g->wd ? g->wpad - g->pl : g->wd; /* image pixels a slot holds */  \
+        float *wb = j->scr, *ring = g->ring ? wb + taps * bw : NULL;                                                 \
+        Py_ssize_t *tap = j->idx, *so = tap + kh, *have = so + kh;                                                   \
+        /* the weights' lanes past C and the ring's padding pixels and lanes: zero for the whole call */             \
+        memset(j->scr, 0, (size_t)(taps * bw + (ring ? rsz * slot : 0)) * sizeof(float));                            \
+        for (Py_ssize_t it = j->i0; it < j->i1;) {                                                                   \
+            /* a strip of the part's rows of one chunk and image, block by block */                                  \
+            const Py_ssize_t k = it / rows, n = (it % rows) / g->ho, oy0 = it % g->ho;                               \
+            Py_ssize_t run = j->i1 - it < g->ho - oy0 ? j->i1 - it : g->ho - oy0;                                    \
+            if (run > g->strip) run = g->strip;                                                                      \
+            Py_ssize_t ca, cb;                                                                                       \
+            nhwc_chunk(g, 0, k, &ca, &cb);                                                                           \
+            for (Py_ssize_t c0 = ca; c0 < cb; c0 += bw) {                                                            \
+                /* the last block ends at the chunk's end, overlapping the one before (padded: one block) */         \
+                const Py_ssize_t c = g->padded || c0 + bw <= cb ? c0 : cb - bw, nl = g->padded ? cx : bw;            \
+                for (Py_ssize_t t = 0; t < taps; t++) {                                                              \
+                    if (g->padded)                                                                                   \
+                        memcpy(wb + t * bw, g->w + t * cx, (size_t)cx * sizeof(float));                              \
+                    else                                                                                             \
+                        for (int v = 0; v < NV; v++)                                                                 \
+                            *(VTA *)(wb + t * bw + v * VW) = dwn_ld_##NAME(g->w + t * cx + c + v * VW);              \
+                }                                                                                                    \
+                for (Py_ssize_t q = 0; ring && q < rsz; q++) have[q] = -1;                                           \
+                for (Py_ssize_t oy = oy0; oy < oy0 + run; oy++) {                                                    \
+                    /* the kernel rows inside the image, their image rows (in the ring: their slots) */              \
+                    const Py_ssize_t y0 = oy * g->sh - g->pt;                                                        \
+                    Py_ssize_t nv = 0;                                                                               \
+                    for (Py_ssize_t i = 0; i < kh; i++) {                                                            \
+                        const Py_ssize_t iy = y0 + i * g->dh;                                                        \
+                        if (iy < 0 || iy >= g->h) continue;                                                          \
+                        tap[nv] = i;                                                                                 \
+                        if (!ring) {                                                                                 \
+                            so[nv++] = ((n * g->h + iy) * g->wd) * cx;                                               \
+                            continue;                                                                                \
+                        }                                                                                            \
+                        const Py_ssize_t q = iy % rsz;                                                               \
+                        if (have[q] != iy) {                                                                         \
+                            const float *src = g->x + ((n * g->h + iy) * g->wd) * cx + c;                            \
+                            float *dst = ring + q * slot + g->pl * bw;                                               \
+                            if (g->padded)                                                                           \
+                                for (Py_ssize_t ix = 0; ix < ncopy; ix++)                                            \
+                                    memcpy(dst + ix * bw, src + ix * cx, (size_t)cx * sizeof(float));                \
+                            else                                                                                     \
+                                for (Py_ssize_t ix = 0; ix < ncopy; ix++)                                            \
+                                    for (int v = 0; v < NV; v++)                                                     \
+                                        *(VTA *)(dst + ix * bw + v * VW) = dwn_ld_##NAME(src + ix * cx + v * VW);    \
+                            have[q] = iy;                                                                            \
+                        }                                                                                            \
+                        so[nv++] = q * slot;                                                                         \
+                    }                                                                                                \
+                    float *o = g->out + ((n * g->ho + oy) * g->wo) * g->cy + c;                                      \
+                    const float *bv = g->bias + c, *xc = g->x + c;                                                   \
+                    if (SPEC && kw == 3 && sw == 1 && dw == 1)                                                       \
+                        dwn_row_##NAME(g, ring, xc, so, tap, nv, wb, bv, o, nl, 3, 1, 1);                            \
+                    else if (SPEC && kw == 3 && sw == 2 && dw == 1)                                                  \
+                        dwn_row_##NAME(g, ring, xc, so, tap, nv, wb, bv, o, nl, 3, 2, 1);                            \
+                    else if (SPEC && kw == 5 && sw == 1 && dw == 1)                                                  \
+                        dwn_row_##NAME(g, ring, xc, so, tap, nv, wb, bv, o, nl, 5, 1, 1);                            \
+                    else if (SPEC && kw == 5 && sw == 2 && dw == 1)                                                  \
+                        dwn_row_##NAME(g, ring, xc, so, tap, nv, wb, bv, o, nl, 5, 2, 1);                            \
+                    else                                                                                             \
+                        dwn_row_##NAME(g, ring, xc, so, tap, nv, wb, bv, o, nl, 0, 0, 0);                            \
+                }                                                                                                    \
+            }                                                                                                        \
+            it += run;                                                                                               \
+        }                                                                                                            \
+    }
+
+/* The grouped kernel for one instruction set: tiles of NP (PX, 3 PX / 4 or PX / 2) pixels x
+ * NG NB 8-wide vectors of output channels (NG groups x NB vectors of a group, NBMAX at most:
+ * two groups of 8 output channels, or 16 channels of one), each input value broadcast against
+ * a weight row (a multiply-add with its load folded in). SPEC: gic = 8 as a constant (its loop
+ * unrolled). gwn_tile: row r of its taps is image row xg + xo[r] (xg: x at the first group's
+ * first input channel), the tile's first tap at image column ix0; ``wg`` the first group's
+ * weights at the vectors' first output channel ((kh, kw, gic, gocp) from there, the next
+ * group's kh kw gic gocp floats on), ``bv`` its bias (the next group's gocp on), ``o`` the
+ * first pixel's output (the next group's goc on; nl channels of a group stored). GIC: gic as a
+ * constant, or 0. EDGE: some taps fall outside the image's columns (they read g->zeros). */
+#define GWN_FNS(NAME, ATTR, PX, NBMAX, SPEC)                                                                         \
+    ATTR static inline __attribute__((always_inline)) void gwn_tile_##NAME(                                          \
+        const nhwc_geom *g, const float *restrict xg, const Py_ssize_t *xo, const Py_ssize_t *tap, Py_ssize_t nv,    \
+        Py_ssize_t ix0, const float *restrict wg, const float *restrict bv, const Py_ssize_t GIC, const int NG,      \
+        const int NB, const int NP, const int EDGE, float *restrict o, Py_ssize_t npx, Py_ssize_t nl) {              \
+        const Py_ssize_t gic = GIC ? GIC : g->gic, gocp = g->gocp, kw = g->kw, cx = g->cx, wd = g->wd;               \
+        const Py_ssize_t sw = g->sw, dw = g->dw, trow = kw * gic * gocp, gw = g->kh * trow;                          \
+        v8f acc[PX][NBMAX];                                                                                          \
+        for (int v = 0; v < NG * NB; v++) {                                                                          \
+            v8f b;                                                                                                   \
+            __builtin_memcpy(&b, bv + (v / NB) * gocp + 8 * (v % NB), sizeof b);                                     \
+            for (int p = 0; p < NP; p++) acc[p][v] = b;                                                              \
+        }                                                                                                            \
+        for (Py_ssize_t r = 0; r < nv; r++) {                                                                        \
+            const float *restrict xr = xg + xo[r];                                                                   \
+            const float *restrict wp = wg + tap[r] * trow;                                                           \
+            for (Py_ssize_t jj = 0; jj < kw; jj++) {                                                                 \
+                const float *restrict wj = wp + jj * gic * gocp;                                                     \
+                const float *xp[PX]; /* pixel p's input at this tap */                                               \
+                for (int p = 0; p < NP; p++) {                                                                       \
+                    const Py_ssize_t ix = ix0 + p * sw + jj * dw;                                                    \
+                    xp[p] = !EDGE || (ix >= 0 && ix < wd) ? xr + ix * cx : g->zeros;                                 \
+                }                                                                                                    \
+                _Pragma("GCC unroll 8") for (Py_ssize_t ic = 0; ic < gic; ic++) {                                    \
+                    v8f wv[NBMAX];                                                                                   \
+                    for (int v = 0; v < NG * NB; v++)                                                                \
+                        __builtin_memcpy(&wv[v], wj + (v / NB) * gw + ic * gocp + 8 * (v % NB), sizeof wv[v]);       \
+                    for (int p = 0; p < NP; p++)                                                                     \
+                        for (int v = 0; v < NG * NB; v++) acc[p][v] += xp[p][(v / NB) * gic + ic] * wv[v];           \
+                }                                                                                                    \
+            }                                                                                                        \
+        }                                                                                                            \
+        for (int p = 0; p < NP; p++)                                                                                 \
+            for (int v = 0; v < NG * NB; v++) acc[p][v] = nhwc_clamp_8(g, acc[p][v]);                                \
+        if (g->act == ACT_SILU) { /* out of line, through a copy (acc stays in registers) */                         \
+            v8f t[PX * NBMAX];                                                                                       \
+            for (int i = 0; i < NP * NG * NB; i++) t[i] = acc[i / (NG * NB)][i % (NG * NB)];                         \
+            gwn_silu_##NAME(t, NP * NG * NB);                                                                        \
+            for (int i = 0; i < NP * NG * NB; i++) acc[i / (NG * NB)][i % (NG * NB)] = t[i];                         \
+        } else if (g->act != ACT_NONE) {                                                                             \
+            for (int p = 0; p < NP; p++)                                                                             \
+                for (int v = 0; v < NG * NB; v++) acc[p][v] = act_8(acc[p][v], g->act);                              \
+        }                                                                                                            \
+        for (Py_ssize_t p = 0; p < npx; p++)                                                                         \
+            for (int v = 0; v < NG * NB; v++) {                                                                      \
+                const Py_ssize_t m = nl - 8 * (v % NB);                                                              \
+                float *dst = o + p * g->cy + (v / NB) * g->goc + 8 * (v % NB);                                       \
+                if (m >= 8)                                                                                          \
+                    __builtin_memcpy(dst, &acc[p][v], sizeof acc[p][v]);                                             \
+                else if (m > 0)                                                                                      \
+                    __builtin_memcpy(dst, &acc[p][v], (size_t)m * sizeof(float));                                    \
+            }                                                                                                        \
+    }                                                                                                                \
+    /* NP for a tile of npx pixels */                                                                                \
+    ATTR static inline __attribute__((always_inline)) void gwn_tile_at_##NAME(                                       \
+        const nhwc_geom *g, const float *xg, const Py_ssize_t *xo, const Py_ssize_t *tap, Py_ssize_t nv,             \
+        Py_ssize_t ix0, const float *wg, const float *bv, const Py_ssize_t GIC, const int NG, const int NB,          \
+        const int EDGE, float *o, Py_ssize_t npx, Py_ssize_t nl) {                                                   \
+        if (npx <= PX / 2)                                                                                           \
+            gwn_tile_##NAME(g, xg, xo, tap, nv, ix0, wg, bv, GIC, NG, NB, PX / 2, EDGE, o, npx, nl);                 \
+        else if (npx <= PX * 3 / 4)                                                                                  \
+            gwn_tile_##NAME(g, xg, xo, tap, nv, ix0, wg, bv, GIC, NG, NB, PX * 3 / 4, EDGE, o, npx, nl);             \
+        else                                                                                                         \
+            gwn_tile_##NAME(g, xg, xo, tap, nv, ix0, wg, bv, GIC, NG, NB, PX, EDGE, o, npx, nl);                     \
+    }                                                                                                                \
+    /* one output row's tiles of groups grp (NG of them), output vectors from ob */                                  \
+    ATTR static inline __attribute__((always_inline)) void gwn_row_##NAME(                                           \
+        const nhwc_job *j, Py_ssize_t nv, Py_ssize_t grp, Py_ssize_t ob, float *restrict o, Py_ssize_t nl,           \
+        const Py_ssize_t GIC, const int NG, const int NB) {                                                          \
+        const nhwc_geom *g = j->g;                                                                                   \
+        const Py_ssize_t *tap = j->idx, *xo = tap + g->kh;                                                           \
+        const float *xg = g->x + grp * g->gic;                                                                       \
+        const float *wg = g->w + grp * g->kh * g->kw * g->gic * g->gocp + ob, *bv = g->bias + grp * g->gocp + ob;    \
+        for (Py_ssize_t t = 0; t < g->ntiles; t++) {                                                                 \
+            const Py_ssize_t ox0 = t * PX, npx = g->wo - ox0 < PX ? g->wo - ox0 : PX, ix0 = ox0 * g->sw - g->pl;     \
+            float *ot = o + ox0 * g->cy;                                                                             \
+            if (t >= g->ta && t < g->tb)                                                                             \
+                gwn_tile_at_##NAME(g, xg, xo, tap, nv, ix0, wg, bv, GIC, NG, NB, 0, ot, npx, nl);                    \
+            else                                                                                                     \
+                gwn_tile_at_##NAME(g, xg, xo, tap, nv, ix0, wg, bv, GIC, NG, NB, 1, ot, npx, nl);                    \
+        }                                                                                                            \
+    }                                                                                                                \
+    /* groups [grp, grp + NG) (output vectors of 8 channels from ob, NB at a time) */                                \
+    ATTR static inline __attribute__((always_inline)) void gwn_rowv_##NAME(                                          \
+        const nhwc_job *j, Py_ssize_t nv, Py_ssize_t grp, Py_ssize_t ob, float *restrict o, const int NG,            \
+        const int NB) {                                                                                              \
+        const nhwc_geom *g = j->g;                                                                                   \
+        if (SPEC && g->gic == 8)                                                                                     \
+            gwn_row_##NAME(j, nv, grp, ob, o + ob, g->goc - ob, 8, NG, NB);                                          \
+        else                                                                                                         \
+            gwn_row_##NAME(j, nv, grp, ob, o + ob, g->goc - ob, 0, NG, NB);                                          \
+    }                                                                                                                \
+    ATTR static void gwn_part_##NAME(const nhwc_job *j) {                                                            \
+        const nhwc_geom *g = j->g;                                                                                   \
+        const Py_ssize_t rows = g->n_ * g->ho, gic = g->gic;                                                         \
+        for (Py_ssize_t it = j->i0; it < j->i1;) {                                                                   \
+            /* a strip of the part's rows of one chunk and image, a group (or two) at a time */                      \
+            const Py_ssize_t k = it / rows, n = (it % rows) / g->ho, oy0 = it % g->ho;                               \
+            Py_ssize_t run = j->i1 - it < g->ho - oy0 ? j->i1 - it : g->ho - oy0;                                    \
+            if (run > g->strip) run = g->strip;                                                                      \
+            Py_ssize_t ca, cb;                                                                                       \
+            nhwc_chunk(g, 1, k, &ca, &cb);                                                                           \
+            const Py_ssize_t g1 = cb / gic;                                                                          \
+            for (Py_ssize_t grp = ca / gic; grp < g1;) {                                                             \
+                /* two groups of 8 output channels at a time, or one's vectors 16 then 8 channels at a time */       \
+                const int pair = NBMAX > 1 && g->gocp == 8 && grp + 1 < g1;                                          \
+                for (Py_ssize_t oy = oy0; oy < oy0 + run; oy++) {                                                    \
+                    const Py_ssize_t nv = nhwc_rows(j, n, oy);                                                       \
+                    float *o = g->out + ((n * g->ho + oy) * g->wo) * g->cy + grp * g->goc;                           \
+                    if (pair) {                                                                                      \
+                        gwn_rowv_##NAME(j, nv, grp, 0, o, 2, 1);                                                     \
+                        continue;                                                                                    \
+                    }                                                                                                \
+                    Py_ssize_t ob = 0;                                                                               \
+                    if (NBMAX > 1)                                                                                   \
+                        for (; ob + 16 <= g->gocp; ob += 16) gwn_rowv_##NAME(j, nv, grp, ob, o, 1, 2);               \
+                    for (; ob < g->gocp; ob += 8) gwn_rowv_##NAME(j, nv, grp, ob, o, 1, 1);                          \
+                }                                                                                                    \
+                grp += pair ? 2 : 1;                                                                                 \
+            }                                                                                                        \
+            it += run;                                                                                               \
+        }                                                                                                            \
+    }
+
+/* Whether window element q (a tile's pixel p, tap jj at q = p SW + jj DW) is first read at tap
+ * jj: no earlier tap reads it (constants where the kernel's tiles call it: folded away) */
+static inline __attribute__((always_inline)) int dwn_first_use(int q, int jj, int np, Py_ssize_t sw, Py_ssize_t dw) {
+    for (int j = 0; j < jj; j++)
+        for (int p = 0; p < np; p++)
+            if (p * sw + j * dw == q) return 0;
+    return 1;
+}
+
+/* A vector from anywhere (x's pixels, the weights: unaligned) */
+#define DWN_LD(NAME, ATTR, VT)                                                                                       \
+    ATTR static inline __attribute__((always_inline)) VT dwn_ld_##NAME(const float *p) {                             \
+        VT v;                                                                                                        \
+        __builtin_memcpy(&v, p, sizeof v);                                                                           \
+        return v;                                                                                                    \
+    }
+/* silu over n vectors in place (the tiles' accumulators, out of line) */
+#define NHWC_SILU(NAME, ATTR, VT, SUF)                                                                               \
+    ATTR static __attribute__((noinline)) void NAME(VT *v, int n) {                                                  \
+        for (int i = 0; i < n; i++) v[i] = silu_##SUF(v[i]);                                                         \
+    }
+typedef float vf16a __attribute__((vector_size(64), may_alias));
+DWN_LD(8, , v8f)
+NHWC_SILU(dwn_silu_8, , v8f, 8)
+NHWC_SILU(gwn_silu_8, , v8f, 8)
+DWN_FNS(8, , v8f, v8fa, 8, 8, 4, 1, 1, 0)
+GWN_FNS(8, , 4, 1, 0)
+#ifdef ORCH_X86_DISPATCH
+DWN_LD(v4, __attribute__((target("arch=x86-64-v4"))), vf16)
+NHWC_SILU(dwn_silu_v4, __attribute__((target("arch=x86-64-v4"))), vf16, 16)
+NHWC_SILU(gwn_silu_v4, __attribute__((target("arch=x86-64-v4"))), v8f, 8)
+DWN_FNS(v4, __attribute__((target("arch=x86-64-v4"))), vf16, vf16a, 16, 16, 8, 1, 1, 1)
+GWN_FNS(v4, __attribute__((target("arch=x86-64-v4"))), 8, 2, 1)
+DWN_LD(v3, __attribute__((target("arch=x86-64-v3"))), v8f)
+NHWC_SILU(dwn_silu_v3, __attribute__((target("arch=x86-64-v3"))), v8f, 8)
+NHWC_SILU(gwn_silu_v3, __attribute__((target("arch=x86-64-v3"))), v8f, 8)
+DWN_FNS(v3, __attribute__((target("arch=x86-64-v3"))), v8f, v8fa, 8, 8, 4, 2, 1, 1)
+GWN_FNS(v3, __attribute__((target("arch=x86-64-v3"))), 8, 1, 1)
+#endif
+
+/* The copies this CPU runs (nhwc_pick): the part functions, the depthwise kernel's block of
+ * channels, both kernels' pixels a tile and the depthwise ring's use. */
+static void (*dwn_part)(const nhwc_job *) = dwn_part_8;
+static void (*gwn_part)(const nhwc_job *) = gwn_part_8;
+static Py_ssize_t dwn_bw = 8, dwn_px = 4, gwn_px = 4;
+static int dwn_ring_edges = 1; /* maps with many edge tiles through the ring (see nhwc_call) */
+
+static void nhwc_pick(int level) {
+#ifdef ORCH_X86_DISPATCH
+    if (level == 4) {
+        dwn_part = dwn_part_v4;
+        gwn_part = gwn_part_v4;
+        dwn_bw = 16;
+        dwn_px = 8;
+        gwn_px = 8;
+        dwn_ring_edges = 0;
+    } else if (level == 3) {
+        dwn_part = dwn_part_v3;
+        gwn_part = gwn_part_v3;
+        dwn_bw = 16; /* two vectors of 8 */
+        dwn_px = 4;
+        gwn_px = 8;
+    }
+#else
+    (void)level;
+#endif
+}
+
+static void *dwn_run(void *arg) {
+    dwn_part((const nhwc_job *)arg);
+    return NULL;
+}
+
+static void *gwn_run(void *arg) {
+    gwn_part((const nhwc_job *)arg);
+    return NULL;
+}
+
+/* The shared part of dwconv_nhwc_f32 and gconv_nhwc_f32 once the arguments are checked (g's
+ * sizes, x and out set): w and bias as given (bias NULL: none; grouped: w packed here to rows
+ * of gocp floats where goc is not a multiple of 8, the bias padded to the kernel's rows); the
+ * tiles, the chunks, the split and the parts' scratch; runs the parts with the GIL released.
+ * 0 (the exception set) on failure. */
+static int nhwc_call(nhwc_geom *g, const float *w, const float *bias, int grouped, const char *name) {
+    if (g->n_ == 0 || g->ho == 0 || g->wo == 0) return 1;
+    const Py_ssize_t taps = g->kh * g->kw, px = grouped ? gwn_px : dwn_px, vw = dwn_bw; /* (vw: a block) */
+    const Py_ssize_t groups = grouped ? g->cx / g->gic : 0, big = (Py_ssize_t)1 << 40;
+    g->padded = !grouped && g->cx < vw;
+    g->ntiles = (g->wo + px - 1) / px;
+    /* the tiles [ta, tb) have every tap of their PX pixels inside the image's columns */
+    const Py_ssize_t step = px * g->sw, reach = g->wd - 1 + g->pl - (px - 1) * g->sw - (g->kw - 1) * g->dw;
+    g->ta = (g->pl + step - 1) / step;
+    if (g->ta > g->ntiles) g->ta = g->ntiles;
+    g->tb = reach < 0 ? 0 : reach / step + 1;
+    if (g->tb > g->ntiles) g->tb = g->ntiles;
+    if (g->tb < g->ta) g->tb = g->ta;
+    /* depthwise through the ring where C is smaller than a block, or C's pixels step 8 cache
+     * sets of 64 or fewer (C a multiple of 128), or (the AVX2 and baseline copies) a quarter of
+     * a row's tiles or more have taps outside the image (their selects spill there: 14x14x576
+     * 5x5 ran 15 % faster through the ring, 112x112x32 3x3 8 % slower): a slot holds every tap
+     * of every tile, (kh - 1) dh + 1 slots a row's taps */
+    g->ring = !grouped && (g->padded || g->cx % 128 == 0 ||
+                           (dwn_ring_edges && 4 * (g->ntiles - (g->tb - g->ta)) >= g->ntiles));
+    g->wpad = g->ring ? (g->ntiles * px - 1) * g->sw + (g->kw - 1) * g->dw + 1 : 0;
+    g->rsz = g->ring ? (g->kh - 1) * g->dh + 1 : 0;
+    /* strips of output rows whose input rows fit NHWC_STRIP_BYTES (one row at least) */
+    const Py_ssize_t in_row = prod4(g->wd, g->cx, (Py_ssize_t)sizeof(float), 1);
+    const Py_ssize_t fit = in_row > 0 && in_row <= NHWC_STRIP_BYTES ? NHWC_STRIP_BYTES / in_row : 1;
+    const Py_ssize_t reach_rows = (g->kh - 1) * g->dh + 1;
+    g->strip = fit > reach_rows ? (fit - reach_rows) / g->sh + 1 : 1;
+    /* the chunks: one, or one a part where the rows are too few for the threads' parts */
+    g->units = grouped ? groups : (g->cx >= 16 ? g->cx / 16 : 1);
+    const Py_ssize_t rows = g->n_ * g->ho;
+    const Py_ssize_t work = prod4(rows * g->wo, g->cy, taps, grouped ? g->gic : 1);
+    const int want = parts_for(work, (Py_ssize_t)1 << 30);
+    g->nchunks = 1;
+    g->shift = 0;
+    if (want > 1 && rows < 4 * (Py_ssize_t)want) {
+        if (!grouped && g->cx % 16 == 0 && ((uintptr_t)g->out & 3) == 0) {
+            /* boundaries where out's rows are 64-byte aligned (whole 16 units left: C - shift >= 16) */
+            const Py_ssize_t s = (Py_ssize_t)((16 - ((uintptr_t)g->out >> 2) % 16) % 16);
+            if (g->cx - s >= 16) {
+                g->shift = s;
+                g->units = (g->cx - s) / 16;
+            }
+        }
+        g->nchunks = g->units < want ? g->units : want;
+    }
+    const Py_ssize_t items = rows * g->nchunks;
+    const int nparts = parts_for(work, items);
+    g->idx = (2 * g->kh + g->rsz + 7) & ~(Py_ssize_t)7;
+    /* a depthwise part's scratch: the block's weights and the ring, in 64-byte lines */
+    const Py_ssize_t ring = prod4(g->rsz, g->wpad, vw, 1);
+    g->scr = ring < 0 || ring > big ? -1 : grouped ? 0 : (ring + taps * vw + 15) & ~(Py_ssize_t)15;
+    /* grouped: the weights' rows, gocp floats, zero-padded where goc is not a multiple of 8 */
+    const Py_ssize_t wrows = groups * taps * g->gic; /* rows of goc floats */
+    const int pack = grouped && g->gocp != g->goc;
+    const Py_ssize_t nbias = (grouped ? groups * g->gocp : g->cx) + 16, nzeros = 2 * g->gic > 16 ? 2 * g->gic : 16;
+    Py_ssize_t floats = g->scr < 0 ? -1 : prod4(g->scr, nparts, 1, 1);
+    if (floats >= 0 && pack) floats += prod4(wrows, g->gocp, 1, 1);
+    if (floats >= 0) floats += nbias + nzeros + 64;
+    if (floats < 0 || floats > big) {
+        PyErr_Format(PyExc_ValueError, "%s: scratch too large", name);
+        return 0;
+    }
+    float *mem = PyMem_RawMalloc((size_t)floats * sizeof(float));
+    Py_ssize_t *idx = PyMem_RawMalloc((size_t)(g->idx * nparts) * sizeof(Py_ssize_t) + 64);
+    if (!mem || !idx) {
+        PyMem_RawFree(mem);
+        PyMem_RawFree(idx);
+        PyErr_NoMemory();
+        return 0;
+    }
+    /* (each part's index block and scratch in its own cache lines) */
+    Py_ssize_t *idx0 = (Py_ssize_t *)(((uintptr_t)idx + 63) & ~(uintptr_t)63);
+    float *scr = (float *)(((uintptr_t)mem + 63) & ~(uintptr_t)63), *bpad = scr + g->scr * nparts;
+    float *zeros = bpad + nbias, *wpk = zeros + nzeros;
+    nhwc_job jobs[MAX_PARTS];
+    for (int k = 0; k < nparts; k++) {
+        nhwc_job jb = {g, idx0 + g->idx * k, scr + g->scr * k, items * k / nparts, items * (k + 1) / nparts};
+        jobs[k] = jb;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    /* the bias, zero-padded to the weights' rows (zeros without one) */
+    memset(bpad, 0, (size_t)(nbias + nzeros) * sizeof(float));
+    if (bias && grouped) {
+        for (Py_ssize_t q = 0; q < groups; q++)
+            memcpy(bpad + q * g->gocp, bias + q * g->goc, (size_t)g->goc * sizeof(float));
+    } else if (bias) {
+        memcpy(bpad, bias, (size_t)g->cx * sizeof(float));
+    }
+    g->bias = bpad;
+    g->zeros = zeros;
+    g->w = w;
+    if (pack) {
+        for (Py_ssize_t r = 0; r < wrows; r++) {
+            memcpy(wpk + r * g->gocp, w + r * g->goc, (size_t)g->goc * sizeof(float));
+            memset(wpk + r * g->gocp + g->goc, 0, (size_t)(g->gocp - g->goc) * sizeof(float));
+        }
+        g->w = wpk;
+    }
+    run_parts(grouped ? gwn_run : dwn_run, jobs, sizeof jobs[0], nparts);
+    Py_END_ALLOW_THREADS
+    PyMem_RawFree(mem);
+    PyMem_RawFree(idx);
+    return 1;
+}
+
+/* Takes the bias (None: none) and checks what both NHWC calls share: the activation, the
+ * sizes (each at most 2^24, their products at most 2^40), that x, w, bias and out hold what
+ * the sizes reach and that out overlaps none of them. */
+static int nhwc_check(const char *name, nhwc_geom *g, PyObject *bias_obj, Py_buffer *x, Py_buffer *w, Py_buffer *b,
+                      Py_buffer *out, int *have_bias, Py_ssize_t wcount, int act, double lo, double hi) {
+    *have_bias = 0;
+    if (bias_obj != Py_None) {
+        if (PyObject_GetBuffer(bias_obj, b, PyBUF_SIMPLE) < 0) return 0;
+        *have_bias = 1;
+    }
+    const Py_ssize_t lim = (Py_ssize_t)1 << 24, big = (Py_ssize_t)1 << 40;
+    const Py_ssize_t sz[] = {g->h, g->wd, g->kh, g->kw, g->sh, g->sw, g->dh, g->dw, g->cx, g->cy};
+    int ok = act >= ACT_NONE && act <= ACT_SILU && g->n_ >= 0 && g->ho >= 0 && g->wo >= 0 && g->pt >= 0 &&
+             g->pl >= 0 && g->n_ <= lim && g->ho <= lim && g->wo <= lim && g->pt <= lim && g->pl <= lim;
+    for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++) ok = ok && sz[i] >= 1 && sz[i] <= lim;
+    ok = ok && wcount >= 0 && wcount <= big && prod4(g->n_, g->h, g->wd, g->cx) <= big &&
+         prod4(g->n_, g->ho, g->wo, g->cy) <= big && prod4(g->ho, g->wo, g->kh, g->kw) <= big;
+    if (!ok) {
+        PyErr_Format(PyExc_ValueError, "%s: inconsistent sizes or unknown activation", name);
+        return 0;
+    }
+    if (!(need(x, prod4(g->n_, g->h, g->wd, g->cx), "x") && need(w, wcount, "weight") &&
+          need(out, prod4(g->n_, g->ho, g->wo, g->cy), "out") && (!*have_bias || need(b, g->cy, "bias"))))
+        return 0;
+    if (overlaps(x, out) || overlaps(w, out) || (*have_bias && overlaps(b, out))) {
+        PyErr_Format(PyExc_ValueError, "%s: out overlaps an operand", name);
+        return 0;
+    }
+    g->x = (const float *)x->buf;
+    g->out = (float *)out->buf;
+    g->lo = (float)lo;
+    g->hi = (float)hi;
+    g->clamp_lo = !(g->lo == -INFINITY); /* (a NaN bound selects nothing either way) */
+    g->clamp_hi = !(g->hi == INFINITY);
+    g->act = act;
+    return 1;
+}
+
+static PyObject *py_dwconv_nhwc_f32(PyObject *self, PyObject *args) {
+    Py_buffer x, w, b, out;
+    PyObject *bias_obj;
+    nhwc_geom g;
+    memset(&g, 0, sizeof g);
+    Py_ssize_t c_;
+    double lo, hi;
+    int act, have_bias = 0;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*y*Ow*nnnnnnnnnnnnnnddi", &x, &w, &bias_obj, &out, &g.n_, &g.h, &g.wd, &c_, &g.kh,
+                          &g.kw, &g.sh, &g.sw, &g.pt, &g.pl, &g.dh, &g.dw, &g.ho, &g.wo, &lo, &hi, &act))
+        return NULL;
+    g.cx = g.cy = c_;
+    g.gic = g.goc = g.gocp = 1;
+    int ok = nhwc_check("dwconv_nhwc_f32", &g, bias_obj, &x, &w, &b, &out, &have_bias, prod4(g.kh, g.kw, c_, 1),
+                        act, lo, hi);
+    ok = ok && nhwc_call(&g, (const float *)w.buf, have_bias ? (const float *)b.buf : NULL, 0, "dwconv_nhwc_f32");
+    return release_call(ok, have_bias, &b, &x, &w, &out);
+}
+
+static PyObject *py_gconv_nhwc_f32(PyObject *self, PyObject *args) {
+    Py_buffer x, w, b, out;
+    PyObject *bias_obj;
+    nhwc_geom g;
+    memset(&g, 0, sizeof g);
+    Py_ssize_t groups;
+    double lo, hi;
+    int act, have_bias = 0;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*y*Ow*nnnnnnnnnnnnnnnnddi", &x, &w, &bias_obj, &out, &g.n_, &g.h, &g.wd, &groups,
+                          &g.gic, &g.goc, &g.kh, &g.kw, &g.sh, &g.sw, &g.pt, &g.pl, &g.dh, &g.dw, &g.ho, &g.wo, &lo,
+                          &hi, &act))
+        return NULL;
+    const Py_ssize_t lim = (Py_ssize_t)1 << 24;
+    const int sizes_ok = groups >= 1 && groups <= lim && g.gic >= 1 && g.gic <= lim && g.goc >= 1 && g.goc <= lim;
+    /* (channels past 2^24 fail nhwc_check) */
+    g.cx = sizes_ok ? groups * g.gic : 0;
+    g.cy = sizes_ok ? groups * g.goc : 0;
+    g.gocp = sizes_ok ? (g.goc + 7) / 8 * 8 : 0;
+    const Py_ssize_t kk = g.kh >= 1 && g.kw >= 1 && g.kh <= lim && g.kw <= lim ? g.kh * g.kw : -1;
+    int ok = nhwc_check("gconv_nhwc_f32", &g, bias_obj, &x, &w, &b, &out, &have_bias,
+                        sizes_ok ? prod4(groups, kk, g.gic, g.goc) : -1, act, lo, hi);
+    ok = ok && nhwc_call(&g, (const float *)w.buf, have_bias ? (const float *)b.buf : NULL, 1, "gconv_nhwc_f32");
+    return release_call(ok, have_bias, &b, &x, &w, &out);
+}
+
 static PyObject *py_set_threads(PyObject *self, PyObject *args) {
     int n;
     (void)self;
@@ -2245,6 +2956,19 @@ static PyMethodDef methods[] = {
      "gelu_f32(x, out, n): out[:n] = gelu(x[:n]) (approximate 'none'), float32; out may be x."},
     {"hardswish_f32", py_hardswish_f32, METH_VARARGS,
      "hardswish_f32(x, out, n): out[:n] = hardswish(x[:n]), float32; out may be x."},
+    {"dwconv_nhwc_f32", py_dwconv_nhwc_f32, METH_VARARGS,
+     "dwconv_nhwc_f32(x, w, bias|None, out, N, H, W, C, kh, kw, sh, sw, pt, pl, dh, dw, Ho, Wo, lo, hi, act): "
+     "NHWC float32 depthwise 2-d convolution (depth multiplier 1) of x (N, H, W, C) with w (kh, kw, C) into out "
+     "(N, Ho, Wo, C): out[n, oy, ox, c] = act(clamp(bias[c] + sum of x[n, iy, ix, c] * w[i, j, c] over the taps "
+     "(i, j), row-major, iy = oy sh - pt + i dh, ix = ox sw - pl + j dw, inside the image (outside: zero "
+     "padding), lo, hi)), clamp(v) = v < lo ? lo : (v > hi ? hi : v) (NaN passes), act 0 none, 1 relu, "
+     "2 hardswish, 3 silu; C-contiguous buffers, out overlapping no operand."},
+    {"gconv_nhwc_f32", py_gconv_nhwc_f32, METH_VARARGS,
+     "gconv_nhwc_f32(x, w, bias|None, out, N, H, W, groups, gic, goc, kh, kw, sh, sw, pt, pl, dh, dw, Ho, Wo, lo, "
+     "hi, act): NHWC float32 grouped 2-d convolution of x (N, H, W, groups * gic) with w packed (groups, kh, kw, "
+     "gic, goc) into out (N, Ho, Wo, groups * goc): out[n, oy, ox, g goc + o] = act(clamp(bias[g goc + o] + sum "
+     "of x[n, iy, ix, g gic + ic] * w[g, i, j, ic, o] over the taps inside the image (as dwconv_nhwc_f32) and "
+     "ic < gic, lo, hi)); C-contiguous buffers, out overlapping no operand."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -2255,6 +2979,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     const int level = isa_level();
     gemm_pick(level);
     spans_pick(level);
+    nhwc_pick(level);
     PyObject *m = PyModule_Create(&module);
     if (m && (PyModule_AddIntConstant(m, "GEMM_COLUMNS", (long)gemm_nr) < 0 ||
               PyModule_AddIntConstant(m, "ISA_LEVEL", level) < 0)) {
