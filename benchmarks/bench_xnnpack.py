@@ -15,7 +15,8 @@ measured for:
       each and their ratio.
 
 Both sides run with ``--threads`` compute threads (default 1): numpy's BLAS pool is limited
-with threadpoolctl (when installed) and ExecuTorch's threadpool is reset to the same size. An
+with threadpoolctl (when installed), orchestra's compiled kernels get the same count
+(``kernels.set_threads``) and ExecuTorch's threadpool is reset to the same size. An
 unlimited 2-thread OpenBLAS pool on a loaded 2-core machine made executes ~40x slower here.
 
 Needs torch + executorch (the ``export`` extra) for the default model and for (b).
@@ -128,9 +129,13 @@ def bench_latency(pte: pathlib.Path, rounds: int, n: int, threads: int) -> None:
     from executorch.extension.pybindings import portable_lib
     from executorch.runtime import Runtime
 
-    print(f"    {limit_blas(threads)}; ExecuTorch threadpool: {threads}")
+    from orchestra.runtime import kernels, load_program
+
+    kernels.set_threads(threads)
+    print(f"    {limit_blas(threads)}; orchestra's compiled kernels: "
+          f"{f'{kernels.threads()} thread(s)' if kernels.NATIVE_KERNELS else 'not built'}; "
+          f"ExecuTorch threadpool: {threads}")
     portable_lib._unsafe_reset_threadpool(threads)
-    from orchestra.runtime import load_program
 
     data = pte.read_bytes()
     ours = load_program(data).load_method("forward")

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from orchestra.errors import BackendError, Error
+from orchestra.runtime import kernels
 
 from ._blob import INVALID_ID, XGraph, XNode, XValue, constant_bytes
 
@@ -182,6 +183,17 @@ class Compiler:
         self._last: dict[int, int] = {}  # slot -> last node position that touches it
         self._alias: dict[int, int] = {}  # view slot -> the slot whose memory it shows
         self._pinned: set[int] = set()  # slots that never share memory
+        # orchestra's compiled kernels (channels-last convolutions, linear layers,
+        # activations), or None: numpy steps only (not built, or ORCHESTRA_NATIVE_KERNELS=0).
+        self.native: Any = kernels.compiled()
+        # Fusion (planned by _plan_fusion, compiled kernels only): producer node position ->
+        # (activation code, the value id it writes instead of its own output); node positions
+        # whose work a producer's epilogue or a fused step does; node position -> the builder
+        # name that replaces its own.
+        self._fused: dict[int, tuple[int, int]] = {}
+        self._skipped: set[int] = set()
+        self._replaced: dict[int, str] = {}
+        self._silu_x: dict[int, int] = {}  # a fused SiLU's node position -> the value id of x
 
     # -- errors ---------------------------------------------------------------------------
     def node_where(self, node: XNode | None = None) -> str:
@@ -344,6 +356,21 @@ class Compiler:
         self._touch(info.slot)
         return info
 
+    def fused_output(self) -> tuple[TensorInfo, int]:
+        """The output of the node being compiled and the activation its steps end with
+        (after its own output clamp): its ``output_id`` and 0, or, where the activation that
+        alone reads that output was fused into it, the activation's output and its code
+        (1 relu, 2 hardswish, 3 silu: the compiled kernels' ``act``)."""
+        act, vid = self._fused.get(self._pos, (0, -1))
+        if act:
+            return self.output(vid, "output_id (fused activation's output)"), act
+        assert self._node is not None
+        return self.output(self._node.fields["output_id"]), 0
+
+    def silu_input(self) -> int:
+        """For the SiLU step that replaces a Multiply (SILU_NODE): the value id of x."""
+        return self._silu_x[self._pos]
+
     def check_shape(self, out: TensorInfo, shape: tuple[int, ...], role: str = "output") -> TensorInfo:
         """Checks the dims a node computes against its output value's; with dynamic input
         shapes the value takes the computed dims (same rank). Returns the value's info."""
@@ -399,11 +426,15 @@ class Compiler:
                 raise BackendError(f"{self.where}: external_id {info.external} is used by two values",
                                    Error.InvalidProgram)
             table[info.external] = info
+        if self.native is not None:
+            self._plan_fusion()
         steps: list[Step] = []
         step_nodes: list[int] = []
         for pos, node in enumerate(self.graph.nodes):
             self._node, self._pos = node, pos
-            builder = NODE_BUILDERS.get(node.type)
+            if pos in self._skipped:
+                continue
+            builder = NODE_BUILDERS.get(self._replaced.get(pos, node.type))
             if builder is None:
                 raise BackendError(f"{self.where}: XNNGraph.xnodes[{node.index}] has node type {node.type}, which this "
                                    "backend does not implement", Error.NotSupported)
@@ -435,6 +466,69 @@ class Compiler:
             num_args=num_args,
         )
 
+
+    def _plan_fusion(self) -> None:
+        """Finds the activations the compiled kernels can run inside the step before them:
+        a SiLU (Sigmoid of x, then Multiply of x by it, the Sigmoid read by nothing else)
+        becomes one step, or, with Hardswish, the epilogue of the float32 Conv2d /
+        DepthwiseConv2d / FullyConnected that produces x when nothing else reads x and that
+        node has no output clamp. Values stay what the graph computes; only the unread
+        intermediates are never written."""
+        nodes = self.graph.nodes
+        readers: dict[int, list[int]] = {}
+        producer: dict[int, int] = {}
+        for pos, node in enumerate(nodes):
+            for key, vid in node.fields.items():
+                if key.endswith("_id") and type(vid) is int:
+                    if key.startswith("output"):
+                        producer.setdefault(vid, pos)
+                    else:
+                        readers.setdefault(vid, []).append(pos)
+
+        def f32(vid: int, internal: bool = True) -> bool:
+            info = self.infos.get(vid)
+            return (info is not None and info.dtype == _F32 and info.const is None and not info.value.is_input
+                    and (not internal or info.external < 0))
+
+        def no_clamp(node: XNode) -> bool:
+            mm = node.output_min_max
+            return mm is None or (mm[0] == -math.inf and mm[1] == math.inf)
+
+        def epilogue(x: int, act: int, out: int, consumers: list[int]) -> bool:
+            """Fuses ``act`` into x's producer when it may (then it writes ``out``)."""
+            p = producer.get(x)
+            if p is None or p in self._fused or sorted(readers.get(x, ())) != sorted(consumers):
+                return False
+            pn = nodes[p]
+            if pn.type not in _EPILOGUE_NODES or not no_clamp(pn) or not f32(x):
+                return False
+            ins = [pn.fields.get(k) for k in ("input1_id", "filter_id")]
+            if not all(type(v) is int and v in self.infos and self.infos[v].dtype == _F32 for v in ins):
+                return False
+            self._fused[p] = (act, out)
+            self._skipped.update(consumers)
+            return True
+
+        for pos, node in enumerate(nodes):
+            f = node.fields
+            if node.type == "XNNHardswish":
+                x, y = f["input_id"], f["output_id"]
+                if f32(x) and f32(y, internal=False):
+                    epilogue(x, 2, y, [pos])
+            elif node.type == "XNNSigmoid":
+                x, s = f["input_id"], f["output_id"]
+                use = readers.get(s, [])
+                if len(use) != 1 or not f32(x, internal=False) or not f32(s):
+                    continue
+                m = nodes[use[0]]
+                if (m.type != "XNNMultiply" or not no_clamp(m)
+                        or sorted((m.fields["input1_id"], m.fields["input2_id"])) != sorted((x, s))
+                        or not f32(m.fields["output_id"], internal=False)):
+                    continue
+                if not epilogue(x, 3, m.fields["output_id"], [pos, use[0]]):
+                    self._skipped.add(pos)
+                    self._replaced[use[0]] = SILU_NODE
+                    self._silu_x[use[0]] = x
 
     def _layout(self) -> tuple[list[tuple[tuple[int, ...], np.dtype, float | None, int] | None], int]:
         """Places every shareable buffer in one arena: two buffers whose lifetimes (first to
@@ -471,6 +565,11 @@ class Compiler:
 
 
 _ALIGN = 64
+_F32 = np.dtype(np.float32)
+# Node types whose float32 builders end with a fused activation (Compiler.fused_output).
+_EPILOGUE_NODES = frozenset({"XNNConv2d", "XNNDepthwiseConv2d", "XNNFullyConnected"})
+# The builder name of a Sigmoid-then-Multiply SiLU run as one step (at the Multiply).
+SILU_NODE = "orchestra.SiLU"
 
 
 def _dt_name(d: int) -> str:

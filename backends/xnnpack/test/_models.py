@@ -149,6 +149,42 @@ class OpsZoo(nn.Module):
         return w, m, s.permute(0, 2, 1).contiguous()
 
 
+class EffRegish(nn.Module):
+    """EfficientNet- and RegNet-style pieces at 112x112: SiLU after convolutions (fused into
+    them by the backend), a SiLU whose input is also read by a residual add (not fused into
+    its producer), squeeze-excite with a SiLU linear layer and a sigmoid gate, 5x5 and
+    strided depthwise convolutions, grouped convolutions of width 8 with relu, and a
+    hardswish after a linear layer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 24, 3, 2, 1)
+        self.expand = nn.Conv2d(24, 48, 1)
+        self.dw5 = nn.Conv2d(48, 48, 5, 1, 2, groups=48)
+        self.se1, self.se2 = nn.Linear(48, 12), nn.Linear(12, 48)
+        self.project = nn.Conv2d(48, 24, 1)
+        self.dw_s2 = nn.Conv2d(24, 24, 3, 2, 1, groups=24)
+        self.g1 = nn.Conv2d(24, 24, 3, 1, 1, groups=3)
+        self.g2 = nn.Conv2d(24, 48, 3, 2, 1, groups=3)
+        self.fc = nn.Linear(48, 32)
+        self.head = nn.Linear(32, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s = F.silu(self.stem(x))  # 56x56
+        h = F.silu(self.expand(s))
+        h = F.silu(self.dw5(h))
+        g = h.mean((2, 3), keepdim=True).flatten(1)
+        g = torch.sigmoid(self.se2(F.silu(self.se1(g))))
+        h = self.project(h * g[:, :, None, None])
+        r = s + h
+        r = F.silu(r) + r  # the SiLU's input has another reader
+        r = self.dw_s2(r)  # 28x28
+        r = F.relu(self.g1(r)) + r
+        r = F.relu(self.g2(r))  # 14x14
+        t = F.hardswish(self.fc(r.mean((2, 3), keepdim=True).flatten(1)))
+        return self.head(t)
+
+
 def _mobilenet() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     torch.manual_seed(1)
     m = MobileNetish().eval()
@@ -170,6 +206,11 @@ def _dwsep() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     return DwSepUpsample().eval(), (torch.randn(1, 3, 128, 128, generator=_gen(6)),)
 
 
+def _effreg() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    torch.manual_seed(11)
+    return EffRegish().eval(), (torch.randn(1, 3, 112, 112, generator=_gen(12)),)
+
+
 def _zoo() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     torch.manual_seed(7)
     return OpsZoo().eval(), (torch.randn(1, 8, 8, 8, generator=_gen(8)), torch.randn(2, 5, 8, generator=_gen(9)))
@@ -180,6 +221,7 @@ MODELS: dict[str, Callable[[], tuple[nn.Module, tuple[torch.Tensor, ...]]]] = {
     "vit_sdpa_128": _vit,
     "dwsep_upsample": _dwsep,
     "ops_zoo": _zoo,
+    "effreg_silu_112": _effreg,
 }
 
 

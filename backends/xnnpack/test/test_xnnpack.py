@@ -290,6 +290,8 @@ MODEL_NODES = {
                          "XNNFullyConnected"},
     "vit_sdpa_128": {"XNNBatchMatrixMultiply", "XNNSoftmax", "XNNGelu", "XNNFullyConnected"},
     "dwsep_upsample": {"XNNDepthwiseConv2d", "XNNStaticResizeBilinear2D", "XNNConcatenate2"},
+    "effreg_silu_112": {"XNNConv2d", "XNNDepthwiseConv2d", "XNNSigmoid", "XNNMultiply", "XNNHardswish",
+                        "XNNFullyConnected", "XNNGlobalAvgPooling2d"},
     "ops_zoo": {"XNNConvTranspose2d", "XNNPReLU", "XNNLeakyReLU", "XNNAvgPooling2d", "XNNMaxPooling2d",
                 "XNNStaticConstantPad", "XNNStaticSlice", "XNNConcatenate3", "XNNReciprocalSquareRoot", "XNNLog",
                 "XNNFloor", "XNNCeiling", "XNNMinimum", "XNNMaximum", "XNNSquareRoot", "XNNExp", "XNNTanh"},
@@ -310,6 +312,40 @@ def test_real_size_model_matches_executorch_xnnpack(name: str) -> None:
     for g, w in zip(got, want):
         assert g.shape == w.shape
         np.testing.assert_allclose(g, w, rtol=TOL, atol=TOL)
+
+
+@pytest.mark.executorch
+@pytest.mark.parametrize("native", [True, False], ids=["compiled", "numpy"])
+@pytest.mark.parametrize("name", ["effreg_silu_112", "mobilenet_se_224", "vit_sdpa_128", "dwsep_upsample"])
+def test_compiled_and_numpy_steps_both_match_executorch(name: str, native: bool,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan binds orchestra's compiled kernels where they are built (channels-last
+    depthwise and grouped convolutions, products with their bias and activation, SiLU /
+    hardswish fused into the convolution or linear layer before them) and numpy steps
+    where they are not: both give ExecuTorch's XNNPACK outputs."""
+    from orchestra.runtime import kernels
+
+    if native and kernels.compiled() is None:
+        pytest.skip("orchestra's compiled kernels are not built")
+    if not native:
+        monkeypatch.setattr(kernels, "compiled", lambda: None)
+    pte, inputs = _export(name)
+    want = et_helpers.run_executorch(pte, "forward", inputs)
+    m = load_program(pte).load_method("forward")
+    got = m.execute(inputs)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=TOL, atol=TOL)
+    if name == "effreg_silu_112":
+        (plan,) = [h.plan for h in handles(m)]
+        ran = set(plan.step_nodes)
+        sigmoids = [i for i, t in enumerate(plan.node_types) if t == "XNNSigmoid"]
+        hardswish = [i for i, t in enumerate(plan.node_types) if t == "XNNHardswish"]
+        fused = [i for i in sigmoids + hardswish if i not in ran]
+        if native:
+            # the 5 SiLUs and the hardswish run inside other steps; the gate's sigmoid runs
+            assert len(fused) == 6 and len(sigmoids) == 6, (fused, sigmoids)
+        else:
+            assert fused == []
 
 
 # -- orchestra inspect ---------------------------------------------------------------------------

@@ -21,9 +21,12 @@ once. The steps that decide a real model's speed also have a compiled version in
 optional extension ``_native`` (built by ``pip install`` where a C compiler is available; it
 releases the GIL while it computes): depthwise and narrow grouped convolutions, the float32
 matrix products (1x1 and im2col convolutions, addmm / mm / bmm with at least 8 rows) with
-their bias and activation, silu, hardswish, gelu. :data:`NATIVE_KERNELS` says whether it is
+their bias and activation, silu, hardswish, gelu; channels-last depthwise and grouped
+convolutions, which the XNNPACK backend binds through :func:`compiled`. :data:`NATIVE_KERNELS` says whether it is
 there. Without it the numpy (BLAS) path runs, with the same results to float rounding.
 """
+
+from typing import Any
 
 from orchestra.errors import InvalidArgumentError
 
@@ -68,11 +71,22 @@ def set_threads(n: int) -> None:
         _conv._native.set_threads(n)
 
 
+def compiled() -> Any:
+    """The compiled kernels themselves (the ``_native`` extension module), for a backend that
+    binds them into its own steps (the XNNPACK backend's channels-last convolutions, linear
+    layers and activations); None where they were not built or ``ORCHESTRA_NATIVE_KERNELS=0``
+    switched them off. Each function's docstring gives its signature; they take C-contiguous
+    float32 buffers, check that every buffer holds what the sizes reach (``ValueError``
+    otherwise), release the GIL, and split their work over the threads :func:`set_threads`
+    allows."""
+    return _conv._native
+
+
 def threads() -> int:
     """How many threads one call of a compiled kernel may use (:func:`set_threads`); 1
     without the compiled kernels."""
     return int(_conv._native.get_threads()) if _conv._native is not None else 1
 
 
-__all__ = ["MAX_THREADS", "NATIVE_KERNELS", "KernelDef", "get_kernel", "kernel", "kernel_names",
+__all__ = ["MAX_THREADS", "NATIVE_KERNELS", "KernelDef", "compiled", "get_kernel", "kernel", "kernel_names",
            "nearest_kernel_names", "set_threads", "threads"]
