@@ -50,11 +50,7 @@ MINMAX_NODES = frozenset({
 def _clamp_steps(c: Compiler, node: XNode, out: TensorInfo) -> list[Step]:
     """Steps for the fused ``output_min_max`` (none when absent, unbounded, or ignored by
     this node type)."""
-    if node.output_min_max is None or node.type not in MINMAX_NODES:
-        return []
-    lo, hi = node.output_min_max
-    if math.isnan(lo) or math.isnan(hi) or lo > hi:
-        raise c.fail(f"output_min_max ({lo}, {hi}) is not a valid range")
+    lo, hi = _bounds(c, node)
     o = out.slot
     if lo == -math.inf and hi == math.inf:
         return []
@@ -106,18 +102,19 @@ def _act_steps(c: Compiler, out: TensorInfo, act: int) -> list[Step]:
     return [lambda b: fn(b[o], None, 1, 1, size, act)]
 
 
-def _bias_array(c: Compiler, node: XNode, channels: int) -> tuple[np.ndarray | None, Callable[[list[Any]], Any] | None]:
-    """The node's bias for a compiled kernel: (the constant as a contiguous float32 vector,
-    None), (None, a getter of the value) or (None, None) without a bias."""
+def _bias_getter(c: Compiler, node: XNode, channels: int) -> Callable[[list[Any]], Any]:
+    """The node's bias for a compiled kernel, as a getter from the buffers: the constant as
+    a contiguous float32 vector, the value's array, or None without a bias."""
     bias = c.info(node.fields["bias_id"], "bias_id", optional=True)
     if bias is None:
-        return None, None
+        return lambda b: None
     c.check_dtype(bias, "bias_id")
     if math.prod(bias.shape) != channels:
         raise c.fail(f"bias (value id {bias.value.id}) has {math.prod(bias.shape)} elements, expected {channels}")
     if bias.const is not None:
-        return np.ascontiguousarray(bias.const.reshape(channels)), None
-    return None, c.getter(bias)
+        bv = np.ascontiguousarray(bias.const.reshape(channels))
+        return lambda b: bv
+    return c.getter(bias)
 
 
 # Products of fewer multiply-adds than this, or fewer rows, stay with BLAS (the runtime's
@@ -126,13 +123,11 @@ _NATIVE_MIN_WORK = 1 << 16
 _NATIVE_MIN_ROWS = 4
 
 
-def _native_product(c: Compiler, gx: Callable[[list[Any]], Any], wk: np.ndarray, bias: np.ndarray | None,
-                    gb: Callable[[list[Any]], Any] | None, o: int, rows: int, k: int, n: int, act: int) -> Step:
+def _native_product(c: Compiler, gx: Callable[[list[Any]], Any], wk: np.ndarray, gb: Callable[[list[Any]], Any],
+                    o: int, rows: int, k: int, n: int, act: int) -> Step:
     """out (rows, n) = act(x (rows, k) @ wk (k, n) + bias) by the compiled product."""
     lin = c.native.linear_f32
-    if gb is not None:
-        return lambda b: lin(gx(b), wk, gb(b), b[o], 1, rows, k, n, False, act)
-    return lambda b: lin(gx(b), wk, bias, b[o], 1, rows, k, n, False, act)
+    return lambda b: lin(gx(b), wk, gb(b), b[o], 1, rows, k, n, False, act)
 
 
 def _use_native_product(c: Compiler, rows: int, k: int, n: int) -> bool:
@@ -379,9 +374,8 @@ def _build_fully_connected(c: Compiler, node: XNode) -> list[Step]:
     if w.const is not None and _use_native_product(c, rows, k, n):
         wc = w.const
         wk = c.pack("filter", lambda: np.ascontiguousarray(wc if transposed else wc.T))
-        bv, gb = _bias_array(c, node, n)
         code, clamp = _product_act(c, node, out, act)
-        return [_native_product(c, lambda b: gx(b), wk, bv, gb, o, rows, k, n, code), *clamp]
+        return [_native_product(c, gx, wk, _bias_getter(c, node, n), o, rows, k, n, code), *clamp]
     if w.const is not None:
         wc = w.const
         wk = c.pack("filter", lambda: np.ascontiguousarray(wc if transposed else wc.T))
@@ -579,9 +573,8 @@ def _build_conv2d(c: Compiler, node: XNode) -> list[Step]:
         gx = c.getter(x)
         wk = c.pack("filter", lambda: np.ascontiguousarray(wc.reshape(cout, ch).T))
         if _use_native_product(c, rows, ch, cout):
-            bv, gb = _bias_array(c, node, cout)
             code, clamp = _product_act(c, node, out, act)
-            return [_native_product(c, gx, wk, bv, gb, o, rows, ch, cout, code), *clamp]
+            return [_native_product(c, gx, wk, _bias_getter(c, node, cout), o, rows, ch, cout, code), *clamp]
         steps: list[Step] = [lambda b: np.matmul(gx(b).reshape(rows, ch), wk, out=b[o].reshape(rows, cout))]
         return [*steps, *_bias_steps(c, node, out, cout), *_clamp_steps(c, node, out), *_act_steps(c, out, act)]
     if (groups > 1 or gic <= _DIRECT_MAX_INPUT_CHANNELS) and c.native is not None:
@@ -591,13 +584,11 @@ def _build_conv2d(c: Compiler, node: XNode) -> list[Step]:
         gx = c.getter(x)
         wg = c.pack("filter.groups", lambda: np.ascontiguousarray(
             wc.reshape(groups, goc, kh, kw, gic).transpose(0, 2, 3, 4, 1)))
-        bv, gb = _bias_array(c, node, cout)
+        gb = _bias_getter(c, node, cout)
         lo, hi = _bounds(c, node)
         gconv = c.native.gconv_nhwc_f32
         geo = (n, h, wd, groups, gic, goc, kh, kw, sh, sw, pt, pl, dh, dw, oh, ow, lo, hi, act)
-        if gb is not None:
-            return [lambda b: gconv(gx(b), wg, gb(b), b[o], *geo)]
-        return [lambda b: gconv(gx(b), wg, bv, b[o], *geo)]
+        return [lambda b: gconv(gx(b), wg, gb(b), b[o], *geo)]
     ps, steps, pshape = _padder(c, x, pt, pb, pl, pr, 0.0)
     _, hp, wp, _ = pshape
     it = _F32.itemsize
@@ -610,9 +601,9 @@ def _build_conv2d(c: Compiler, node: XNode) -> list[Step]:
             def gather(b: list[Any]) -> None:
                 np.copyto(b[cols], _nd(const_x if ps < 0 else b[ps], (n, oh, ow, kh, kw, ch), st))
 
-            bv, gb = _bias_array(c, node, cout)
             code, clamp = _product_act(c, node, out, act)
-            return [*steps, gather, _native_product(c, lambda b: b[cols], wk, bv, gb, o, rows, kk, cout, code), *clamp]
+            gb = _bias_getter(c, node, cout)
+            return [*steps, gather, _native_product(c, lambda b: b[cols], wk, gb, o, rows, kk, cout, code), *clamp]
 
         def conv(b: list[Any]) -> None:
             src = const_x if ps < 0 else b[ps]
@@ -673,13 +664,11 @@ def _build_depthwise(c: Compiler, node: XNode) -> list[Step]:
         # included (no padded copy of the input, no pass per tap)
         gx, o = c.getter(x), out.slot
         wt = c.pack("filter.hwc", lambda: np.ascontiguousarray(wc.reshape(kh, kw, cout)))
-        bv, gb = _bias_array(c, node, cout)
+        gb = _bias_getter(c, node, cout)
         lo, hi = _bounds(c, node)
         dwc = c.native.dwconv_nhwc_f32
         geo = (n, h, wd, ch, kh, kw, sh, sw, pt, pl, dh, dw, oh, ow, lo, hi, act)
-        if gb is not None:
-            return [lambda b: dwc(gx(b), wt, gb(b), b[o], *geo)]
-        return [lambda b: dwc(gx(b), wt, bv, b[o], *geo)]
+        return [lambda b: dwc(gx(b), wt, gb(b), b[o], *geo)]
     ps, steps, pshape = _padder(c, x, pt, pb, pl, pr, 0.0, repeat=goc)
     const_x, o = x.const, out.slot
     tmp = c.scratch((n, oh, ow, cout))
