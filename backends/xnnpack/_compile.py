@@ -188,12 +188,11 @@ class Compiler:
         self.native: Any = kernels.compiled()
         # Fusion (planned by _plan_fusion, compiled kernels only): producer node position ->
         # (activation code, the value id it writes instead of its own output); node positions
-        # whose work a producer's epilogue or a fused step does; node position -> the builder
-        # name that replaces its own.
+        # whose work a producer's epilogue or a fused step does; the position of a Multiply
+        # compiled as one SiLU step (SILU_NODE's builder) -> the value id of x.
         self._fused: dict[int, tuple[int, int]] = {}
         self._skipped: set[int] = set()
-        self._replaced: dict[int, str] = {}
-        self._silu_x: dict[int, int] = {}  # a fused SiLU's node position -> the value id of x
+        self._silu_x: dict[int, int] = {}
 
     # -- errors ---------------------------------------------------------------------------
     def node_where(self, node: XNode | None = None) -> str:
@@ -434,7 +433,7 @@ class Compiler:
             self._node, self._pos = node, pos
             if pos in self._skipped:
                 continue
-            builder = NODE_BUILDERS.get(self._replaced.get(pos, node.type))
+            builder = NODE_BUILDERS.get(SILU_NODE if pos in self._silu_x else node.type)
             if builder is None:
                 raise BackendError(f"{self.where}: XNNGraph.xnodes[{node.index}] has node type {node.type}, which this "
                                    "backend does not implement", Error.NotSupported)
@@ -527,7 +526,6 @@ class Compiler:
                     continue
                 if not epilogue(x, 3, m.fields["output_id"], [pos, use[0]]):
                     self._skipped.add(pos)
-                    self._replaced[use[0]] = SILU_NODE
                     self._silu_x[use[0]] = x
 
     def _layout(self) -> tuple[list[tuple[tuple[int, ...], np.dtype, float | None, int] | None], int]:
