@@ -412,9 +412,9 @@ def test_the_compiled_1x1_product_matches_float64(case: tuple, act: int) -> None
 @needs_native
 @pytest.mark.parametrize("case", [(1, 128, 256, 1000, False), (1, 197, 192, 576, False), (3, 9, 64, 197, True),
                                   (1, 8, 7, 3, False), (2, 70, 33, 40, False), (1, 1, 1024, 1000, False),
-                                  (1, 3, 70, 1100, False), (2, 2, 9, 5, True)],
+                                  (1, 3, 70, 1100, False), (2, 2, 9, 5, True), (1, 9, 20, 45, False)],
                          ids=lambda c: "x".join(map(str, c[:4])) + ("b" if c[4] else ""))
-def test_the_compiled_linear_product_matches_float64(case: tuple) -> None:
+def test_the_compiled_linear_products_match_float64(case: tuple) -> None:
     """linear_f32 (B products of T x K by K x N, the right operand shared or one per product,
     given as rows or transposed) against float64, with and without a bias over the columns."""
     nb, t, k, n, batched = case

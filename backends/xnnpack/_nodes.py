@@ -124,10 +124,13 @@ _NATIVE_MIN_ROWS = 4
 
 
 def _native_product(c: Compiler, gx: Callable[[list[Any]], Any], wk: np.ndarray, gb: Callable[[list[Any]], Any],
-                    o: int, rows: int, k: int, n: int, act: int) -> Step:
-    """out (rows, n) = act(x (rows, k) @ wk (k, n) + bias) by the compiled product."""
+                    o: int, rows: int, k: int, n: int, act: int, trans: bool = False) -> Step:
+    """out (rows, n) = act(x (rows, k) @ wk (k, n) + bias) by the compiled product; with
+    ``trans`` ``wk`` is given as its transpose, (n, k) rows: a filter as the program stores
+    it, read in place (the product transposes each column block as it packs it anyway, as
+    fast as it copies one: no transposed copy is made at load)."""
     lin = c.native.linear_f32
-    return lambda b: lin(gx(b), wk, gb(b), b[o], 1, rows, k, n, False, act)
+    return lambda b: lin(gx(b), wk, gb(b), b[o], 1, rows, k, n, False, act, trans)
 
 
 def _use_native_product(c: Compiler, rows: int, k: int, n: int) -> bool:
@@ -372,10 +375,9 @@ def _build_fully_connected(c: Compiler, node: XNode) -> list[Step]:
     gx, o = c.getter(x), out.slot
     steps: list[Step] = []
     if w.const is not None and _use_native_product(c, rows, k, n):
-        wc = w.const
-        wk = c.pack("filter", lambda: np.ascontiguousarray(wc if transposed else wc.T))
         code, clamp = _product_act(c, node, out, act)
-        return [_native_product(c, gx, wk, _bias_getter(c, node, n), o, rows, k, n, code), *clamp]
+        return [_native_product(c, gx, w.const, _bias_getter(c, node, n), o, rows, k, n, code, not transposed),
+                *clamp]
     if w.const is not None:
         wc = w.const
         wk = c.pack("filter", lambda: np.ascontiguousarray(wc if transposed else wc.T))
@@ -571,10 +573,11 @@ def _build_conv2d(c: Compiler, node: XNode) -> list[Step]:
     wc = w.const
     if kh == kw == 1 and sh == sw == 1 and not (pt or pr or pb or pl) and groups == 1:
         gx = c.getter(x)
-        wk = c.pack("filter", lambda: np.ascontiguousarray(wc.reshape(cout, ch).T))
         if _use_native_product(c, rows, ch, cout):
             code, clamp = _product_act(c, node, out, act)
-            return [_native_product(c, gx, wk, _bias_getter(c, node, cout), o, rows, ch, cout, code), *clamp]
+            return [_native_product(c, gx, wc.reshape(cout, ch), _bias_getter(c, node, cout), o, rows, ch, cout, code,
+                                    True), *clamp]
+        wk = c.pack("filter", lambda: np.ascontiguousarray(wc.reshape(cout, ch).T))
         steps: list[Step] = [lambda b: np.matmul(gx(b).reshape(rows, ch), wk, out=b[o].reshape(rows, cout))]
         return [*steps, *_bias_steps(c, node, out, cout), *_clamp_steps(c, node, out), *_act_steps(c, out, act)]
     if (groups > 1 or gic <= _DIRECT_MAX_INPUT_CHANNELS) and c.native is not None:
@@ -596,14 +599,16 @@ def _build_conv2d(c: Compiler, node: XNode) -> list[Step]:
     const_x = x.const
     if groups == 1:
         cols = c.scratch((n, oh, ow, kh, kw, gic))
-        wk = c.pack("filter", lambda: np.ascontiguousarray(wc.reshape(cout, kk).T))
         if _use_native_product(c, rows, kk, cout):
             def gather(b: list[Any]) -> None:
                 np.copyto(b[cols], _nd(const_x if ps < 0 else b[ps], (n, oh, ow, kh, kw, ch), st))
 
             code, clamp = _product_act(c, node, out, act)
             gb = _bias_getter(c, node, cout)
-            return [*steps, gather, _native_product(c, lambda b: b[cols], wk, gb, o, rows, kk, cout, code), *clamp]
+            # the OHWI filter's rows are in the patches' (kh, kw, ci) order: read in place
+            return [*steps, gather, _native_product(c, lambda b: b[cols], wc.reshape(cout, kk), gb, o, rows, kk, cout,
+                                                    code, True), *clamp]
+        wk = c.pack("filter", lambda: np.ascontiguousarray(wc.reshape(cout, kk).T))
 
         def conv(b: list[Any]) -> None:
             src = const_x if ps < 0 else b[ps]

@@ -1816,6 +1816,48 @@ static PyObject *py_conv1x1_f32(PyObject *self, PyObject *args) {
     return release_call(ok, have_bias, &b, &x, &w, &out);
 }
 
+/* A column block of B taken from W = B's transpose (N x K rows, ld floats apart): panel[k *
+ * nr + q] = w[q * ld + k] for q < nc, 0 for nc <= q < nr. 8 x 8 blocks are transposed in
+ * registers (eight rows in, three rounds of shuffles, eight columns out), so W is read a row
+ * at a time and the panel written a row at a time; the edges element by element. */
+typedef int v8si __attribute__((vector_size(32)));
+ORCH_CLONES
+static void pack_panel_t(const float *restrict w, Py_ssize_t ld, Py_ssize_t K, Py_ssize_t nc, Py_ssize_t nr,
+                         float *restrict panel) {
+    const Py_ssize_t q8 = nc & ~(Py_ssize_t)7, k8 = K & ~(Py_ssize_t)7;
+    const v8si lo32 = {0, 8, 1, 9, 4, 12, 5, 13}, hi32 = {2, 10, 3, 11, 6, 14, 7, 15};
+    const v8si lo64 = {0, 1, 8, 9, 4, 5, 12, 13}, hi64 = {2, 3, 10, 11, 6, 7, 14, 15};
+    const v8si lo128 = {0, 1, 2, 3, 8, 9, 10, 11}, hi128 = {4, 5, 6, 7, 12, 13, 14, 15};
+    for (Py_ssize_t q0 = 0; q0 < q8; q0 += 8) {
+        for (Py_ssize_t k0 = 0; k0 < k8; k0 += 8) {
+            v8f r[8], t[8], u[8];
+            for (int i = 0; i < 8; i++) __builtin_memcpy(&r[i], w + (q0 + i) * ld + k0, sizeof r[i]);
+            for (int i = 0; i < 8; i += 2) {
+                t[i] = __builtin_shuffle(r[i], r[i + 1], lo32);
+                t[i + 1] = __builtin_shuffle(r[i], r[i + 1], hi32);
+            }
+            for (int i = 0; i < 8; i += 4) {
+                u[i] = __builtin_shuffle(t[i], t[i + 2], lo64);
+                u[i + 1] = __builtin_shuffle(t[i], t[i + 2], hi64);
+                u[i + 2] = __builtin_shuffle(t[i + 1], t[i + 3], lo64);
+                u[i + 3] = __builtin_shuffle(t[i + 1], t[i + 3], hi64);
+            }
+            for (int i = 0; i < 4; i++) {
+                const v8f c0 = __builtin_shuffle(u[i], u[i + 4], lo128), c1 = __builtin_shuffle(u[i], u[i + 4], hi128);
+                __builtin_memcpy(panel + (k0 + i) * nr + q0, &c0, sizeof c0);
+                __builtin_memcpy(panel + (k0 + i + 4) * nr + q0, &c1, sizeof c1);
+            }
+        }
+        for (Py_ssize_t k = k8; k < K; k++)
+            for (Py_ssize_t q = q0; q < q0 + 8; q++) panel[k * nr + q] = w[q * ld + k];
+    }
+    for (Py_ssize_t k = 0; k < K; k++) {
+        float *row = panel + k * nr;
+        for (Py_ssize_t q = q8; q < nc; q++) row[q] = w[q * ld + k];
+        for (Py_ssize_t q = nc; q < nr; q++) row[q] = 0.0f;
+    }
+}
+
 /* linear_f32's items: product it / (nrb * nbc), column block (it / nrb) % nbc (NR columns),
  * rows block it % nrb (GEMM_ROWS rows): consecutive items share a column block, so its
  * panel is packed once for all the rows. */
@@ -1852,14 +1894,7 @@ static void *linear_part(void *arg) {
                 return NULL;
             }
             if (j->trans) { /* B's columns n0.. are W's rows: transposed into the panel */
-                const float *src = j->w + bi * j->wstride + n0 * K;
-                for (Py_ssize_t q = 0; q < nr; q++) {
-                    const float *wr = src + q * K;
-                    if (q < nc)
-                        for (Py_ssize_t k = 0; k < K; k++) panel[k * nr + q] = wr[k];
-                    else
-                        for (Py_ssize_t k = 0; k < K; k++) panel[k * nr + q] = 0.0f;
-                }
+                pack_panel_t(j->w + bi * j->wstride + n0 * K, K, K, nc, nr, panel);
             } else {
                 const float *src = j->w + bi * j->wstride + n0;
                 for (Py_ssize_t k = 0; k < K; k++) {
