@@ -374,13 +374,18 @@ def _build_fully_connected(c: Compiler, node: XNode) -> list[Step]:
         raise c.fail(f"output (value id {out.value.id}) dims {list(out.shape)} do not hold {rows} rows of {n} outputs")
     gx, o = c.getter(x), out.slot
     steps: list[Step] = []
-    if w.const is not None and _use_native_product(c, rows, k, n):
+    # A filter stored (out, in), as exported by default, is read in place by the compiled
+    # product at any row count: one row (a classifier) is a dot product per output over
+    # contiguous memory, as fast as BLAS's (1 x 1024 x 1000: 54 vs 56 us), 2-3 rows 2-5x faster
+    if w.const is not None and (_use_native_product(c, rows, k, n)
+                                or (not transposed and c.native is not None and rows * k * n >= _NATIVE_MIN_WORK)):
         code, clamp = _product_act(c, node, out, act)
         return [_native_product(c, gx, w.const, _bias_getter(c, node, n), o, rows, k, n, code, not transposed),
                 *clamp]
     if w.const is not None:
         wc = w.const
-        wk = c.pack("filter", lambda: np.ascontiguousarray(wc if transposed else wc.T))
+        # one row: BLAS reads the transposed view as fast as a transposed copy (no copy made)
+        wk = wc if transposed else wc.T if rows == 1 else c.pack("filter", lambda: np.ascontiguousarray(wc.T))
         steps.append(lambda b: np.matmul(gx(b).reshape(rows, k), wk, out=b[o].reshape(rows, n)))
     else:
         gw = c.getter(w)
