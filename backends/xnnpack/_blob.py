@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestra.errors import BackendError, Error, OrchestraError
-from orchestra.program._reader import _FlatReader, _Table
+from orchestra.program._reader import _Fallback, _FlatReader, _Table
 
 __all__ = [
     "DATATYPE_NAMES",
@@ -350,6 +350,157 @@ def _node(r: _Reader, index: int, t: _Table, path: str) -> XNode:
     return XNode(index, name, fields, r.u32(t, 2, path + ".debug_handle"), omm)
 
 
+# -- the fast path ------------------------------------------------------------------------
+# Values and nodes are most of a graph. ``_Fast`` decodes them with every check of the
+# checked decoders above (table, vtable and field bounds and alignment, vector bounds, union
+# tags, dims, the object budget charged the same way) but builds no schema path and reads a
+# table's whole vtable in one unpack: on anything unusual it raises ``_Fallback`` and
+# ``parse_blob`` decodes the graph again on the checked path, whose error names the place.
+# Quantized values go through the checked decoder (their parameters are few).
+_i32s = struct.Struct("<i").unpack_from
+_hh = struct.Struct("<HH").unpack_from
+_u32v = struct.Struct("<I").unpack_from
+_u8s = struct.Struct("<B").unpack_from
+_vt_structs = [struct.Struct(f"<{n}H") for n in range(64)]
+
+
+class _Fast:
+    __slots__ = ("r", "buf", "end")
+
+    def __init__(self, r: _Reader) -> None:
+        self.r, self.buf, self.end = r, r.buf, r.end
+
+    def table(self, pos: int) -> tuple[int, int, tuple[int, ...], int, int]:
+        """(position, object size, field offsets, vtable position, vtable size)."""
+        r, buf, end = self.r, self.buf, self.end
+        r.budget -= 1
+        if r.budget < 0 or pos < 0 or pos + 4 > end or pos & 3:
+            raise _Fallback
+        vt = pos - _i32s(buf, pos)[0]
+        if vt < 0 or vt + 4 > end or vt & 1:
+            raise _Fallback
+        vtsize, objsize = _hh(buf, vt)
+        if vtsize < 4 or vtsize & 1 or vt + vtsize > end or objsize < 4 or pos + objsize > end:
+            raise _Fallback
+        n = (vtsize - 4) >> 1
+        offs = _vt_structs[n].unpack_from(buf, vt + 4) if n < 64 else struct.unpack_from(f"<{n}H", buf, vt + 4)
+        return pos, objsize, offs, vt, vtsize
+
+    def field(self, t: tuple[int, int, tuple[int, ...], int, int], slot: int, size: int) -> int:
+        offs = t[2]
+        o = offs[slot] if slot < len(offs) else 0
+        if o == 0:
+            return 0
+        if o < 4 or o + size > t[1]:
+            raise _Fallback
+        return t[0] + o
+
+    def ref(self, p: int) -> int:
+        target = p + _u32v(self.buf, p)[0]
+        if target + 4 > self.end:
+            raise _Fallback
+        return target
+
+    def u32s(self, t: tuple[int, int, tuple[int, ...], int, int], slot: int) -> tuple[int, ...]:
+        p = self.field(t, slot, 4)
+        if not p:
+            return ()
+        v = self.ref(p)
+        n = _u32v(self.buf, v)[0]
+        if v & 3 or v + 4 + 4 * n > self.end:
+            raise _Fallback
+        self.r.budget -= n
+        if self.r.budget < 0:
+            raise _Fallback
+        return struct.unpack_from(f"<{n}I", self.buf, v + 4)
+
+    def scalar(self, t: tuple[int, int, tuple[int, ...], int, int], slot: int, unpack: Callable[..., tuple],
+               size: int, default: Any = 0) -> Any:
+        p = self.field(t, slot, size)
+        return unpack(self.buf, p)[0] if p else default
+
+    def tables(self, t: tuple[int, int, tuple[int, ...], int, int], slot: int) -> list[int]:
+        """Positions of a vector of tables' elements (each table still to be read)."""
+        p = self.field(t, slot, 4)
+        if not p:
+            return []
+        v = self.ref(p)
+        n = _u32v(self.buf, v)[0]
+        if v & 3 or v + 4 + 4 * n > self.end:
+            raise _Fallback
+        self.r.budget -= n
+        if self.r.budget < 0:
+            raise _Fallback
+        return [self.ref(v + 4 + 4 * i) for i in range(n)]
+
+    def scalars(self, t: tuple[int, int, tuple[int, ...], int, int], layout: tuple[Any, ...]) -> list[Any]:
+        """Fields 0.. of ``t`` by ``layout``: (size, unpack, default) per scalar field,
+        None for a [uint32] vector field."""
+        pos, objsize, offs = t[0], t[1], t[2]
+        n, buf = len(offs), self.buf
+        out: list[Any] = []
+        for slot, spec in enumerate(layout):
+            if spec is None:
+                out.append(self.u32s(t, slot))
+                continue
+            o = offs[slot] if slot < n else 0
+            if o == 0:
+                out.append(spec[2])
+            elif o < 4 or o + spec[0] > objsize:
+                raise _Fallback
+            else:
+                out.append(spec[1](buf, pos + o)[0])
+        return out
+
+    def union(self, t: tuple[int, int, tuple[int, ...], int, int], slot: int) -> tuple[int, Any]:
+        tag = self.scalar(t, slot, _u8s, 1)
+        if tag == 0:
+            return 0, None
+        p = self.field(t, slot + 1, 4)
+        return tag, (self.table(self.ref(p)) if p else None)
+
+    def value(self, index: int, pos: int) -> XValue:
+        t = self.table(pos)
+        tag, v = self.union(t, 0)
+        if v is None or tag not in (1, 2):
+            raise _Fallback
+        if tag == 2:  # quantized: the checked decoder (the budget already holds this table and its union)
+            r = self.r
+            path = f"XNNGraph.xvalues[{index}]"
+            r.budget += 1  # _value charges the union's table again
+            try:
+                return _value(r, index, _Table(t[0], t[3], t[4], t[1]), path)
+            except OrchestraError:  # reported by the checked path, in its order
+                raise _Fallback from None
+        datatype, num_dims, dims, cbi, external_id, flags, id_out, dq = self.scalars(v, _VALUE_LAYOUT)
+        if num_dims != len(dims) or len(dims) > MAX_DIMS:
+            raise _Fallback
+        return XValue(index, id_out, datatype, dims, cbi, external_id, flags, dq, None)
+
+    def node(self, index: int, pos: int) -> XNode:
+        t = self.table(pos)
+        tag, v = self.union(t, 0)
+        if tag == 0 or tag > len(NODE_TYPES) or v is None:
+            raise _Fallback
+        name, names, layout = _NODE_LAYOUTS[tag - 1]
+        fields = dict(zip(names, self.scalars(v, layout)))
+        p = self.field(t, 3, 4)
+        omm = None
+        if p:
+            omm = tuple(self.scalars(self.table(self.ref(p)), (_F32, _F32)))
+        return XNode(index, name, fields, self.scalar(t, 2, _u32v, 4), omm)
+
+
+
+
+_U32, _F32, _I32, _I16 = (4, _u32v, 0), (4, _f32, 0.0), (4, _i32s, 0), (2, _i16, 0)
+# XNNTensorValue: datatype, num_dims, dims, constant_buffer_idx, external_id, flags, id_out, dq_datatype
+_VALUE_LAYOUT = (_I16, _U32, None, _U32, _U32, _U32, _U32, _I16)
+_NODE_LAYOUTS = tuple((name, tuple(f for f, _ in layout),
+                       tuple({"u": _U32, "f": _F32, "i": _I32}.get(kind) for _, kind in layout))
+                      for name, layout in NODE_TYPES)
+
+
 def parse_blob(blob: memoryview, where: str, *, max_objects: int = 10_000_000) -> XGraph:
     """Parses and verifies a delegate blob.
 
@@ -375,8 +526,18 @@ def parse_blob(blob: memoryview, where: str, *, max_objects: int = 10_000_000) -
     try:
         root = r.table(struct.unpack_from("<I", fb, 0)[0], "XNNGraph")
         version = r.string(root, 0, "XNNGraph.version") or ""
-        values = tuple(_value(r, i, t, p) for i, (t, p) in enumerate(r.tables(root, 2, "XNNGraph.xvalues") or ()))
-        nodes = tuple(_node(r, i, t, p) for i, (t, p) in enumerate(r.tables(root, 1, "XNNGraph.xnodes") or ()))
+        try:
+            fast = _Fast(r)
+            rt = fast.table(root.pos)
+            r.budget += 1  # the root, charged by r.table already
+            values = tuple(fast.value(i, p) for i, p in enumerate(fast.tables(rt, 2)))
+            nodes = tuple(fast.node(i, p) for i, p in enumerate(fast.tables(rt, 1)))
+        except _Fallback:
+            r = _Reader(fb, max_objects)
+            root = r.table(struct.unpack_from("<I", fb, 0)[0], "XNNGraph")
+            r.string(root, 0, "XNNGraph.version")
+            values = tuple(_value(r, i, t, p) for i, (t, p) in enumerate(r.tables(root, 2, "XNNGraph.xvalues") or ()))
+            nodes = tuple(_node(r, i, t, p) for i, (t, p) in enumerate(r.tables(root, 1, "XNNGraph.xnodes") or ()))
         num_externs = r.u32(root, 3, "XNNGraph.num_externs")
         input_ids = _u32s(r, root, 4, "XNNGraph.input_ids")
         output_ids = _u32s(r, root, 5, "XNNGraph.output_ids")

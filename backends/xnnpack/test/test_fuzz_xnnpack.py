@@ -45,3 +45,47 @@ def test_xnnpack_mutator_is_deterministic() -> None:
     a = [b for _, _, b, _ in fuzz_pte.run_xnnpack(_cases(), 40, seed=5)]
     b = [b for _, _, b, _ in fuzz_pte.run_xnnpack(_cases(), 40, seed=5)]
     assert a == b
+
+
+def _parse_outcome(blob: bytes) -> tuple:
+    from orchestra.backends.xnnpack import _blob
+    from orchestra.errors import OrchestraError
+
+    try:
+        # repr: NaN fields compare equal, and 0 differs from 0.0
+        return ("ok", repr(_blob.parse_blob(memoryview(blob), "d", max_objects=20_000)))
+    except OrchestraError as exc:
+        return ("error", type(exc).__name__, exc.code, str(exc))
+
+
+def test_the_fast_blob_decoder_agrees_with_the_checked_one(monkeypatch) -> None:
+    """parse_blob decodes values and nodes on a fast path (no schema paths, one unpack per
+    vtable) that must accept exactly what the checked decoders accept: on the fixtures'
+    blobs (the int8 ones' quantized values included) and 3,000 seeded mutations of them, the graph or
+    the error (type, code, message) is the same with the fast path switched off. The object
+    budget is small here so that mutated vector lengths reach it."""
+    from orchestra.backends.xnnpack import _blob
+    from orchestra.program._reader import _Fallback
+
+    int8 = [p.read_bytes() for p in sorted((ROOT / "tests" / "fixtures" / "int8").glob("xnnpack_int8_*.pte"))]
+    cases = _cases() + fuzz_pte.xnnpack_cases(int8)
+    assert len(cases) > len(_cases())
+    rng = fuzz_pte.random.Random(20261126)
+    blobs = [c.blob for c in cases]
+    blobs += [fuzz_pte.mutate_xnnpack(cases[i % len(cases)].blob, rng,
+                                      fuzz_pte.XNNPACK_KINDS[(i // len(cases)) % len(fuzz_pte.XNNPACK_KINDS)])
+              for i in range(3000)]
+    fast = [_parse_outcome(b) for b in blobs]
+    fell_back = []
+
+    def no_fast(self, pos):
+        fell_back.append(pos)
+        raise _Fallback
+
+    monkeypatch.setattr(_blob._Fast, "table", no_fast)
+    checked = [_parse_outcome(b) for b in blobs]
+    assert len(fell_back) > len(blobs) // 3  # the checked decoders did run
+    for i, (a, b) in enumerate(zip(fast, checked)):
+        assert a == b, f"blob {i}: fast path {a!r:.300}\nchecked path {b!r:.300}"
+    assert sum(1 for a in fast if a[0] == "ok") >= len(cases)
+    assert sum(1 for a in fast if a[0] == "error") > 500
