@@ -38,7 +38,10 @@ in one run; every ratio compares numbers taken in that run.
    for information only), and a second ``load_method`` on the same program: orchestra makes a new
    independent Method sharing the Program's compiled plan; ExecuTorch's Python ``Program``
    caches the Method it loaded and returns that one again (not like with like). Rounds
-   interleaved (``--load-rounds``), medians; 1 BLAS thread.
+   interleaved (``--load-rounds``), medians; 1 BLAS thread. Then the same for the XNNPACK
+   ``.pte`` (when ``orchestra.backends.xnnpack`` is importable): orchestra's XNNPACK backend
+   against ExecuTorch+XNNPACK loading the same file, each verifying and compiling every
+   delegate blob, and each one's first and second execute after the load (1 thread).
 
     python benchmarks/bench_models.py [--models mobilenet_v3,bert] [--seconds 0.4]
         [--sections models,scaling,busy,load] [--ns 1,2,4] [--scale-seconds 2] [--busy-seconds 2]
@@ -304,6 +307,63 @@ def section_load(args: argparse.Namespace) -> None:
         print(f"{name:<13}{len(data) / 1e6:6.1f}{med['orch']:8.2f}{med['prog']:8.2f}{med['path']:9.2f}{med['bytes']:9.2f}"
               f"{med['orch'] / med['path']:8.1f}{med['orch'] / med['bytes']:8.1f}{med['orch1']:9.2f}{med['orch2']:9.2f}"
               f"{med['et1']:10.2f}{med['olm2']:9.2f}{med['elm2']:16.2f}", flush=True)
+    if _orch_xnnpack_available():
+        _load_xnnpack(args, rt)
+
+
+def _load_xnnpack(args: argparse.Namespace, rt: Any) -> None:
+    """The same for the XNNPACK-lowered .pte: orchestra's XNNPACK backend against ExecuTorch's
+    XNNPACK runtime, both verifying and compiling every delegate blob on the same file (the
+    files users ship), and the first and second execute after each load."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    from orchestra.runtime import kernels, load_program
+
+    print("== load of the XNNPACK-lowered .pte: median ms to a runnable Method, orchestra's XNNPACK backend vs "
+          "ExecuTorch+XNNPACK (path), same file; 1 thread")
+    print(f"{'model':<13}{'MB':>6}{'orch':>8}{'ET':>8}{'o/ET':>7}{'o 1st ex':>9}{'o 2nd ex':>9}{'ET 1st ex':>10}"
+          f"{'ET 2nd ex':>10}")
+    perf = time.perf_counter
+    kernels.set_threads(1)
+    _et_threads(1)
+    for name in args.models:
+        xnn = real_models.export(name, "xnnpack", args.cache_dir)
+        inputs, _ = real_models.load_io(name, "portable", args.cache_dir)
+        tin = [torch.from_numpy(a) for a in inputs]
+        times: dict[str, list[float]] = {k: [] for k in ("orch", "et", "o1", "o2", "e1", "e2")}
+
+        def run(kind: str) -> None:
+            t = perf()
+            if kind == "orch":
+                m = load_program(xnn).load_method("forward")
+                execute: Callable[[], Any] = lambda: m.execute(inputs)
+            else:
+                em = rt.load_program(str(xnn)).load_method("forward")
+                execute = lambda: em.execute(tin)
+            t1 = perf()
+            execute()
+            t2 = perf()
+            execute()
+            t3 = perf()
+            first, second = ("o1", "o2") if kind == "orch" else ("e1", "e2")
+            times[kind].append(t1 - t)
+            times[first].append(t2 - t1)
+            times[second].append(t3 - t2)
+            if kind == "orch":
+                m.close()
+
+        with threadpool_limits(limits=1):
+            run("orch"), run("et")
+            for v in times.values():
+                v.clear()
+            for _ in range(args.load_rounds):
+                run("orch")
+                run("et")
+                gc.collect()
+        med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+        print(f"{name:<13}{xnn.stat().st_size / 1e6:6.1f}{med['orch']:8.2f}{med['et']:8.2f}{med['orch'] / med['et']:7.1f}"
+              f"{med['o1']:9.2f}{med['o2']:9.2f}{med['e1']:10.2f}{med['e2']:10.2f}", flush=True)
 
 
 # -- bare processes (no orchestrator) ------------------------------------------------------------

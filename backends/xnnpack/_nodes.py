@@ -133,8 +133,13 @@ def _native_product(c: Compiler, gx: Callable[[list[Any]], Any], wk: np.ndarray,
     return lambda b: lin(gx(b), wk, gb(b), b[o], 1, rows, k, n, False, act, trans)
 
 
-def _use_native_product(c: Compiler, rows: int, k: int, n: int) -> bool:
-    return c.native is not None and rows >= _NATIVE_MIN_ROWS and rows * k * n >= _NATIVE_MIN_WORK
+def _use_native_product(c: Compiler, rows: int, k: int, n: int, trans: bool = False) -> bool:
+    """Whether the compiled product takes a product of this size. A filter read in place
+    (``trans``: stored (out, in), as exported by default) goes to it at any row count: one
+    row (a classifier, squeeze-excite) is a dot product per output over contiguous memory,
+    as fast as BLAS's (1 x 1024 x 1000: 54 vs 56 us), 2-3 rows 2-5x faster, and no
+    transposed copy is made at load."""
+    return c.native is not None and (rows >= _NATIVE_MIN_ROWS or trans) and rows * k * n >= _NATIVE_MIN_WORK
 
 
 # -- elementwise ----------------------------------------------------------------------------
@@ -374,11 +379,7 @@ def _build_fully_connected(c: Compiler, node: XNode) -> list[Step]:
         raise c.fail(f"output (value id {out.value.id}) dims {list(out.shape)} do not hold {rows} rows of {n} outputs")
     gx, o = c.getter(x), out.slot
     steps: list[Step] = []
-    # A filter stored (out, in), as exported by default, is read in place by the compiled
-    # product at any row count: one row (a classifier) is a dot product per output over
-    # contiguous memory, as fast as BLAS's (1 x 1024 x 1000: 54 vs 56 us), 2-3 rows 2-5x faster
-    if w.const is not None and (_use_native_product(c, rows, k, n)
-                                or (not transposed and c.native is not None and rows * k * n >= _NATIVE_MIN_WORK)):
+    if w.const is not None and _use_native_product(c, rows, k, n, not transposed):
         code, clamp = _product_act(c, node, out, act)
         return [_native_product(c, gx, w.const, _bias_getter(c, node, n), o, rows, k, n, code, not transposed),
                 *clamp]
@@ -578,7 +579,7 @@ def _build_conv2d(c: Compiler, node: XNode) -> list[Step]:
     wc = w.const
     if kh == kw == 1 and sh == sw == 1 and not (pt or pr or pb or pl) and groups == 1:
         gx = c.getter(x)
-        if _use_native_product(c, rows, ch, cout):
+        if _use_native_product(c, rows, ch, cout, True):
             code, clamp = _product_act(c, node, out, act)
             return [_native_product(c, gx, wc.reshape(cout, ch), _bias_getter(c, node, cout), o, rows, ch, cout, code,
                                     True), *clamp]
@@ -604,7 +605,7 @@ def _build_conv2d(c: Compiler, node: XNode) -> list[Step]:
     const_x = x.const
     if groups == 1:
         cols = c.scratch((n, oh, ow, kh, kw, gic))
-        if _use_native_product(c, rows, kk, cout):
+        if _use_native_product(c, rows, kk, cout, True):
             def gather(b: list[Any]) -> None:
                 np.copyto(b[cols], _nd(const_x if ps < 0 else b[ps], (n, oh, ow, kh, kw, ch), st))
 
