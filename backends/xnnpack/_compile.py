@@ -155,6 +155,21 @@ class Workspace:
         self.nbytes = plan.arena_bytes + own
 
 
+class _ValuePath:
+    """``<where>: XNNGraph.xvalues[i] (id n)``, built only when a message needs it."""
+
+    __slots__ = ("where", "v")
+
+    def __init__(self, where: str, v: XValue) -> None:
+        self.where, self.v = where, v
+
+    def __str__(self) -> str:
+        return f"{self.where}: XNNGraph.xvalues[{self.v.index}] (id {self.v.id})"
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+
 class Compiler:
     """State while compiling one graph; builders use its helpers.
 
@@ -270,7 +285,7 @@ class Compiler:
         return array
 
     def _define(self, v: XValue) -> None:
-        p = f"{self.where}: XNNGraph.xvalues[{v.index}] (id {v.id})"
+        p = _ValuePath(self.where, v)  # formatted only into an error message
         if v.id == INVALID_ID:
             raise BackendError(f"{p}: id_out is XNN_INVALID_VALUE_ID", Error.InvalidProgram)
         if v.id in self.values:
