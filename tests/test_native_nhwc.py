@@ -435,3 +435,40 @@ def test_the_copies_this_cpu_would_not_pick(isa: str) -> None:
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", tests],
                        capture_output=True, text=True, timeout=600, env=dict(os.environ, ORCHESTRA_NATIVE_ISA=isa))
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+
+
+# -- mul_rows_f32: channels-last data scaled per image and channel (squeeze-and-excite) --------
+@pytest.mark.parametrize("shape", [(1, 56 * 56, 72), (2, 14 * 14, 120), (1, 7 * 7, 576), (3, 5, 13), (1, 1, 1)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_mul_rows_is_numpys_product(shape: tuple[int, int, int], threads: int) -> None:
+    """The same bits as numpy's broadcast multiply (one float32 rounding per element), into
+    another buffer and in place, at 1 and 2 threads; NaN and inf pass as numpy's do."""
+    native.set_threads(threads)
+    n, p, c = shape
+    rng = np.random.default_rng(sum(shape))
+    x = rng.standard_normal(shape).astype(np.float32)
+    x.flat[:: max(1, x.size // 7)] = np.nan
+    s = rng.standard_normal((n, 1, c)).astype(np.float32)
+    s.flat[0] = np.inf
+    want = x * s
+    out = np.full_like(x, 7.0)
+    native.mul_rows_f32(x, s, out, n, p, c)
+    np.testing.assert_array_equal(out, want)
+    native.mul_rows_f32(x, s, x, n, p, c)
+    np.testing.assert_array_equal(x, want)
+
+
+def test_mul_rows_checks_its_buffers() -> None:
+    x = np.ones((2, 6, 4), np.float32)
+    s = np.ones((2, 4), np.float32)
+    out = np.empty_like(x)
+    for bad in ((x, s, out, 2, 7, 4), (x, s[:1], out, 2, 6, 4), (x, s, out[:1], 2, 6, 4), (x, s, out, 0, 6, 4),
+                (x, s, out, 2, -1, 4), (x, s, out, 1 << 31, 1 << 31, 1 << 31)):
+        with pytest.raises(ValueError):
+            native.mul_rows_f32(*bad)
+    with pytest.raises(ValueError, match="overlaps"):
+        native.mul_rows_f32(x, s, x.reshape(-1)[4:], 2, 5, 4)  # out on x, shifted
+    with pytest.raises(ValueError, match="overlaps"):
+        native.mul_rows_f32(x, x.reshape(-1)[:8], x, 2, 6, 4)  # s on out
+    with pytest.raises(TypeError):
+        native.mul_rows_f32(x, s, bytes(x.nbytes), 2, 6, 4)  # a read-only out

@@ -340,6 +340,16 @@ def _build_binary(c: Compiler, node: XNode) -> list[Step]:
         if relu or (lo == -math.inf and hi == math.inf):
             add, size = c.native.add_f32, math.prod(out.shape)
             return [lambda b: add(ga(b), gb(b), b[o], size, relu)]
+    if node.type == "XNNMultiply" and c.native is not None and len(out.shape) >= 2:
+        # squeeze-and-excite's excitation: channels-last data times one value per image and
+        # channel, in one compiled pass split over the rows
+        n, ch = out.shape[0], out.shape[-1]
+        scale_shape = (n, *(1,) * (len(out.shape) - 2), ch)
+        for x, s in ((a, bb), (bb, a)):
+            if x.shape == out.shape and s.shape == scale_shape and n * ch > 0:
+                mul, gx, gs, rows = c.native.mul_rows_f32, c.getter(x), c.getter(s), math.prod(out.shape[1:-1])
+                if rows:
+                    return [lambda b: mul(gx(b), gs(b), b[o], n, rows, ch), *_clamp_steps(c, node, out)]
     return [lambda b: ufunc(ga(b), gb(b), out=b[o]), *_clamp_steps(c, node, out)]
 
 

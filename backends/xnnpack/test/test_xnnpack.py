@@ -9,6 +9,7 @@ import importlib.util
 import pathlib
 import struct
 import tempfile
+from typing import Any
 
 import numpy as np
 import pytest
@@ -327,14 +328,24 @@ def test_compiled_and_numpy_steps_both_match_executorch(name: str, native: bool,
 
     if native and kernels.compiled() is None:
         pytest.skip("orchestra's compiled kernels are not built")
-    if not native:
-        monkeypatch.setattr(kernels, "compiled", lambda: None)
+    bound: set[str] = set()  # the compiled kernels the plan binds
+
+    class Recording:
+        def __getattr__(self, kernel: str) -> Any:
+            bound.add(kernel)
+            return getattr(module, kernel)
+
+    module = kernels.compiled()
+    monkeypatch.setattr(kernels, "compiled", (lambda: Recording()) if native else (lambda: None))
     pte, inputs = _export(name)
     want = et_helpers.run_executorch(pte, "forward", inputs)
     m = load_program(pte).load_method("forward")
     got = m.execute(inputs)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=TOL, atol=TOL)
+    if native and name in ("effreg_silu_112", "mobilenet_se_224"):
+        # squeeze-excite's gate times the feature map: one compiled pass
+        assert {"mul_rows_f32", "dwconv_nhwc_f32", "linear_f32"} <= bound, bound
     if name == "effreg_silu_112":
         (plan,) = [h.plan for h in handles(m)]
         ran = set(plan.step_nodes)

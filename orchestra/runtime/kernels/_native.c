@@ -1155,6 +1155,65 @@ static PyObject *py_add_f32(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* ---- channels-last scale: out[n, p, c] = x[n, p, c] * s[n, c] (squeeze-and-excite's
+ * excitation applied to NHWC data), split over the rows (n, p) ---- */
+typedef struct {
+    const float *x, *s;
+    float *out;
+    Py_ssize_t P, C, r0, r1;
+} mulrows_job;
+
+/* (out may be x: each element is read before it is written) */
+ORCH_CLONES
+static void mul_rows_loop(const float *x, const float *s, float *out, Py_ssize_t C) {
+    for (Py_ssize_t c = 0; c < C; c++) out[c] = x[c] * s[c];
+}
+
+static void *mulrows_part(void *arg) {
+    const mulrows_job *j = (const mulrows_job *)arg;
+    for (Py_ssize_t r = j->r0; r < j->r1; r++)
+        mul_rows_loop(j->x + r * j->C, j->s + (r / j->P) * j->C, j->out + r * j->C, j->C);
+    return NULL;
+}
+
+static PyObject *py_mul_rows_f32(PyObject *self, PyObject *args) {
+    Py_buffer x, sc, out;
+    Py_ssize_t n_, p_, c_;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*y*w*nnn", &x, &sc, &out, &n_, &p_, &c_)) return NULL;
+    const Py_ssize_t lim = (Py_ssize_t)1 << 31;
+    int ok = 1;
+    if (n_ < 1 || p_ < 1 || c_ < 1 || n_ > lim || p_ > lim || c_ > lim || prod4(n_, p_, c_, 1) < 0 ||
+        prod4(n_, p_, c_, 1) > ((Py_ssize_t)1 << 40)) {
+        PyErr_SetString(PyExc_ValueError, "mul_rows_f32: inconsistent sizes");
+        ok = 0;
+    }
+    ok = ok && need(&x, prod4(n_, p_, c_, 1), "x") && need(&sc, prod4(n_, c_, 1, 1), "s") &&
+         need(&out, prod4(n_, p_, c_, 1), "out");
+    if (ok && ((x.buf != out.buf && overlaps(&x, &out)) || overlaps(&sc, &out))) {
+        PyErr_SetString(PyExc_ValueError, "mul_rows_f32: out overlaps s, or x without being it");
+        ok = 0;
+    }
+    if (ok) {
+        const Py_ssize_t rows = n_ * p_;
+        const int nparts = parts_for(rows * c_ * 8, rows);
+        mulrows_job jobs[MAX_PARTS];
+        for (int k = 0; k < nparts; k++) {
+            mulrows_job j = {(const float *)x.buf, (const float *)sc.buf, (float *)out.buf, p_, c_,
+                             run_start(rows, k, nparts), run_start(rows, k + 1, nparts)};
+            jobs[k] = j;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        run_parts(mulrows_part, jobs, sizeof jobs[0], nparts);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&x);
+    PyBuffer_Release(&sc);
+    PyBuffer_Release(&out);
+    if (!ok) return NULL;
+    Py_RETURN_NONE;
+}
+
 /* ---- layer norm over the last dim, float32: out = (x - mean) * rstd * w + b per row, with
  * mean and rstd = 1 / sqrt(var + eps) (the biased variance) written per row ---- */
 typedef struct {
@@ -2976,6 +3035,9 @@ static PyMethodDef methods[] = {
     {"add_f32", py_add_f32, METH_VARARGS,
      "add_f32(a, b, out, n[, relu]): out[:n] = a[:n] + b[:n] (then relu, NaN and -0.0 kept), float32; out may be a "
      "or b."},
+    {"mul_rows_f32", py_mul_rows_f32, METH_VARARGS,
+     "mul_rows_f32(x, s, out, N, P, C): out[n, p, c] = x[n, p, c] * s[n, c] for x (N, P, C) float32 (channels-last "
+     "data scaled per image and channel); out may be x, and overlaps no other operand."},
     {"scale_planes_f32", py_scale_planes_f32, METH_VARARGS,
      "scale_planes_f32(x, s, out, planes, inner) -> bool: out[i, :] = x[i, :] * s[i] for planes of inner float32; "
      "out may be x. True when every product is finite."},
