@@ -117,8 +117,9 @@ def _bias_getter(c: Compiler, node: XNode, channels: int) -> Callable[[list[Any]
     return c.getter(bias)
 
 
-# Products of fewer multiply-adds than this, or fewer rows, stay with BLAS (the runtime's
-# own threshold for its linear layers: kernels/_linalg.py).
+# Products of fewer multiply-adds than this, or fewer rows (unless the filter is read in
+# place: _use_native_product), stay with BLAS (the runtime's own threshold for its linear
+# layers: kernels/_linalg.py).
 _NATIVE_MIN_WORK = 1 << 16
 _NATIVE_MIN_ROWS = 4
 
