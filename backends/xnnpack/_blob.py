@@ -401,10 +401,12 @@ class _Fast:
             raise _Fallback
         return target
 
-    def u32s(self, t: tuple[int, int, tuple[int, ...], int, int], slot: int) -> tuple[int, ...]:
+    def vector(self, t: tuple[int, int, tuple[int, ...], int, int], slot: int) -> tuple[int, int]:
+        """(start, length) of a vector of 4-byte elements, (0, 0) when absent; each element
+        charged to the object budget."""
         p = self.field(t, slot, 4)
         if not p:
-            return ()
+            return 0, 0
         v = self.ref(p)
         n = _u32v(self.buf, v)[0]
         if v & 3 or v + 4 + 4 * n > self.end:
@@ -412,7 +414,11 @@ class _Fast:
         self.r.budget -= n
         if self.r.budget < 0:
             raise _Fallback
-        return struct.unpack_from(f"<{n}I", self.buf, v + 4)
+        return v + 4, n
+
+    def u32s(self, t: tuple[int, int, tuple[int, ...], int, int], slot: int) -> tuple[int, ...]:
+        start, n = self.vector(t, slot)
+        return struct.unpack_from(f"<{n}I", self.buf, start) if n else ()
 
     def scalar(self, t: tuple[int, int, tuple[int, ...], int, int], slot: int, unpack: Callable[..., tuple],
                size: int, default: Any = 0) -> Any:
@@ -421,17 +427,8 @@ class _Fast:
 
     def tables(self, t: tuple[int, int, tuple[int, ...], int, int], slot: int) -> list[int]:
         """Positions of a vector of tables' elements (each table still to be read)."""
-        p = self.field(t, slot, 4)
-        if not p:
-            return []
-        v = self.ref(p)
-        n = _u32v(self.buf, v)[0]
-        if v & 3 or v + 4 + 4 * n > self.end:
-            raise _Fallback
-        self.r.budget -= n
-        if self.r.budget < 0:
-            raise _Fallback
-        return [self.ref(v + 4 + 4 * i) for i in range(n)]
+        start, n = self.vector(t, slot)
+        return [self.ref(start + 4 * i) for i in range(n)]
 
     def scalars(self, t: tuple[int, int, tuple[int, ...], int, int], layout: tuple[Any, ...]) -> list[Any]:
         """Fields 0.. of ``t`` by ``layout``: (size, unpack, default) per scalar field,
