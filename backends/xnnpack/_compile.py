@@ -66,10 +66,6 @@ NODE_BUILDERS: Mapping[str, Builder] = MappingProxyType(_REGISTRY["nodes"])
 MAX_WORKSPACE_BYTES = 2 << 30
 # Constants re-laid-out once per Program (transposed filters, ...) may not exceed this.
 MAX_PREPACK_BYTES = 4 << 30
-# The most floats one delegate's buffer of copied filters holds (Compiler.weights), and the
-# largest filter copied into it.
-WEIGHT_BUFFER_FLOATS = 64 << 20
-WEIGHT_COPY_MAX_FLOATS = 1 << 16
 
 
 def register_node(name: str, builder: Builder) -> None:
@@ -212,9 +208,6 @@ class Compiler:
         self._fused: dict[int, tuple[int, int]] = {}
         self._skipped: set[int] = set()
         self._silu_x: dict[int, int] = {}
-        # weights(): one buffer holding the copied filters, and the next free float in it
-        self._wbuf: np.ndarray | None = None
-        self._wpos = 0
 
     # -- errors ---------------------------------------------------------------------------
     def node_where(self, node: XNode | None = None) -> str:
@@ -282,35 +275,6 @@ class Compiler:
         if arr is None:
             arr = self.packed.setdefault(k, self.prepacked(make()))
         return arr
-
-    def weights(self, key: str, array: np.ndarray) -> np.ndarray:
-        """A float32 constant (a filter the compiled product reads as it is stored) copied
-        once per delegate, as :meth:`pack` makes its arrays, into one buffer with the
-        delegate's other such copies, 64-byte aligned: read where the program's bytes lie
-        (a memory-mapped file's 4 KiB pages, scattered among the rest of the program),
-        MobileNetV3's filters made its executes 3-7 % slower; a plain copy costs a fraction of
-        the transposing one it replaces. The buffer is sized by the graph's float32
-        constants (at most WEIGHT_BUFFER_FLOATS; a filter that does not fit gets its own
-        copy)."""
-        size = array.size
-        if size > WEIGHT_COPY_MAX_FLOATS:
-            return array
-        k = (self._node.index if self._node is not None else -1, key)
-        arr = self.packed.get(k)
-        if arr is not None:
-            return arr
-        if self._wbuf is None:
-            bound = sum(math.prod(i.shape) + 16 for i in self.infos.values()
-                        if i.const is not None and i.dtype == np.float32)
-            self._wbuf = np.empty(min(bound, WEIGHT_BUFFER_FLOATS), np.float32)
-            self._wpos = (-self._wbuf.ctypes.data // 4) % 16  # the first 64-byte boundary
-        if self._wpos + size <= len(self._wbuf):
-            dst = self._wbuf[self._wpos:self._wpos + size].reshape(array.shape)
-            self._wpos += (size + 15) // 16 * 16
-        else:
-            dst = np.empty(array.shape, np.float32)
-        np.copyto(dst, array)
-        return self.packed.setdefault(k, self.prepacked(dst))
 
     def prepacked(self, array: np.ndarray) -> np.ndarray:
         """Registers ``array`` as weights derived once per Program; returns it read-only."""

@@ -117,8 +117,8 @@ def _bias_getter(c: Compiler, node: XNode, channels: int) -> Callable[[list[Any]
     return c.getter(bias)
 
 
-# Products of fewer multiply-adds than this, or fewer rows (unless the filter is in its
-# stored layout: _use_native_product), stay with BLAS (the runtime's own threshold for its linear
+# Products of fewer multiply-adds than this, or fewer rows (unless the filter is read in
+# place: _use_native_product), stay with BLAS (the runtime's own threshold for its linear
 # layers: kernels/_linalg.py).
 _NATIVE_MIN_WORK = 1 << 16
 _NATIVE_MIN_ROWS = 4
@@ -127,16 +127,16 @@ _NATIVE_MIN_ROWS = 4
 def _native_product(c: Compiler, gx: Callable[[list[Any]], Any], wk: np.ndarray, gb: Callable[[list[Any]], Any],
                     o: int, rows: int, k: int, n: int, act: int, trans: bool = False) -> Step:
     """out (rows, n) = act(x (rows, k) @ wk (k, n) + bias) by the compiled product; with
-    ``trans`` ``wk`` is given as its transpose, (n, k) rows: a filter in the layout the
-    program stores it (the product transposes each column block as it packs it anyway, as
-    fast as it copies one: no transposed copy is made at load, see Compiler.weights)."""
+    ``trans`` ``wk`` is given as its transpose, (n, k) rows: a filter as the program stores
+    it, read in place (the product transposes each column block as it packs it anyway, as
+    fast as it copies one: no transposed copy is made at load)."""
     lin = c.native.linear_f32
     return lambda b: lin(gx(b), wk, gb(b), b[o], 1, rows, k, n, False, act, trans)
 
 
 def _use_native_product(c: Compiler, rows: int, k: int, n: int, trans: bool = False) -> bool:
-    """Whether the compiled product takes a product of this size. A filter in its stored
-    layout (``trans``: (out, in), as exported by default) goes to it at any row count: one
+    """Whether the compiled product takes a product of this size. A filter read in place
+    (``trans``: stored (out, in), as exported by default) goes to it at any row count: one
     row (a classifier, squeeze-excite) is a dot product per output over contiguous memory,
     as fast as BLAS's (1 x 1024 x 1000: 54 vs 56 us), 2-3 rows 2-5x faster, and no
     transposed copy is made at load."""
@@ -392,8 +392,8 @@ def _build_fully_connected(c: Compiler, node: XNode) -> list[Step]:
     steps: list[Step] = []
     if w.const is not None and _use_native_product(c, rows, k, n, not transposed):
         code, clamp = _product_act(c, node, out, act)
-        return [_native_product(c, gx, c.weights("filter", w.const), _bias_getter(c, node, n), o, rows, k, n, code,
-                                not transposed), *clamp]
+        return [_native_product(c, gx, w.const, _bias_getter(c, node, n), o, rows, k, n, code, not transposed),
+                *clamp]
     if w.const is not None:
         wc = w.const
         # one row: BLAS reads the transposed view as fast as a transposed copy (no copy made)
@@ -592,8 +592,8 @@ def _build_conv2d(c: Compiler, node: XNode) -> list[Step]:
         gx = c.getter(x)
         if _use_native_product(c, rows, ch, cout, True):
             code, clamp = _product_act(c, node, out, act)
-            wk = c.weights("filter", wc.reshape(cout, ch))
-            return [_native_product(c, gx, wk, _bias_getter(c, node, cout), o, rows, ch, cout, code, True), *clamp]
+            return [_native_product(c, gx, wc.reshape(cout, ch), _bias_getter(c, node, cout), o, rows, ch, cout, code,
+                                    True), *clamp]
         wk = c.pack("filter", lambda: np.ascontiguousarray(wc.reshape(cout, ch).T))
         steps: list[Step] = [lambda b: np.matmul(gx(b).reshape(rows, ch), wk, out=b[o].reshape(rows, cout))]
         return [*steps, *_bias_steps(c, node, out, cout), *_clamp_steps(c, node, out), *_act_steps(c, out, act)]
@@ -622,10 +622,9 @@ def _build_conv2d(c: Compiler, node: XNode) -> list[Step]:
 
             code, clamp = _product_act(c, node, out, act)
             gb = _bias_getter(c, node, cout)
-            # the OHWI filter's rows are in the patches' (kh, kw, ci) order: no re-layout
-            wk = c.weights("filter", wc.reshape(cout, kk))
-            return [*steps, gather, _native_product(c, lambda b: b[cols], wk, gb, o, rows, kk, cout, code, True),
-                    *clamp]
+            # the OHWI filter's rows are in the patches' (kh, kw, ci) order: read in place
+            return [*steps, gather, _native_product(c, lambda b: b[cols], wc.reshape(cout, kk), gb, o, rows, kk, cout,
+                                                    code, True), *clamp]
         wk = c.pack("filter", lambda: np.ascontiguousarray(wc.reshape(cout, kk).T))
 
         def conv(b: list[Any]) -> None:

@@ -384,30 +384,3 @@ def test_inspect_reports_an_invalid_blob_without_failing(tmp_path: pathlib.Path,
     bad.write_bytes(_patched("xnnpack_convnet", 2, 201))
     assert _cli.main(["inspect", str(bad)]) == 0
     assert "invalid: " in capsys.readouterr().out
-
-
-def test_small_filters_are_copied_together_and_large_ones_read_in_place() -> None:
-    """Compiler.weights: a filter of up to WEIGHT_COPY_MAX_FLOATS is copied once per delegate
-    into one 64-byte-aligned buffer shared with its other small filters (locality: read in
-    place among a memory-mapped program's pages they made MobileNetV3 3-7 % slower), read-only
-    and equal to the original; a larger one is the program's array itself (no copy at load)."""
-    from orchestra.backends.xnnpack import _compile, _nodes  # noqa: F401 (_nodes registers the node builders)
-
-    prog = load_program(FIXTURES / "xnnpack_convnet.pte").definition
-    d = prog.execution_plan[0].delegates[0]
-    c = _compile.Compiler(parse_blob(prog.delegate_data(d.processed), "t"), "t", prog.named_data_bytes)
-    c.compile()
-    rng = np.random.default_rng(3)
-    small = [rng.standard_normal(shape).astype(np.float32) for shape in ((8, 16), (5, 3), (12, 8))]
-    copies = [c.weights(f"w{i}", a) for i, a in enumerate(small)]
-    for a, w in zip(small, copies):
-        np.testing.assert_array_equal(w, a)
-        assert w.base is copies[0].base and not w.flags.writeable and w.ctypes.data % 64 == 0
-    assert c.weights("w0", small[0]) is copies[0]  # once per delegate
-    # the buffer holds as many floats as the graph's constants: past that, an own copy
-    more = rng.standard_normal((len(copies[0].base),)).astype(np.float32)
-    own = c.weights("more", more)
-    np.testing.assert_array_equal(own, more)
-    assert own.base is not copies[0].base and not own.flags.writeable
-    big = np.zeros((_compile.WEIGHT_COPY_MAX_FLOATS + 1,), np.float32)
-    assert c.weights("big", big) is big
