@@ -361,7 +361,7 @@ _i32s = struct.Struct("<i").unpack_from
 _hh = struct.Struct("<HH").unpack_from
 _u32v = struct.Struct("<I").unpack_from
 _u8s = struct.Struct("<B").unpack_from
-_vt_structs = [struct.Struct(f"<{n}H") for n in range(64)]
+_vt_structs = tuple(struct.Struct(f"<{n}H") for n in range(64))
 
 
 class _Fast:
