@@ -488,8 +488,6 @@ class _Fast:
         return XNode(index, name, fields, self.scalar(t, 2, _u32v, 4), omm)
 
 
-
-
 _U32, _F32, _I32, _I16 = (4, _u32v, 0), (4, _f32, 0.0), (4, _i32s, 0), (2, _i16, 0)
 # XNNTensorValue: datatype, num_dims, dims, constant_buffer_idx, external_id, flags, id_out, dq_datatype
 _VALUE_LAYOUT = (_I16, _U32, None, _U32, _U32, _U32, _U32, _I16)
