@@ -186,6 +186,32 @@ async def test_thread_placement_runs_blas_single_threaded_and_restores_it_on_clo
 
 @needs_2_cpus
 @pytest.mark.anyio
+async def test_a_lone_unbound_thread_placed_instance_gets_every_cpu_and_shares_once_another_joins() -> None:
+    # The compiled kernels' pool is the process's: alone, the instance splits its calls over
+    # every CPU (as a lone worker process would); with a second instance each runs on its own
+    # thread; when the second goes, every CPU again. BLAS stays at 1 throughout.
+    want = len(CPUS) if kernels.NATIVE_KERNELS else 1
+    async with Orchestrator(period=None) as orch:
+        got = await _run(orch, [InstanceSpec("first")])
+        assert (got["first"][0].placement, got["first"][0].blas, got["first"][0].blas_source) == \
+            ("thread", want, "orchestra")
+        assert kernels.threads() == want and _blas(threadpoolctl.threadpool_info()) == 1
+        p = orch.pool("convnet")
+        await p.add(InstanceSpec("second"))
+        assert kernels.threads() == 1
+        for name in ("first", "second"):
+            await p[name].execute(_inputs())
+            assert p[name].statistics().threads.blas == 1  # type: ignore[union-attr]
+        await p.remove("second")
+        assert kernels.threads() == want
+        await p["first"].execute(_inputs())
+        assert p["first"].statistics().threads.blas == want  # type: ignore[union-attr]
+    assert kernels.threads() == 1  # put back on close
+    assert _blas(threadpoolctl.threadpool_info()) == BLAS_AT_START
+
+
+@needs_2_cpus
+@pytest.mark.anyio
 async def test_a_users_environment_variable_wins_and_is_reported(tmp_path: pathlib.Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     # The worker process's OpenBLAS reads the variable when it loads; orchestra leaves it in
@@ -265,7 +291,7 @@ def test_orchestra_runs_summary_shows_each_instances_thread_budget() -> None:
 
 @needs_2_cpus
 @pytest.mark.anyio
-async def test_an_unbound_worker_process_started_alone_shares_once_another_joins(tmp_path: pathlib.Path) -> None:
+async def test_an_unbound_worker_process_started_alone_shares_while_another_runs(tmp_path: pathlib.Path) -> None:
     async with Orchestrator(period=None, process_initializer=functools.partial(record_blas_live, str(tmp_path))) as orch:
         got = await _run(orch, [InstanceSpec("first", placement="process")])
         pid = got["first"][1]
@@ -274,14 +300,23 @@ async def test_an_unbound_worker_process_started_alone_shares_once_another_joins
         await p.add(InstanceSpec("second", placement="process"))
         await p["first"].execute(_inputs())
         assert p["first"].statistics().threads.blas == 1  # type: ignore[union-attr]
-        with anyio.fail_after(30):
-            while True:
-                try:
-                    if _seen(tmp_path, pid) == 1:
-                        break
-                except (ValueError, OSError):  # caught mid-write
-                    pass
-                await anyio.sleep(0.02)
+        await _until_seen(tmp_path, pid, 1)
+        await p.remove("second")  # alone again: every CPU
+        await p["first"].execute(_inputs())
+        assert p["first"].statistics().threads.blas == len(CPUS)  # type: ignore[union-attr]
+        await _until_seen(tmp_path, pid, len(CPUS))
+
+
+async def _until_seen(folder: pathlib.Path, pid: int | None, n: int) -> None:
+    """Waits (30 s at most) until the worker process ``pid`` records ``n`` compute threads."""
+    with anyio.fail_after(30):
+        while True:
+            try:
+                if _seen(folder, pid) == n:
+                    return
+            except (ValueError, OSError):  # caught mid-write
+                pass
+            await anyio.sleep(0.02)
 
 
 # -- BLAS kernels of worker processes -------------------------------------------------------

@@ -173,9 +173,11 @@ class Orchestrator:
         if have is not None:
             raise InvalidArgumentError(f"instance name {name!r} is taken (by pool {have!r}); instance names are unique per orchestrator")
         self._names[name] = pool
+        self._threads.sharing_changed()
 
     def _drop_name(self, name: str) -> None:
-        self._names.pop(name, None)
+        if self._names.pop(name, None) is not None:
+            self._threads.sharing_changed()
 
     def _name_taken(self, name: str) -> bool:
         return name in self._names

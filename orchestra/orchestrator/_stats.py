@@ -20,7 +20,7 @@ class ThreadBudget:
     are built, the threads their products and convolutions split over (the BLAS/OpenMP pools
     then run one thread in a worker process); else the BLAS/OpenMP pools' count (None: no such
     library loaded). The name is the ``blas_threads`` option's. ``blas_source`` who set it:
-    ``"orchestra"`` (the CPUs bound, or 1), an
+    ``"orchestra"`` (the CPUs bound, every CPU for a lone unbound instance, or 1), an
     environment variable the user set (``"OPENBLAS_NUM_THREADS"``, ``"MKL_NUM_THREADS"``,
     ``"OMP_NUM_THREADS"``), or ``"blas_threads option"`` (``Orchestrator(blas_threads=)``).
     ``backend`` maps each backend with a thread option to its value in force (e.g.

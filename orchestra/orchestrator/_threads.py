@@ -7,13 +7,14 @@ through ``threadpoolctl``:
 
 * a worker process (``placement="process"``) gets as many compute threads as the CPUs it is
   bound to; unbound, 1 when more than one instance shares the orchestrator, else every CPU
-  orchestra was given. They go to orchestra's compiled kernels where those are built (its
+  orchestra was given (following instances added and removed). They go to orchestra's compiled kernels where those are built (its
   products and convolutions run on their pool) with the BLAS/OpenMP pools at 1, else to the
   BLAS/OpenMP pools (:func:`apply_blas_limit`);
 * thread-placed instances share their process's pools, so while the orchestrator runs any,
   it limits the process to 1 BLAS thread (restored when it closes); their parallelism comes
-  from orchestra's own tiling (backend thread options, e.g. ``NumpyCpuBackend``'s
-  ``num_threads``, set from a CPU binding);
+  from orchestra's compiled kernels (every CPU for a lone unbound instance, else 1:
+  :meth:`ThreadLimits._rethread`) and its own tiling (backend thread options, e.g.
+  ``NumpyCpuBackend``'s ``num_threads``, set from a CPU binding);
 * orchestra's compiled kernels (``orchestra.runtime.kernels``, where built) split a call over
   that many threads (``kernels.set_threads``), or, where the user set the BLAS pools, over
   as many as those have;
@@ -199,6 +200,8 @@ class ThreadLimits:
         self.in_process: int | None = None  # BLAS threads in force in this process (thread placement)
         self.source = "orchestra"
         self._procs: weakref.WeakSet[Any] = weakref.WeakSet()  # process workers, to re-limit unbound ones
+        self._thread_workers: weakref.WeakSet[Any] = weakref.WeakSet()  # thread-placed workers, to report to
+        self.compute: int | None = None  # compute threads of thread-placed instances (see _rethread)
 
     def process_ready(self, worker: Any) -> None:
         """On the loop, when a worker process has loaded: unbound worker processes started
@@ -219,34 +222,72 @@ class ThreadLimits:
             return len(cpus), "orchestra"
         return (1 if self._sharing() > 1 else max(1, self._available())), "orchestra"
 
-    def enter_threads(self) -> None:
-        """Called (on the loop) when a thread-placed instance starts: limits this process's
-        BLAS/OpenMP pools to 1 thread (or the user's setting) until :meth:`restore`."""
-        if self._held:
+    def sharing_changed(self) -> None:
+        """On the loop, when the orchestrator gains or loses an instance (its name claimed or
+        dropped): thread-placed instances and unbound worker processes follow the rule for the
+        new count (alone: every CPU; sharing: 1 each)."""
+        self._rethread()
+        for w in list(self._procs):
+            if not w.cpus and w.state == "running":
+                w.relimit(None)
+
+    def enter_threads(self, worker: Any) -> None:
+        """Called (on the loop) when a thread-placed instance's ``worker`` starts: limits this
+        process's BLAS/OpenMP pools to 1 thread (or the user's setting) until :meth:`restore`,
+        gives the compiled kernels their count (:meth:`_rethread`) and sets the worker's
+        ``blas``/``blas_source`` (what its statistics report)."""
+        self._thread_workers.add(worker)
+        if not self._held:
+            self._held = True
+            from ..runtime import kernels
+
+            self._kernel_threads = kernels.threads()
+            user = user_setting(self.explicit)
+            if user is not None and user[1] != "blas_threads option":
+                self.source = user[1]  # the libraries read it at load: nothing to change
+                self.in_process = blas_in_force()
+            else:
+                from threadpoolctl import threadpool_limits
+
+                n = 1 if user is None else user[0]
+                self.source = "orchestra" if user is None else user[1]
+                self._limiter = threadpool_limits(limits=n, user_api=None)
+                self.in_process = blas_in_force()
+            _log.info("thread-placed instances: BLAS threads of this process", blas_threads=self.in_process,
+                      source=self.source)
+        self._rethread()
+
+    def _rethread(self) -> None:
+        """The compiled kernels' count while thread-placed instances run (their pool is the
+        process's): the user's setting where there is one; else every CPU orchestra was given
+        when the orchestrator holds a single instance and it is unbound (measured: a lone
+        MobileNetV3 instance 1.5x the executes/s it had on 1 thread, as a bare process has), 1
+        when it holds several (a call made while another holds the pool runs on its own thread,
+        so n each would exceed the CPUs) or a bound one (its parallelism is its binding's
+        backend thread options; the pool's threads are not pinned to the binding)."""
+        if not self._held:
             return
-        self._held = True
         from ..runtime import kernels
 
-        self._kernel_threads = kernels.threads()
         user = user_setting(self.explicit)
-        if user is not None and user[1] != "blas_threads option":
-            self.source = user[1]  # the libraries read it at load: nothing to change
-            self.in_process = blas_in_force()
+        if user is not None:
+            n = user[0]
         else:
-            from threadpoolctl import threadpool_limits
-
-            n = 1 if user is None else user[0]
-            self.source = "orchestra" if user is None else user[1]
-            self._limiter = threadpool_limits(limits=n, user_api=None)
-            self.in_process = blas_in_force()
-        _kernel_threads(1 if user is None else user[0])
-        _log.info("thread-placed instances: BLAS threads of this process", blas_threads=self.in_process,
-                  source=self.source)
+            lone = self._sharing() <= 1 and not any(w.cpus for w in self._thread_workers)
+            n = max(1, self._available()) if lone else 1
+        _kernel_threads(n)
+        compute = kernels.threads() if kernels.NATIVE_KERNELS and user is None else self.in_process
+        if compute != self.compute and self.compute is not None:
+            _log.info("thread-placed instances: compute threads", threads=compute, instances=self._sharing())
+        self.compute = compute
+        for w in list(self._thread_workers):
+            w.blas, w.blas_source = compute, self.source
 
     def restore(self) -> None:
         """Puts back the limits :meth:`enter_threads` found (the orchestrator closed)."""
         lim, self._limiter = self._limiter, None
         self._held = False
+        self.compute = None
         if lim is not None:
             lim.restore_original_limits()
         if self._kernel_threads is not None:

@@ -198,8 +198,7 @@ class Worker(WorkerBase):
     def start(self) -> None:
         threads = self.threads
         if threads is not None:  # this process's BLAS pools go single-threaded (or the user's setting)
-            threads.enter_threads()
-            self.blas, self.blas_source = threads.in_process, threads.source
+            threads.enter_threads(self)  # sets self.blas, self.blas_source
         self.thread.start()
 
     @property
