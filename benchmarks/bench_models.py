@@ -42,9 +42,15 @@ in one run; every ratio compares numbers taken in that run.
    ``.pte`` (when ``orchestra.backends.xnnpack`` is importable): orchestra's XNNPACK backend
    against ExecuTorch+XNNPACK loading the same file, each verifying and compiling every
    delegate blob, and each one's first and second execute after the load (1 thread).
+5. ``int8`` (not in the default sections): MobileNetV3-small, EfficientNet-B0 and RegNetX
+   PT2E-quantized to static int8 (XNNPACKQuantizer, per-channel weights) and lowered to
+   XNNPACK: orchestra's XNNPACK backend on its compiled kernels and on its numpy int8 path,
+   against ExecuTorch+XNNPACK on the same file, with orchestra on the float portable file for
+   reference; interleaved, medians, at each ``--threads``; 'exact': orchestra's outputs equal
+   ExecuTorch's bit for bit.
 
     python benchmarks/bench_models.py [--models mobilenet_v3,bert] [--seconds 0.4]
-        [--sections models,scaling,busy,load] [--ns 1,2,4] [--scale-seconds 2] [--busy-seconds 2]
+        [--sections models,scaling,busy,load,int8] [--ns 1,2,4] [--scale-seconds 2] [--busy-seconds 2]
         [--threads 1,2] [--load-rounds 7] [--cache-dir DIR]
 
 Needs torch and executorch (the ``export`` extra); exits with a message without them.
@@ -236,6 +242,59 @@ def section_models(args: argparse.Namespace) -> None:
             gc.collect()
     for n, rs in geo.items():
         print(f"   {n} thread(s): geometric mean orchestra / ExecuTorch+XNNPACK = {float(np.exp(np.mean(np.log(rs)))):.2f}x")
+    _et_threads(CPUS)
+
+
+# -- 5. int8 -------------------------------------------------------------------------------------
+INT8_MODELS = ("mobilenet_v3", "efficientnet", "regnetx")
+
+
+def section_int8(args: argparse.Namespace) -> None:
+    """The CNNs PT2E-quantized to int8 and lowered to XNNPACK (as ExecuTorch teaches): orchestra's
+    XNNPACK backend with its compiled kernels ('orch'), with them switched off for this
+    backend's plans ('orch np', the numpy int8 path), ExecuTorch+XNNPACK on the same file, and
+    orchestra on the float portable file for reference."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    from orchestra.runtime import kernels, load_program
+
+    if not _orch_xnnpack_available():
+        print("\n== int8: skipped (orchestra.backends.xnnpack not importable)")
+        return
+    print("\n== int8: XNNPACK-lowered PT2E int8 files, median execute ms, interleaved; 'orch np': the "
+          "backend's numpy int8 path (compiled kernels off at load); 'o f32': orchestra on the float portable file")
+    print(f"{'model':<13}{'thr':>4}{'orch':>9}{'orch np':>9}{'ET xnn':>9}{'o f32':>9}{'o/xnn':>8}{'np/o':>7}{'exact':>7}")
+    real_compiled = kernels.compiled
+    for n in args.threads:
+        _et_threads(n)
+        for name in INT8_MODELS:
+            q8 = real_models.export(name, "xnnpack_int8", args.cache_dir)
+            inputs, expected = real_models.load_io(name, "xnnpack_int8", args.cache_dir)
+            m = load_program(q8).load_method("forward")
+            kernels.compiled = lambda: None  # type: ignore[assignment]  # the numpy path's plan
+            try:
+                mnp = load_program(q8).load_method("forward")
+            finally:
+                kernels.compiled = real_compiled  # type: ignore[assignment]
+            exact = all(np.array_equal(g, w) for g, w in zip(m.execute(inputs), expected))
+            f32 = load_program(real_models.export(name, "portable", args.cache_dir)).load_method("forward")
+            f32_in, _ = real_models.load_io(name, "portable", args.cache_dir)
+            et = _et_method(q8)
+            tin = [torch.from_numpy(a) for a in inputs]
+            fns: dict[str, Callable[[], object]] = {"orch": lambda: m.execute(inputs), "np": lambda: mnp.execute(inputs),
+                                                    "xnn": lambda: et.execute(tin), "f32": lambda: f32.execute(f32_in)}
+            kernels.set_threads(n)
+            with threadpool_limits(limits=1 if kernels.NATIVE_KERNELS else n):
+                med = _median_round_robin(fns, args.seconds)
+            kernels.set_threads(1)
+            print(f"{name:<13}{n:>4}{med['orch'] * 1e3:9.2f}{med['np'] * 1e3:9.2f}{med['xnn'] * 1e3:9.2f}"
+                  f"{med['f32'] * 1e3:9.2f}{med['orch'] / med['xnn']:8.2f}{med['np'] / med['orch']:7.2f}"
+                  f"{'yes' if exact else 'NO':>7}", flush=True)
+            for meth in (m, mnp, f32):
+                meth.close()
+            del fns, et
+            gc.collect()
     _et_threads(CPUS)
 
 
@@ -544,9 +603,9 @@ def main(argv: list[str] | None = None) -> int:
     args.threads = _csv_ints(args.threads)
     args.ns = _csv_ints(args.ns)
     sections = [s for s in args.sections.split(",") if s]
-    bad = [s for s in sections if s not in ("models", "scaling", "busy", "load")]
+    bad = [s for s in sections if s not in ("models", "scaling", "busy", "load", "int8")]
     if bad:
-        ap.error(f"unknown section(s) {', '.join(bad)}; known: models, scaling, busy, load")
+        ap.error(f"unknown section(s) {', '.join(bad)}; known: models, scaling, busy, load, int8")
     if args.load_rounds < 1:
         ap.error("--load-rounds must be at least 1")
     try:
@@ -565,6 +624,8 @@ def main(argv: list[str] | None = None) -> int:
         section_busy(args)
     if "load" in sections:
         section_load(args)
+    if "int8" in sections:
+        section_int8(args)
     return 0
 
 

@@ -66,7 +66,7 @@ __all__ = [
 # Bump when a model definition, its seed or its inputs change: it keys the cache.
 VERSION = 1
 
-KINDS = ("portable", "xnnpack")
+KINDS = ("portable", "xnnpack", "xnnpack_int8")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -449,13 +449,35 @@ def _export_bytes(name: str, kind: str) -> bytes:
     args = tuple(torch.from_numpy(a) for a in make_inputs(name))
     with torch.no_grad():
         ep = torch.export.export(model, args)
-    if kind == "xnnpack":
+    if kind == "xnnpack_int8":
+        ep = _quantize_int8(ep, args)
+    if kind in ("xnnpack", "xnnpack_int8"):
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
         edge = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()])
     else:
         edge = to_edge(ep)
     return bytes(edge.to_executorch().buffer)
+
+
+def _quantize_int8(ep: Any, args: tuple[Any, ...]) -> Any:
+    """PT2E static int8 as ExecuTorch teaches it: XNNPACKQuantizer's symmetric per-channel
+    config, calibrated on four seeded batches shaped like the inputs."""
+    torch = _require_torch()
+    import executorch.kernels.quantized  # noqa: F401  (registers the quantized .out ops)
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
+    prepared = prepare_pt2e(ep.module(), quantizer)
+    gen = torch.Generator().manual_seed(4321)
+    with torch.no_grad():
+        for _ in range(4):
+            prepared(*(torch.randn(a.shape, generator=gen, dtype=a.dtype) for a in args))
+    return torch.export.export(convert_pt2e(prepared), args)
 
 
 def _run_executorch(pte: bytes, inputs: list[np.ndarray]) -> list[np.ndarray]:

@@ -1063,3 +1063,71 @@ def test_the_compiled_softmax() -> None:
     assert np.array_equal(y, got, equal_nan=True)
     with pytest.raises(ValueError, match="overlaps"):
         native.softmax_f32(x.reshape(-1)[: -d], x.reshape(-1)[d:], rows - 1, d)
+
+
+def _requant_reference(acc: np.ndarray, bias: np.ndarray | None, scale: np.ndarray, lo: float, hi: float,
+                       zp: int) -> np.ndarray:
+    """XNNPACK's fp32 requantization: (float) of the exact int32 sum, times the scale, clamped,
+    rounded half to even, plus the zero point."""
+    total = acc.astype(np.float64).sum(axis=0) + (0 if bias is None else bias.astype(np.float64))
+    v = np.multiply(total.astype(np.float32), scale, dtype=np.float32)
+    return (np.rint(np.clip(v, np.float32(lo), np.float32(hi))) + zp).astype(np.int8)
+
+
+@needs_native
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_int8_kernels_compute_xnnpacks_requantization_and_converts(threads: int) -> None:
+    rng = np.random.default_rng(7)
+    kernels.set_threads(threads)
+    try:
+        for parts, rows, n, with_bias in [(1, 3136, 24, True), (2, 49, 600, True), (3, 1, 1000, False),
+                                          (1, 5, 300, False)]:
+            acc = rng.integers(-(1 << 23), 1 << 23, size=(parts, rows, n)).astype(np.float32)
+            bias = rng.integers(-(1 << 26), 1 << 26, size=n).astype(np.int32) if with_bias else None
+            scale = (rng.random(n) * 3e-6).astype(np.float32)
+            acc[0, 0, :4] = [0.5 / scale[0], 1.5 / scale[1], -2.5 / scale[2], 1e7]  # near ties, and saturation
+            zp = int(rng.integers(-20, 20))
+            lo, hi = float(-128 - zp), float(100 - zp)  # a fused activation's upper bound
+            out = np.empty((rows, n), np.int8)
+            native.requant_qs8(acc, bias, scale, out, parts, rows, n, lo, hi, zp)
+            np.testing.assert_array_equal(out, _requant_reference(acc, bias, scale, lo, hi, zp))
+    finally:
+        kernels.set_threads(1)
+    x = (rng.standard_normal(100_003) * 4).astype(np.float32)
+    x[:6] = [0.5, 1.5, 2.5, -0.5, 1e30, -1e30]
+    scale, zp = np.float32(1.0), 3  # x itself rounded: ties
+    inv = np.float32(1) / scale
+    q = np.empty(x.size, np.int8)
+    native.quantize_qs8(x, q, x.size, float(inv), float(-128 - zp), float(127 - zp), zp)
+    want = (np.rint(np.clip(x * inv, np.float32(-128 - zp), np.float32(127 - zp))) + zp).astype(np.int8)
+    np.testing.assert_array_equal(q, want)
+    assert list(q[:6]) == [3, 5, 5, 3, 127, -128]  # half to even, then the zero point; saturated
+    d = np.empty(x.size, np.float32)
+    native.dequantize_qs8(q, d, q.size, zp, float(scale))
+    np.testing.assert_array_equal(d, (q.astype(np.int32) - zp).astype(np.float32) * scale)
+
+
+@needs_native
+def test_the_int8_kernels_check_the_buffers_they_are_given() -> None:
+    acc, scale = np.zeros((2, 4, 8), np.float32), np.ones(8, np.float32)
+    out = np.empty((4, 8), np.int8)
+    with pytest.raises(ValueError, match="acc holds"):
+        native.requant_qs8(acc[:1], None, scale, out, 2, 4, 8, -128.0, 127.0, 0)
+    with pytest.raises(ValueError, match="out holds"):
+        native.requant_qs8(acc, None, scale, out[:3], 2, 4, 8, -128.0, 127.0, 0)
+    with pytest.raises(ValueError, match="bias holds"):
+        native.requant_qs8(acc, np.zeros(7, np.int32), scale, out, 2, 4, 8, -128.0, 127.0, 0)
+    with pytest.raises(ValueError, match="scale holds"):
+        native.requant_qs8(acc, None, scale[:7], out, 2, 4, 8, -128.0, 127.0, 0)
+    with pytest.raises(ValueError, match="inconsistent"):
+        native.requant_qs8(acc, None, scale, out, 2, 4, 8, 1.0, -1.0, 0)
+    with pytest.raises(ValueError, match="inconsistent"):
+        native.requant_qs8(acc, None, scale, out, 2, 4, 8, -128.0, 127.0, 200)
+    with pytest.raises(ValueError, match="overlaps"):
+        native.quantize_qs8(acc.ravel(), acc.view(np.int8).ravel(), 8, 1.0, -128.0, 127.0, 0)
+    with pytest.raises(ValueError, match="out holds"):
+        native.quantize_qs8(acc.ravel(), np.empty(7, np.int8), 8, 1.0, -128.0, 127.0, 0)
+    with pytest.raises(ValueError, match="q holds"):
+        native.dequantize_qs8(np.empty(7, np.int8), np.empty(8, np.float32), 8, 0, 1.0)
+    with pytest.raises(ValueError, match="out holds"):
+        native.dequantize_qs8(np.empty(8, np.int8), np.empty(7, np.float32), 8, 0, 1.0)

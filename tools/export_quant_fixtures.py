@@ -116,6 +116,36 @@ class QVariety(nn.Module):
         return self.fc(torch.flatten(self.gap(x), 1))
 
 
+class QWide(nn.Module):
+    """Dot products longer than float32 sums hold exactly (over 514 int8 terms: the compiled
+    kernels' int8 path splits them into parts), next to the short ones: a 3-channel stem,
+    3x3 convolutions over 32 and 64 channels (im2col of 288 and 576 terms), a 1x1 expansion to
+    600 channels and its 600-term projection, a 5x5 depthwise and a grouped convolution, an
+    elementwise product, global average pooling and 1024-term linear layers. Input [1, 3, 64, 64]."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 32, 3, stride=2, padding=1)
+        self.c288 = nn.Conv2d(32, 64, 3, padding=1)
+        self.c576 = nn.Conv2d(64, 64, 3, stride=2, padding=1)
+        self.expand = nn.Conv2d(64, 600, 1)
+        self.project = nn.Conv2d(600, 96, 1)
+        self.dw = nn.Conv2d(96, 96, 5, padding=2, groups=96)
+        self.grouped = nn.Conv2d(96, 96, 3, padding=1, groups=4)
+        self.gap = nn.AdaptiveAvgPool2d(1)
+        self.fc1 = nn.Linear(96, 1024)
+        self.fc2 = nn.Linear(1024, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.stem(x))  # 64 -> 32
+        x = torch.relu(self.c576(torch.relu(self.c288(x))))  # 32 -> 16
+        x = self.project(torch.relu(self.expand(x)))
+        y = torch.relu(self.dw(x))
+        x = torch.relu(self.grouped(y)) * y
+        x = torch.relu(self.fc1(torch.flatten(self.gap(x), 1)))
+        return self.fc2(x)
+
+
 # --------------------------------------------------------------------------------------------
 # Specs
 
@@ -150,6 +180,11 @@ SPECS: tuple[QuantSpec, ...] = (
 def variety_spec() -> QuantSpec:
     """More int8 node shapes (generated in the tests, not committed)."""
     return QuantSpec("variety", lambda gen: QVariety(), (1, 4, 12, 12), seed_offset=5, calibration_batches=4)
+
+
+def wide_spec() -> QuantSpec:
+    """Long dot products (generated in the tests, not committed)."""
+    return QuantSpec("wide", lambda gen: QWide(), (1, 3, 64, 64), seed_offset=6, calibration_batches=4)
 
 
 def big_convnet_spec() -> QuantSpec:

@@ -398,6 +398,57 @@ def _requant_step(c: Compiler, node: XNode, x: QParams, w: QParams, out: TensorI
     return step
 
 
+# The compiled kernels' int8 path: the integer products run as float32 products of centred
+# values (x - zero point, |x - zp| <= 255, |w| <= 128), exact while every partial sum stays
+# below 2**24, i.e. for dot products of at most _EXACT_K terms; longer ones are split into
+# parts of at most that many, each summed exactly, and requant_qs8 adds the parts (and the
+# int32 bias) exactly before XNNPACK's requantization. Bit-equal to the numpy path above.
+_EXACT_K = ((1 << 24) - 1) // (255 * 128)
+
+
+def _split_k(k: int) -> tuple[int, int]:
+    """(parts, part length) for a ``k``-long dot product."""
+    parts = -(-k // _EXACT_K)
+    return parts, -(-k // parts)
+
+
+def _native_requant(c: Compiler, node: XNode, x: QParams, w: QParams, out: TensorInfo, acc: int,
+                    bias: np.ndarray | None, parts: int, rows: int, n: int) -> Step:
+    """requant_qs8 of the float32 accumulators in ``acc`` ((parts, rows, n)) into ``out``."""
+    op = _qs8(c, out, "output_id")
+    scale = c.prepacked(requantization_scale(x.tensor_scale, w.scale, op.tensor_scale))
+    lo, hi = _out_bounds(c, node, op)
+    zp, o = op.zero_point, out.slot
+    b32 = None if bias is None else c.prepacked(bias.astype(np.int32))
+    lo_f, hi_f = float(lo - zp), float(hi - zp)
+    rq = c.native.requant_qs8
+    return lambda b: rq(b[acc], b32, scale, b[o], parts, rows, n, lo_f, hi_f, zp)
+
+
+def _native_rows_product(c: Compiler, gx: Callable[[list[Any]], Any], zx: int, w_nk: np.ndarray, rows: int,
+                         k: int, n: int) -> tuple[int, list[Step]]:
+    """Steps computing the exact products of the centred rows ``gx(b)`` ((rows, k) int8)
+    with the int8 filter ``w_nk`` ((n, k): out-channel rows) into float32 accumulators
+    (parts, rows, n); returns (accumulator slot, steps)."""
+    parts, kp = _split_k(k)
+    xf = c.scratch((parts, rows, kp), _F32, fill=0.0) if parts * kp != k else c.scratch((parts, rows, kp), _F32)
+    wf = np.zeros((parts, n, kp), _F32)
+    for p in range(parts):
+        wf[p, :, :min(k, (p + 1) * kp) - p * kp] = w_nk[:, p * kp:(p + 1) * kp]
+    wf = c.prepacked(wf)
+    acc = c.scratch((parts, rows, n), _F32)
+    lin = c.native.linear_f32
+    spans = tuple((p, p * kp, min(k, (p + 1) * kp)) for p in range(parts))
+
+    def product(b: list[Any]) -> None:
+        x2, xb, ab = gx(b).reshape(rows, k), b[xf], b[acc]
+        for p, s0, s1 in spans:
+            np.subtract(x2[:, s0:s1], zx, out=xb[p, :, :s1 - s0], dtype=_F32)
+            lin(xb[p], wf[p], None, ab[p], 1, rows, kp, n, False, 0, True)
+
+    return acc, [product]
+
+
 def _build_fully_connected(c: Compiler, node: XNode) -> list[Step]:
     f = node.fields
     x = c.tensor(f["input1_id"], "input1_id")
@@ -414,8 +465,13 @@ def _build_fully_connected(c: Compiler, node: XNode) -> list[Step]:
     if math.prod(out.shape) != rows * n:
         raise c.fail(f"output (value id {out.value.id}) dims {list(out.shape)} do not hold {rows} rows of {n} outputs")
     dt = exact_dtype(k)
-    wk = c.prepacked(np.ascontiguousarray((w.const if transposed else w.const.T).astype(dt)))
     gx = c.getter(x)
+    if x.value.datatype != QDINT8 and c.native is not None:
+        xp = _qs8(c, x, "input1_id")
+        bias = _int_bias(c, node, n)
+        acc_f, steps = _native_rows_product(c, gx, xp.zero_point, w.const.T if transposed else w.const, rows, k, n)
+        return [*steps, _native_requant(c, node, xp, wp, out, acc_f, bias, _split_k(k)[0], rows, n)]
+    wk = c.prepacked(np.ascontiguousarray((w.const if transposed else w.const.T).astype(dt)))
     acc = c.scratch((rows, n), dt)
     if x.value.datatype == QDINT8:
         if out.dtype != _F32:
@@ -450,6 +506,62 @@ def _build_fully_connected(c: Compiler, node: XNode) -> list[Step]:
     return [qs8_fc, _requant_step(c, node, xp, wp, out, acc, bias, rows, n, k)]
 
 
+def _native_conv(c: Compiler, node: XNode, x: TensorInfo, xp: QParams, w: TensorInfo, wp: QParams,
+                 out: TensorInfo, depthwise: bool, geo: tuple[int, ...]) -> list[Step] | None:
+    """The int8 (depthwise) convolution on the compiled kernels, or None where they do not
+    take it (the numpy path then runs): depthwise with one output per channel, 1x1 and
+    im2col convolutions (any dot-product length), direct channels-last convolutions of
+    groups (and of the narrow RGB stem) with dot products of at most _EXACT_K terms."""
+    n, h, wd, ch, cout, oh, ow, pt, pr, pb, pl, kh, kw, sh, sw, dh, dw, groups, gic, goc = geo
+    rows, kk = n * oh * ow, kh * kw * gic
+    gx, zx = c.getter(x), xp.zero_point
+    bias = _int_bias(c, node, cout)
+    inf = math.inf
+
+    def centred() -> tuple[int, Step]:  # x - zero point in float32: the convolution's padding is then 0
+        xf = c.scratch((n, h, wd, ch), _F32)
+        return xf, (lambda b: np.subtract(gx(b), zx, out=b[xf], dtype=_F32))
+
+    if depthwise:
+        if goc != 1 or kh * kw > _EXACT_K:
+            return None
+        xf, centre = centred()
+        wt = c.prepacked(w.const.reshape(kh, kw, cout).astype(_F32))
+        acc = c.scratch((rows, cout), _F32)
+        dwc, dgeo = c.native.dwconv_nhwc_f32, (n, h, wd, ch, kh, kw, sh, sw, pt, pl, dh, dw, oh, ow, -inf, inf, 0)
+        return [centre, lambda b: dwc(b[xf], wt, None, b[acc], *dgeo),
+                _native_requant(c, node, xp, wp, out, acc, bias, 1, rows, cout)]
+    if kh == kw == 1 and sh == sw == 1 and not (pt or pr or pb or pl) and groups == 1:
+        acc, steps = _native_rows_product(c, gx, zx, w.const.reshape(cout, ch), rows, ch, cout)
+        return [*steps, _native_requant(c, node, xp, wp, out, acc, bias, _split_k(ch)[0], rows, cout)]
+    if kk <= _EXACT_K and (groups > 1 or gic <= _nodes._DIRECT_MAX_INPUT_CHANNELS):
+        xf, centre = centred()
+        wg = c.prepacked(np.ascontiguousarray(
+            w.const.reshape(groups, goc, kh, kw, gic).transpose(0, 2, 3, 4, 1).astype(_F32)))
+        acc = c.scratch((rows, cout), _F32)
+        gconv, ggeo = c.native.gconv_nhwc_f32, (n, h, wd, groups, gic, goc, kh, kw, sh, sw, pt, pl, dh, dw, oh, ow,
+                                                 -inf, inf, 0)
+        return [centre, lambda b: gconv(b[xf], wg, None, b[acc], *ggeo),
+                _native_requant(c, node, xp, wp, out, acc, bias, 1, rows, cout)]
+    if groups != 1:
+        return None
+    # im2col on the int8 values: padded with the zero point (0 once centred), the patches
+    # gathered, then the rows' product as for a 1x1 convolution
+    hp, wpd = h + pt + pb, wd + pl + pr
+    pad = c.scratch((n, hp, wpd, ch), _I8, fill=float(zx))
+    cols = c.scratch((rows, kk), _I8)
+    st = (hp * wpd * ch, sh * wpd * ch, sw * ch, dh * wpd * ch, dw * ch, 1)
+    inner = (slice(None), slice(pt, pt + h), slice(pl, pl + wd))
+
+    def gather(b: list[Any]) -> None:
+        src = b[pad]
+        np.copyto(src[inner], gx(b))
+        np.copyto(b[cols].reshape(n, oh, ow, kh, kw, ch), _nodes._nd(src, (n, oh, ow, kh, kw, ch), st))
+
+    acc, steps = _native_rows_product(c, lambda b: b[cols], zx, w.const.reshape(cout, kk), rows, kk, cout)
+    return [gather, *steps, _native_requant(c, node, xp, wp, out, acc, bias, _split_k(kk)[0], rows, cout)]
+
+
 def _build_conv2d(c: Compiler, node: XNode) -> list[Step]:
     f = node.fields
     pt, pr, pb, pl, kh, kw, sh, sw, dh, dw, groups, gic, goc = _nodes._conv_fields(node)
@@ -466,6 +578,11 @@ def _build_conv2d(c: Compiler, node: XNode) -> list[Step]:
     ow = _nodes._out_size(c, wd, pl + pr, kw, sw, dw, "width")
     c.check_shape(out, (n, oh, ow, cout))
     rows = n * oh * ow
+    if c.native is not None:
+        steps_n = _native_conv(c, node, x, xp, w, wp, out, depthwise,
+                               (n, h, wd, ch, cout, oh, ow, pt, pr, pb, pl, kh, kw, sh, sw, dh, dw, groups, gic, goc))
+        if steps_n is not None:
+            return steps_n
     # Centred input (x - zero point) in float64; the padding is the zero point, i.e. 0 here.
     hp, wp_ = h + pt + pb, wd + pl + pr
     dt = exact_dtype(kh * kw * gic)
@@ -540,6 +657,10 @@ def _build_convert(c: Compiler, node: XNode) -> list[Step]:
         inv = np.float32(1.0) / np.float32(p.tensor_scale)
         zp = np.float32(p.zero_point)
         lo, hi = np.float32(int(info.min) - p.zero_point), np.float32(int(info.max) - p.zero_point)
+        if c.native is not None and out.value.datatype == QINT8:
+            qz, size, lo_f, hi_f = c.native.quantize_qs8, math.prod(out.shape), float(lo), float(hi)
+            inv_f, zp_i = float(inv), p.zero_point
+            return [lambda b: qz(gx(b), b[o], size, inv_f, lo_f, hi_f, zp_i)]
         tmp = c.scratch(out.shape, _F32)
 
         def to_q(b: list[Any]) -> None:  # quantize(), in place in a float32 scratch
@@ -554,6 +675,9 @@ def _build_convert(c: Compiler, node: XNode) -> list[Step]:
     if x.value.datatype in (QINT8, QUINT8) and out.dtype == _F32:
         p = _qparams(c, x, "input_id")
         scale, zp = p.tensor_scale, p.zero_point
+        if c.native is not None and x.value.datatype == QINT8:
+            dq, size = c.native.dequantize_qs8, math.prod(out.shape)
+            return [lambda b: dq(gx(b), b[o], size, zp, scale), *_nodes._clamp_steps(c, node, out)]
         return [lambda b: np.copyto(b[o], dequantize(gx(b), scale, zp)), *_nodes._clamp_steps(c, node, out)]
     raise c.fail(f"converting {x.value.datatype_name} to {out.value.datatype_name} is not supported",
                  Error.NotSupported)
@@ -632,6 +756,24 @@ def _build_multiply(c: Compiler, node: XNode) -> list[Step]:
     ga, gb, o = c.getter(a), c.getter(bb), out.slot
     za, zb = ap.zero_point, bp.zero_point
     zp = op.zero_point
+    if c.native is not None:
+        # centred operands in float32 (|a - za|, |b - zb| <= 255: every product exact), their
+        # broadcast product, then requant_qs8 with the one scale
+        fa, fb, acc = c.scratch(a.shape, _F32), c.scratch(bb.shape, _F32), c.scratch(shape, _F32)
+        last = shape[-1] if shape else 1
+        rows, scales = math.prod(shape) // max(last, 1), c.prepacked(np.full(last, scale, _F32))
+        rq, lo_f, hi_f = c.native.requant_qs8, float(lo - zp), float(hi - zp)
+        if rows * last == 0:
+            return []
+
+        def mul_native(b: list[Any]) -> None:
+            x1, x2, ab = b[fa], b[fb], b[acc]
+            np.subtract(ga(b), za, out=x1, dtype=_F32)
+            np.subtract(gb(b), zb, out=x2, dtype=_F32)
+            np.multiply(x1, x2, out=ab)
+            rq(ab, None, scales, b[o], 1, rows, last, lo_f, hi_f, zp)
+
+        return [mul_native]
 
     def mul(b: list[Any]) -> None:
         acc = np.multiply(np.subtract(ga(b), za, dtype=np.int32), np.subtract(gb(b), zb, dtype=np.int32))

@@ -180,7 +180,7 @@ def _exported(tmp_path_factory: pytest.TempPathFactory, which: str) -> dict[str,
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     tool = _export_tool()
-    spec = tool.big_convnet_spec() if which == "convnet224" else tool.variety_spec()
+    spec = {"convnet224": tool.big_convnet_spec, "wide": tool.wide_spec}.get(which, tool.variety_spec)()
     # Same folder as tests/test_quantized_programs.py: one export per session.
     pairs = tool.cached_pair(spec, tmp_path_factory.getbasetemp() / f"int8_{which}")
     return {name: (path, [a["forward.in_0"]],
@@ -196,6 +196,54 @@ def int8_224_pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 @pytest.fixture(scope="session")
 def int8_variety_pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return _exported(tmp_path_factory, "variety")
+
+
+@pytest.fixture(scope="session")
+def int8_wide_pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return _exported(tmp_path_factory, "wide")
+
+
+@pytest.mark.executorch
+@pytest.mark.parametrize("which", ["wide", "convnet224", "variety"])
+def test_the_compiled_int8_path_equals_the_numpy_path_and_executorch(which: str, request: pytest.FixtureRequest,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where orchestra's compiled kernels are built, int8 convolutions (depthwise, 1x1,
+    im2col, grouped, the RGB stem), fully-connected layers, multiplies and converts run on
+    them: integer products as exact float32 products of centred values (dot products over
+    514 terms split into parts), one requantizing pass. Bit-equal to the numpy path, and
+    within one step of ExecuTorch."""
+    from orchestra.runtime import kernels
+
+    module = kernels.compiled()
+    if module is None:
+        pytest.skip("orchestra's compiled kernels are not built")
+    pair = request.getfixturevalue({"wide": "int8_wide_pair", "convnet224": "int8_224_pair",
+                                    "variety": "int8_variety_pair"}[which])
+    path, ins, want = pair[f"xnnpack_int8_{which}"]
+    bound: set[str] = set()
+
+    class Recording:
+        def __getattr__(self, kernel: str) -> Any:
+            bound.add(kernel)
+            return getattr(module, kernel)
+
+    monkeypatch.setattr(kernels, "compiled", lambda: Recording())
+    compiled = _run(path, ins)
+    monkeypatch.setattr(kernels, "compiled", lambda: None)
+    numpy_path = _run(path, ins)
+    for g, n in zip(compiled, numpy_path):
+        np.testing.assert_array_equal(g, n)
+    assert_within_one_step(f"xnnpack_int8_{which}", compiled, want, output_steps(path, want))
+    assert {"requant_qs8", "quantize_qs8", "dequantize_qs8", "linear_f32"} <= bound, bound
+    if which == "wide":
+        assert {"dwconv_nhwc_f32", "gconv_nhwc_f32"} <= bound, bound
+        _, g = _graph(path)
+        ks = []
+        for node in g.nodes:  # the dot-product lengths the graph holds
+            if node.type == "XNNConv2d":
+                f = node.fields
+                ks.append(f["kernel_height"] * f["kernel_width"] * f["group_input_channels"])
+        assert max(ks) > Q._EXACT_K and min(ks) < Q._EXACT_K, ks
 
 
 @pytest.mark.executorch

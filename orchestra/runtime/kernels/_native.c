@@ -1214,6 +1214,180 @@ static PyObject *py_mul_rows_f32(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* ---- int8 (qs8) steps of XNNPACK-quantized programs: the integer products run as float32
+ * products of centred values (exact while every partial sum stays below 2^24: the caller
+ * splits longer dot products into parts), then one pass requantizes; and the float32 <->
+ * qs8 converts. The arithmetic is XNNPACK's "fp32" requantization and convert, operation for
+ * operation: (float) of the int32 accumulator (bias included), times the float32 scale,
+ * clamped, rounded half to even, plus the zero point. ---- */
+typedef struct {
+    const float *acc, *scale;
+    const int32_t *bias;
+    int8_t *out;
+    Py_ssize_t parts, rows, n, r0, r1;
+    float lo, hi;
+    int zp;
+} requant_job;
+
+ORCH_CLONES
+static void requant_row(const float *acc, Py_ssize_t stride, Py_ssize_t parts, const int32_t *bias,
+                        const float *scale, int8_t *out, Py_ssize_t n, float lo, float hi, int zp) {
+    double t[256]; /* the row's sums, a block of channels at a time (exact: integers far below 2^53) */
+    for (Py_ssize_t c0 = 0; c0 < n; c0 += 256) {
+        const Py_ssize_t m = n - c0 < 256 ? n - c0 : 256;
+        if (bias)
+            for (Py_ssize_t c = 0; c < m; c++) t[c] = (double)bias[c0 + c] + (double)acc[c0 + c];
+        else
+            for (Py_ssize_t c = 0; c < m; c++) t[c] = (double)acc[c0 + c];
+        for (Py_ssize_t p = 1; p < parts; p++)
+            for (Py_ssize_t c = 0; c < m; c++) t[c] += (double)acc[p * stride + c0 + c];
+        for (Py_ssize_t c = 0; c < m; c++) {
+            float v = (float)t[c] * scale[c0 + c]; /* the int32 accumulator to float (one rounding), times the scale */
+            v = v < lo ? lo : v;
+            v = v > hi ? hi : v;
+            out[c0 + c] = (int8_t)((int)__builtin_rintf(v) + zp);
+        }
+    }
+}
+
+static void *requant_part(void *arg) {
+    const requant_job *j = (const requant_job *)arg;
+    const Py_ssize_t stride = j->rows * j->n;
+    for (Py_ssize_t r = j->r0; r < j->r1; r++)
+        requant_row(j->acc + r * j->n, stride, j->parts, j->bias, j->scale, j->out + r * j->n, j->n, j->lo, j->hi,
+                    j->zp);
+    return NULL;
+}
+
+static PyObject *py_requant_qs8(PyObject *self, PyObject *args) {
+    Py_buffer acc, sc, out, b = {0};
+    PyObject *bias_obj;
+    Py_ssize_t parts, rows, n_;
+    float lo, hi;
+    int zp;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*Oy*w*nnnffi", &acc, &bias_obj, &sc, &out, &parts, &rows, &n_, &lo, &hi, &zp))
+        return NULL;
+    const int have_bias = bias_obj != Py_None;
+    int ok = !have_bias || PyObject_GetBuffer(bias_obj, &b, PyBUF_SIMPLE) == 0;
+    if (ok && (parts < 1 || rows < 1 || n_ < 1 || parts > 4096 || prod4(parts, rows, n_, 1) < 0 ||
+               prod4(parts, rows, n_, 1) > ((Py_ssize_t)1 << 40) || !(lo <= hi) || zp < -128 || zp > 127)) {
+        PyErr_SetString(PyExc_ValueError, "requant_qs8: inconsistent sizes or bounds");
+        ok = 0;
+    }
+    ok = ok && need(&acc, prod4(parts, rows, n_, 1), "acc") && need(&sc, n_, "scale") &&
+         (!have_bias || need(&b, n_, "bias"));
+    if (ok && out.len < rows * n_) {
+        PyErr_Format(PyExc_ValueError, "out holds %zd bytes, fewer than the %zd int8 its sizes reach", out.len,
+                     rows * n_);
+        ok = 0;
+    }
+    if (ok && (overlaps(&acc, &out) || overlaps(&sc, &out) || (have_bias && overlaps(&b, &out)))) {
+        PyErr_SetString(PyExc_ValueError, "requant_qs8: out overlaps an operand");
+        ok = 0;
+    }
+    if (ok) {
+        const int nparts = parts_for(rows * n_ * 4, rows);
+        requant_job jobs[MAX_PARTS];
+        for (int k = 0; k < nparts; k++) {
+            requant_job j = {(const float *)acc.buf, (const float *)sc.buf, have_bias ? (const int32_t *)b.buf : NULL,
+                             (int8_t *)out.buf, parts, rows, n_, run_start(rows, k, nparts),
+                             run_start(rows, k + 1, nparts), lo, hi, zp};
+            jobs[k] = j;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        run_parts(requant_part, jobs, sizeof jobs[0], nparts);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&acc);
+    PyBuffer_Release(&sc);
+    PyBuffer_Release(&out);
+    if (have_bias && b.obj) PyBuffer_Release(&b);
+    if (!ok) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* float32 -> qs8: x * inv_scale clamped to [lo, hi] (the int8 range less the zero point),
+ * rounded half to even, plus the zero point; qs8 -> float32: (q - zp) * scale. */
+ORCH_CLONES
+static void quantize_span(const float *x, int8_t *out, Py_ssize_t n, float inv, float lo, float hi, int zp) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        float v = x[i] * inv;
+        v = v < lo ? lo : v;
+        v = v > hi ? hi : v;
+        out[i] = (int8_t)((int)__builtin_rintf(v) + zp);
+    }
+}
+
+ORCH_CLONES
+static void dequantize_span(const int8_t *q, float *out, Py_ssize_t n, int zp, float scale) {
+    for (Py_ssize_t i = 0; i < n; i++) out[i] = (float)((int)q[i] - zp) * scale;
+}
+
+static PyObject *py_quantize_qs8(PyObject *self, PyObject *args) {
+    Py_buffer x, out;
+    Py_ssize_t n;
+    float inv, lo, hi;
+    int zp;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*w*nfffi", &x, &out, &n, &inv, &lo, &hi, &zp)) return NULL;
+    int ok = 1;
+    if (n < 0 || !(lo <= hi) || zp < -128 || zp > 127) {
+        PyErr_SetString(PyExc_ValueError, "quantize_qs8: inconsistent sizes or bounds");
+        ok = 0;
+    }
+    ok = ok && need(&x, n, "x");
+    if (ok && out.len < n) {
+        PyErr_Format(PyExc_ValueError, "out holds %zd bytes, fewer than the %zd int8 its sizes reach", out.len, n);
+        ok = 0;
+    }
+    if (ok && overlaps(&x, &out)) {
+        PyErr_SetString(PyExc_ValueError, "quantize_qs8: out overlaps x");
+        ok = 0;
+    }
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        quantize_span((const float *)x.buf, (int8_t *)out.buf, n, inv, lo, hi, zp);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&x);
+    PyBuffer_Release(&out);
+    if (!ok) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_dequantize_qs8(PyObject *self, PyObject *args) {
+    Py_buffer q, out;
+    Py_ssize_t n;
+    int zp;
+    float scale;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*w*nif", &q, &out, &n, &zp, &scale)) return NULL;
+    int ok = 1;
+    if (n < 0 || zp < -128 || zp > 127) {
+        PyErr_SetString(PyExc_ValueError, "dequantize_qs8: inconsistent sizes or zero point");
+        ok = 0;
+    }
+    if (ok && q.len < n) {
+        PyErr_Format(PyExc_ValueError, "q holds %zd bytes, fewer than the %zd int8 its sizes reach", q.len, n);
+        ok = 0;
+    }
+    ok = ok && need(&out, n, "out");
+    if (ok && overlaps(&q, &out)) {
+        PyErr_SetString(PyExc_ValueError, "dequantize_qs8: out overlaps q");
+        ok = 0;
+    }
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        dequantize_span((const int8_t *)q.buf, (float *)out.buf, n, zp, scale);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&q);
+    PyBuffer_Release(&out);
+    if (!ok) return NULL;
+    Py_RETURN_NONE;
+}
+
 /* ---- layer norm over the last dim, float32: out = (x - mean) * rstd * w + b per row, with
  * mean and rstd = 1 / sqrt(var + eps) (the biased variance) written per row ---- */
 typedef struct {
@@ -3035,6 +3209,16 @@ static PyMethodDef methods[] = {
     {"add_f32", py_add_f32, METH_VARARGS,
      "add_f32(a, b, out, n[, relu]): out[:n] = a[:n] + b[:n] (then relu, NaN and -0.0 kept), float32; out may be a "
      "or b."},
+    {"requant_qs8", py_requant_qs8, METH_VARARGS,
+     "requant_qs8(acc, bias|None, scale, out, parts, rows, n, lo, hi, zp): out[r, c] (int8) = rint(clamp((float)"
+     "(bias[c] + sum_p acc[p, r, c]) * scale[c], lo, hi)) + zp, XNNPACK's fp32 requantization of integer "
+     "accumulators held as float32 (parts, rows, n), bias int32 (n), scale float32 (n); lo, hi: the output "
+     "range less zp."},
+    {"quantize_qs8", py_quantize_qs8, METH_VARARGS,
+     "quantize_qs8(x, out, n, inv_scale, lo, hi, zp): out[:n] (int8) = rint(clamp(x[:n] * inv_scale, lo, hi)) + zp, "
+     "XNNPACK's float32 -> qs8 convert; out overlaps no operand."},
+    {"dequantize_qs8", py_dequantize_qs8, METH_VARARGS,
+     "dequantize_qs8(q, out, n, zp, scale): out[:n] (float32) = (q[:n] - zp) * scale; out overlaps no operand."},
     {"mul_rows_f32", py_mul_rows_f32, METH_VARARGS,
      "mul_rows_f32(x, s, out, N, P, C): out[n, p, c] = x[n, p, c] * s[n, c] for x (N, P, C) float32 (channels-last "
      "data scaled per image and channel); out may be x, and overlaps no other operand."},
