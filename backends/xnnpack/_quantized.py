@@ -431,7 +431,7 @@ def _native_rows_product(c: Compiler, gx: Callable[[list[Any]], Any], zx: int, w
     with the int8 filter ``w_nk`` ((n, k): out-channel rows) into float32 accumulators
     (parts, rows, n); returns (accumulator slot, steps)."""
     parts, kp = _split_k(k)
-    xf = c.scratch((parts, rows, kp), _F32, fill=0.0) if parts * kp != k else c.scratch((parts, rows, kp), _F32)
+    xf = c.scratch((parts, rows, kp), _F32, fill=0.0 if parts * kp != k else None)  # a short last part: 0-padded
     wf = np.zeros((parts, n, kp), _F32)
     for p in range(parts):
         wf[p, :, :min(k, (p + 1) * kp) - p * kp] = w_nk[:, p * kp:(p + 1) * kp]
@@ -759,12 +759,12 @@ def _build_multiply(c: Compiler, node: XNode) -> list[Step]:
     if c.native is not None:
         # centred operands in float32 (|a - za|, |b - zb| <= 255: every product exact), their
         # broadcast product, then requant_qs8 with the one scale
+        if math.prod(shape) == 0:
+            return []
         fa, fb, acc = c.scratch(a.shape, _F32), c.scratch(bb.shape, _F32), c.scratch(shape, _F32)
         last = shape[-1] if shape else 1
-        rows, scales = math.prod(shape) // max(last, 1), c.prepacked(np.full(last, scale, _F32))
+        rows, scales = math.prod(shape) // last, c.prepacked(np.full(last, scale, _F32))
         rq, lo_f, hi_f = c.native.requant_qs8, float(lo - zp), float(hi - zp)
-        if rows * last == 0:
-            return []
 
         def mul_native(b: list[Any]) -> None:
             x1, x2, ab = b[fa], b[fb], b[acc]
