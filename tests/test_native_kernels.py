@@ -1093,6 +1093,17 @@ def test_the_int8_kernels_compute_xnnpacks_requantization_and_converts(threads: 
             np.testing.assert_array_equal(out, _requant_reference(acc, bias, scale, lo, hi, zp))
     finally:
         kernels.set_threads(1)
+        for rows, k, n in [(1, 1024, 1000), (3, 70_000 // 100, 33), (7, 16, 5)]:  # the few-rows dot product
+            xq = rng.integers(-128, 128, size=(rows, k)).astype(np.int8)
+            wq = rng.integers(-128, 128, size=(n, k)).astype(np.int8)
+            bias = rng.integers(-(1 << 20), 1 << 20, size=n).astype(np.int32)
+            scale = (rng.random(n) * 1e-5).astype(np.float32)
+            zx, zp = int(rng.integers(-128, 128)), int(rng.integers(-20, 20))
+            lo, hi = float(-128 - zp), float(127 - zp)
+            out = np.empty((rows, n), np.int8)
+            native.qs8_rows_dot(xq, zx, wq, bias, scale, out, rows, k, n, lo, hi, zp)
+            acc = ((xq.astype(np.int64) - zx) @ wq.astype(np.int64).T).astype(np.float32)[None]
+            np.testing.assert_array_equal(out, _requant_reference(acc, bias, scale, lo, hi, zp))
     x = (rng.standard_normal(100_003) * 4).astype(np.float32)
     x[:6] = [0.5, 1.5, 2.5, -0.5, 1e30, -1e30]
     scale, zp = np.float32(1.0), 3  # x itself rounded: ties
@@ -1123,6 +1134,14 @@ def test_the_int8_kernels_check_the_buffers_they_are_given() -> None:
         native.requant_qs8(acc, None, scale, out, 2, 4, 8, 1.0, -1.0, 0)
     with pytest.raises(ValueError, match="inconsistent"):
         native.requant_qs8(acc, None, scale, out, 2, 4, 8, -128.0, 127.0, 200)
+    xq, wq, oq = np.zeros((2, 8), np.int8), np.zeros((3, 8), np.int8), np.empty((2, 3), np.int8)
+    native.qs8_rows_dot(xq, 0, wq, None, scale, oq, 2, 8, 3, -128.0, 127.0, 0)
+    with pytest.raises(ValueError, match="fewer int8"):
+        native.qs8_rows_dot(xq, 0, wq[:2], None, scale, oq, 2, 8, 3, -128.0, 127.0, 0)
+    with pytest.raises(ValueError, match="inconsistent"):
+        native.qs8_rows_dot(xq, 0, wq, None, scale, oq, 2, 70_000, 3, -128.0, 127.0, 0)  # int32 sums could overflow
+    with pytest.raises(ValueError, match="overlaps"):
+        native.qs8_rows_dot(xq, 0, wq, None, scale, xq, 2, 8, 3, -128.0, 127.0, 0)
     with pytest.raises(ValueError, match="overlaps"):
         native.quantize_qs8(acc.ravel(), acc.view(np.int8).ravel(), 8, 1.0, -128.0, 127.0, 0)
     with pytest.raises(ValueError, match="out holds"):

@@ -1388,6 +1388,103 @@ static PyObject *py_dequantize_qs8(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* ---- int8 linear layers over few rows (classifiers, squeeze-excite's 1x1 convolutions on a
+ * 1x1 map): out[r, j] = requant(bias[j] + sum_k (x[r, k] - zx) * w[j, k]) with int32 sums,
+ * the int8 filter read once, as stored ((n, k) rows), split over the output channels. Such
+ * products read every weight once for a row or two: as int8 that is a quarter of the bytes
+ * of the float32 copies the many-row path multiplies. ---- */
+typedef struct {
+    const int16_t *xc;
+    const int8_t *w;
+    const int32_t *bias;
+    const float *scale;
+    int8_t *out;
+    Py_ssize_t rows, k, n, j0, j1;
+    float lo, hi;
+    int zp;
+} qdot_job;
+
+ORCH_CLONES
+static int32_t dot_i16_i8(const int16_t *restrict a, const int8_t *restrict b, Py_ssize_t k) {
+    int32_t s = 0; /* exact: the caller bounds k so that no sum leaves int32 */
+    for (Py_ssize_t i = 0; i < k; i++) s += (int32_t)a[i] * (int32_t)(int16_t)b[i];
+    return s;
+}
+
+static void *qdot_part(void *arg) {
+    const qdot_job *j = (const qdot_job *)arg;
+    for (Py_ssize_t c = j->j0; c < j->j1; c++) {
+        const int8_t *wr = j->w + c * j->k;
+        for (Py_ssize_t r = 0; r < j->rows; r++) {
+            const double a = (double)dot_i16_i8(j->xc + r * j->k, wr, j->k) + (j->bias ? (double)j->bias[c] : 0.0);
+            float v = (float)a * j->scale[c]; /* as requant_qs8 */
+            v = v < j->lo ? j->lo : v;
+            v = v > j->hi ? j->hi : v;
+            j->out[r * j->n + c] = (int8_t)((int)__builtin_rintf(v) + j->zp);
+        }
+    }
+    return NULL;
+}
+
+/* the largest k whose sums of (x - zx) * w (|x - zx| <= 255, |w| <= 128) stay in int32 */
+#define QDOT_MAX_K 65536
+
+static PyObject *py_qs8_rows_dot(PyObject *self, PyObject *args) {
+    Py_buffer x, w, sc, out, b = {0};
+    PyObject *bias_obj;
+    Py_ssize_t rows, k_, n_;
+    int zx, zp;
+    float lo, hi;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*iy*Oy*w*nnnffi", &x, &zx, &w, &bias_obj, &sc, &out, &rows, &k_, &n_, &lo, &hi, &zp))
+        return NULL;
+    const int have_bias = bias_obj != Py_None;
+    int ok = !have_bias || PyObject_GetBuffer(bias_obj, &b, PyBUF_SIMPLE) == 0;
+    if (ok && (rows < 1 || rows > 64 || k_ < 1 || k_ > QDOT_MAX_K || n_ < 1 || n_ > ((Py_ssize_t)1 << 24) ||
+               !(lo <= hi) || zp < -128 || zp > 127 || zx < -128 || zx > 127)) {
+        PyErr_SetString(PyExc_ValueError, "qs8_rows_dot: inconsistent sizes, bounds or zero points");
+        ok = 0;
+    }
+    if (ok && (x.len < rows * k_ || w.len < n_ * k_ || out.len < rows * n_)) {
+        PyErr_Format(PyExc_ValueError, "qs8_rows_dot: x, w or out holds fewer int8 than its sizes reach "
+                     "(%zd, %zd, %zd bytes)", x.len, w.len, out.len);
+        ok = 0;
+    }
+    ok = ok && need(&sc, n_, "scale") && (!have_bias || need(&b, n_, "bias"));
+    if (ok && (overlaps(&x, &out) || overlaps(&w, &out) || overlaps(&sc, &out) || (have_bias && overlaps(&b, &out)))) {
+        PyErr_SetString(PyExc_ValueError, "qs8_rows_dot: out overlaps an operand");
+        ok = 0;
+    }
+    int16_t *xc = NULL;
+    if (ok && !(xc = (int16_t *)malloc((size_t)(rows * k_) * sizeof(int16_t)))) {
+        PyErr_NoMemory();
+        ok = 0;
+    }
+    if (ok) {
+        const int8_t *xs = (const int8_t *)x.buf;
+        for (Py_ssize_t i = 0; i < rows * k_; i++) xc[i] = (int16_t)(xs[i] - zx);
+        const int nparts = parts_for(rows * k_ * n_, n_);
+        qdot_job jobs[MAX_PARTS];
+        for (int p = 0; p < nparts; p++) {
+            qdot_job j = {xc, (const int8_t *)w.buf, have_bias ? (const int32_t *)b.buf : NULL, (const float *)sc.buf,
+                          (int8_t *)out.buf, rows, k_, n_, run_start(n_, p, nparts), run_start(n_, p + 1, nparts),
+                          lo, hi, zp};
+            jobs[p] = j;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        run_parts(qdot_part, jobs, sizeof jobs[0], nparts);
+        Py_END_ALLOW_THREADS
+    }
+    free(xc);
+    PyBuffer_Release(&x);
+    PyBuffer_Release(&w);
+    PyBuffer_Release(&sc);
+    PyBuffer_Release(&out);
+    if (have_bias && b.obj) PyBuffer_Release(&b);
+    if (!ok) return NULL;
+    Py_RETURN_NONE;
+}
+
 /* ---- layer norm over the last dim, float32: out = (x - mean) * rstd * w + b per row, with
  * mean and rstd = 1 / sqrt(var + eps) (the biased variance) written per row ---- */
 typedef struct {
@@ -3214,6 +3311,10 @@ static PyMethodDef methods[] = {
      "(bias[c] + sum_p acc[p, r, c]) * scale[c], lo, hi)) + zp, XNNPACK's fp32 requantization of integer "
      "accumulators held as float32 (parts, rows, n), bias int32 (n), scale float32 (n); lo, hi: the output "
      "range less zp."},
+    {"qs8_rows_dot", py_qs8_rows_dot, METH_VARARGS,
+     "qs8_rows_dot(x, zx, w, bias|None, scale, out, rows, k, n, lo, hi, zp): out[r, j] (int8) = rint(clamp((float)"
+     "(bias[j] + sum_k (x[r, k] - zx) * w[j, k]) * scale[j], lo, hi)) + zp for int8 x (rows, k) and w (n, k), "
+     "int32 sums (k <= 65536, rows <= 64), bias int32 (n), scale float32 (n); lo, hi: the output range less zp."},
     {"quantize_qs8", py_quantize_qs8, METH_VARARGS,
      "quantize_qs8(x, out, n, inv_scale, lo, hi, zp): out[:n] (int8) = rint(clamp(x[:n] * inv_scale, lo, hi)) + zp, "
      "XNNPACK's float32 -> qs8 convert; out overlaps no operand."},
