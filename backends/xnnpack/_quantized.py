@@ -768,6 +768,24 @@ def _build_clamp(c: Compiler, node: XNode) -> list[Step]:
     return [lambda b: np.clip(gx(b), lo, hi, out=b[o])]
 
 
+def _mul_layout(shape: tuple[int, ...], a: tuple[int, ...], b: tuple[int, ...]
+                ) -> tuple[bool, int, int, int, int] | None:
+    """mul_qs8's view of a Multiply to ``shape``: (swap the operands, N, P, C, bP) when both
+    operands have ``shape`` or one of them has it and the other one value per image and
+    channel (N, 1, ..., 1, C); None for other broadcasts."""
+    if len(shape) < 2:
+        return (False, 1, 1, shape[0], 1) if shape and a == b == shape else None
+    n, ch = shape[0], shape[-1]
+    p = math.prod(shape[1:-1])
+    if a == b == shape:
+        return False, n, p, ch, p
+    gate = (n,) + (1,) * (len(shape) - 2) + (ch,)
+    for swap, full, other in ((False, a, b), (True, b, a)):
+        if full == shape and (1,) * (len(shape) - len(other)) + tuple(other) == gate:
+            return swap, n, p, ch, 1
+    return None
+
+
 def _build_multiply(c: Compiler, node: XNode) -> list[Step]:
     f = node.fields
     a, bb = c.tensor(f["input1_id"], "input1_id"), c.tensor(f["input2_id"], "input2_id")
@@ -782,10 +800,16 @@ def _build_multiply(c: Compiler, node: XNode) -> list[Step]:
     za, zb = ap.zero_point, bp.zero_point
     zp = op.zero_point
     if c.native is not None:
-        # centred operands in float32 (|a - za|, |b - zb| <= 255: every product exact), their
-        # broadcast product, then requant_qs8 with the one scale
         if math.prod(shape) == 0:
             return []
+        fused = _mul_layout(shape, a.shape, bb.shape)
+        if fused is not None:  # same shapes, or one value per image and channel: one compiled pass
+            swap, n, p, ch, bp = fused
+            (g1, z1), (g2, z2) = ((gb, zb), (ga, za)) if swap else ((ga, za), (gb, zb))
+            mq, lo_f, hi_f, sc = c.native.mul_qs8, float(lo - zp), float(hi - zp), float(scale)
+            return [lambda b: mq(g1(b), z1, g2(b), z2, b[o], n, p, ch, bp, sc, lo_f, hi_f, zp)]
+        # centred operands in float32 (|a - za|, |b - zb| <= 255: every product exact), their
+        # broadcast product, then requant_qs8 with the one scale
         fa, fb, acc = c.scratch(a.shape, _F32), c.scratch(bb.shape, _F32), c.scratch(shape, _F32)
         last = shape[-1] if shape else 1
         rows, scales = math.prod(shape) // last, c.prepacked(np.full(last, scale, _F32))

@@ -239,6 +239,8 @@ def test_the_compiled_int8_path_equals_the_numpy_path_and_executorch(which: str,
     assert {"requant_qs8", "quantize_qs8", "dequantize_qs8", "qs8_rows_dot"} <= bound, bound
     if which != "variety":
         assert "linear_f32" in bound, bound
+    if which != "convnet224":
+        assert "mul_qs8" in bound, bound  # x * y of one shape
     if which == "wide":
         assert {"dwconv_nhwc_f32", "gconv_nhwc_f32"} <= bound, bound
         _, g = _graph(path)
@@ -271,6 +273,40 @@ def test_more_int8_node_shapes_match_executorch(int8_variety_pair: dict[str, Any
 
 
 # --------------------------------------------------------------------------- the math on its own
+
+
+def test_the_compiled_multiply_takes_same_shapes_and_per_channel_gates_either_way_round() -> None:
+    assert Q._mul_layout((1, 7, 7, 96), (1, 7, 7, 96), (1, 7, 7, 96)) == (False, 1, 49, 96, 49)
+    assert Q._mul_layout((2, 7, 7, 96), (2, 7, 7, 96), (2, 1, 1, 96)) == (False, 2, 49, 96, 1)
+    assert Q._mul_layout((1, 7, 7, 96), (1, 1, 96), (1, 7, 7, 96)) == (True, 1, 49, 96, 1)  # gate first, lower rank
+    assert Q._mul_layout((6,), (6,), (6,)) == (False, 1, 1, 6, 1)
+    assert Q._mul_layout((2, 7, 7, 96), (2, 7, 7, 96), (1, 1, 1, 96)) is None  # one gate for every image
+    assert Q._mul_layout((1, 7, 7, 96), (1, 7, 7, 96), (1, 7, 1, 96)) is None
+
+
+def test_the_compiled_int8_multiply_is_the_numpy_one() -> None:
+    from orchestra.runtime import kernels
+
+    native = kernels.compiled()
+    if native is None:
+        pytest.skip("orchestra's compiled kernels are not built")
+    rng = np.random.default_rng(3)
+    a = rng.integers(-128, 128, size=(2, 5, 5, 24)).astype(np.int8)
+    for b in (rng.integers(-128, 128, size=(2, 5, 5, 24)).astype(np.int8),
+              rng.integers(-128, 128, size=(2, 1, 1, 24)).astype(np.int8)):
+        za, zb, zp, scale = 3, -7, 2, np.float32(2.5e-4)
+        lo, hi = -128, 100
+        want = Q.requantize(np.multiply(a.astype(np.int32) - za, b.astype(np.int32) - zb), scale, zp, lo, hi)
+        out = np.empty_like(a)
+        native.mul_qs8(a, za, b, zb, out, 2, 25, 24, b.shape[1] * b.shape[2], float(scale), float(lo - zp),
+                       float(hi - zp), zp)
+        np.testing.assert_array_equal(out, want)
+    with pytest.raises(ValueError, match="fewer int8"):
+        native.mul_qs8(a, 0, b, 0, out, 2, 25, 24, 25, 1.0, -128.0, 127.0, 0)  # b holds one row per image
+    with pytest.raises(ValueError, match="inconsistent"):
+        native.mul_qs8(a, 0, b, 0, out, 2, 25, 24, 5, 1.0, -128.0, 127.0, 0)
+    with pytest.raises(ValueError, match="overlaps"):
+        native.mul_qs8(a, 0, a, 0, a, 2, 25, 24, 25, 1.0, -128.0, 127.0, 0)
 
 
 def test_quantize_rounds_half_to_even_and_saturates() -> None:

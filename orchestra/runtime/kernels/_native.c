@@ -1485,6 +1485,83 @@ static PyObject *py_qs8_rows_dot(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* ---- int8 Multiply: out[n, p, c] = requant((a[n, p, c] - za) * (b[n, pb, c] - zb)) with pb = p
+ * (same shapes) or 0 (b one value per image and channel: squeeze-excite's gate); the
+ * product of two centred int8 values is exact in float32 (|.| <= 65025), then XNNPACK's
+ * requantization with the one scale. ---- */
+typedef struct {
+    const int8_t *a, *b;
+    int8_t *out;
+    Py_ssize_t P, C, bP, r0, r1;
+    int za, zb, zp;
+    float scale, lo, hi;
+} mulq_job;
+
+ORCH_CLONES
+static void mulq_row(const int8_t *restrict a, const int8_t *restrict b, int8_t *restrict out, Py_ssize_t C, int za,
+                     int zb, float scale, float lo, float hi, int zp) {
+    for (Py_ssize_t c = 0; c < C; c++) {
+        float v = (float)(((int)a[c] - za) * ((int)b[c] - zb)) * scale;
+        v = v < lo ? lo : v;
+        v = v > hi ? hi : v;
+        out[c] = (int8_t)((int)__builtin_rintf(v) + zp);
+    }
+}
+
+static void *mulq_part(void *arg) {
+    const mulq_job *j = (const mulq_job *)arg;
+    for (Py_ssize_t r = j->r0; r < j->r1; r++) {
+        const Py_ssize_t n = r / j->P, p = r % j->P;
+        const int8_t *b = j->b + (n * j->bP + (j->bP == 1 ? 0 : p)) * j->C;
+        mulq_row(j->a + r * j->C, b, j->out + r * j->C, j->C, j->za, j->zb, j->scale, j->lo, j->hi, j->zp);
+    }
+    return NULL;
+}
+
+static PyObject *py_mul_qs8(PyObject *self, PyObject *args) {
+    Py_buffer a, b, out;
+    Py_ssize_t n_, p_, c_, bp;
+    int za, zb, zp;
+    float scale, lo, hi;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*iy*iw*nnnnfffi", &a, &za, &b, &zb, &out, &n_, &p_, &c_, &bp, &scale, &lo, &hi, &zp))
+        return NULL;
+    const Py_ssize_t lim = (Py_ssize_t)1 << 40;
+    int ok = 1;
+    if (n_ < 1 || p_ < 1 || c_ < 1 || (bp != 1 && bp != p_) || prod4(n_, p_, c_, 1) < 0 || prod4(n_, p_, c_, 1) > lim ||
+        !(lo <= hi) || za < -128 || za > 127 || zb < -128 || zb > 127 || zp < -128 || zp > 127) {
+        PyErr_SetString(PyExc_ValueError, "mul_qs8: inconsistent sizes, bounds or zero points");
+        ok = 0;
+    }
+    if (ok && (a.len < n_ * p_ * c_ || b.len < n_ * bp * c_ || out.len < n_ * p_ * c_)) {
+        PyErr_Format(PyExc_ValueError, "mul_qs8: a, b or out holds fewer int8 than its sizes reach (%zd, %zd, %zd bytes)",
+                     a.len, b.len, out.len);
+        ok = 0;
+    }
+    if (ok && ((a.buf != out.buf && overlaps(&a, &out)) || overlaps(&b, &out))) {
+        PyErr_SetString(PyExc_ValueError, "mul_qs8: out overlaps b, or a without being it");
+        ok = 0;
+    }
+    if (ok) {
+        const Py_ssize_t rows = n_ * p_;
+        const int nparts = parts_for(rows * c_ * 2, rows);
+        mulq_job jobs[MAX_PARTS];
+        for (int k = 0; k < nparts; k++) {
+            mulq_job j = {(const int8_t *)a.buf, (const int8_t *)b.buf, (int8_t *)out.buf, p_, c_, bp,
+                          run_start(rows, k, nparts), run_start(rows, k + 1, nparts), za, zb, zp, scale, lo, hi};
+            jobs[k] = j;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        run_parts(mulq_part, jobs, sizeof jobs[0], nparts);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&a);
+    PyBuffer_Release(&b);
+    PyBuffer_Release(&out);
+    if (!ok) return NULL;
+    Py_RETURN_NONE;
+}
+
 /* ---- layer norm over the last dim, float32: out = (x - mean) * rstd * w + b per row, with
  * mean and rstd = 1 / sqrt(var + eps) (the biased variance) written per row ---- */
 typedef struct {
@@ -3315,6 +3392,10 @@ static PyMethodDef methods[] = {
      "qs8_rows_dot(x, zx, w, bias|None, scale, out, rows, k, n, lo, hi, zp): out[r, j] (int8) = rint(clamp((float)"
      "(bias[j] + sum_k (x[r, k] - zx) * w[j, k]) * scale[j], lo, hi)) + zp for int8 x (rows, k) and w (n, k), "
      "int32 sums (k <= 65536, rows <= 64), bias int32 (n), scale float32 (n); lo, hi: the output range less zp."},
+    {"mul_qs8", py_mul_qs8, METH_VARARGS,
+     "mul_qs8(a, za, b, zb, out, N, P, C, bP, scale, lo, hi, zp): out[n, p, c] (int8) = rint(clamp((float)((a[n, p, c] "
+     "- za) * (b[n, p or 0, c] - zb)) * scale, lo, hi)) + zp for int8 a (N, P, C) and b (N, bP, C), bP = P or 1; "
+     "lo, hi: the output range less zp; out may be a."},
     {"quantize_qs8", py_quantize_qs8, METH_VARARGS,
      "quantize_qs8(x, out, n, inv_scale, lo, hi, zp): out[:n] (int8) = rint(clamp(x[:n] * inv_scale, lo, hi)) + zp, "
      "XNNPACK's float32 -> qs8 convert; out overlaps no operand."},
