@@ -849,6 +849,9 @@ def _build_global_avg(c: Compiler, node: XNode) -> list[Step]:
     yzp = np.float32(op.zero_point) - np.float32(np.float32(area * xp.zero_point) * s)
     lo, hi = _out_bounds(c, node, op)
     gx, o = c.getter(x), out.slot
+    if c.native is not None and area <= 1 << 24:
+        gap, args = c.native.gap_qs8, (n, area, ch, float(s), float(yzp), float(lo), float(hi))
+        return [lambda b: gap(gx(b), b[o], *args)]
 
     def mean(b: list[Any]) -> None:
         total = gx(b).reshape(n, area, ch).sum(axis=1, dtype=np.int32)

@@ -240,7 +240,7 @@ def test_the_compiled_int8_path_equals_the_numpy_path_and_executorch(which: str,
     if which != "variety":
         assert "linear_f32" in bound, bound
     if which != "convnet224":
-        assert "mul_qs8" in bound, bound  # x * y of one shape
+        assert {"mul_qs8", "gap_qs8"} <= bound, bound  # x * y of one shape; global average pooling
     if which == "wide":
         assert {"dwconv_nhwc_f32", "gconv_nhwc_f32"} <= bound, bound
         _, g = _graph(path)
@@ -282,6 +282,29 @@ def test_the_compiled_multiply_takes_same_shapes_and_per_channel_gates_either_wa
     assert Q._mul_layout((6,), (6,), (6,)) == (False, 1, 1, 6, 1)
     assert Q._mul_layout((2, 7, 7, 96), (2, 7, 7, 96), (1, 1, 1, 96)) is None  # one gate for every image
     assert Q._mul_layout((1, 7, 7, 96), (1, 7, 7, 96), (1, 7, 1, 96)) is None
+
+
+def test_the_compiled_int8_mean_sums_in_int32_and_rounds_twice() -> None:
+    from orchestra.runtime import kernels
+
+    native = kernels.compiled()
+    if native is None:
+        pytest.skip("orchestra's compiled kernels are not built")
+    rng = np.random.default_rng(4)
+    for n, p, ch in [(1, 49, 1280), (2, 3136, 24), (3, 1, 600)]:
+        x = rng.integers(-128, 128, size=(n, p, ch)).astype(np.int8)
+        s = np.float32(np.float32(0.7) * (np.float32(1) / np.float32(p)))
+        yzp = np.float32(3) - np.float32(np.float32(p * -5) * s)
+        lo, hi = -128, 120
+        v = np.multiply(x.sum(axis=1, dtype=np.int32).astype(np.float32), s, dtype=np.float32) + yzp
+        want = np.clip(np.rint(v), lo, hi).astype(np.int8)
+        out = np.empty((n, ch), np.int8)
+        native.gap_qs8(x, out, n, p, ch, float(s), float(yzp), float(lo), float(hi))
+        np.testing.assert_array_equal(out, want)
+    with pytest.raises(ValueError, match="fewer int8"):
+        native.gap_qs8(x, out[:1], n, p, ch, 1.0, 0.0, -128.0, 127.0)
+    with pytest.raises(ValueError, match="inconsistent"):
+        native.gap_qs8(x, out, n, p, ch, 1.0, 0.0, 1.0, -1.0)
 
 
 def test_the_compiled_int8_multiply_is_the_numpy_one() -> None:

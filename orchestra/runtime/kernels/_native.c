@@ -1562,6 +1562,85 @@ static PyObject *py_mul_qs8(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* ---- int8 global average pooling, XNNPACK's qs8 mean: int32 sums of the raw values per
+ * image and channel, then (float) sum * s + yzp (two float32 roundings: no fused
+ * multiply-add), rounded half to even, clamped to [lo, hi] (the output's int8 bounds). ---- */
+typedef struct {
+    const int8_t *x;
+    int8_t *out;
+    Py_ssize_t P, C, n0, n1;
+    float s, yzp, lo, hi;
+} gapq_job;
+
+ORCH_CLONES
+static void gapq_add_row(const int8_t *restrict row, int32_t *restrict t, Py_ssize_t m) {
+    for (Py_ssize_t c = 0; c < m; c++) t[c] += row[c];
+}
+
+__attribute__((optimize("fp-contract=off")))
+static void gapq_finish(const int32_t *t, int8_t *out, Py_ssize_t C, float s, float yzp, float lo, float hi) {
+    for (Py_ssize_t c = 0; c < C; c++) {
+        volatile float m = (float)t[c] * s; /* rounded to float32 before the add, as XNNPACK */
+        float v = __builtin_rintf(m + yzp);
+        v = v < lo ? lo : v;
+        v = v > hi ? hi : v;
+        out[c] = (int8_t)(int)v;
+    }
+}
+
+static void *gapq_part(void *arg) {
+    const gapq_job *j = (const gapq_job *)arg;
+    int32_t t[512];
+    for (Py_ssize_t n = j->n0; n < j->n1; n++)
+        for (Py_ssize_t c0 = 0; c0 < j->C; c0 += 512) { /* a block of channels at a time */
+            const Py_ssize_t m = j->C - c0 < 512 ? j->C - c0 : 512;
+            const int8_t *x = j->x + n * j->P * j->C + c0;
+            for (Py_ssize_t c = 0; c < m; c++) t[c] = 0;
+            for (Py_ssize_t p = 0; p < j->P; p++) gapq_add_row(x + p * j->C, t, m);
+            gapq_finish(t, j->out + n * j->C + c0, m, j->s, j->yzp, j->lo, j->hi);
+        }
+    return NULL;
+}
+
+static PyObject *py_gap_qs8(PyObject *self, PyObject *args) {
+    Py_buffer x, out;
+    Py_ssize_t n_, p_, c_;
+    float s, yzp, lo, hi;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*w*nnnffff", &x, &out, &n_, &p_, &c_, &s, &yzp, &lo, &hi)) return NULL;
+    int ok = 1;
+    if (n_ < 1 || p_ < 1 || c_ < 1 || p_ > ((Py_ssize_t)1 << 24) || prod4(n_, p_, c_, 1) < 0 ||
+        prod4(n_, p_, c_, 1) > ((Py_ssize_t)1 << 40) || !(lo <= hi)) {
+        PyErr_SetString(PyExc_ValueError, "gap_qs8: inconsistent sizes or bounds");
+        ok = 0;
+    }
+    if (ok && (x.len < n_ * p_ * c_ || out.len < n_ * c_)) {
+        PyErr_Format(PyExc_ValueError, "gap_qs8: x or out holds fewer int8 than its sizes reach (%zd, %zd bytes)",
+                     x.len, out.len);
+        ok = 0;
+    }
+    if (ok && overlaps(&x, &out)) {
+        PyErr_SetString(PyExc_ValueError, "gap_qs8: out overlaps x");
+        ok = 0;
+    }
+    if (ok) {
+        const int nparts = parts_for(n_ * p_ * c_, n_);
+        gapq_job jobs[MAX_PARTS];
+        for (int k = 0; k < nparts; k++) {
+            gapq_job j = {(const int8_t *)x.buf, (int8_t *)out.buf, p_, c_, n_ * k / nparts, n_ * (k + 1) / nparts,
+                          s, yzp, lo, hi};
+            jobs[k] = j;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        run_parts(gapq_part, jobs, sizeof jobs[0], nparts);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&x);
+    PyBuffer_Release(&out);
+    if (!ok) return NULL;
+    Py_RETURN_NONE;
+}
+
 /* ---- layer norm over the last dim, float32: out = (x - mean) * rstd * w + b per row, with
  * mean and rstd = 1 / sqrt(var + eps) (the biased variance) written per row ---- */
 typedef struct {
@@ -3396,6 +3475,9 @@ static PyMethodDef methods[] = {
      "mul_qs8(a, za, b, zb, out, N, P, C, bP, scale, lo, hi, zp): out[n, p, c] (int8) = rint(clamp((float)((a[n, p, c] "
      "- za) * (b[n, p or 0, c] - zb)) * scale, lo, hi)) + zp for int8 a (N, P, C) and b (N, bP, C), bP = P or 1; "
      "lo, hi: the output range less zp; out may be a."},
+    {"gap_qs8", py_gap_qs8, METH_VARARGS,
+     "gap_qs8(x, out, N, P, C, s, yzp, lo, hi): out[n, c] (int8) = clamp(rint((float)(sum_p x[n, p, c]) * s + yzp), "
+     "lo, hi) for int8 x (N, P, C), int32 sums, two float32 roundings (XNNPACK's qs8 mean; P <= 2^24)."},
     {"quantize_qs8", py_quantize_qs8, METH_VARARGS,
      "quantize_qs8(x, out, n, inv_scale, lo, hi, zp): out[:n] (int8) = rint(clamp(x[:n] * inv_scale, lo, hi)) + zp, "
      "XNNPACK's float32 -> qs8 convert; out overlaps no operand."},
