@@ -241,6 +241,8 @@ def test_the_compiled_int8_path_equals_the_numpy_path_and_executorch(which: str,
         assert "linear_f32" in bound, bound
     if which != "convnet224":
         assert {"mul_qs8", "gap_qs8"} <= bound, bound  # x * y of one shape; global average pooling
+    else:
+        assert "add_qs8" in bound, bound  # the residual connection
     if which == "wide":
         assert {"dwconv_nhwc_f32", "gconv_nhwc_f32"} <= bound, bound
         _, g = _graph(path)
@@ -282,6 +284,30 @@ def test_the_compiled_multiply_takes_same_shapes_and_per_channel_gates_either_wa
     assert Q._mul_layout((6,), (6,), (6,)) == (False, 1, 1, 6, 1)
     assert Q._mul_layout((2, 7, 7, 96), (2, 7, 7, 96), (1, 1, 1, 96)) is None  # one gate for every image
     assert Q._mul_layout((1, 7, 7, 96), (1, 7, 7, 96), (1, 7, 1, 96)) is None
+
+
+@pytest.mark.parametrize("sa,za,sb,zb,so,zo", [(0.02, 3, 0.05, -10, 0.04, 1), (0.5, -128, 0.001, 127, 0.3, 0),
+                                                (0.01, 0, 0.01, 0, 0.02, -5)])
+def test_the_compiled_int8_add_is_xnnpacks_fixed_point_add(sa: float, za: int, sb: float, zb: int, so: float,
+                                                           zo: int) -> None:
+    from orchestra.runtime import kernels
+
+    native = kernels.compiled()
+    if native is None:
+        pytest.skip("orchestra's compiled kernels are not built")
+    rng = np.random.default_rng(5)
+    a = rng.integers(-128, 128, size=100_003).astype(np.int8)
+    b = rng.integers(-128, 128, size=a.size).astype(np.int8)
+    p = Q.add_params(sa, za, sb, zb, so)
+    out = np.empty_like(a)
+    native.add_qs8(a, b, out, a.size, p.a_multiplier, p.b_multiplier, p.bias, p.shift, zo, -128, 110)
+    np.testing.assert_array_equal(out, Q.qs8_add(a, b, p, zo, -128, 110))
+    native.add_qs8(a, b, a, a.size, p.a_multiplier, p.b_multiplier, p.bias, p.shift, zo, -128, 110)  # in place
+    np.testing.assert_array_equal(a, out)
+    with pytest.raises(ValueError, match="fewer int8"):
+        native.add_qs8(a, b[:10], out, a.size, p.a_multiplier, p.b_multiplier, p.bias, p.shift, zo, -128, 127)
+    with pytest.raises(ValueError, match="inconsistent"):
+        native.add_qs8(a, b, out, a.size, 1 << 22, p.b_multiplier, p.bias, p.shift, zo, -128, 127)
 
 
 def test_the_compiled_int8_mean_sums_in_int32_and_rounds_twice() -> None:

@@ -1641,6 +1641,76 @@ static PyObject *py_gap_qs8(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* ---- int8 Add of one shape, XNNPACK's fixed-point qs8 add: ((bias + a * a_mul + b * b_mul)
+ * >> shift) + zp clamped to [lo, hi]; every sum fits int32 (multipliers < 2^21) and the shift
+ * is arithmetic (GCC's, as numpy's). ---- */
+typedef struct {
+    const int8_t *a, *b;
+    int8_t *out;
+    Py_ssize_t s0, s1;
+    int32_t am, bm, bias;
+    int shift, zp, lo, hi;
+} addq_job;
+
+ORCH_CLONES
+static void addq_span(const int8_t *restrict a, const int8_t *restrict b, int8_t *out, Py_ssize_t n, int32_t am,
+                      int32_t bm, int32_t bias, int shift, int zp, int lo, int hi) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int32_t v = ((bias + (int32_t)a[i] * am + (int32_t)b[i] * bm) >> shift) + zp;
+        v = v < lo ? lo : v;
+        v = v > hi ? hi : v;
+        out[i] = (int8_t)v;
+    }
+}
+
+static void *addq_part(void *arg) {
+    const addq_job *j = (const addq_job *)arg;
+    addq_span(j->a + j->s0, j->b + j->s0, j->out + j->s0, j->s1 - j->s0, j->am, j->bm, j->bias, j->shift, j->zp, j->lo,
+              j->hi);
+    return NULL;
+}
+
+static PyObject *py_add_qs8(PyObject *self, PyObject *args) {
+    Py_buffer a, b, out;
+    Py_ssize_t n;
+    int am, bm, bias, shift, zp, lo, hi;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*y*w*niiiiiii", &a, &b, &out, &n, &am, &bm, &bias, &shift, &zp, &lo, &hi))
+        return NULL;
+    int ok = 1;
+    if (n < 0 || am <= -(1 << 21) || am >= (1 << 21) || bm <= -(1 << 21) || bm >= (1 << 21) || shift < 1 ||
+        shift > 31 || bias < -(1 << 30) || bias > (1 << 30) || zp < -128 || zp > 127 || lo < -128 || hi > 127 || lo > hi) {
+        PyErr_SetString(PyExc_ValueError, "add_qs8: inconsistent size, multipliers, shift or bounds");
+        ok = 0;
+    }
+    if (ok && (a.len < n || b.len < n || out.len < n)) {
+        PyErr_Format(PyExc_ValueError, "add_qs8: a, b or out holds fewer int8 than its sizes reach (%zd, %zd, %zd bytes)",
+                     a.len, b.len, out.len);
+        ok = 0;
+    }
+    if (ok && ((a.buf != out.buf && overlaps(&a, &out)) || (b.buf != out.buf && overlaps(&b, &out)))) {
+        PyErr_SetString(PyExc_ValueError, "add_qs8: out overlaps a or b without being it");
+        ok = 0;
+    }
+    if (ok) {
+        const int nparts = parts_for(n, n / 4096);
+        addq_job jobs[MAX_PARTS];
+        for (int k = 0; k < nparts; k++) {
+            addq_job j = {(const int8_t *)a.buf, (const int8_t *)b.buf, (int8_t *)out.buf, run_start(n, k, nparts),
+                          run_start(n, k + 1, nparts), am, bm, bias, shift, zp, lo, hi};
+            jobs[k] = j;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        run_parts(addq_part, jobs, sizeof jobs[0], nparts);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&a);
+    PyBuffer_Release(&b);
+    PyBuffer_Release(&out);
+    if (!ok) return NULL;
+    Py_RETURN_NONE;
+}
+
 /* ---- layer norm over the last dim, float32: out = (x - mean) * rstd * w + b per row, with
  * mean and rstd = 1 / sqrt(var + eps) (the biased variance) written per row ---- */
 typedef struct {
@@ -3475,6 +3545,10 @@ static PyMethodDef methods[] = {
      "mul_qs8(a, za, b, zb, out, N, P, C, bP, scale, lo, hi, zp): out[n, p, c] (int8) = rint(clamp((float)((a[n, p, c] "
      "- za) * (b[n, p or 0, c] - zb)) * scale, lo, hi)) + zp for int8 a (N, P, C) and b (N, bP, C), bP = P or 1; "
      "lo, hi: the output range less zp; out may be a."},
+    {"add_qs8", py_add_qs8, METH_VARARGS,
+     "add_qs8(a, b, out, n, a_mul, b_mul, bias, shift, zp, lo, hi): out[:n] (int8) = clamp(((bias + a * a_mul + b * "
+     "b_mul) >> shift) + zp, lo, hi), XNNPACK's fixed-point qs8 add of int8 a and b (multipliers < 2^21); out may be a "
+     "or b."},
     {"gap_qs8", py_gap_qs8, METH_VARARGS,
      "gap_qs8(x, out, N, P, C, s, yzp, lo, hi): out[n, c] (int8) = clamp(rint((float)(sum_p x[n, p, c]) * s + yzp), "
      "lo, hi) for int8 x (N, P, C), int32 sums, two float32 roundings (XNNPACK's qs8 mean; P <= 2^24)."},
