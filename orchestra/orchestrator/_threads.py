@@ -7,9 +7,9 @@ through ``threadpoolctl``:
 
 * a worker process (``placement="process"``) gets as many compute threads as the CPUs it is
   bound to; unbound, 1 when more than one instance shares the orchestrator, else every CPU
-  orchestra was given (following instances added and removed). They go to orchestra's compiled kernels where those are built (its
-  products and convolutions run on their pool) with the BLAS/OpenMP pools at 1, else to the
-  BLAS/OpenMP pools (:func:`apply_blas_limit`);
+  orchestra was given (following instances added and removed). They go to orchestra's
+  compiled kernels where those are built (its products and convolutions run on their pool)
+  with the BLAS/OpenMP pools at 1, else to the BLAS/OpenMP pools (:func:`apply_blas_limit`);
 * thread-placed instances share their process's pools, so while the orchestrator runs any,
   it limits the process to 1 BLAS thread (restored when it closes); their parallelism comes
   from orchestra's compiled kernels (every CPU for a lone unbound instance, else 1:

@@ -593,6 +593,16 @@ static int need(const Py_buffer *b, Py_ssize_t count, const char *what) {
     return 1;
 }
 
+/* ``b`` holds at least ``count`` int8 (count >= 0) */
+static int need_i8(const Py_buffer *b, Py_ssize_t count, const char *what) {
+    if (count < 0 || b->len < count) {
+        PyErr_Format(PyExc_ValueError, "%s holds %zd bytes, fewer int8 than the %zd its sizes reach", what, b->len,
+                     count);
+        return 0;
+    }
+    return 1;
+}
+
 /* Depthwise convolution (groups == channels, one output channel per input channel), NCHW in
  * and out, computed channels-last inside: a block of up to 16 channels of one image is
  * transposed, a strip of rows at a time, into a zero-padded scratch [rows][wp][L] (L = 16, or 8
@@ -1242,7 +1252,8 @@ static void requant_row(const float *acc, Py_ssize_t stride, Py_ssize_t parts, c
         for (Py_ssize_t p = 1; p < parts; p++)
             for (Py_ssize_t c = 0; c < m; c++) t[c] += (double)acc[p * stride + c0 + c];
         for (Py_ssize_t c = 0; c < m; c++) {
-            float v = (float)t[c] * scale[c0 + c]; /* the int32 accumulator to float (one rounding), times the scale */
+            /* the int32 accumulator to float (one rounding), times the scale */
+            float v = (float)t[c] * scale[c0 + c];
             v = v < lo ? lo : v;
             v = v > hi ? hi : v;
             out[c0 + c] = (int8_t)((int)__builtin_rintf(v) + zp);
@@ -1277,11 +1288,7 @@ static PyObject *py_requant_qs8(PyObject *self, PyObject *args) {
     }
     ok = ok && need(&acc, prod4(parts, rows, n_, 1), "acc") && need(&sc, n_, "scale") &&
          (!have_bias || need(&b, n_, "bias"));
-    if (ok && out.len < rows * n_) {
-        PyErr_Format(PyExc_ValueError, "out holds %zd bytes, fewer than the %zd int8 its sizes reach", out.len,
-                     rows * n_);
-        ok = 0;
-    }
+    ok = ok && need_i8(&out, rows * n_, "out");
     if (ok && (overlaps(&acc, &out) || overlaps(&sc, &out) || (have_bias && overlaps(&b, &out)))) {
         PyErr_SetString(PyExc_ValueError, "requant_qs8: out overlaps an operand");
         ok = 0;
@@ -1337,10 +1344,7 @@ static PyObject *py_quantize_qs8(PyObject *self, PyObject *args) {
         ok = 0;
     }
     ok = ok && need(&x, n, "x");
-    if (ok && out.len < n) {
-        PyErr_Format(PyExc_ValueError, "out holds %zd bytes, fewer than the %zd int8 its sizes reach", out.len, n);
-        ok = 0;
-    }
+    ok = ok && need_i8(&out, n, "out");
     if (ok && overlaps(&x, &out)) {
         PyErr_SetString(PyExc_ValueError, "quantize_qs8: out overlaps x");
         ok = 0;
@@ -1368,10 +1372,7 @@ static PyObject *py_dequantize_qs8(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "dequantize_qs8: inconsistent sizes or zero point");
         ok = 0;
     }
-    if (ok && q.len < n) {
-        PyErr_Format(PyExc_ValueError, "q holds %zd bytes, fewer than the %zd int8 its sizes reach", q.len, n);
-        ok = 0;
-    }
+    ok = ok && need_i8(&q, n, "q");
     ok = ok && need(&out, n, "out");
     if (ok && overlaps(&q, &out)) {
         PyErr_SetString(PyExc_ValueError, "dequantize_qs8: out overlaps q");
@@ -1436,7 +1437,8 @@ static PyObject *py_qs8_rows_dot(PyObject *self, PyObject *args) {
     int zx, zp;
     float lo, hi;
     (void)self;
-    if (!PyArg_ParseTuple(args, "y*iy*Oy*w*nnnffi", &x, &zx, &w, &bias_obj, &sc, &out, &rows, &k_, &n_, &lo, &hi, &zp))
+    if (!PyArg_ParseTuple(args, "y*iy*Oy*w*nnnffi", &x, &zx, &w, &bias_obj, &sc, &out, &rows, &k_, &n_, &lo, &hi,
+                          &zp))
         return NULL;
     const int have_bias = bias_obj != Py_None;
     int ok = !have_bias || PyObject_GetBuffer(bias_obj, &b, PyBUF_SIMPLE) == 0;
@@ -1445,13 +1447,10 @@ static PyObject *py_qs8_rows_dot(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "qs8_rows_dot: inconsistent sizes, bounds or zero points");
         ok = 0;
     }
-    if (ok && (x.len < rows * k_ || w.len < n_ * k_ || out.len < rows * n_)) {
-        PyErr_Format(PyExc_ValueError, "qs8_rows_dot: x, w or out holds fewer int8 than its sizes reach "
-                     "(%zd, %zd, %zd bytes)", x.len, w.len, out.len);
-        ok = 0;
-    }
+    ok = ok && need_i8(&x, rows * k_, "x") && need_i8(&w, n_ * k_, "w") && need_i8(&out, rows * n_, "out");
     ok = ok && need(&sc, n_, "scale") && (!have_bias || need(&b, n_, "bias"));
-    if (ok && (overlaps(&x, &out) || overlaps(&w, &out) || overlaps(&sc, &out) || (have_bias && overlaps(&b, &out)))) {
+    if (ok && (overlaps(&x, &out) || overlaps(&w, &out) || overlaps(&sc, &out) ||
+               (have_bias && overlaps(&b, &out)))) {
         PyErr_SetString(PyExc_ValueError, "qs8_rows_dot: out overlaps an operand");
         ok = 0;
     }
@@ -1524,7 +1523,8 @@ static PyObject *py_mul_qs8(PyObject *self, PyObject *args) {
     int za, zb, zp;
     float scale, lo, hi;
     (void)self;
-    if (!PyArg_ParseTuple(args, "y*iy*iw*nnnnfffi", &a, &za, &b, &zb, &out, &n_, &p_, &c_, &bp, &scale, &lo, &hi, &zp))
+    if (!PyArg_ParseTuple(args, "y*iy*iw*nnnnfffi", &a, &za, &b, &zb, &out, &n_, &p_, &c_, &bp, &scale, &lo, &hi,
+                          &zp))
         return NULL;
     const Py_ssize_t lim = (Py_ssize_t)1 << 40;
     int ok = 1;
@@ -1533,11 +1533,8 @@ static PyObject *py_mul_qs8(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "mul_qs8: inconsistent sizes, bounds or zero points");
         ok = 0;
     }
-    if (ok && (a.len < n_ * p_ * c_ || b.len < n_ * bp * c_ || out.len < n_ * p_ * c_)) {
-        PyErr_Format(PyExc_ValueError, "mul_qs8: a, b or out holds fewer int8 than its sizes reach (%zd, %zd, %zd bytes)",
-                     a.len, b.len, out.len);
-        ok = 0;
-    }
+    ok = ok && need_i8(&a, n_ * p_ * c_, "a") && need_i8(&b, n_ * bp * c_, "b") &&
+         need_i8(&out, n_ * p_ * c_, "out");
     if (ok && ((a.buf != out.buf && overlaps(&a, &out)) || overlaps(&b, &out))) {
         PyErr_SetString(PyExc_ValueError, "mul_qs8: out overlaps b, or a without being it");
         ok = 0;
@@ -1614,11 +1611,7 @@ static PyObject *py_gap_qs8(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "gap_qs8: inconsistent sizes or bounds");
         ok = 0;
     }
-    if (ok && (x.len < n_ * p_ * c_ || out.len < n_ * c_)) {
-        PyErr_Format(PyExc_ValueError, "gap_qs8: x or out holds fewer int8 than its sizes reach (%zd, %zd bytes)",
-                     x.len, out.len);
-        ok = 0;
-    }
+    ok = ok && need_i8(&x, n_ * p_ * c_, "x") && need_i8(&out, n_ * c_, "out");
     if (ok && overlaps(&x, &out)) {
         PyErr_SetString(PyExc_ValueError, "gap_qs8: out overlaps x");
         ok = 0;
@@ -1679,15 +1672,12 @@ static PyObject *py_add_qs8(PyObject *self, PyObject *args) {
         return NULL;
     int ok = 1;
     if (n < 0 || am <= -(1 << 21) || am >= (1 << 21) || bm <= -(1 << 21) || bm >= (1 << 21) || shift < 1 ||
-        shift > 31 || bias < -(1 << 30) || bias > (1 << 30) || zp < -128 || zp > 127 || lo < -128 || hi > 127 || lo > hi) {
+        shift > 31 || bias < -(1 << 30) || bias > (1 << 30) || zp < -128 || zp > 127 || lo < -128 || hi > 127 ||
+        lo > hi) {
         PyErr_SetString(PyExc_ValueError, "add_qs8: inconsistent size, multipliers, shift or bounds");
         ok = 0;
     }
-    if (ok && (a.len < n || b.len < n || out.len < n)) {
-        PyErr_Format(PyExc_ValueError, "add_qs8: a, b or out holds fewer int8 than its sizes reach (%zd, %zd, %zd bytes)",
-                     a.len, b.len, out.len);
-        ok = 0;
-    }
+    ok = ok && need_i8(&a, n, "a") && need_i8(&b, n, "b") && need_i8(&out, n, "out");
     if (ok && ((a.buf != out.buf && overlaps(&a, &out)) || (b.buf != out.buf && overlaps(&b, &out)))) {
         PyErr_SetString(PyExc_ValueError, "add_qs8: out overlaps a or b without being it");
         ok = 0;
