@@ -412,16 +412,22 @@ def _split_k(k: int) -> tuple[int, int]:
     return parts, -(-k // parts)
 
 
-def _native_requant(c: Compiler, node: XNode, x: QParams, w: QParams, out: TensorInfo, acc: int,
-                    bias: np.ndarray | None, parts: int, rows: int, n: int) -> Step:
-    """requant_qs8 of the float32 accumulators in ``acc`` ((parts, rows, n)) into ``out``."""
+def _requant_args(c: Compiler, node: XNode, x: QParams, w: QParams, out: TensorInfo, bias: np.ndarray | None
+                  ) -> tuple[np.ndarray | None, np.ndarray, float, float, int]:
+    """The compiled requantization's (int32 bias, per-channel scale, lo - zp, hi - zp, zp)."""
     op = _qs8(c, out, "output_id")
     scale = c.prepacked(requantization_scale(x.tensor_scale, w.scale, op.tensor_scale))
     lo, hi = _out_bounds(c, node, op)
-    zp, o = op.zero_point, out.slot
+    zp = op.zero_point
     b32 = None if bias is None else c.prepacked(bias.astype(np.int32))
-    lo_f, hi_f = float(lo - zp), float(hi - zp)
-    rq = c.native.requant_qs8
+    return b32, scale, float(lo - zp), float(hi - zp), zp
+
+
+def _native_requant(c: Compiler, node: XNode, x: QParams, w: QParams, out: TensorInfo, acc: int,
+                    bias: np.ndarray | None, parts: int, rows: int, n: int) -> Step:
+    """requant_qs8 of the float32 accumulators in ``acc`` ((parts, rows, n)) into ``out``."""
+    b32, scale, lo_f, hi_f, zp = _requant_args(c, node, x, w, out, bias)
+    rq, o = c.native.requant_qs8, out.slot
     return lambda b: rq(b[acc], b32, scale, b[o], parts, rows, n, lo_f, hi_f, zp)
 
 
@@ -462,15 +468,11 @@ def _native_linear(c: Compiler, node: XNode, gx: Callable[[list[Any]], Any], xp:
                    n: int) -> list[Step]:
     """out (rows, n) int8 = requantized (x (rows, k) int8 - zero point) @ w_nk (n, k).T + bias."""
     if rows < _FEW_ROWS and k <= _QDOT_MAX_K:
-        op = _qs8(c, out, "output_id")
-        scale = c.prepacked(requantization_scale(xp.tensor_scale, wp.scale, op.tensor_scale))
-        lo, hi = _out_bounds(c, node, op)
-        zx, zp, o = xp.zero_point, op.zero_point, out.slot
+        b32, scale, lo_f, hi_f, zp = _requant_args(c, node, xp, wp, out, bias)
         w8 = np.ascontiguousarray(w_nk)  # as stored for (out, in) filters: no copy
         if w8 is not w_nk:
             w8 = c.prepacked(w8)
-        b32 = None if bias is None else c.prepacked(bias.astype(np.int32))
-        qd, lo_f, hi_f = c.native.qs8_rows_dot, float(lo - zp), float(hi - zp)
+        qd, zx, o = c.native.qs8_rows_dot, xp.zero_point, out.slot
         return [lambda b: qd(gx(b), zx, w8, b32, scale, b[o], rows, k, n, lo_f, hi_f, zp)]
     acc, steps = _native_rows_product(c, gx, xp.zero_point, w_nk, rows, k, n)
     return [*steps, _native_requant(c, node, xp, wp, out, acc, bias, _split_k(k)[0], rows, n)]
@@ -540,6 +542,8 @@ def _native_conv(c: Compiler, node: XNode, x: TensorInfo, xp: QParams, w: Tensor
     groups (and of the narrow RGB stem) with dot products of at most _EXACT_K terms."""
     n, h, wd, ch, cout, oh, ow, pt, pr, pb, pl, kh, kw, sh, sw, dh, dw, groups, gic, goc = geo
     rows, kk = n * oh * ow, kh * kw * gic
+    if (goc != 1 or kh * kw > _EXACT_K) if depthwise else (groups > 1 and kk > _EXACT_K):
+        return None
     gx, zx = c.getter(x), xp.zero_point
     bias = _int_bias(c, node, cout)
     inf = math.inf
@@ -549,8 +553,6 @@ def _native_conv(c: Compiler, node: XNode, x: TensorInfo, xp: QParams, w: Tensor
         return xf, (lambda b: np.subtract(gx(b), zx, out=b[xf], dtype=_F32))
 
     if depthwise:
-        if goc != 1 or kh * kw > _EXACT_K:
-            return None
         xf, centre = centred()
         wt = c.prepacked(w.const.reshape(kh, kw, cout).astype(_F32))
         acc = c.scratch((rows, cout), _F32)
@@ -568,9 +570,7 @@ def _native_conv(c: Compiler, node: XNode, x: TensorInfo, xp: QParams, w: Tensor
                                                  -inf, inf, 0)
         return [centre, lambda b: gconv(b[xf], wg, None, b[acc], *ggeo),
                 _native_requant(c, node, xp, wp, out, acc, bias, 1, rows, cout)]
-    if groups != 1:
-        return None
-    # im2col on the int8 values: padded with the zero point (0 once centred), the patches
+    # im2col on the int8 values (groups == 1 here): padded with the zero point (0 once centred), the patches
     # gathered, then the rows' product as for a 1x1 convolution
     hp, wpd = h + pt + pb, wd + pl + pr
     pad = c.scratch((n, hp, wpd, ch), _I8, fill=float(zx))
