@@ -56,7 +56,7 @@ def test_the_copies_this_cpu_would_not_pick(isa: str) -> None:
     if native.ISA_LEVEL == 0 and isa == "v3":
         pytest.skip("this CPU has no AVX2 + FMA")
     tests = ("products or silu or activations or gelu or grouped or same_bits or squeeze or layer_norm"
-             " or compiled_add or compiled_softmax")
+             " or compiled_add or compiled_softmax or int8_gemm")
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", tests],
                        capture_output=True, text=True, timeout=600, env=dict(os.environ, ORCHESTRA_NATIVE_ISA=isa))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
@@ -1118,6 +1118,60 @@ def test_the_int8_kernels_compute_xnnpacks_requantization_and_converts(threads: 
     np.testing.assert_array_equal(d, (q.astype(np.int32) - zp).astype(np.float32) * scale)
 
 
+def _gemm_filter(w: np.ndarray) -> np.ndarray:
+    """(n, k) int8 as qs8_gemm reads it: element [b, q, l, t] is w[16 b + l, 4 q + t], 0 past the ends."""
+    n, k = w.shape
+    nb, k4 = -(-n // 16), -(-k // 4)
+    packed = np.zeros((nb, k4, 16, 4), np.int8)
+    for b in range(nb):
+        for l in range(min(16, n - 16 * b)):
+            row = np.zeros(4 * k4, np.int8)
+            row[:k] = w[16 * b + l]
+            packed[b, :, l, :] = row.reshape(k4, 4)
+    return packed
+
+
+def _gemm_correction(w: np.ndarray, zx: int, bias: np.ndarray | None) -> np.ndarray:
+    corr = -(128 + zx) * w.astype(np.int64).sum(axis=1) + (0 if bias is None else bias.astype(np.int64))
+    return ((corr + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)  # modulo 2^32, as the kernel sums
+
+
+@needs_native
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_int8_gemm_sums_int8_rows_exactly(threads: int) -> None:
+    """qs8_gemm: requantized bias + sum (x - zx) * w over int8 rows, exact int32 sums through the
+    uint8 rows and the per-channel correction (which itself leaves int32 for the widest rows);
+    every tail of rows (4), channels (16) and k (4); the VNNI copy where the CPU has it and the
+    plain one (ORCHESTRA_NATIVE_ISA, test_the_copies_this_cpu_would_not_pick)."""
+    rng = np.random.default_rng(11)
+    kernels.set_threads(threads)
+    try:
+        for rows, k, n, with_bias in [(1, 1, 1, False), (5, 3, 17, True), (3136, 16, 16, True), (784, 96, 24, True),
+                                      (49, 576, 1000, True), (13, 1001, 33, False), (9, 65536, 20, True)]:
+            xq = rng.integers(-128, 128, size=(rows, k)).astype(np.int8)
+            wq = rng.integers(-128, 128, size=(n, k)).astype(np.int8)
+            if k == 65536:  # the extreme sums: every term 255 * 128 in a row, the correction past int32
+                xq[0], wq[0], wq[1] = 127, -128, 127
+            zx = -128 if k == 65536 else int(rng.integers(-128, 128))
+            acc = ((xq.astype(np.int64) - zx) @ wq.astype(np.int64).T)
+            spread = float(np.abs(acc).std()) + 1
+            bias = rng.integers(-spread, spread, size=n).astype(np.int32) if with_bias else None
+            if k == 65536 and bias is not None:
+                bias[:2] = 0  # those two sums are the extremes that fit int32 (the caller's bound)
+            scale = (rng.random(n) * 60 / spread).astype(np.float32)
+            zp = int(rng.integers(-20, 20))
+            lo, hi = float(-128 - zp), float(100 - zp)  # a fused activation's upper bound
+            want = _requant_reference(acc.astype(np.float64)[None], bias, scale, lo, hi, zp)
+            out = np.empty((rows, n), np.int8)
+            xu = np.empty(rows * 4 * -(-k // 4), np.uint8)
+            native.qs8_gemm(xq, xu, _gemm_filter(wq), _gemm_correction(wq, zx, bias), scale, out, rows, k, n, lo, hi, zp)
+            np.testing.assert_array_equal(out, want)
+            if want.size > 200:  # results across the range, not all saturated
+                assert ((want > -128) & (want < 100)).mean() > 0.5 and len(np.unique(want)) > 20
+    finally:
+        kernels.set_threads(1)
+
+
 @needs_native
 def test_the_int8_kernels_check_the_buffers_they_are_given() -> None:
     acc, scale = np.zeros((2, 4, 8), np.float32), np.ones(8, np.float32)
@@ -1142,6 +1196,20 @@ def test_the_int8_kernels_check_the_buffers_they_are_given() -> None:
         native.qs8_rows_dot(xq, 0, wq, None, scale, oq, 2, 70_000, 3, -128.0, 127.0, 0)  # int32 sums could overflow
     with pytest.raises(ValueError, match="overlaps"):
         native.qs8_rows_dot(xq, 0, wq, None, scale, xq, 2, 8, 3, -128.0, 127.0, 0)
+    wp, corr, xu = np.zeros((1, 2, 16, 4), np.int8), np.zeros(3, np.int32), np.empty(16, np.uint8)
+    native.qs8_gemm(xq, xu, wp, corr, scale, oq, 2, 8, 3, -128.0, 127.0, 0)
+    with pytest.raises(ValueError, match="w holds"):
+        native.qs8_gemm(xq, xu, wp[:, :1], corr, scale, oq, 2, 8, 3, -128.0, 127.0, 0)
+    with pytest.raises(ValueError, match="xu holds"):
+        native.qs8_gemm(xq, xu[:15], wp, corr, scale, oq, 2, 8, 3, -128.0, 127.0, 0)
+    with pytest.raises(ValueError, match="corr holds"):
+        native.qs8_gemm(xq, xu, wp, corr[:2], scale, oq, 2, 8, 3, -128.0, 127.0, 0)
+    with pytest.raises(ValueError, match="inconsistent"):
+        native.qs8_gemm(xq, xu, wp, corr, scale, oq, 2, 70_000, 3, -128.0, 127.0, 0)  # int32 sums could overflow
+    with pytest.raises(ValueError, match="overlaps"):
+        native.qs8_gemm(xq, xq.view(np.uint8).ravel(), wp, corr, scale, oq, 1, 8, 3, -128.0, 127.0, 0)
+    with pytest.raises(ValueError, match="overlaps"):
+        native.qs8_gemm(xq, xu, wp, corr, scale, xq, 2, 8, 3, -128.0, 127.0, 0)
     with pytest.raises(ValueError, match="overlaps"):
         native.quantize_qs8(acc.ravel(), acc.view(np.int8).ravel(), 8, 1.0, -128.0, 127.0, 0)
     with pytest.raises(ValueError, match="out holds"):

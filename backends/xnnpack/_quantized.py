@@ -474,8 +474,45 @@ def _native_linear(c: Compiler, node: XNode, gx: Callable[[list[Any]], Any], xp:
             w8 = c.prepacked(w8)
         qd, zx, o = c.native.qs8_rows_dot, xp.zero_point, out.slot
         return [lambda b: qd(gx(b), zx, w8, b32, scale, b[o], rows, k, n, lo_f, hi_f, zp)]
+    if c.native.QS8_GEMM_VNNI and k <= _QDOT_MAX_K and _GEMM_SUM_BOUND * k + _max_abs(bias) < 1 << 31:
+        return _native_gemm(c, node, gx, xp, wp, w_nk, out, bias, rows, k, n)
     acc, steps = _native_rows_product(c, gx, xp.zero_point, w_nk, rows, k, n)
     return [*steps, _native_requant(c, node, xp, wp, out, acc, bias, _split_k(k)[0], rows, n)]
+
+
+# Many-row int8 products on a CPU with AVX-512 VNNI take qs8_gemm: int32 sums of the int8 values
+# as they are (x + 128 as uint8 times the filter, the zero point and the 128 subtracted through a
+# per-channel correction folded with the bias), so the same exact sums as above with a quarter of
+# the bytes and no centring pass; exact where every sum, bias included, fits int32.
+_GEMM_SUM_BOUND = 255 * 128  # the largest |(x - zx) * w| of one term
+
+
+def _max_abs(a: np.ndarray | None) -> int:
+    return 0 if a is None or not a.size else int(np.abs(a.astype(np.int64)).max())
+
+
+def _pack_gemm_filter(w_nk: np.ndarray) -> np.ndarray:
+    """``w_nk`` ((n, k) int8) as qs8_gemm reads it: (ceil(n / 16), ceil(k / 4), 16, 4), 0-padded."""
+    n, k = w_nk.shape
+    nb, k4 = -(-n // 16), -(-k // 4)
+    p = np.zeros((nb * 16, k4 * 4), np.int8)
+    p[:n, :k] = w_nk
+    return np.ascontiguousarray(p.reshape(nb, 16, k4, 4).transpose(0, 2, 1, 3))
+
+
+def _native_gemm(c: Compiler, node: XNode, gx: Callable[[list[Any]], Any], xp: QParams, wp: QParams,
+                 w_nk: np.ndarray, out: TensorInfo, bias: np.ndarray | None, rows: int, k: int, n: int) -> list[Step]:
+    """out (rows, n) int8 = requantized (x (rows, k) int8 - zero point) @ w_nk (n, k).T + bias, by qs8_gemm."""
+    b32, scale, lo_f, hi_f, zp = _requant_args(c, node, xp, wp, out, bias)
+    corr = -(128 + xp.zero_point) * w_nk.astype(np.int64).sum(axis=1)
+    if b32 is not None:
+        corr += b32
+    # int32 modulo 2^32: the kernel's sums are, and the whole sum fits int32 (checked by the caller)
+    corr32 = c.prepacked(((corr + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32))
+    wq = c.prepacked(_pack_gemm_filter(w_nk))
+    xu = c.scratch((rows * 4 * -(-k // 4),), np.dtype(np.uint8))
+    gemm, o = c.native.qs8_gemm, out.slot
+    return [lambda b: gemm(gx(b), b[xu], wq, corr32, scale, b[o], rows, k, n, lo_f, hi_f, zp)]
 
 
 def _build_fully_connected(c: Compiler, node: XNode) -> list[Step]:

@@ -204,19 +204,26 @@ def int8_wide_pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 @pytest.mark.executorch
+@pytest.mark.parametrize("products", ["qs8_gemm", "float32"])
 @pytest.mark.parametrize("which", ["wide", "convnet224", "variety"])
-def test_the_compiled_int8_path_equals_the_numpy_path_and_executorch(which: str, request: pytest.FixtureRequest,
+def test_the_compiled_int8_path_equals_the_numpy_path_and_executorch(which: str, products: str,
+                                                                     request: pytest.FixtureRequest,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """Where orchestra's compiled kernels are built, int8 convolutions (depthwise, 1x1,
     im2col, grouped, the RGB stem), fully-connected layers, multiplies and converts run on
-    them: integer products as exact float32 products of centred values (dot products over
-    514 terms split into parts), one requantizing pass. Bit-equal to the numpy path, and
-    within one step of ExecuTorch. Linear layers of few rows sum int32 over the int8 filter."""
+    them. Many-row products (1x1 and im2col convolutions) take qs8_gemm's int32 sums where the
+    CPU has AVX-512 VNNI, else (``float32``, also where the test hides VNNI) exact float32
+    products of centred values (dot products over 514 terms split into parts) and one
+    requantizing pass. Bit-equal to the numpy path, and within one step of ExecuTorch. Linear
+    layers of few rows sum int32 over the int8 filter."""
     from orchestra.runtime import kernels
 
     module = kernels.compiled()
     if module is None:
         pytest.skip("orchestra's compiled kernels are not built")
+    if products == "qs8_gemm" and not module.QS8_GEMM_VNNI:
+        pytest.skip("this CPU has no AVX-512 VNNI: the float32 products run (qs8_gemm's plain copy is tested "
+                    "in tests/test_native_kernels.py)")
     pair = request.getfixturevalue({"wide": "int8_wide_pair", "convnet224": "int8_224_pair",
                                     "variety": "int8_variety_pair"}[which])
     path, ins, want = pair[f"xnnpack_int8_{which}"]
@@ -224,6 +231,8 @@ def test_the_compiled_int8_path_equals_the_numpy_path_and_executorch(which: str,
 
     class Recording:
         def __getattr__(self, kernel: str) -> Any:
+            if kernel == "QS8_GEMM_VNNI":
+                return module.QS8_GEMM_VNNI if products == "qs8_gemm" else 0
             bound.add(kernel)
             return getattr(module, kernel)
 
@@ -238,7 +247,9 @@ def test_the_compiled_int8_path_equals_the_numpy_path_and_executorch(which: str,
     # products are grouped or stem convolutions (gconv), the others have many-row 1x1 ones
     assert {"requant_qs8", "quantize_qs8", "dequantize_qs8", "qs8_rows_dot"} <= bound, bound
     if which != "variety":
-        assert "linear_f32" in bound, bound
+        assert ("qs8_gemm" if products == "qs8_gemm" else "linear_f32") in bound, bound
+    if products == "float32":
+        assert "qs8_gemm" not in bound, bound
     if which != "convnet224":
         assert {"mul_qs8", "gap_qs8"} <= bound, bound  # x * y of one shape; global average pooling
     else:

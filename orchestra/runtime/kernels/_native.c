@@ -1484,6 +1484,182 @@ static PyObject *py_qs8_rows_dot(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* ---- int8 products of many rows (1x1 and im2col convolutions, fully-connected layers over
+ * many rows): out[r, j] = requant(corr[j] + sum_k xu[r, k] * w[j, k]) where xu = x ^ 0x80 (x +
+ * 128 as uint8) and corr[j] = bias[j] - (128 + zx) * sum_k w[j, k], made by the caller: the
+ * sum equals bias[j] + sum_k (x[r, k] - zx) * w[j, k] modulo 2^32, and is that sum where the
+ * caller bounds k and the bias so that it fits int32 (then bit-equal to requant_qs8 over exact
+ * sums). The filter is packed once by the caller as [ceil(n / 16)][k4][16][4] int8 (k4 =
+ * ceil(k / 4), zero-padded): four consecutive k of 16 output channels in 64 bytes, what one
+ * vpdpbusd multiplies by four bytes of a row. Each call first writes the rows as uint8 into
+ * the caller's scratch xu ((rows, 4 k4), zero-padded). AVX-512 VNNI where the CPU has it
+ * (QS8_GEMM_VNNI; the int8 path takes the float32 products elsewhere), a plain loop otherwise. ---- */
+typedef struct {
+    const int8_t *x;
+    uint8_t *xu;
+    const int8_t *wp;
+    const int32_t *corr;
+    const float *scale;
+    int8_t *out;
+    Py_ssize_t k, k4, n, r0, r1;
+    float lo, hi;
+    int zp;
+} qgemm_job;
+
+static void qgemm_rows_plain(const qgemm_job *j) {
+    const Py_ssize_t k4 = j->k4, kp = 4 * k4, n = j->n, nb = (n + 15) / 16;
+    for (Py_ssize_t r = j->r0; r < j->r1; r++) {
+        const uint8_t *xr = j->xu + r * kp;
+        for (Py_ssize_t b = 0; b < nb; b++) {
+            const int8_t *wb = j->wp + b * k4 * 64;
+            uint32_t acc[16] = {0}; /* modulo 2^32 (see above) */
+            for (Py_ssize_t q = 0; q < k4; q++)
+                for (int l = 0; l < 16; l++)
+                    for (int t = 0; t < 4; t++)
+                        acc[l] += (uint32_t)((int32_t)xr[4 * q + t] * (int32_t)wb[64 * q + 4 * l + t]);
+            for (int l = 0; l < 16 && 16 * b + l < n; l++) {
+                const Py_ssize_t c = 16 * b + l;
+                float v = (float)(int32_t)(acc[l] + (uint32_t)j->corr[c]) * j->scale[c];
+                v = v < j->lo ? j->lo : v;
+                v = v > j->hi ? j->hi : v;
+                j->out[r * n + c] = (int8_t)((int)__builtin_rintf(v) + j->zp);
+            }
+        }
+    }
+}
+
+#ifdef ORCH_X86_DISPATCH
+#include <immintrin.h>
+typedef int32_t qg_word __attribute__((may_alias, aligned(1)));
+
+__attribute__((target("arch=x86-64-v4,avx512vnni"))) static inline void qgemm_store(
+    __m512i acc, const int32_t *corr, const float *scale, int8_t *out, Py_ssize_t cnt, __m512 lo, __m512 hi,
+    __m512i zp) {
+    const __mmask16 m = cnt >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << cnt) - 1);
+    const __m512i c = _mm512_maskz_loadu_epi32(m, corr);
+    const __m512 s = _mm512_maskz_loadu_ps(m, scale);
+    __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc, c)), s);
+    v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+    const __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(v), zp); /* rint: the default rounding mode */
+    _mm_mask_storeu_epi8(out, m, _mm512_cvtepi32_epi8(q));
+}
+
+/* 4 rows x 32 output channels per tile (8 accumulators), k four bytes at a time */
+__attribute__((target("arch=x86-64-v4,avx512vnni"))) static void qgemm_rows_vnni(const qgemm_job *j) {
+    const Py_ssize_t k4 = j->k4, kp = 4 * k4, n = j->n, nb = (n + 15) / 16;
+    const __m512 lo = _mm512_set1_ps(j->lo), hi = _mm512_set1_ps(j->hi);
+    const __m512i zp = _mm512_set1_epi32(j->zp);
+    for (Py_ssize_t r = j->r0; r < j->r1; r += 4) {
+        const Py_ssize_t mr = j->r1 - r < 4 ? j->r1 - r : 4;
+        const qg_word *x0 = (const qg_word *)(j->xu + r * kp);
+        const qg_word *x1 = mr > 1 ? x0 + k4 : x0, *x2 = mr > 2 ? x0 + 2 * k4 : x0, *x3 = mr > 3 ? x0 + 3 * k4 : x0;
+        for (Py_ssize_t b = 0; b < nb; b += 2) {
+            const int two = b + 1 < nb;
+            const int8_t *w0 = j->wp + b * k4 * 64, *w1 = two ? w0 + k4 * 64 : w0;
+            __m512i a00 = _mm512_setzero_si512(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00,
+                    a31 = a00;
+            for (Py_ssize_t q = 0; q < k4; q++) {
+                const __m512i wa = _mm512_loadu_si512(w0 + 64 * q), wb = _mm512_loadu_si512(w1 + 64 * q);
+                __m512i v = _mm512_set1_epi32(x0[q]);
+                a00 = _mm512_dpbusd_epi32(a00, v, wa);
+                a01 = _mm512_dpbusd_epi32(a01, v, wb);
+                v = _mm512_set1_epi32(x1[q]);
+                a10 = _mm512_dpbusd_epi32(a10, v, wa);
+                a11 = _mm512_dpbusd_epi32(a11, v, wb);
+                v = _mm512_set1_epi32(x2[q]);
+                a20 = _mm512_dpbusd_epi32(a20, v, wa);
+                a21 = _mm512_dpbusd_epi32(a21, v, wb);
+                v = _mm512_set1_epi32(x3[q]);
+                a30 = _mm512_dpbusd_epi32(a30, v, wa);
+                a31 = _mm512_dpbusd_epi32(a31, v, wb);
+            }
+            const Py_ssize_t c0 = 16 * b, c1 = c0 + 16;
+            const __m512i acc[4][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}};
+            for (Py_ssize_t i = 0; i < mr; i++) {
+                int8_t *o = j->out + (r + i) * n;
+                qgemm_store(acc[i][0], j->corr + c0, j->scale + c0, o + c0, n - c0, lo, hi, zp);
+                if (two) qgemm_store(acc[i][1], j->corr + c1, j->scale + c1, o + c1, n - c1, lo, hi, zp);
+            }
+        }
+    }
+}
+#endif
+
+static void (*qgemm_rows)(const qgemm_job *) = qgemm_rows_plain;
+static int qgemm_vnni = 0;
+
+static void qgemm_pick(int level) {
+#ifdef ORCH_X86_DISPATCH
+    if (level == 4 && __builtin_cpu_supports("avx512vnni")) {
+        qgemm_rows = qgemm_rows_vnni;
+        qgemm_vnni = 1;
+    }
+#else
+    (void)level;
+#endif
+}
+
+static void *qgemm_part(void *arg) {
+    const qgemm_job *j = (const qgemm_job *)arg;
+    const Py_ssize_t kp = 4 * j->k4;
+    for (Py_ssize_t r = j->r0; r < j->r1; r++) {
+        const int8_t *xr = j->x + r * j->k;
+        uint8_t *u = j->xu + r * kp;
+        for (Py_ssize_t i = 0; i < j->k; i++) u[i] = (uint8_t)xr[i] ^ 0x80u;
+        for (Py_ssize_t i = j->k; i < kp; i++) u[i] = 0;
+    }
+    qgemm_rows(j);
+    return NULL;
+}
+
+static PyObject *py_qs8_gemm(PyObject *self, PyObject *args) {
+    Py_buffer x, xu, wp, corr, sc, out;
+    Py_ssize_t rows, k_, n_;
+    int zp;
+    float lo, hi;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*w*y*y*y*w*nnnffi", &x, &xu, &wp, &corr, &sc, &out, &rows, &k_, &n_, &lo, &hi, &zp))
+        return NULL;
+    int ok = 1;
+    if (rows < 1 || rows > ((Py_ssize_t)1 << 30) || k_ < 1 || k_ > QDOT_MAX_K || n_ < 1 || n_ > ((Py_ssize_t)1 << 24) ||
+        !(lo <= hi) || zp < -128 || zp > 127) {
+        PyErr_SetString(PyExc_ValueError, "qs8_gemm: inconsistent sizes, bounds or zero point");
+        ok = 0;
+    }
+    const Py_ssize_t k4 = (k_ + 3) / 4, nb = (n_ + 15) / 16;
+    ok = ok && need_i8(&x, rows * k_, "x") && need_i8(&xu, rows * 4 * k4, "xu") && need_i8(&wp, nb * k4 * 64, "w") &&
+         need_i8(&out, rows * n_, "out") && need(&corr, n_, "corr") && need(&sc, n_, "scale");
+    if (ok && (overlaps(&xu, &x) || overlaps(&xu, &wp) || overlaps(&xu, &corr) || overlaps(&xu, &sc) ||
+               overlaps(&xu, &out) || overlaps(&out, &x) || overlaps(&out, &wp) || overlaps(&out, &corr) ||
+               overlaps(&out, &sc))) {
+        PyErr_SetString(PyExc_ValueError, "qs8_gemm: xu or out overlaps an operand");
+        ok = 0;
+    }
+    if (ok) {
+        const Py_ssize_t tiles = (rows + 3) / 4;
+        const int nparts = parts_for(rows * k_ * n_, tiles);
+        qgemm_job jobs[MAX_PARTS];
+        for (int p = 0; p < nparts; p++) {
+            qgemm_job j = {(const int8_t *)x.buf, (uint8_t *)xu.buf, (const int8_t *)wp.buf, (const int32_t *)corr.buf,
+                           (const float *)sc.buf, (int8_t *)out.buf, k_, k4, n_, 4 * run_start(tiles, p, nparts),
+                           4 * run_start(tiles, p + 1, nparts), lo, hi, zp};
+            if (j.r1 > rows) j.r1 = rows;
+            jobs[p] = j;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        run_parts(qgemm_part, jobs, sizeof jobs[0], nparts);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&x);
+    PyBuffer_Release(&xu);
+    PyBuffer_Release(&wp);
+    PyBuffer_Release(&corr);
+    PyBuffer_Release(&sc);
+    PyBuffer_Release(&out);
+    if (!ok) return NULL;
+    Py_RETURN_NONE;
+}
+
 /* ---- int8 Multiply: out[n, p, c] = requant((a[n, p, c] - za) * (b[n, pb, c] - zb)) with pb = p
  * (same shapes) or 0 (b one value per image and channel: squeeze-excite's gate); the
  * product of two centred int8 values is exact in float32 (|.| <= 65025), then XNNPACK's
@@ -3531,6 +3707,11 @@ static PyMethodDef methods[] = {
      "qs8_rows_dot(x, zx, w, bias|None, scale, out, rows, k, n, lo, hi, zp): out[r, j] (int8) = rint(clamp((float)"
      "(bias[j] + sum_k (x[r, k] - zx) * w[j, k]) * scale[j], lo, hi)) + zp for int8 x (rows, k) and w (n, k), "
      "int32 sums (k <= 65536, rows <= 64), bias int32 (n), scale float32 (n); lo, hi: the output range less zp."},
+    {"qs8_gemm", py_qs8_gemm, METH_VARARGS,
+     "qs8_gemm(x, xu, w, corr, scale, out, rows, k, n, lo, hi, zp): out[r, j] (int8) = rint(clamp((float)(int32)"
+     "(corr[j] + sum_k (x[r, k] ^ 0x80) * w[j, k] mod 2^32) * scale[j], lo, hi)) + zp for int8 x (rows, k), w packed "
+     "(ceil(n / 16), ceil(k / 4), 16, 4) int8, corr int32 (n), scale float32 (n), k <= 65536; xu: scratch of rows * 4 "
+     "ceil(k / 4) bytes (the rows as uint8); lo, hi: the output range less zp. AVX-512 VNNI where QS8_GEMM_VNNI."},
     {"mul_qs8", py_mul_qs8, METH_VARARGS,
      "mul_qs8(a, za, b, zb, out, N, P, C, bP, scale, lo, hi, zp): out[n, p, c] (int8) = rint(clamp((float)((a[n, p, c] "
      "- za) * (b[n, p or 0, c] - zb)) * scale, lo, hi)) + zp for int8 a (N, P, C) and b (N, bP, C), bP = P or 1; "
@@ -3589,9 +3770,11 @@ PyMODINIT_FUNC PyInit__native(void) {
     gemm_pick(level);
     spans_pick(level);
     nhwc_pick(level);
+    qgemm_pick(level);
     PyObject *m = PyModule_Create(&module);
     if (m && (PyModule_AddIntConstant(m, "GEMM_COLUMNS", (long)gemm_nr) < 0 ||
-              PyModule_AddIntConstant(m, "ISA_LEVEL", level) < 0)) {
+              PyModule_AddIntConstant(m, "ISA_LEVEL", level) < 0 ||
+              PyModule_AddIntConstant(m, "QS8_GEMM_VNNI", qgemm_vnni) < 0)) {
         Py_DECREF(m);
         return NULL;
     }
