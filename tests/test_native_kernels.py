@@ -56,7 +56,7 @@ def test_the_copies_this_cpu_would_not_pick(isa: str) -> None:
     if native.ISA_LEVEL == 0 and isa == "v3":
         pytest.skip("this CPU has no AVX2 + FMA")
     tests = ("products or silu or activations or gelu or grouped or same_bits or squeeze or layer_norm"
-             " or compiled_add or compiled_softmax or int8_gemm")
+             " or compiled_add or compiled_softmax or int8_gemm or int8_kernels_check")
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", tests],
                        capture_output=True, text=True, timeout=600, env=dict(os.environ, ORCHESTRA_NATIVE_ISA=isa))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
@@ -1173,6 +1173,49 @@ def test_the_int8_gemm_sums_int8_rows_exactly(threads: int) -> None:
 
 
 @needs_native
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_int8_gemm_over_a_convolutions_patches(threads: int) -> None:
+    """qs8_conv: qs8_gemm whose rows are the patches of an NHWC convolution, gathered in the
+    kernel, taps outside the image read as the input's zero point (so they add nothing): the
+    RGB stem (3 channels, stride 2), padding on every side, dilation, a strided 1x1, 2 images."""
+    rng = np.random.default_rng(12)
+    kernels.set_threads(threads)
+    try:
+        for nimg, h, w, ch, kh, kw, sh, sw, pt, pb, pl, pr, dh, dw, cout in [
+                (1, 224, 224, 3, 3, 3, 2, 2, 0, 1, 0, 1, 1, 1, 16), (2, 9, 11, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 20),
+                (1, 14, 14, 24, 5, 5, 2, 2, 2, 2, 2, 2, 1, 1, 40), (1, 12, 10, 5, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2, 7),
+                (1, 28, 28, 32, 1, 1, 2, 2, 0, 0, 0, 0, 1, 1, 48), (1, 6, 7, 4, 3, 2, 3, 1, 0, 2, 1, 0, 1, 3, 3)]:
+            ho = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
+            wo = (w + pl + pr - dw * (kw - 1) - 1) // sw + 1
+            k = kh * kw * ch
+            xq = rng.integers(-128, 128, size=(nimg, h, w, ch)).astype(np.int8)
+            wq = rng.integers(-128, 128, size=(cout, kh, kw, ch)).astype(np.int8)
+            zx = int(rng.integers(-128, 128))
+            xc = np.pad(xq.astype(np.int64) - zx, ((0, 0), (pt, pb), (pl, pr), (0, 0)))
+            acc = np.zeros((nimg, ho, wo, cout), np.int64)
+            for i in range(kh):
+                for j in range(kw):
+                    tap = xc[:, i * dh:i * dh + (ho - 1) * sh + 1:sh, j * dw:j * dw + (wo - 1) * sw + 1:sw]
+                    acc += tap @ wq[:, i, j, :].astype(np.int64).T
+            acc = acc.reshape(-1, cout)
+            spread = float(acc.std()) + 1
+            bias = rng.integers(-spread, spread, size=cout).astype(np.int32)
+            scale = (rng.random(cout) * 60 / spread).astype(np.float32)
+            zp = int(rng.integers(-20, 20))
+            lo, hi = float(-128 - zp), float(127 - zp)
+            want = _requant_reference(acc.astype(np.float64)[None], bias, scale, lo, hi, zp)
+            out = np.empty((nimg, ho, wo, cout), np.int8)
+            xu = np.empty(nimg * ho * wo * 4 * -(-k // 4), np.uint8)
+            native.qs8_conv(xq, xu, _gemm_filter(wq.reshape(cout, k)), _gemm_correction(wq.reshape(cout, k), zx, bias),
+                            scale, out, nimg, h, w, ch, kh, kw, sh, sw, pt, pl, dh, dw, ho, wo, cout, zx, lo, hi, zp)
+            np.testing.assert_array_equal(out.reshape(-1, cout), want)
+            if want.size > 200:
+                assert ((want > -128) & (want < 127)).mean() > 0.5 and len(np.unique(want)) > 20
+    finally:
+        kernels.set_threads(1)
+
+
+@needs_native
 def test_the_int8_kernels_check_the_buffers_they_are_given() -> None:
     acc, scale = np.zeros((2, 4, 8), np.float32), np.ones(8, np.float32)
     out = np.empty((4, 8), np.int8)
@@ -1210,6 +1253,16 @@ def test_the_int8_kernels_check_the_buffers_they_are_given() -> None:
         native.qs8_gemm(xq, xq.view(np.uint8).ravel(), wp, corr, scale, oq, 1, 8, 3, -128.0, 127.0, 0)
     with pytest.raises(ValueError, match="overlaps"):
         native.qs8_gemm(xq, xu, wp, corr, scale, xq, 2, 8, 3, -128.0, 127.0, 0)
+    geo = (1, 2, 2, 2, 1, 2, 1, 1, 0, 0, 1, 1, 2, 1)  # a 2x2x2 image, a 1x2 kernel: 2 pixels of 4 values
+    native.qs8_conv(xq, xu, wp, corr, scale, oq, *geo, 3, 0, -128.0, 127.0, 0)
+    with pytest.raises(ValueError, match="x holds"):
+        native.qs8_conv(xq[:1, :7], xu, wp, corr, scale, oq, *geo, 3, 0, -128.0, 127.0, 0)
+    with pytest.raises(ValueError, match="out holds"):
+        native.qs8_conv(xq, xu, wp, corr, scale, oq, *geo[:-2], 3, 1, 3, 0, -128.0, 127.0, 0)  # 3 pixels
+    with pytest.raises(ValueError, match="inconsistent geometry"):
+        native.qs8_conv(xq, xu, wp, corr, scale, oq, *geo[:6], 0, *geo[7:], 3, 0, -128.0, 127.0, 0)  # stride 0
+    with pytest.raises(ValueError, match="inconsistent geometry"):
+        native.qs8_conv(xq, xu, wp, corr, scale, oq, *geo[:8], -1, *geo[9:], 3, 0, -128.0, 127.0, 0)  # padding < 0
     with pytest.raises(ValueError, match="overlaps"):
         native.quantize_qs8(acc.ravel(), acc.view(np.int8).ravel(), 8, 1.0, -128.0, 127.0, 0)
     with pytest.raises(ValueError, match="out holds"):

@@ -474,7 +474,7 @@ def _native_linear(c: Compiler, node: XNode, gx: Callable[[list[Any]], Any], xp:
             w8 = c.prepacked(w8)
         qd, zx, o = c.native.qs8_rows_dot, xp.zero_point, out.slot
         return [lambda b: qd(gx(b), zx, w8, b32, scale, b[o], rows, k, n, lo_f, hi_f, zp)]
-    if c.native.QS8_GEMM_VNNI and k <= _QDOT_MAX_K and _GEMM_SUM_BOUND * k + _max_abs(bias) < 1 << 31:
+    if _gemm_fits(c, k, bias):
         return _native_gemm(c, node, gx, xp, wp, w_nk, out, bias, rows, k, n)
     acc, steps = _native_rows_product(c, gx, xp.zero_point, w_nk, rows, k, n)
     return [*steps, _native_requant(c, node, xp, wp, out, acc, bias, _split_k(k)[0], rows, n)]
@@ -500,9 +500,18 @@ def _pack_gemm_filter(w_nk: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(p.reshape(nb, 16, k4, 4).transpose(0, 2, 1, 3))
 
 
+def _gemm_fits(c: Compiler, k: int, bias: np.ndarray | None) -> bool:
+    """Whether qs8_gemm / qs8_conv take a product of ``k``-long dot products: AVX-512 VNNI, and
+    every sum, the bias included, inside int32."""
+    return bool(c.native.QS8_GEMM_VNNI) and k <= _QDOT_MAX_K and _GEMM_SUM_BOUND * k + _max_abs(bias) < 1 << 31
+
+
 def _native_gemm(c: Compiler, node: XNode, gx: Callable[[list[Any]], Any], xp: QParams, wp: QParams,
-                 w_nk: np.ndarray, out: TensorInfo, bias: np.ndarray | None, rows: int, k: int, n: int) -> list[Step]:
-    """out (rows, n) int8 = requantized (x (rows, k) int8 - zero point) @ w_nk (n, k).T + bias, by qs8_gemm."""
+                 w_nk: np.ndarray, out: TensorInfo, bias: np.ndarray | None, rows: int, k: int, n: int,
+                 conv: tuple[int, ...] | None = None) -> list[Step]:
+    """out (rows, n) int8 = requantized (x (rows, k) int8 - zero point) @ w_nk (n, k).T + bias, by
+    qs8_gemm; with ``conv`` (N, H, W, C, kh, kw, sh, sw, pt, pl, dh, dw, Ho, Wo) x is the NHWC input
+    of a convolution of one group whose patches are the rows, by qs8_conv."""
     b32, scale, lo_f, hi_f, zp = _requant_args(c, node, xp, wp, out, bias)
     corr = -(128 + xp.zero_point) * w_nk.astype(np.int64).sum(axis=1)
     if b32 is not None:
@@ -511,7 +520,11 @@ def _native_gemm(c: Compiler, node: XNode, gx: Callable[[list[Any]], Any], xp: Q
     corr32 = c.prepacked(((corr + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32))
     wq = c.prepacked(_pack_gemm_filter(w_nk))
     xu = c.scratch((rows * 4 * -(-k // 4),), np.dtype(np.uint8))
-    gemm, o = c.native.qs8_gemm, out.slot
+    o = out.slot
+    if conv is not None:
+        qconv, zx = c.native.qs8_conv, xp.zero_point
+        return [lambda b: qconv(gx(b), b[xu], wq, corr32, scale, b[o], *conv, n, zx, lo_f, hi_f, zp)]
+    gemm = c.native.qs8_gemm
     return [lambda b: gemm(gx(b), b[xu], wq, corr32, scale, b[o], rows, k, n, lo_f, hi_f, zp)]
 
 
@@ -598,6 +611,9 @@ def _native_conv(c: Compiler, node: XNode, x: TensorInfo, xp: QParams, w: Tensor
                 _native_requant(c, node, xp, wp, out, acc, bias, 1, rows, cout)]
     if kh == kw == 1 and sh == sw == 1 and not (pt or pr or pb or pl) and groups == 1:
         return _native_linear(c, node, gx, xp, wp, w.const.reshape(cout, ch), out, bias, rows, ch, cout)
+    if groups == 1 and rows >= _FEW_ROWS and _gemm_fits(c, kk, bias):  # the patches gathered in the kernel
+        return _native_gemm(c, node, gx, xp, wp, w.const.reshape(cout, kk), out, bias, rows, kk, cout,
+                            conv=(n, h, wd, ch, kh, kw, sh, sw, pt, pl, dh, dw, oh, ow))
     if kk <= _EXACT_K and (groups > 1 or gic <= _nodes._DIRECT_MAX_INPUT_CHANNELS):
         xf, centre = centred()
         wg = c.prepacked(np.ascontiguousarray(

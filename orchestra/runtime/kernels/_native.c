@@ -1495,6 +1495,11 @@ static PyObject *py_qs8_rows_dot(PyObject *self, PyObject *args) {
  * the caller's scratch xu ((rows, 4 k4), zero-padded). AVX-512 VNNI where the CPU has it
  * (QS8_GEMM_VNNI; the int8 path takes the float32 products elsewhere), a plain loop otherwise. ---- */
 typedef struct {
+    Py_ssize_t H, W, C, kh, kw, sh, sw, pt, pl, dh, dw, Ho, Wo;
+    int zx;
+} qconv_geo;
+
+typedef struct {
     const int8_t *x;
     uint8_t *xu;
     const int8_t *wp;
@@ -1504,10 +1509,48 @@ typedef struct {
     Py_ssize_t k, k4, n, r0, r1;
     float lo, hi;
     int zp;
+    const qconv_geo *geo; /* NULL: the rows of x as they are; else x is an NHWC image and row r the patch of output pixel r */
 } qgemm_job;
+
+/* Row r's k raw int8 bytes into u: the rows of x, or (geo) the patch of output pixel r of a
+ * convolution (groups 1) in (kh, kw, C) order, taps outside the image holding the zero point */
+static void qgemm_gather(const qgemm_job *j, Py_ssize_t r, int8_t *u) {
+    const qconv_geo *g = j->geo;
+    if (!g) {
+        memcpy(u, j->x + r * j->k, (size_t)j->k);
+        return;
+    }
+    const Py_ssize_t ox = r % g->Wo, oy = (r / g->Wo) % g->Ho, nn = r / (g->Wo * g->Ho), C = g->C;
+    const int8_t *img = j->x + nn * g->H * g->W * C;
+    const Py_ssize_t y0 = oy * g->sh - g->pt, x0 = ox * g->sw - g->pl;
+    const int whole_row = x0 >= 0 && x0 + (g->kw - 1) * g->dw < g->W && g->dw == 1;
+    for (Py_ssize_t i = 0; i < g->kh; i++) {
+        int8_t *t = u + i * g->kw * C;
+        const Py_ssize_t iy = y0 + i * g->dh;
+        if (iy < 0 || iy >= g->H) {
+            memset(t, g->zx, (size_t)(g->kw * C));
+        } else if (whole_row) { /* the row's taps are one run of x */
+            memcpy(t, img + (iy * g->W + x0) * C, (size_t)(g->kw * C));
+        } else {
+            for (Py_ssize_t jj = 0; jj < g->kw; jj++) {
+                const Py_ssize_t ix = x0 + jj * g->dw;
+                if (ix < 0 || ix >= g->W)
+                    memset(t + jj * C, g->zx, (size_t)C);
+                else
+                    memcpy(t + jj * C, img + (iy * g->W + ix) * C, (size_t)C);
+            }
+        }
+    }
+}
 
 static void qgemm_rows_plain(const qgemm_job *j) {
     const Py_ssize_t k4 = j->k4, kp = 4 * k4, n = j->n, nb = (n + 15) / 16;
+    for (Py_ssize_t r = j->r0; r < j->r1; r++) { /* the part's rows as uint8, zero-padded to kp */
+        uint8_t *u = j->xu + r * kp;
+        qgemm_gather(j, r, (int8_t *)u);
+        for (Py_ssize_t i = 0; i < j->k; i++) u[i] ^= 0x80u;
+        for (Py_ssize_t i = j->k; i < kp; i++) u[i] = 0;
+    }
     for (Py_ssize_t r = j->r0; r < j->r1; r++) {
         const uint8_t *xr = j->xu + r * kp;
         for (Py_ssize_t b = 0; b < nb; b++) {
@@ -1532,30 +1575,53 @@ static void qgemm_rows_plain(const qgemm_job *j) {
 #include <immintrin.h>
 typedef int32_t qg_word __attribute__((may_alias, aligned(1)));
 
+/* requantizes 16 channels' sums (the first cnt of them) into out */
 __attribute__((target("arch=x86-64-v4,avx512vnni"))) static inline void qgemm_store(
-    __m512i acc, const int32_t *corr, const float *scale, int8_t *out, Py_ssize_t cnt, __m512 lo, __m512 hi,
-    __m512i zp) {
-    const __mmask16 m = cnt >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << cnt) - 1);
-    const __m512i c = _mm512_maskz_loadu_epi32(m, corr);
-    const __m512 s = _mm512_maskz_loadu_ps(m, scale);
-    __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc, c)), s);
+    __m512i acc, __m512i corr, __m512 scale, int8_t *out, __mmask16 m, __m512 lo, __m512 hi, __m512i zp) {
+    __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc, corr)), scale);
     v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
     const __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(v), zp); /* rint: the default rounding mode */
     _mm_mask_storeu_epi8(out, m, _mm512_cvtepi32_epi8(q));
 }
 
-/* 4 rows x 32 output channels per tile (8 accumulators), k four bytes at a time */
+static inline __mmask16 qgemm_mask(Py_ssize_t cnt) {
+    return cnt >= 16 ? (__mmask16)0xFFFF : cnt <= 0 ? (__mmask16)0 : (__mmask16)((1u << cnt) - 1);
+}
+
+/* 4 rows x 32 output channels per tile (8 accumulators), k four bytes at a time; a pair of
+ * channel blocks at a time over all the part's rows (its filter, correction and scale stay
+ * in cache and registers) */
 __attribute__((target("arch=x86-64-v4,avx512vnni"))) static void qgemm_rows_vnni(const qgemm_job *j) {
-    const Py_ssize_t k4 = j->k4, kp = 4 * k4, n = j->n, nb = (n + 15) / 16;
+    const Py_ssize_t k4 = j->k4, kp = 4 * k4, n = j->n, nb = (n + 15) / 16, k = j->k;
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    for (Py_ssize_t r = j->r0; r < j->r1; r++) { /* the part's rows as uint8, zero-padded to kp */
+        uint8_t *u = j->xu + r * kp;
+        const int8_t *xr = j->x + r * k;
+        if (j->geo) { /* the patch, gathered in place, then made uint8 there */
+            qgemm_gather(j, r, (int8_t *)u);
+            xr = (const int8_t *)u;
+        }
+        for (Py_ssize_t i = 0; i < kp; i += 64) {
+            const Py_ssize_t have = k - i, room = kp - i;
+            const __mmask64 mk = have >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << have) - 1;
+            const __mmask64 mu = room >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << room) - 1;
+            const __m512i v = _mm512_maskz_mov_epi8(mk, _mm512_xor_si512(_mm512_maskz_loadu_epi8(mk, xr + i), flip));
+            _mm512_mask_storeu_epi8(u + i, mu, v);
+        }
+    }
     const __m512 lo = _mm512_set1_ps(j->lo), hi = _mm512_set1_ps(j->hi);
     const __m512i zp = _mm512_set1_epi32(j->zp);
-    for (Py_ssize_t r = j->r0; r < j->r1; r += 4) {
-        const Py_ssize_t mr = j->r1 - r < 4 ? j->r1 - r : 4;
-        const qg_word *x0 = (const qg_word *)(j->xu + r * kp);
-        const qg_word *x1 = mr > 1 ? x0 + k4 : x0, *x2 = mr > 2 ? x0 + 2 * k4 : x0, *x3 = mr > 3 ? x0 + 3 * k4 : x0;
-        for (Py_ssize_t b = 0; b < nb; b += 2) {
-            const int two = b + 1 < nb;
-            const int8_t *w0 = j->wp + b * k4 * 64, *w1 = two ? w0 + k4 * 64 : w0;
+    for (Py_ssize_t b = 0; b < nb; b += 2) {
+        const int two = b + 1 < nb;
+        const int8_t *w0 = j->wp + b * k4 * 64, *w1 = two ? w0 + k4 * 64 : w0;
+        const Py_ssize_t c0 = 16 * b, c1 = c0 + 16;
+        const __mmask16 m0 = qgemm_mask(n - c0), m1 = two ? qgemm_mask(n - c1) : 0;
+        const __m512i corr0 = _mm512_maskz_loadu_epi32(m0, j->corr + c0), corr1 = _mm512_maskz_loadu_epi32(m1, j->corr + c1);
+        const __m512 sc0 = _mm512_maskz_loadu_ps(m0, j->scale + c0), sc1 = _mm512_maskz_loadu_ps(m1, j->scale + c1);
+        for (Py_ssize_t r = j->r0; r < j->r1; r += 4) {
+            const Py_ssize_t mr = j->r1 - r < 4 ? j->r1 - r : 4;
+            const qg_word *x0 = (const qg_word *)(j->xu + r * kp);
+            const qg_word *x1 = mr > 1 ? x0 + k4 : x0, *x2 = mr > 2 ? x0 + 2 * k4 : x0, *x3 = mr > 3 ? x0 + 3 * k4 : x0;
             __m512i a00 = _mm512_setzero_si512(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00,
                     a31 = a00;
             for (Py_ssize_t q = 0; q < k4; q++) {
@@ -1573,12 +1639,11 @@ __attribute__((target("arch=x86-64-v4,avx512vnni"))) static void qgemm_rows_vnni
                 a30 = _mm512_dpbusd_epi32(a30, v, wa);
                 a31 = _mm512_dpbusd_epi32(a31, v, wb);
             }
-            const Py_ssize_t c0 = 16 * b, c1 = c0 + 16;
             const __m512i acc[4][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}};
             for (Py_ssize_t i = 0; i < mr; i++) {
                 int8_t *o = j->out + (r + i) * n;
-                qgemm_store(acc[i][0], j->corr + c0, j->scale + c0, o + c0, n - c0, lo, hi, zp);
-                if (two) qgemm_store(acc[i][1], j->corr + c1, j->scale + c1, o + c1, n - c1, lo, hi, zp);
+                qgemm_store(acc[i][0], corr0, sc0, o + c0, m0, lo, hi, zp);
+                if (two) qgemm_store(acc[i][1], corr1, sc1, o + c1, m1, lo, hi, zp);
             }
         }
     }
@@ -1600,16 +1665,54 @@ static void qgemm_pick(int level) {
 }
 
 static void *qgemm_part(void *arg) {
-    const qgemm_job *j = (const qgemm_job *)arg;
-    const Py_ssize_t kp = 4 * j->k4;
-    for (Py_ssize_t r = j->r0; r < j->r1; r++) {
-        const int8_t *xr = j->x + r * j->k;
-        uint8_t *u = j->xu + r * kp;
-        for (Py_ssize_t i = 0; i < j->k; i++) u[i] = (uint8_t)xr[i] ^ 0x80u;
-        for (Py_ssize_t i = j->k; i < kp; i++) u[i] = 0;
-    }
-    qgemm_rows(j);
+    qgemm_rows((const qgemm_job *)arg);
     return NULL;
+}
+
+/* checks the buffers of a qs8_gemm / qs8_conv call (x holds x_count int8) and runs it */
+static int qgemm_call(const char *name, Py_buffer *x, Py_buffer *xu, Py_buffer *wp, Py_buffer *corr, Py_buffer *sc,
+                      Py_buffer *out, Py_ssize_t rows, Py_ssize_t k_, Py_ssize_t n_, float lo, float hi, int zp,
+                      const qconv_geo *geo, Py_ssize_t x_count) {
+    if (rows < 1 || rows > ((Py_ssize_t)1 << 30) || k_ < 1 || k_ > QDOT_MAX_K || n_ < 1 || n_ > ((Py_ssize_t)1 << 24) ||
+        !(lo <= hi) || zp < -128 || zp > 127) {
+        PyErr_Format(PyExc_ValueError, "%s: inconsistent sizes, bounds or zero point", name);
+        return 0;
+    }
+    const Py_ssize_t k4 = (k_ + 3) / 4, nb = (n_ + 15) / 16;
+    if (!(need_i8(x, x_count, "x") && need_i8(xu, rows * 4 * k4, "xu") && need_i8(wp, nb * k4 * 64, "w") &&
+          need_i8(out, rows * n_, "out") && need(corr, n_, "corr") && need(sc, n_, "scale")))
+        return 0;
+    if (overlaps(xu, x) || overlaps(xu, wp) || overlaps(xu, corr) || overlaps(xu, sc) || overlaps(xu, out) ||
+        overlaps(out, x) || overlaps(out, wp) || overlaps(out, corr) || overlaps(out, sc)) {
+        PyErr_Format(PyExc_ValueError, "%s: xu or out overlaps an operand", name);
+        return 0;
+    }
+    const Py_ssize_t tiles = (rows + 3) / 4;
+    const int nparts = parts_for(rows * k_ * n_, tiles);
+    qgemm_job jobs[MAX_PARTS];
+    for (int p = 0; p < nparts; p++) {
+        qgemm_job j = {(const int8_t *)x->buf, (uint8_t *)xu->buf, (const int8_t *)wp->buf, (const int32_t *)corr->buf,
+                       (const float *)sc->buf, (int8_t *)out->buf, k_, k4, n_, 4 * run_start(tiles, p, nparts),
+                       4 * run_start(tiles, p + 1, nparts), lo, hi, zp, geo};
+        if (j.r1 > rows) j.r1 = rows;
+        jobs[p] = j;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    run_parts(qgemm_part, jobs, sizeof jobs[0], nparts);
+    Py_END_ALLOW_THREADS
+    return 1;
+}
+
+static PyObject *qgemm_release(int ok, Py_buffer *x, Py_buffer *xu, Py_buffer *wp, Py_buffer *corr, Py_buffer *sc,
+                               Py_buffer *out) {
+    PyBuffer_Release(x);
+    PyBuffer_Release(xu);
+    PyBuffer_Release(wp);
+    PyBuffer_Release(corr);
+    PyBuffer_Release(sc);
+    PyBuffer_Release(out);
+    if (!ok) return NULL;
+    Py_RETURN_NONE;
 }
 
 static PyObject *py_qs8_gemm(PyObject *self, PyObject *args) {
@@ -1620,44 +1723,34 @@ static PyObject *py_qs8_gemm(PyObject *self, PyObject *args) {
     (void)self;
     if (!PyArg_ParseTuple(args, "y*w*y*y*y*w*nnnffi", &x, &xu, &wp, &corr, &sc, &out, &rows, &k_, &n_, &lo, &hi, &zp))
         return NULL;
+    const Py_ssize_t x_count = rows >= 0 && k_ >= 0 ? prod4(rows, k_, 1, 1) : -1;
+    const int ok = qgemm_call("qs8_gemm", &x, &xu, &wp, &corr, &sc, &out, rows, k_, n_, lo, hi, zp, NULL, x_count);
+    return qgemm_release(ok, &x, &xu, &wp, &corr, &sc, &out);
+}
+
+static PyObject *py_qs8_conv(PyObject *self, PyObject *args) {
+    Py_buffer x, xu, wp, corr, sc, out;
+    Py_ssize_t nn, n_;
+    qconv_geo g;
+    int zp;
+    float lo, hi;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*w*y*y*y*w*nnnnnnnnnnnnnnniffi", &x, &xu, &wp, &corr, &sc, &out, &nn, &g.H, &g.W,
+                          &g.C, &g.kh, &g.kw, &g.sh, &g.sw, &g.pt, &g.pl, &g.dh, &g.dw, &g.Ho, &g.Wo, &n_, &g.zx, &lo,
+                          &hi, &zp))
+        return NULL;
+    const Py_ssize_t lim = (Py_ssize_t)1 << 24;
     int ok = 1;
-    if (rows < 1 || rows > ((Py_ssize_t)1 << 30) || k_ < 1 || k_ > QDOT_MAX_K || n_ < 1 || n_ > ((Py_ssize_t)1 << 24) ||
-        !(lo <= hi) || zp < -128 || zp > 127) {
-        PyErr_SetString(PyExc_ValueError, "qs8_gemm: inconsistent sizes, bounds or zero point");
+    if (nn < 1 || g.H < 1 || g.W < 1 || g.C < 1 || g.kh < 1 || g.kw < 1 || g.sh < 1 || g.sw < 1 || g.dh < 1 ||
+        g.dw < 1 || g.Ho < 1 || g.Wo < 1 || nn > lim || g.H > lim || g.W > lim || g.C > lim || g.kh > lim ||
+        g.kw > lim || g.sh > lim || g.sw > lim || g.dh > lim || g.dw > lim || g.Ho > lim || g.Wo > lim ||
+        g.pt < 0 || g.pl < 0 || g.pt > lim || g.pl > lim || g.zx < -128 || g.zx > 127) {
+        PyErr_SetString(PyExc_ValueError, "qs8_conv: inconsistent geometry or zero point");
         ok = 0;
     }
-    const Py_ssize_t k4 = (k_ + 3) / 4, nb = (n_ + 15) / 16;
-    ok = ok && need_i8(&x, rows * k_, "x") && need_i8(&xu, rows * 4 * k4, "xu") && need_i8(&wp, nb * k4 * 64, "w") &&
-         need_i8(&out, rows * n_, "out") && need(&corr, n_, "corr") && need(&sc, n_, "scale");
-    if (ok && (overlaps(&xu, &x) || overlaps(&xu, &wp) || overlaps(&xu, &corr) || overlaps(&xu, &sc) ||
-               overlaps(&xu, &out) || overlaps(&out, &x) || overlaps(&out, &wp) || overlaps(&out, &corr) ||
-               overlaps(&out, &sc))) {
-        PyErr_SetString(PyExc_ValueError, "qs8_gemm: xu or out overlaps an operand");
-        ok = 0;
-    }
-    if (ok) {
-        const Py_ssize_t tiles = (rows + 3) / 4;
-        const int nparts = parts_for(rows * k_ * n_, tiles);
-        qgemm_job jobs[MAX_PARTS];
-        for (int p = 0; p < nparts; p++) {
-            qgemm_job j = {(const int8_t *)x.buf, (uint8_t *)xu.buf, (const int8_t *)wp.buf, (const int32_t *)corr.buf,
-                           (const float *)sc.buf, (int8_t *)out.buf, k_, k4, n_, 4 * run_start(tiles, p, nparts),
-                           4 * run_start(tiles, p + 1, nparts), lo, hi, zp};
-            if (j.r1 > rows) j.r1 = rows;
-            jobs[p] = j;
-        }
-        Py_BEGIN_ALLOW_THREADS
-        run_parts(qgemm_part, jobs, sizeof jobs[0], nparts);
-        Py_END_ALLOW_THREADS
-    }
-    PyBuffer_Release(&x);
-    PyBuffer_Release(&xu);
-    PyBuffer_Release(&wp);
-    PyBuffer_Release(&corr);
-    PyBuffer_Release(&sc);
-    PyBuffer_Release(&out);
-    if (!ok) return NULL;
-    Py_RETURN_NONE;
+    ok = ok && qgemm_call("qs8_conv", &x, &xu, &wp, &corr, &sc, &out, prod4(nn, g.Ho, g.Wo, 1),
+                          prod4(g.kh, g.kw, g.C, 1), n_, lo, hi, zp, &g, prod4(nn, g.H, g.W, g.C));
+    return qgemm_release(ok, &x, &xu, &wp, &corr, &sc, &out);
 }
 
 /* ---- int8 Multiply: out[n, p, c] = requant((a[n, p, c] - za) * (b[n, pb, c] - zb)) with pb = p
@@ -3712,6 +3805,10 @@ static PyMethodDef methods[] = {
      "(corr[j] + sum_k (x[r, k] ^ 0x80) * w[j, k] mod 2^32) * scale[j], lo, hi)) + zp for int8 x (rows, k), w packed "
      "(ceil(n / 16), ceil(k / 4), 16, 4) int8, corr int32 (n), scale float32 (n), k <= 65536; xu: scratch of rows * 4 "
      "ceil(k / 4) bytes (the rows as uint8); lo, hi: the output range less zp. AVX-512 VNNI where QS8_GEMM_VNNI."},
+    {"qs8_conv", py_qs8_conv, METH_VARARGS,
+     "qs8_conv(x, xu, w, corr, scale, out, N, H, W, C, kh, kw, sh, sw, pt, pl, dh, dw, Ho, Wo, n, zx, lo, hi, zp): "
+     "qs8_gemm over the patches of an int8 NHWC convolution (groups 1): row r = output pixel (N, Ho, Wo), its k = "
+     "kh kw C values in (kh, kw, C) order, taps outside x (N, H, W, C) read as zx; out (N, Ho, Wo, n)."},
     {"mul_qs8", py_mul_qs8, METH_VARARGS,
      "mul_qs8(a, za, b, zb, out, N, P, C, bP, scale, lo, hi, zp): out[n, p, c] (int8) = rint(clamp((float)((a[n, p, c] "
      "- za) * (b[n, p or 0, c] - zb)) * scale, lo, hi)) + zp for int8 a (N, P, C) and b (N, bP, C), bP = P or 1; "
