@@ -56,7 +56,7 @@ def test_the_copies_this_cpu_would_not_pick(isa: str) -> None:
     if native.ISA_LEVEL == 0 and isa == "v3":
         pytest.skip("this CPU has no AVX2 + FMA")
     tests = ("products or silu or activations or gelu or grouped or same_bits or squeeze or layer_norm"
-             " or compiled_add or compiled_softmax or int8_gemm or int8_kernels_check")
+             " or compiled_add or compiled_softmax or int8_gemm or int8_depthwise or int8_kernels_check")
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", tests],
                        capture_output=True, text=True, timeout=600, env=dict(os.environ, ORCHESTRA_NATIVE_ISA=isa))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
@@ -1216,6 +1216,48 @@ def test_the_int8_gemm_over_a_convolutions_patches(threads: int) -> None:
 
 
 @needs_native
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_int8_depthwise_convolution_in_one_pass(threads: int) -> None:
+    """dwconv_qs8: requantized bias + sum over the taps inside of (x - zx) * w, int8 in and out,
+    against exact integer sums: the 3x3 and 5x5 kernels at strides 1 and 2 (blocks of four
+    pixels sharing their input columns), dilation, uneven padding, channel counts off the
+    vector width, 2 images, rows narrower than a block."""
+    rng = np.random.default_rng(13)
+    kernels.set_threads(threads)
+    try:
+        for nimg, h, w, ch, kh, kw, sh, sw, pt, pb, pl, pr, dh, dw in [
+                (1, 56, 56, 72, 3, 3, 2, 2, 0, 1, 0, 1, 1, 1), (1, 28, 30, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1),
+                (2, 14, 14, 100, 5, 5, 1, 1, 2, 2, 2, 2, 1, 1), (1, 15, 17, 16, 5, 5, 2, 2, 1, 2, 2, 1, 1, 1),
+                (1, 12, 13, 7, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2), (1, 3, 3, 33, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1),
+                (1, 9, 20, 24, 3, 2, 1, 3, 0, 0, 1, 0, 1, 1)]:
+            ho = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
+            wo = (w + pl + pr - dw * (kw - 1) - 1) // sw + 1
+            xq = rng.integers(-128, 128, size=(nimg, h, w, ch)).astype(np.int8)
+            wq = rng.integers(-128, 128, size=(kh, kw, ch)).astype(np.int8)
+            zx = int(rng.integers(-128, 128))
+            xc = np.pad(xq.astype(np.int64) - zx, ((0, 0), (pt, pb), (pl, pr), (0, 0)))
+            acc = np.zeros((nimg, ho, wo, ch), np.int64)
+            for i in range(kh):
+                for j in range(kw):
+                    acc += xc[:, i * dh:i * dh + (ho - 1) * sh + 1:sh, j * dw:j * dw + (wo - 1) * sw + 1:sw] * wq[i, j]
+            acc = acc.reshape(-1, ch)
+            spread = float(acc.std()) + 1
+            bias = rng.integers(-spread, spread, size=ch).astype(np.int32) if ch != 7 else None
+            scale = (rng.random(ch) * 60 / spread).astype(np.float32)
+            zp = int(rng.integers(-20, 20))
+            lo, hi = float(-128 - zp), float(110 - zp)
+            want = _requant_reference(acc.astype(np.float64)[None], bias, scale, lo, hi, zp)
+            out = np.empty((nimg, ho, wo, ch), np.int8)
+            native.dwconv_qs8(xq, wq.astype(np.float32), bias, scale, out, nimg, h, w, ch, kh, kw, sh, sw, pt, pl, dh, dw,
+                              ho, wo, zx, lo, hi, zp)
+            np.testing.assert_array_equal(out.reshape(-1, ch), want)
+            if want.size > 200:
+                assert ((want > -128) & (want < 110)).mean() > 0.5 and len(np.unique(want)) > 20
+    finally:
+        kernels.set_threads(1)
+
+
+@needs_native
 def test_the_int8_kernels_check_the_buffers_they_are_given() -> None:
     acc, scale = np.zeros((2, 4, 8), np.float32), np.ones(8, np.float32)
     out = np.empty((4, 8), np.int8)
@@ -1253,6 +1295,22 @@ def test_the_int8_kernels_check_the_buffers_they_are_given() -> None:
         native.qs8_gemm(xq, xq.view(np.uint8).ravel(), wp, corr, scale, oq, 1, 8, 3, -128.0, 127.0, 0)
     with pytest.raises(ValueError, match="overlaps"):
         native.qs8_gemm(xq, xu, wp, corr, scale, xq, 2, 8, 3, -128.0, 127.0, 0)
+    x4, w4, o4 = np.zeros((1, 4, 4, 8), np.int8), np.zeros((3, 3, 8), np.float32), np.empty((1, 4, 4, 8), np.int8)
+    dgeo = (1, 4, 4, 8, 3, 3, 1, 1, 1, 1, 1, 1, 4, 4, 0)
+    native.dwconv_qs8(x4, w4, None, scale, o4, *dgeo, -128.0, 127.0, 0)
+    with pytest.raises(ValueError, match="x holds"):
+        native.dwconv_qs8(x4.ravel()[:-1], w4, None, scale, o4, *dgeo, -128.0, 127.0, 0)
+    with pytest.raises(ValueError, match="w holds"):
+        native.dwconv_qs8(x4, w4[:2], None, scale, o4, *dgeo, -128.0, 127.0, 0)
+    with pytest.raises(ValueError, match="out holds"):
+        native.dwconv_qs8(x4, w4, None, scale, o4.ravel()[:-1], *dgeo, -128.0, 127.0, 0)
+    with pytest.raises(ValueError, match="bias holds"):
+        native.dwconv_qs8(x4, w4, np.zeros(7, np.int32), scale, o4, *dgeo, -128.0, 127.0, 0)
+    with pytest.raises(ValueError, match="overlaps"):
+        native.dwconv_qs8(x4, w4, None, scale, x4, *dgeo, -128.0, 127.0, 0)
+    with pytest.raises(ValueError, match="inconsistent"):  # more taps than float32 sums stay exact for
+        native.dwconv_qs8(x4, np.zeros(23 * 23 * 8, np.float32), None, scale, o4, 1, 4, 4, 8, 23, 23, *dgeo[6:],
+                          -128.0, 127.0, 0)
     geo = (1, 2, 2, 2, 1, 2, 1, 1, 0, 0, 1, 1, 2, 1)  # a 2x2x2 image, a 1x2 kernel: 2 pixels of 4 values
     native.qs8_conv(xq, xu, wp, corr, scale, oq, *geo, 3, 0, -128.0, 127.0, 0)
     with pytest.raises(ValueError, match="x holds"):

@@ -204,26 +204,27 @@ def int8_wide_pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 @pytest.mark.executorch
-@pytest.mark.parametrize("products", ["qs8_gemm", "float32"])
+@pytest.mark.parametrize("products", ["int8", "float32"])
 @pytest.mark.parametrize("which", ["wide", "convnet224", "variety"])
 def test_the_compiled_int8_path_equals_the_numpy_path_and_executorch(which: str, products: str,
                                                                      request: pytest.FixtureRequest,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """Where orchestra's compiled kernels are built, int8 convolutions (depthwise, 1x1,
     im2col, grouped, the RGB stem), fully-connected layers, multiplies and converts run on
-    them. Many-row products (1x1 and im2col convolutions) take qs8_gemm's int32 sums where the
-    CPU has AVX-512 VNNI, else (``float32``, also where the test hides VNNI) exact float32
-    products of centred values (dot products over 514 terms split into parts) and one
-    requantizing pass. Bit-equal to the numpy path, and within one step of ExecuTorch. Linear
-    layers of few rows sum int32 over the int8 filter."""
+    them. Many-row products (1x1 convolutions, convolutions of one group) take qs8_gemm's /
+    qs8_conv's int32 sums where the CPU has AVX-512 VNNI, depthwise ones dwconv_qs8 where it
+    has AVX-512; else (``float32``, also where the test hides those) exact float32 products of
+    centred values (dot products over 514 terms split into parts) and one requantizing pass.
+    Bit-equal to the numpy path, and within one step of ExecuTorch. Linear layers of few rows
+    sum int32 over the int8 filter."""
     from orchestra.runtime import kernels
 
     module = kernels.compiled()
     if module is None:
         pytest.skip("orchestra's compiled kernels are not built")
-    if products == "qs8_gemm" and not module.QS8_GEMM_VNNI:
-        pytest.skip("this CPU has no AVX-512 VNNI: the float32 products run (qs8_gemm's plain copy is tested "
-                    "in tests/test_native_kernels.py)")
+    if products == "int8" and not module.QS8_GEMM_VNNI:
+        pytest.skip("this CPU has no AVX-512 VNNI: the float32 products run (the int8 kernels' plain copies are "
+                    "tested in tests/test_native_kernels.py)")
     pair = request.getfixturevalue({"wide": "int8_wide_pair", "convnet224": "int8_224_pair",
                                     "variety": "int8_variety_pair"}[which])
     path, ins, want = pair[f"xnnpack_int8_{which}"]
@@ -231,8 +232,8 @@ def test_the_compiled_int8_path_equals_the_numpy_path_and_executorch(which: str,
 
     class Recording:
         def __getattr__(self, kernel: str) -> Any:
-            if kernel == "QS8_GEMM_VNNI":
-                return module.QS8_GEMM_VNNI if products == "qs8_gemm" else 0
+            if kernel in ("QS8_GEMM_VNNI", "DWCONV_QS8_AVX512"):
+                return getattr(module, kernel) if products == "int8" else 0
             bound.add(kernel)
             return getattr(module, kernel)
 
@@ -245,19 +246,23 @@ def test_the_compiled_int8_path_equals_the_numpy_path_and_executorch(which: str,
     assert_within_one_step(f"xnnpack_int8_{which}", compiled, want, output_steps(path, want))
     # every model ends in a 1-row linear layer (qs8_rows_dot); the variety model's other
     # products are grouped or stem convolutions (gconv), the others have many-row 1x1 ones
-    assert {"requant_qs8", "quantize_qs8", "dequantize_qs8", "qs8_rows_dot"} <= bound, bound
+    assert {"quantize_qs8", "dequantize_qs8", "qs8_rows_dot"} <= bound, bound
+    if products == "float32" or which == "variety":  # float32 products, grouped convolutions
+        assert "requant_qs8" in bound, bound
     if which != "variety":
-        assert ("qs8_gemm" if products == "qs8_gemm" else "linear_f32") in bound, bound
+        assert ("qs8_gemm" if products == "int8" else "linear_f32") in bound, bound
     if products == "float32":
-        assert not {"qs8_gemm", "qs8_conv"} & bound, bound
+        assert not {"qs8_gemm", "qs8_conv", "dwconv_qs8"} & bound, bound
     elif which != "variety":
         assert "qs8_conv" in bound, bound  # the RGB stem (and the wide model's 3x3 convolutions)
+    if products == "int8" and which == "wide":
+        assert "dwconv_qs8" in bound, bound
     if which != "convnet224":
         assert {"mul_qs8", "gap_qs8"} <= bound, bound  # x * y of one shape; global average pooling
     else:
         assert "add_qs8" in bound, bound  # the residual connection
     if which == "wide":
-        assert {"dwconv_nhwc_f32", "gconv_nhwc_f32"} <= bound, bound
+        assert {"dwconv_nhwc_f32" if products == "float32" else "dwconv_qs8", "gconv_nhwc_f32"} <= bound, bound
         _, g = _graph(path)
         ks = []
         for node in g.nodes:  # the dot-product lengths the graph holds

@@ -1753,6 +1753,254 @@ static PyObject *py_qs8_conv(PyObject *self, PyObject *args) {
     return qgemm_release(ok, &x, &xu, &wp, &corr, &sc, &out);
 }
 
+/* ---- int8 depthwise convolution (depth multiplier 1), NHWC: out[n, oy, ox, c] =
+ * requant(bias[c] + sum over the taps inside the image of (x[n, iy, ix, c] - zx) * w[i, j, c]),
+ * iy = oy sh - pt + i dh, ix = ox sw - pl + j dw; taps outside read the zero point, i.e. add
+ * nothing. The sums run in float32 over the int8 values (exact while kh kw <= 514: every
+ * partial sum is an integer below 2^24, the caller's bound), then join the int32 bias as
+ * int32 (the caller bounds it) before XNNPACK's requantization: bit-equal to requant_qs8 over
+ * exact sums. One pass from int8 to int8, a row of output pixels at a time. ---- */
+typedef struct {
+    const int8_t *x;
+    const float *w; /* (kh kw, C) */
+    const int32_t *bias;
+    const float *scale;
+    int8_t *out;
+    float *acc; /* C accumulators of the part's own */
+    Py_ssize_t H, W, C, kh, kw, sh, sw, pt, pl, dh, dw, Ho, Wo, r0, r1; /* rows: n Ho + oy */
+    float lo, hi;
+    int zx, zp;
+} qdw_job;
+
+/* one row of output pixels (r = n Ho + oy), each a pass per tap over its channels */
+ORCH_CLONES
+static void qdw_row(const qdw_job *j, Py_ssize_t r) {
+    const Py_ssize_t C = j->C, nn = r / j->Ho, oy = r % j->Ho;
+    const int8_t *img = j->x + nn * j->H * j->W * C;
+    int8_t *orow = j->out + r * j->Wo * C;
+    float *restrict acc = j->acc;
+    const float zx = (float)j->zx, lo = j->lo, hi = j->hi;
+    const int32_t *restrict bias = j->bias;
+    const float *restrict scale = j->scale;
+    for (Py_ssize_t ox = 0; ox < j->Wo; ox++) {
+        for (Py_ssize_t c = 0; c < C; c++) acc[c] = 0.0f;
+        for (Py_ssize_t i = 0; i < j->kh; i++) {
+            const Py_ssize_t iy = oy * j->sh - j->pt + i * j->dh;
+            if (iy < 0 || iy >= j->H) continue;
+            for (Py_ssize_t jj = 0; jj < j->kw; jj++) {
+                const Py_ssize_t ix = ox * j->sw - j->pl + jj * j->dw;
+                if (ix < 0 || ix >= j->W) continue;
+                const int8_t *restrict xp = img + (iy * j->W + ix) * C;
+                const float *restrict wp = j->w + (i * j->kw + jj) * C;
+                for (Py_ssize_t c = 0; c < C; c++) acc[c] += ((float)xp[c] - zx) * wp[c];
+            }
+        }
+        int8_t *restrict o = orow + ox * C;
+        for (Py_ssize_t c = 0; c < C; c++) {
+            float v = (float)((int32_t)acc[c] + (bias ? bias[c] : 0)) * scale[c];
+            v = v < lo ? lo : v;
+            v = v > hi ? hi : v;
+            o[c] = (int8_t)((int)__builtin_rintf(v) + j->zp);
+        }
+    }
+}
+
+#ifdef ORCH_X86_DISPATCH
+/* Output pixel ox's taps inside the image: their offsets into the image row block and the filter */
+static Py_ssize_t qdw_taps(const qdw_job *j, Py_ssize_t oy, Py_ssize_t ox, Py_ssize_t *xo, Py_ssize_t *wo) {
+    Py_ssize_t nt = 0;
+    for (Py_ssize_t i = 0; i < j->kh; i++) {
+        const Py_ssize_t iy = oy * j->sh - j->pt + i * j->dh;
+        if (iy < 0 || iy >= j->H) continue;
+        for (Py_ssize_t jj = 0; jj < j->kw; jj++) {
+            const Py_ssize_t ix = ox * j->sw - j->pl + jj * j->dw;
+            if (ix < 0 || ix >= j->W) continue;
+            xo[nt] = (iy * j->W + ix) * j->C;
+            wo[nt++] = (i * j->kw + jj) * j->C;
+        }
+    }
+    return nt;
+}
+
+/* requantizes one vector of channels c.. of output pixel o (mask m) */
+__attribute__((target("arch=x86-64-v4"))) static inline void qdw_store_v4(const qdw_job *j, __m512 a, Py_ssize_t c,
+                                                                         __mmask16 m, int8_t *o) {
+    __m512i t = _mm512_cvtps_epi32(a); /* an integer: exact */
+    if (j->bias) t = _mm512_add_epi32(t, _mm512_maskz_loadu_epi32(m, j->bias + c));
+    __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(t), _mm512_maskz_loadu_ps(m, j->scale + c));
+    f = _mm512_min_ps(_mm512_max_ps(f, _mm512_set1_ps(j->lo)), _mm512_set1_ps(j->hi));
+    _mm_mask_storeu_epi8(o + c, m, _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(f), _mm512_set1_epi32(j->zp))));
+}
+
+__attribute__((target("arch=x86-64-v4"))) static inline __m512 qdw_load_v4(const int8_t *p, __mmask16 m, __m512 zx) {
+    return _mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, p))), zx);
+}
+
+/* QDW_PX output pixels of one row whose taps are all inside, one vector of channels at a
+ * time: each input column a tap row reads converted once into registers (a window) and
+ * used by every tap and pixel that reads it; KW, SW, DW constants (one copy each) */
+#define QDW_PX 4
+__attribute__((target("arch=x86-64-v4"))) static inline __attribute__((always_inline)) void qdw_block_v4(
+    const qdw_job *j, const int8_t *x0, const Py_ssize_t *roff, const Py_ssize_t *ri, Py_ssize_t nr, int8_t *o,
+    const int KW, const int SW, const int DW) {
+    const Py_ssize_t C = j->C;
+    const __m512 zx = _mm512_set1_ps((float)j->zx);
+    for (Py_ssize_t c = 0; c < C; c += 16) {
+        const __mmask16 m = qgemm_mask(C - c);
+        __m512 a[QDW_PX];
+        for (int p = 0; p < QDW_PX; p++) a[p] = _mm512_setzero_ps();
+        for (Py_ssize_t r = 0; r < nr; r++) {
+            const int8_t *xr = x0 + roff[r] + c;
+            const float *wr = j->w + ri[r] * KW * C + c;
+            __m512 win[(QDW_PX - 1) * SW + (KW - 1) * DW + 1];
+            for (int q = 0; q < (QDW_PX - 1) * SW + (KW - 1) * DW + 1; q++) win[q] = qdw_load_v4(xr + q * C, m, zx);
+            for (int jj = 0; jj < KW; jj++) {
+                const __m512 wv = _mm512_maskz_loadu_ps(m, wr + jj * C);
+                for (int p = 0; p < QDW_PX; p++) a[p] = _mm512_fmadd_ps(win[p * SW + jj * DW], wv, a[p]);
+            }
+        }
+        for (int p = 0; p < QDW_PX; p++) qdw_store_v4(j, a[p], c, m, o + p * C);
+    }
+}
+
+/* one output pixel, any geometry: its own tap list, a vector of channels at a time */
+__attribute__((target("arch=x86-64-v4"))) static void qdw_pixel_v4(const qdw_job *j, const int8_t *img, Py_ssize_t oy,
+                                                                   Py_ssize_t ox, int8_t *o) {
+    Py_ssize_t xo[514], wo[514]; /* kh kw <= 514 */
+    const Py_ssize_t nt = qdw_taps(j, oy, ox, xo, wo), C = j->C;
+    const __m512 zx = _mm512_set1_ps((float)j->zx);
+    for (Py_ssize_t c = 0; c < C; c += 16) {
+        const __mmask16 m = qgemm_mask(C - c);
+        __m512 a = _mm512_setzero_ps();
+        for (Py_ssize_t t = 0; t < nt; t++)
+            a = _mm512_fmadd_ps(qdw_load_v4(img + xo[t] + c, m, zx), _mm512_maskz_loadu_ps(m, j->w + wo[t] + c), a);
+        qdw_store_v4(j, a, c, m, o);
+    }
+}
+
+__attribute__((target("arch=x86-64-v4"))) static void qdw_row_v4(const qdw_job *j, Py_ssize_t r) {
+    const Py_ssize_t C = j->C, nn = r / j->Ho, oy = r % j->Ho;
+    const int8_t *img = j->x + nn * j->H * j->W * C;
+    int8_t *orow = j->out + r * j->Wo * C;
+    const int kind = j->dw != 1 ? 0 : j->kw == 3 ? (j->sw == 1 ? 1 : j->sw == 2 ? 2 : 0)
+                                     : j->kw == 5 ? (j->sw == 1 ? 3 : j->sw == 2 ? 4 : 0) : 0;
+    /* the columns whose every tap is inside: ox in [in0, in1) */
+    Py_ssize_t in0 = j->pl > 0 ? (j->pl + j->sw - 1) / j->sw : 0;
+    Py_ssize_t in1 = j->W - 1 + j->pl - (j->kw - 1) * j->dw; /* ox sw <= this */
+    in1 = in1 < 0 ? 0 : in1 / j->sw + 1;
+    if (in1 > j->Wo) in1 = j->Wo;
+    if (in0 > in1) in0 = in1;
+    Py_ssize_t roff[514], ri[514], nr = 0; /* the tap rows inside: offsets of their image rows, their index */
+    for (Py_ssize_t i = 0; i < j->kh; i++) {
+        const Py_ssize_t iy = oy * j->sh - j->pt + i * j->dh;
+        if (iy >= 0 && iy < j->H) {
+            roff[nr] = iy * j->W * C;
+            ri[nr++] = i;
+        }
+    }
+    for (Py_ssize_t ox = 0; ox < j->Wo;) {
+        if (kind && ox >= in0 && in1 - ox >= QDW_PX) {
+            const int8_t *x0 = img + (ox * j->sw - j->pl) * C;
+            int8_t *o = orow + ox * C;
+            switch (kind) {
+            case 1: qdw_block_v4(j, x0, roff, ri, nr, o, 3, 1, 1); break;
+            case 2: qdw_block_v4(j, x0, roff, ri, nr, o, 3, 2, 1); break;
+            case 3: qdw_block_v4(j, x0, roff, ri, nr, o, 5, 1, 1); break;
+            default: qdw_block_v4(j, x0, roff, ri, nr, o, 5, 2, 1); break;
+            }
+            ox += QDW_PX;
+        } else {
+            qdw_pixel_v4(j, img, oy, ox, orow + ox * C);
+            ox++;
+        }
+    }
+}
+#endif
+
+static void (*qdw_rows)(const qdw_job *, Py_ssize_t) = qdw_row;
+static int qdw_avx512 = 0;
+
+static void qdw_pick(int level) {
+#ifdef ORCH_X86_DISPATCH
+    if (level == 4) {
+        qdw_rows = qdw_row_v4;
+        qdw_avx512 = 1;
+    }
+#else
+    (void)level;
+#endif
+}
+
+static void *qdw_part(void *arg) {
+    const qdw_job *j = (const qdw_job *)arg;
+    for (Py_ssize_t r = j->r0; r < j->r1; r++) qdw_rows(j, r);
+    return NULL;
+}
+
+static PyObject *py_dwconv_qs8(PyObject *self, PyObject *args) {
+    Py_buffer x, w, sc, out, b = {0};
+    PyObject *bias_obj;
+    Py_ssize_t nn;
+    qdw_job g;
+    memset(&g, 0, sizeof g);
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*y*Oy*w*nnnnnnnnnnnnnniffi", &x, &w, &bias_obj, &sc, &out, &nn, &g.H, &g.W, &g.C,
+                          &g.kh, &g.kw, &g.sh, &g.sw, &g.pt, &g.pl, &g.dh, &g.dw, &g.Ho, &g.Wo, &g.zx, &g.lo, &g.hi,
+                          &g.zp))
+        return NULL;
+    const int have_bias = bias_obj != Py_None;
+    int ok = !have_bias || PyObject_GetBuffer(bias_obj, &b, PyBUF_SIMPLE) == 0;
+    const Py_ssize_t lim = (Py_ssize_t)1 << 24;
+    if (ok && (nn < 1 || g.H < 1 || g.W < 1 || g.C < 1 || g.kh < 1 || g.kw < 1 || g.sh < 1 || g.sw < 1 || g.dh < 1 ||
+               g.dw < 1 || g.Ho < 1 || g.Wo < 1 || nn > lim || g.H > lim || g.W > lim || g.C > lim || g.kh > lim ||
+               g.kw > lim || g.sh > lim || g.sw > lim || g.dh > lim || g.dw > lim || g.Ho > lim || g.Wo > lim ||
+               g.pt < 0 || g.pl < 0 || g.pt > lim || g.pl > lim || g.kh * g.kw > 514 || g.zx < -128 || g.zx > 127 ||
+               g.zp < -128 || g.zp > 127 || !(g.lo <= g.hi))) {
+        PyErr_SetString(PyExc_ValueError, "dwconv_qs8: inconsistent geometry, bounds or zero points");
+        ok = 0;
+    }
+    const Py_ssize_t taps = ok ? g.kh * g.kw : 0;
+    ok = ok && need_i8(&x, prod4(nn, g.H, g.W, g.C), "x") && need(&w, prod4(taps, g.C, 1, 1), "w") &&
+         need(&sc, g.C, "scale") && need_i8(&out, prod4(nn, g.Ho, g.Wo, g.C), "out") &&
+         (!have_bias || need(&b, g.C, "bias"));
+    if (ok && (overlaps(&out, &x) || overlaps(&out, &w) || overlaps(&out, &sc) || (have_bias && overlaps(&out, &b)))) {
+        PyErr_SetString(PyExc_ValueError, "dwconv_qs8: out overlaps an operand");
+        ok = 0;
+    }
+    const Py_ssize_t rows = ok ? nn * g.Ho : 0;
+    const int nparts = ok ? parts_for(prod4(rows, g.Wo, g.C, taps), rows) : 1;
+    float *accs = NULL;
+    if (ok && !(accs = (float *)malloc((size_t)nparts * (size_t)g.C * sizeof(float)))) {
+        PyErr_NoMemory();
+        ok = 0;
+    }
+    if (ok) {
+        g.x = (const int8_t *)x.buf;
+        g.w = (const float *)w.buf;
+        g.bias = have_bias ? (const int32_t *)b.buf : NULL;
+        g.scale = (const float *)sc.buf;
+        g.out = (int8_t *)out.buf;
+        qdw_job jobs[MAX_PARTS];
+        for (int p = 0; p < nparts; p++) {
+            jobs[p] = g;
+            jobs[p].acc = accs + (size_t)p * (size_t)g.C;
+            jobs[p].r0 = run_start(rows, p, nparts);
+            jobs[p].r1 = run_start(rows, p + 1, nparts);
+        }
+        Py_BEGIN_ALLOW_THREADS
+        run_parts(qdw_part, jobs, sizeof jobs[0], nparts);
+        Py_END_ALLOW_THREADS
+    }
+    free(accs);
+    PyBuffer_Release(&x);
+    PyBuffer_Release(&w);
+    PyBuffer_Release(&sc);
+    PyBuffer_Release(&out);
+    if (have_bias && b.obj) PyBuffer_Release(&b);
+    if (!ok) return NULL;
+    Py_RETURN_NONE;
+}
+
 /* ---- int8 Multiply: out[n, p, c] = requant((a[n, p, c] - za) * (b[n, pb, c] - zb)) with pb = p
  * (same shapes) or 0 (b one value per image and channel: squeeze-excite's gate); the
  * product of two centred int8 values is exact in float32 (|.| <= 65025), then XNNPACK's
@@ -3809,6 +4057,12 @@ static PyMethodDef methods[] = {
      "qs8_conv(x, xu, w, corr, scale, out, N, H, W, C, kh, kw, sh, sw, pt, pl, dh, dw, Ho, Wo, n, zx, lo, hi, zp): "
      "qs8_gemm over the patches of an int8 NHWC convolution (groups 1): row r = output pixel (N, Ho, Wo), its k = "
      "kh kw C values in (kh, kw, C) order, taps outside x (N, H, W, C) read as zx; out (N, Ho, Wo, n)."},
+    {"dwconv_qs8", py_dwconv_qs8, METH_VARARGS,
+     "dwconv_qs8(x, w, bias|None, scale, out, N, H, W, C, kh, kw, sh, sw, pt, pl, dh, dw, Ho, Wo, zx, lo, hi, zp): "
+     "int8 NHWC depthwise convolution (depth multiplier 1) of x (N, H, W, C) with w (kh, kw, C) float32 (the int8 "
+     "filter's values) into out (N, Ho, Wo, C) int8 = rint(clamp((float)(bias[c] + sum over the taps inside x of "
+     "(x - zx) * w) * scale[c], lo, hi)) + zp; kh kw <= 514, bias int32 (C), scale float32 (C); lo, hi: the output "
+     "range less zp."},
     {"mul_qs8", py_mul_qs8, METH_VARARGS,
      "mul_qs8(a, za, b, zb, out, N, P, C, bP, scale, lo, hi, zp): out[n, p, c] (int8) = rint(clamp((float)((a[n, p, c] "
      "- za) * (b[n, p or 0, c] - zb)) * scale, lo, hi)) + zp for int8 a (N, P, C) and b (N, bP, C), bP = P or 1; "
@@ -3868,10 +4122,12 @@ PyMODINIT_FUNC PyInit__native(void) {
     spans_pick(level);
     nhwc_pick(level);
     qgemm_pick(level);
+    qdw_pick(level);
     PyObject *m = PyModule_Create(&module);
     if (m && (PyModule_AddIntConstant(m, "GEMM_COLUMNS", (long)gemm_nr) < 0 ||
               PyModule_AddIntConstant(m, "ISA_LEVEL", level) < 0 ||
-              PyModule_AddIntConstant(m, "QS8_GEMM_VNNI", qgemm_vnni) < 0)) {
+              PyModule_AddIntConstant(m, "QS8_GEMM_VNNI", qgemm_vnni) < 0 ||
+              PyModule_AddIntConstant(m, "DWCONV_QS8_AVX512", qdw_avx512) < 0)) {
         Py_DECREF(m);
         return NULL;
     }
