@@ -56,7 +56,7 @@ def test_the_copies_this_cpu_would_not_pick(isa: str) -> None:
     if native.ISA_LEVEL == 0 and isa == "v3":
         pytest.skip("this CPU has no AVX2 + FMA")
     tests = ("products or silu or activations or gelu or grouped or same_bits or squeeze or layer_norm"
-             " or compiled_add or compiled_softmax or int8_gemm or int8_depthwise or int8_kernels_check")
+             " or compiled_add or compiled_softmax or int8_gemm or int8_depthwise or int8_lookup or int8_kernels_check")
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", tests],
                        capture_output=True, text=True, timeout=600, env=dict(os.environ, ORCHESTRA_NATIVE_ISA=isa))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
@@ -1253,6 +1253,34 @@ def test_the_int8_depthwise_convolution_in_one_pass(threads: int) -> None:
             np.testing.assert_array_equal(out.reshape(-1, ch), want)
             if want.size > 200:
                 assert ((want > -128) & (want < 110)).mean() > 0.5 and len(np.unique(want)) > 20
+    finally:
+        kernels.set_threads(1)
+
+
+@needs_native
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_int8_lookup_maps_every_byte(threads: int) -> None:
+    """lut_u8: out[i] = table[x[i]] over every byte value, each tail of a 64-byte vector, in
+    place, split over threads."""
+    rng = np.random.default_rng(14)
+    kernels.set_threads(threads)
+    try:
+        table = rng.permutation(256).astype(np.uint8)
+        for n in (1, 63, 64, 65, 256, 1000, 300_001):
+            x = rng.integers(0, 256, size=n).astype(np.uint8)
+            x[: min(n, 256)] = np.arange(min(n, 256))
+            out = np.empty(n, np.uint8)
+            native.lut_u8(x, out, n, table)
+            np.testing.assert_array_equal(out, table[x])
+            y = x.copy()
+            native.lut_u8(y, y, n, table)
+            np.testing.assert_array_equal(y, table[x])
+        with pytest.raises(ValueError, match="table holds"):
+            native.lut_u8(x, out, n, table[:255])
+        with pytest.raises(ValueError, match="out holds"):
+            native.lut_u8(x, out[:-1], n, table)
+        with pytest.raises(ValueError, match="overlaps"):
+            native.lut_u8(x, x[1:], n - 1, table)
     finally:
         kernels.set_threads(1)
 

@@ -146,6 +146,35 @@ class QWide(nn.Module):
         return self.fc2(x)
 
 
+class QIslands(nn.Module):
+    """The float islands PT2E leaves between int8 ops (what the quantizer does not quantize:
+    dequantize, float ops, quantize): hardswish, SiLU, lone sigmoids; and islands that stay as
+    they are: a SiLU whose float result a float mean also reads, a squeeze-excite gate through
+    hardsigmoid (add / clamp / divide by constants the exporter makes the delegate's inputs).
+    Two outputs. Input [1, 3, 32, 32]."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 16, 3, padding=1)
+        self.expand = nn.Conv2d(16, 32, 1)
+        self.squeeze = nn.Conv2d(32, 8, 1)
+        self.excite = nn.Conv2d(8, 32, 1)
+        self.gate = nn.Hardsigmoid()
+        self.mix = nn.Conv2d(32, 16, 3, padding=1, groups=16)
+        self.head = nn.Conv2d(16, 24, 1)
+        self.se = nn.Conv2d(24, 24, 1)
+        self.out = nn.Conv2d(24, 8, 1)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = nn.functional.hardswish(self.stem(x))
+        x = nn.functional.silu(self.expand(x))  # the float mean reads it too
+        g = self.gate(self.excite(torch.relu(self.squeeze(x.mean((2, 3), keepdim=True)))))
+        x = nn.functional.silu(self.mix(x * g))
+        h = torch.sigmoid(self.head(x))
+        h = h * torch.sigmoid(self.se(h))
+        return self.out(h).mean((2, 3)), h
+
+
 # --------------------------------------------------------------------------------------------
 # Specs
 
@@ -185,6 +214,11 @@ def variety_spec() -> QuantSpec:
 def wide_spec() -> QuantSpec:
     """Long dot products (generated in the tests, not committed)."""
     return QuantSpec("wide", lambda gen: QWide(), (1, 3, 64, 64), seed_offset=6, calibration_batches=4)
+
+
+def islands_spec() -> QuantSpec:
+    """Float islands between int8 ops (generated in the tests, not committed)."""
+    return QuantSpec("islands", lambda gen: QIslands(), (1, 3, 32, 32), seed_offset=7, calibration_batches=4)
 
 
 def big_convnet_spec() -> QuantSpec:

@@ -178,7 +178,7 @@ class Compiler:
 
     def __init__(self, graph: XGraph, where: str, named_data: Callable[[str], memoryview] | None,
                  input_shapes: Mapping[int, tuple[int, ...]] | None = None,
-                 packed: dict[Any, np.ndarray] | None = None) -> None:
+                 packed: dict[Any, np.ndarray] | None = None, *, lookup: bool = True) -> None:
         self.graph = graph
         self.where = where
         self.named_data = named_data
@@ -208,6 +208,11 @@ class Compiler:
         self._fused: dict[int, tuple[int, int]] = {}
         self._skipped: set[int] = set()
         self._silu_x: dict[int, int] = {}
+        # Float islands of quantized graphs run as one lookup (_plan_lookup): the last
+        # Convert's position -> the chain's node positions (first Convert .. last). Off for
+        # the graphs that make the tables.
+        self.lookup = lookup
+        self._lut: dict[int, tuple[int, ...]] = {}
 
     # -- errors ---------------------------------------------------------------------------
     def node_where(self, node: XNode | None = None) -> str:
@@ -381,6 +386,11 @@ class Compiler:
         assert self._node is not None
         return self.output(self._node.fields["output_id"]), 0
 
+    def lookup_chain(self) -> tuple[int, ...]:
+        """For the lookup step at a float island's last Convert (LOOKUP_NODE): the island's
+        node positions, its first Convert to its last."""
+        return self._lut[self._pos]
+
     def silu_input(self) -> int:
         """For the SiLU step that replaces a Multiply (SILU_NODE): the value id of x."""
         return self._silu_x[self._pos]
@@ -448,7 +458,8 @@ class Compiler:
             self._node, self._pos = node, pos
             if pos in self._skipped:
                 continue
-            builder = NODE_BUILDERS.get(SILU_NODE if pos in self._silu_x else node.type)
+            builder = NODE_BUILDERS.get(SILU_NODE if pos in self._silu_x else LOOKUP_NODE if pos in self._lut
+                                        else node.type)
             if builder is None:
                 raise BackendError(f"{self.where}: XNNGraph.xnodes[{node.index}] has node type {node.type}, which this "
                                    "backend does not implement", Error.NotSupported)
@@ -523,8 +534,13 @@ class Compiler:
             self._skipped.update(consumers)
             return True
 
+        if self.lookup:
+            self._plan_lookup(readers)
+        claimed = {p for chain in self._lut.values() for p in chain}
         for pos, node in enumerate(nodes):
             f = node.fields
+            if pos in claimed:
+                continue
             if node.type == "XNNHardswish":
                 x, y = f["input_id"], f["output_id"]
                 if f32(x) and f32(y, internal=False):
@@ -542,6 +558,59 @@ class Compiler:
                 if not epilogue(x, 3, m.fields["output_id"], [pos, use[0]]):
                     self._skipped.add(pos)
                     self._silu_x[use[0]] = x
+
+    def _plan_lookup(self, readers: Mapping[int, list[int]]) -> None:
+        """Finds the float islands of quantized graphs: a Convert of an 8-bit per-tensor
+        quantized value x to float32, elementwise float32 nodes over it (and scalar
+        constants), a Convert of their result back to 8 bits (a hardswish, a SiLU, a sigmoid,
+        a hardsigmoid's add / clamp / divide). Each output element is then a function of the
+        one element of x at its place, which has 256 values: the chain runs as one lookup
+        (LOOKUP_NODE's builder at the last Convert; its table made by the chain's own steps
+        over the 256 values, so the results are the chain's own). Every value the chain
+        makes but the last is read only inside it and is no graph output."""
+        nodes = self.graph.nodes
+
+        def q8(vid: int) -> bool:
+            info = self.infos.get(vid)
+            return (info is not None and info.const is None and info.dtype.itemsize == 1 and info.dtype.kind in "iu"
+                    and info.value.quant is not None and info.value.quant.kind == "PerTensorQuant")
+
+        def f32(vid: int) -> bool:
+            info = self.infos.get(vid)
+            return info is not None and info.dtype == _F32 and info.const is None and info.external < 0
+
+        def scalar(vid: int) -> bool:
+            info = self.infos.get(vid)
+            return info is not None and info.const is not None and info.const.size == 1
+
+        for pos, node in enumerate(nodes):
+            if node.type != "XNNConvert" or not q8(node.fields["input_id"]) or not f32(node.fields["output_id"]):
+                continue
+            made = {node.fields["output_id"]}  # the chain's float values
+            shape = self.infos[node.fields["input_id"]].shape
+            chain = [pos]
+            for p in range(pos + 1, len(nodes)):
+                n = nodes[p]
+                ins = [v for k, v in n.fields.items() if k.startswith("input") and k.endswith("_id") and type(v) is int]
+                if not any(v in made for v in ins):
+                    continue
+                out = n.fields.get("output_id")
+                if n.type == "XNNConvert":
+                    if q8(out) and self.infos[out].shape == shape:
+                        chain.append(p)
+                    break
+                if (n.type not in _LOOKUP_ELEMENTWISE or not all(v in made or scalar(v) for v in ins)
+                        or not f32(out) or self.infos[out].shape != shape):
+                    break
+                chain.append(p)
+                made.add(out)
+            if len(chain) < 3 or nodes[chain[-1]].type != "XNNConvert":
+                continue
+            inside = set(chain)
+            if any(not set(readers.get(v, ())) <= inside for v in made):
+                continue
+            self._lut[chain[-1]] = tuple(chain)
+            self._skipped.update(chain[:-1])
 
     def _layout(self) -> tuple[list[tuple[tuple[int, ...], np.dtype, float | None, int] | None], int]:
         """Places every shareable buffer in one arena: two buffers whose lifetimes (first to
@@ -583,6 +652,15 @@ _F32 = np.dtype(np.float32)
 _EPILOGUE_NODES = frozenset({"XNNConv2d", "XNNDepthwiseConv2d", "XNNFullyConnected"})
 # The builder name of a Sigmoid-then-Multiply SiLU run as one step (at the Multiply).
 SILU_NODE = "orchestra.SiLU"
+# The builder name of a quantized value's float island run as one table lookup (at its last
+# Convert; Compiler._plan_lookup), and the node types such an island may hold: each output
+# element a function of the input elements at its place (and of the node's fields).
+LOOKUP_NODE = "orchestra.LookupTable"
+_LOOKUP_ELEMENTWISE = frozenset({
+    "XNNAbs", "XNNNegate", "XNNSquare", "XNNSquareRoot", "XNNFloor", "XNNCeiling", "XNNLog", "XNNExp", "XNNSin",
+    "XNNCos", "XNNTanh", "XNNClamp", "XNNCopy", "XNNReciprocalSquareRoot", "XNNSigmoid", "XNNHardswish", "XNNGelu",
+    "XNNELU", "XNNLeakyReLU", "XNNAdd", "XNNSubtract", "XNNMultiply", "XNNDiv", "XNNMinimum", "XNNMaximum",
+})
 
 
 def _dt_name(d: int) -> str:

@@ -45,8 +45,9 @@ import numpy as np
 from orchestra.errors import Error
 
 from . import _nodes
-from ._blob import XNode, constant_bytes
-from ._compile import NODE_BUILDERS, Compiler, Step, TensorInfo, register_datatype, register_node
+from ._blob import VALUE_FLAG_EXTERNAL_INPUT, VALUE_FLAG_EXTERNAL_OUTPUT, XNode, constant_bytes
+from ._compile import (LOOKUP_NODE, NODE_BUILDERS, Compiler, Step, TensorInfo, Workspace, register_datatype,
+                       register_node)
 
 __all__ = [
     "QParams",
@@ -943,6 +944,50 @@ def _dispatch(name: str, quant_builder: Callable[[Compiler, XNode], list[Step]])
     register_node(name, builder)
 
 
+def _lookup_table(c: Compiler, chain: tuple[int, ...]) -> np.ndarray:
+    """The 256-byte table of a float island (Compiler._plan_lookup): its nodes compiled as a
+    graph of their own over a 256-element input holding every byte value, and run; entry u is
+    the island's output byte for the input byte u."""
+    g = c.graph
+    nodes = tuple(g.nodes[p] for p in chain)
+    x_id, y_id = nodes[0].fields["input_id"], nodes[-1].fields["output_id"]
+    ids = {v for n in nodes for k, v in n.fields.items() if k.endswith("_id") and type(v) is int}
+    values = []
+    for vid in sorted(ids):
+        v = c.values[vid]
+        if c.infos[vid].const is None:  # constants stay as they are (scalars here)
+            flags = VALUE_FLAG_EXTERNAL_INPUT if vid == x_id else VALUE_FLAG_EXTERNAL_OUTPUT if vid == y_id else 0
+            v = dataclasses.replace(v, dims=(256,), flags=flags, external_id=int(vid == y_id))
+        values.append(v)
+    island = dataclasses.replace(g, nodes=nodes, values=tuple(values), num_externs=2, input_ids=(x_id,),
+                                 output_ids=(y_id,))
+    plan = Compiler(island, f"{c.node_where()} (its float island's lookup table)", c.named_data,
+                    lookup=False).compile()
+    ws = Workspace(plan)
+    xs = np.arange(256, dtype=np.uint8).view(c.infos[x_id].dtype)
+    ys = np.empty(256, c.infos[y_id].dtype)
+    for _, slot, shape, _ in plan.inputs:
+        ws.bufs[slot] = xs.reshape(shape)
+    for _, slot, shape, _ in plan.outputs:
+        ws.bufs[slot] = ys.reshape(shape)
+    for step in plan.steps:
+        step(ws.bufs)
+    return ys.view(np.uint8)
+
+
+def _build_lookup(c: Compiler, node: XNode) -> list[Step]:
+    """A quantized value's float island (Convert, elementwise float32 nodes, Convert) as one
+    byte lookup (lut_u8), at the island's last Convert."""
+    chain = c.lookup_chain()
+    x = c.tensor(c.graph.nodes[chain[0]].fields["input_id"], "input_id (of the float island's first Convert)")
+    out = c.output(node.fields["output_id"])
+    c.check_shape(out, x.shape)
+    table = c.prepacked(_lookup_table(c, chain))
+    gx, o, n, lut = c.getter(x), out.slot, math.prod(out.shape), c.native.lut_u8
+    return [lambda b: lut(gx(b), b[o], n, table)]
+
+
+register_node(LOOKUP_NODE, _build_lookup)
 for _code, _dtype in _QUANT_DATATYPES.items():
     register_datatype(_code, _dtype)
 _dispatch("XNNConvert", _build_convert)

@@ -180,7 +180,8 @@ def _exported(tmp_path_factory: pytest.TempPathFactory, which: str) -> dict[str,
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     tool = _export_tool()
-    spec = {"convnet224": tool.big_convnet_spec, "wide": tool.wide_spec}.get(which, tool.variety_spec)()
+    spec = {"convnet224": tool.big_convnet_spec, "wide": tool.wide_spec, "islands": tool.islands_spec}.get(
+        which, tool.variety_spec)()
     # Same folder as tests/test_quantized_programs.py: one export per session.
     pairs = tool.cached_pair(spec, tmp_path_factory.getbasetemp() / f"int8_{which}")
     return {name: (path, [a["forward.in_0"]],
@@ -203,9 +204,14 @@ def int8_wide_pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return _exported(tmp_path_factory, "wide")
 
 
+@pytest.fixture(scope="session")
+def int8_islands_pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return _exported(tmp_path_factory, "islands")
+
+
 @pytest.mark.executorch
 @pytest.mark.parametrize("products", ["int8", "float32"])
-@pytest.mark.parametrize("which", ["wide", "convnet224", "variety"])
+@pytest.mark.parametrize("which", ["wide", "convnet224", "variety", "islands"])
 def test_the_compiled_int8_path_equals_the_numpy_path_and_executorch(which: str, products: str,
                                                                      request: pytest.FixtureRequest,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
@@ -226,15 +232,17 @@ def test_the_compiled_int8_path_equals_the_numpy_path_and_executorch(which: str,
         pytest.skip("this CPU has no AVX-512 VNNI: the float32 products run (the int8 kernels' plain copies are "
                     "tested in tests/test_native_kernels.py)")
     pair = request.getfixturevalue({"wide": "int8_wide_pair", "convnet224": "int8_224_pair",
-                                    "variety": "int8_variety_pair"}[which])
+                                    "variety": "int8_variety_pair", "islands": "int8_islands_pair"}[which])
     path, ins, want = pair[f"xnnpack_int8_{which}"]
     bound: set[str] = set()
+    lookups = [0]
 
     class Recording:
         def __getattr__(self, kernel: str) -> Any:
             if kernel in ("QS8_GEMM_VNNI", "DWCONV_QS8_AVX512"):
                 return getattr(module, kernel) if products == "int8" else 0
             bound.add(kernel)
+            lookups[0] += kernel == "lut_u8"
             return getattr(module, kernel)
 
     monkeypatch.setattr(kernels, "compiled", lambda: Recording())
@@ -244,6 +252,14 @@ def test_the_compiled_int8_path_equals_the_numpy_path_and_executorch(which: str,
     for g, n in zip(compiled, numpy_path):
         np.testing.assert_array_equal(g, n)
     assert_within_one_step(f"xnnpack_int8_{which}", compiled, want, output_steps(path, want))
+    if which == "islands":
+        # hardswish, two lone sigmoids, a SiLU: one lookup each (the tables made by the
+        # islands' own float steps). Staying as they are: the SiLU whose float result a float
+        # mean also reads, and hardsigmoid's add / clamp / clamp / divide, whose 3 and 6 the
+        # exporter passes in as the delegate's inputs (a table can't be made before they come)
+        assert lookups[0] == 4, lookups
+        return
+    assert lookups[0] == 0
     # every model ends in a 1-row linear layer (qs8_rows_dot); the variety model's other
     # products are grouped or stem convolutions (gconv), the others have many-row 1x1 ones
     assert {"quantize_qs8", "dequantize_qs8", "qs8_rows_dot"} <= bound, bound

@@ -2001,6 +2001,82 @@ static PyObject *py_dwconv_qs8(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* ---- byte lookup: out[i] = table[x[i]] for n bytes (a quantized value's elementwise float
+ * island as one table; backends/xnnpack). AVX-512 VBMI: 64 bytes per four permutes. ---- */
+typedef struct {
+    const uint8_t *x, *table;
+    uint8_t *out;
+    Py_ssize_t i0, i1;
+} lut_job;
+
+static void lut_span(const uint8_t *x, const uint8_t *table, uint8_t *out, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) out[i] = table[x[i]];
+}
+
+#ifdef ORCH_X86_DISPATCH
+__attribute__((target("arch=x86-64-v4,avx512vbmi"))) static void lut_span_vbmi(const uint8_t *x, const uint8_t *table,
+                                                                             uint8_t *out, Py_ssize_t n) {
+    const __m512i t0 = _mm512_loadu_si512(table), t1 = _mm512_loadu_si512(table + 64);
+    const __m512i t2 = _mm512_loadu_si512(table + 128), t3 = _mm512_loadu_si512(table + 192);
+    for (Py_ssize_t i = 0; i < n; i += 64) {
+        const __mmask64 m = n - i >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (n - i)) - 1;
+        const __m512i v = _mm512_maskz_loadu_epi8(m, x + i);
+        const __m512i lo = _mm512_permutex2var_epi8(t0, v, t1); /* entries 0..127 by the low 7 bits */
+        const __m512i hi = _mm512_permutex2var_epi8(t2, v, t3); /* 128..255 */
+        _mm512_mask_storeu_epi8(out + i, m, _mm512_mask_blend_epi8(_mm512_movepi8_mask(v), lo, hi));
+    }
+}
+#endif
+
+static void (*lut_run)(const uint8_t *, const uint8_t *, uint8_t *, Py_ssize_t) = lut_span;
+static int lut_vbmi = 0;
+
+static void lut_pick(int level) {
+#ifdef ORCH_X86_DISPATCH
+    if (level == 4 && __builtin_cpu_supports("avx512vbmi")) {
+        lut_run = lut_span_vbmi;
+        lut_vbmi = 1;
+    }
+#else
+    (void)level;
+#endif
+}
+
+static void *lut_part(void *arg) {
+    const lut_job *j = (const lut_job *)arg;
+    lut_run(j->x + j->i0, j->table, j->out + j->i0, j->i1 - j->i0);
+    return NULL;
+}
+
+static PyObject *py_lut_u8(PyObject *self, PyObject *args) {
+    Py_buffer x, out, t;
+    Py_ssize_t n;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*w*ny*", &x, &out, &n, &t)) return NULL;
+    int ok = need_i8(&x, n, "x") && need_i8(&out, n, "out") && need_i8(&t, 256, "table");
+    if (ok && (overlaps(&out, &t) || (overlaps(&out, &x) && out.buf != x.buf))) {
+        PyErr_SetString(PyExc_ValueError, "lut_u8: out overlaps the table, or x other than exactly");
+        ok = 0;
+    }
+    if (ok) {
+        const int nparts = parts_for(n * 2, n / 16384);
+        lut_job jobs[MAX_PARTS];
+        for (int p = 0; p < nparts; p++) {
+            lut_job j = {(const uint8_t *)x.buf, (const uint8_t *)t.buf, (uint8_t *)out.buf, run_start(n, p, nparts),
+                         run_start(n, p + 1, nparts)};
+            jobs[p] = j;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        run_parts(lut_part, jobs, sizeof jobs[0], nparts);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&x);
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&t);
+    if (!ok) return NULL;
+    Py_RETURN_NONE;
+}
+
 /* ---- int8 Multiply: out[n, p, c] = requant((a[n, p, c] - za) * (b[n, pb, c] - zb)) with pb = p
  * (same shapes) or 0 (b one value per image and channel: squeeze-excite's gate); the
  * product of two centred int8 values is exact in float32 (|.| <= 65025), then XNNPACK's
@@ -4097,6 +4173,9 @@ static PyMethodDef methods[] = {
      "filter's values) into out (N, Ho, Wo, C) int8 = rint(clamp((float)(bias[c] + sum over the taps inside x of "
      "(x - zx) * w) * scale[c], lo, hi)) + zp; kh kw <= 514, bias int32 (C), scale float32 (C); lo, hi: the output "
      "range less zp."},
+    {"lut_u8", py_lut_u8, METH_VARARGS,
+     "lut_u8(x, out, n, table): out[i] = table[x[i]] for n bytes (uint8 indices into a 256-byte table); out may be "
+     "x, and overlaps nothing else."},
     {"mul_qs8", py_mul_qs8, METH_VARARGS,
      "mul_qs8(a, za, b, zb, out, N, P, C, bP, scale, lo, hi, zp): out[n, p, c] (int8) = rint(clamp((float)((a[n, p, c] "
      "- za) * (b[n, p or 0, c] - zb)) * scale, lo, hi)) + zp for int8 a (N, P, C) and b (N, bP, C), bP = P or 1; "
@@ -4158,11 +4237,13 @@ PyMODINIT_FUNC PyInit__native(void) {
     qgemm_pick(level);
     qdw_pick(level);
     mulq_pick(level);
+    lut_pick(level);
     PyObject *m = PyModule_Create(&module);
     if (m && (PyModule_AddIntConstant(m, "GEMM_COLUMNS", (long)gemm_nr) < 0 ||
               PyModule_AddIntConstant(m, "ISA_LEVEL", level) < 0 ||
               PyModule_AddIntConstant(m, "QS8_GEMM_VNNI", qgemm_vnni) < 0 ||
-              PyModule_AddIntConstant(m, "DWCONV_QS8_AVX512", qdw_avx512) < 0)) {
+              PyModule_AddIntConstant(m, "DWCONV_QS8_AVX512", qdw_avx512) < 0 ||
+              PyModule_AddIntConstant(m, "LUT_U8_VBMI", lut_vbmi) < 0)) {
         Py_DECREF(m);
         return NULL;
     }
