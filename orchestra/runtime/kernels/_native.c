@@ -1058,6 +1058,12 @@ static inline Py_ssize_t run_start(Py_ssize_t n, int k, int nparts) {
     return k >= nparts ? n : (n * k / nparts) & ~(Py_ssize_t)15;
 }
 
+/* Where part k of nparts of n rows (or tiles) starts: proportional, unrounded (a run of
+ * elements takes run_start's multiples of 16 instead) */
+static inline Py_ssize_t part_start(Py_ssize_t n, int k, int nparts) {
+    return k >= nparts ? n : n * k / nparts;
+}
+
 typedef struct {
     unary_loop loop;
     const float *x;
@@ -1210,7 +1216,7 @@ static PyObject *py_mul_rows_f32(PyObject *self, PyObject *args) {
         mulrows_job jobs[MAX_PARTS];
         for (int k = 0; k < nparts; k++) {
             mulrows_job j = {(const float *)x.buf, (const float *)sc.buf, (float *)out.buf, p_, c_,
-                             run_start(rows, k, nparts), run_start(rows, k + 1, nparts)};
+                             part_start(rows, k, nparts), part_start(rows, k + 1, nparts)};
             jobs[k] = j;
         }
         Py_BEGIN_ALLOW_THREADS
@@ -1298,8 +1304,8 @@ static PyObject *py_requant_qs8(PyObject *self, PyObject *args) {
         requant_job jobs[MAX_PARTS];
         for (int k = 0; k < nparts; k++) {
             requant_job j = {(const float *)acc.buf, (const float *)sc.buf, have_bias ? (const int32_t *)b.buf : NULL,
-                             (int8_t *)out.buf, parts, rows, n_, run_start(rows, k, nparts),
-                             run_start(rows, k + 1, nparts), lo, hi, zp};
+                             (int8_t *)out.buf, parts, rows, n_, part_start(rows, k, nparts),
+                             part_start(rows, k + 1, nparts), lo, hi, zp};
             jobs[k] = j;
         }
         Py_BEGIN_ALLOW_THREADS
@@ -1692,8 +1698,8 @@ static int qgemm_call(const char *name, Py_buffer *x, Py_buffer *xu, Py_buffer *
     qgemm_job jobs[MAX_PARTS];
     for (int p = 0; p < nparts; p++) {
         qgemm_job j = {(const int8_t *)x->buf, (uint8_t *)xu->buf, (const int8_t *)wp->buf, (const int32_t *)corr->buf,
-                       (const float *)sc->buf, (int8_t *)out->buf, k_, k4, n_, 4 * run_start(tiles, p, nparts),
-                       4 * run_start(tiles, p + 1, nparts), lo, hi, zp, geo};
+                       (const float *)sc->buf, (int8_t *)out->buf, k_, k4, n_, 4 * part_start(tiles, p, nparts),
+                       4 * part_start(tiles, p + 1, nparts), lo, hi, zp, geo};
         if (j.r1 > rows) j.r1 = rows;
         jobs[p] = j;
     }
@@ -1984,8 +1990,8 @@ static PyObject *py_dwconv_qs8(PyObject *self, PyObject *args) {
         for (int p = 0; p < nparts; p++) {
             jobs[p] = g;
             jobs[p].acc = accs + (size_t)p * (size_t)g.C;
-            jobs[p].r0 = run_start(rows, p, nparts);
-            jobs[p].r1 = run_start(rows, p + 1, nparts);
+            jobs[p].r0 = part_start(rows, p, nparts);
+            jobs[p].r1 = part_start(rows, p + 1, nparts);
         }
         Py_BEGIN_ALLOW_THREADS
         run_parts(qdw_part, jobs, sizeof jobs[0], nparts);
@@ -2172,7 +2178,7 @@ static PyObject *py_mul_qs8(PyObject *self, PyObject *args) {
         mulq_job jobs[MAX_PARTS];
         for (int k = 0; k < nparts; k++) {
             mulq_job j = {(const int8_t *)a.buf, (const int8_t *)b.buf, (int8_t *)out.buf, p_, c_, bp,
-                          run_start(rows, k, nparts), run_start(rows, k + 1, nparts), za, zb, zp, scale, lo, hi};
+                          part_start(rows, k, nparts), part_start(rows, k + 1, nparts), za, zb, zp, scale, lo, hi};
             jobs[k] = j;
         }
         Py_BEGIN_ALLOW_THREADS
