@@ -1217,6 +1217,54 @@ def test_the_int8_gemm_over_a_convolutions_patches(threads: int) -> None:
 
 @needs_native
 @pytest.mark.parametrize("threads", [1, 2])
+def test_the_int8_gemm_over_a_grouped_convolutions_patches(threads: int) -> None:
+    """qs8_gconv: each output channel sums over its own group's patch (two groups of 8 per
+    vector, or a group over whole vectors), the rest as qs8_conv: RegNet's 8-wide groups at
+    strides 1 and 2, 16- and 32-wide groups, padding on every side, 2 images."""
+    rng = np.random.default_rng(15)
+    kernels.set_threads(threads)
+    try:
+        for nimg, h, w, groups, gic, goc, kh, kw, sh, sw, pt, pb, pl, pr in [
+                (1, 56, 56, 7, 8, 8, 3, 3, 2, 2, 1, 1, 1, 1), (2, 9, 11, 3, 8, 8, 3, 3, 1, 1, 1, 1, 1, 1),
+                (1, 14, 14, 5, 4, 16, 3, 3, 1, 1, 1, 1, 1, 1), (1, 10, 12, 2, 12, 32, 5, 5, 2, 2, 2, 1, 2, 1),
+                (1, 7, 7, 46, 8, 8, 3, 3, 1, 1, 1, 1, 1, 1)]:
+            ch, cout = groups * gic, groups * goc
+            ho = (h + pt + pb - kh) // sh + 1
+            wo = (w + pl + pr - kw) // sw + 1
+            xq = rng.integers(-128, 128, size=(nimg, h, w, ch)).astype(np.int8)
+            wq = rng.integers(-128, 128, size=(cout, kh, kw, gic)).astype(np.int8)
+            zx = int(rng.integers(-128, 128))
+            xc = np.pad(xq.astype(np.int64) - zx, ((0, 0), (pt, pb), (pl, pr), (0, 0)))
+            acc = np.zeros((nimg, ho, wo, cout), np.int64)
+            for g in range(groups):
+                for i in range(kh):
+                    for j in range(kw):
+                        tap = xc[:, i:i + (ho - 1) * sh + 1:sh, j:j + (wo - 1) * sw + 1:sw, g * gic:(g + 1) * gic]
+                        acc[..., g * goc:(g + 1) * goc] += tap @ wq[g * goc:(g + 1) * goc, i, j, :].astype(np.int64).T
+            acc = acc.reshape(-1, cout)
+            spread = float(acc.std()) + 1
+            bias = rng.integers(-spread, spread, size=cout).astype(np.int32)
+            scale = (rng.random(cout) * 60 / spread).astype(np.float32)
+            zp = int(rng.integers(-20, 20))
+            lo, hi = float(-128 - zp), float(127 - zp)
+            want = _requant_reference(acc.astype(np.float64)[None], bias, scale, lo, hi, zp)
+            out = np.empty((nimg, ho, wo, cout), np.int8)
+            xu = np.empty(nimg * ho * wo * kh * kw * ch, np.uint8)
+            w2 = wq.reshape(cout, kh * kw * gic)
+            native.qs8_gconv(xq, xu, _gemm_filter(w2), _gemm_correction(w2, zx, bias), scale, out, nimg, h, w, ch, kh,
+                             kw, sh, sw, pt, pl, 1, 1, ho, wo, groups, goc, zx, lo, hi, zp)
+            np.testing.assert_array_equal(out.reshape(-1, cout), want)
+            if want.size > 200:
+                assert ((want > -128) & (want < 127)).mean() > 0.5 and len(np.unique(want)) > 20
+        with pytest.raises(ValueError, match="per group a multiple of 4"):
+            native.qs8_gconv(xq, xu, _gemm_filter(w2), _gemm_correction(w2, zx, bias), scale, out, nimg, h, w, ch, kh,
+                             kw, sh, sw, pt, pl, 1, 1, ho, wo, groups, 24, zx, lo, hi, zp)
+    finally:
+        kernels.set_threads(1)
+
+
+@needs_native
+@pytest.mark.parametrize("threads", [1, 2])
 def test_the_int8_depthwise_convolution_in_one_pass(threads: int) -> None:
     """dwconv_qs8: requantized bias + sum over the taps inside of (x - zx) * w, int8 in and out,
     against exact integer sums: the 3x3 and 5x5 kernels at strides 1 and 2 (blocks of four

@@ -120,7 +120,7 @@ class QWide(nn.Module):
     """Dot products longer than float32 sums hold exactly (over 514 int8 terms: the compiled
     kernels' int8 path splits them into parts), next to the short ones: a 3-channel stem,
     3x3 convolutions over 32 and 64 channels (im2col of 288 and 576 terms), a 1x1 expansion to
-    600 channels and its 600-term projection, a 5x5 depthwise and a grouped convolution, an
+    600 channels and its 600-term projection, a 5x5 depthwise and a grouped convolution (groups of 8), an
     elementwise product, global average pooling and 1024-term linear layers. Input [1, 3, 64, 64]."""
 
     def __init__(self) -> None:
@@ -131,7 +131,7 @@ class QWide(nn.Module):
         self.expand = nn.Conv2d(64, 600, 1)
         self.project = nn.Conv2d(600, 96, 1)
         self.dw = nn.Conv2d(96, 96, 5, padding=2, groups=96)
-        self.grouped = nn.Conv2d(96, 96, 3, padding=1, groups=4)
+        self.grouped = nn.Conv2d(96, 96, 3, padding=1, groups=12)  # RegNet's groups of 8
         self.gap = nn.AdaptiveAvgPool2d(1)
         self.fc1 = nn.Linear(96, 1024)
         self.fc2 = nn.Linear(1024, 10)

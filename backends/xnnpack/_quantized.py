@@ -509,10 +509,11 @@ def _gemm_fits(c: Compiler, k: int, bias: np.ndarray | None) -> bool:
 
 def _native_gemm(c: Compiler, node: XNode, gx: Callable[[list[Any]], Any], xp: QParams, wp: QParams,
                  w_nk: np.ndarray, out: TensorInfo, bias: np.ndarray | None, rows: int, k: int, n: int,
-                 conv: tuple[int, ...] | None = None) -> list[Step]:
+                 conv: tuple[int, ...] | None = None, groups: tuple[int, int] | None = None) -> list[Step]:
     """out (rows, n) int8 = requantized (x (rows, k) int8 - zero point) @ w_nk (n, k).T + bias, by
     qs8_gemm; with ``conv`` (N, H, W, C, kh, kw, sh, sw, pt, pl, dh, dw, Ho, Wo) x is the NHWC input
-    of a convolution of one group whose patches are the rows, by qs8_conv."""
+    of a convolution of one group whose patches are the rows, by qs8_conv; with ``groups`` too
+    ((groups, output channels per group); k then a group's patch) a grouped one, by qs8_gconv."""
     b32, scale, lo_f, hi_f, zp = _requant_args(c, node, xp, wp, out, bias)
     corr = -(128 + xp.zero_point) * w_nk.astype(np.int64).sum(axis=1)
     if b32 is not None:
@@ -520,8 +521,12 @@ def _native_gemm(c: Compiler, node: XNode, gx: Callable[[list[Any]], Any], xp: Q
     # int32 modulo 2^32: the kernel's sums are, and the whole sum fits int32 (checked by the caller)
     corr32 = c.prepacked(((corr + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32))
     wq = c.prepacked(_pack_gemm_filter(w_nk))
-    xu = c.scratch((rows * 4 * -(-k // 4),), np.dtype(np.uint8))
+    row = k if conv is None or groups is None else conv[3] * conv[4] * conv[5]  # a grouped row: every group's patch
+    xu = c.scratch((rows * 4 * -(-row // 4),), np.dtype(np.uint8))
     o = out.slot
+    if groups is not None:
+        qg, zx = c.native.qs8_gconv, xp.zero_point
+        return [lambda b: qg(gx(b), b[xu], wq, corr32, scale, b[o], *conv, *groups, zx, lo_f, hi_f, zp)]
     if conv is not None:
         qconv, zx = c.native.qs8_conv, xp.zero_point
         return [lambda b: qconv(gx(b), b[xu], wq, corr32, scale, b[o], *conv, n, zx, lo_f, hi_f, zp)]
@@ -622,6 +627,10 @@ def _native_conv(c: Compiler, node: XNode, x: TensorInfo, xp: QParams, w: Tensor
     if groups == 1 and rows >= _FEW_ROWS and _gemm_fits(c, kk, bias):  # the patches gathered in the kernel
         return _native_gemm(c, node, gx, xp, wp, w.const.reshape(cout, kk), out, bias, rows, kk, cout,
                             conv=(n, h, wd, ch, kh, kw, sh, sw, pt, pl, dh, dw, oh, ow))
+    if (groups > 1 and gic % 4 == 0 and (goc == 8 or goc % 16 == 0) and rows >= _FEW_ROWS
+            and kh * kw * ch <= _QDOT_MAX_K and _gemm_fits(c, kk, bias)):  # each group's patch in the kernel
+        return _native_gemm(c, node, gx, xp, wp, w.const.reshape(cout, kk), out, bias, rows, kk, cout,
+                            conv=(n, h, wd, ch, kh, kw, sh, sw, pt, pl, dh, dw, oh, ow), groups=(groups, goc))
     if kk <= _EXACT_K and (groups > 1 or gic <= _nodes._DIRECT_MAX_INPUT_CHANNELS):
         xf, centre = centred()
         wg = c.prepacked(np.ascontiguousarray(

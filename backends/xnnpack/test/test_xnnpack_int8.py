@@ -268,17 +268,18 @@ def test_the_compiled_int8_path_equals_the_numpy_path_and_executorch(which: str,
     if which != "variety":
         assert ("qs8_gemm" if products == "int8" else "linear_f32") in bound, bound
     if products == "float32":
-        assert not {"qs8_gemm", "qs8_conv", "dwconv_qs8"} & bound, bound
+        assert not {"qs8_gemm", "qs8_conv", "qs8_gconv", "dwconv_qs8"} & bound, bound
     elif which != "variety":
         assert "qs8_conv" in bound, bound  # the RGB stem (and the wide model's 3x3 convolutions)
     if products == "int8" and which == "wide":
-        assert "dwconv_qs8" in bound, bound
+        assert {"dwconv_qs8", "qs8_gconv"} <= bound, bound
     if which != "convnet224":
         assert {"mul_qs8", "gap_qs8"} <= bound, bound  # x * y of one shape; global average pooling
     else:
         assert "add_qs8" in bound, bound  # the residual connection
     if which == "wide":
-        assert {"dwconv_nhwc_f32" if products == "float32" else "dwconv_qs8", "gconv_nhwc_f32"} <= bound, bound
+        assert ({"dwconv_nhwc_f32", "gconv_nhwc_f32"} if products == "float32" else {"dwconv_qs8", "qs8_gconv"}) <= bound, \
+            bound
         _, g = _graph(path)
         ks = []
         for node in g.nodes:  # the dot-product lengths the graph holds

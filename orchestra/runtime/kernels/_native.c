@@ -1516,6 +1516,10 @@ typedef struct {
     float lo, hi;
     int zp;
     const qconv_geo *geo; /* NULL: the rows of x as they are; else x is an NHWC image and row r the patch of output pixel r */
+    /* grouped convolutions (goc > 0): a row holds every group's patch tap by tap, (kh, kw, C);
+     * output channel c (group c / goc) reads the gk4 words of its group's gic channels, tap by
+     * tap; goc is 8 or a multiple of 16, gic a multiple of 4 */
+    Py_ssize_t gic, goc, gk4;
 } qgemm_job;
 
 /* Row r's k raw int8 bytes into u: the rows of x, or (geo) the patch of output pixel r of a
@@ -1557,6 +1561,26 @@ static void qgemm_rows_plain(const qgemm_job *j) {
         for (Py_ssize_t i = 0; i < j->k; i++) u[i] ^= 0x80u;
         for (Py_ssize_t i = j->k; i < kp; i++) u[i] = 0;
     }
+    if (j->goc) {
+        const Py_ssize_t tw = j->gic / 4, cw = j->geo->C / 4; /* words per tap of a group, of all groups */
+        for (Py_ssize_t r = j->r0; r < j->r1; r++) {
+            const uint8_t *xr = j->xu + r * kp;
+            for (Py_ssize_t c = 0; c < n; c++) {
+                const int8_t *wb = j->wp + (c / 16) * j->gk4 * 64 + 4 * (c % 16);
+                const Py_ssize_t gw = (c / j->goc) * tw;
+                uint32_t acc = 0;
+                for (Py_ssize_t q = 0; q < j->gk4; q++) {
+                    const uint8_t *xw = xr + 4 * ((q / tw) * cw + gw + q % tw);
+                    for (int t = 0; t < 4; t++) acc += (uint32_t)((int32_t)xw[t] * (int32_t)wb[64 * q + t]);
+                }
+                float v = (float)(int32_t)(acc + (uint32_t)j->corr[c]) * j->scale[c];
+                v = v < j->lo ? j->lo : v;
+                v = v > j->hi ? j->hi : v;
+                j->out[r * n + c] = (int8_t)((int)__builtin_rintf(v) + j->zp);
+            }
+        }
+        return;
+    }
     for (Py_ssize_t r = j->r0; r < j->r1; r++) {
         const uint8_t *xr = j->xu + r * kp;
         for (Py_ssize_t b = 0; b < nb; b++) {
@@ -1594,6 +1618,45 @@ static inline __mmask16 qgemm_mask(Py_ssize_t cnt) {
     return cnt >= 16 ? (__mmask16)0xFFFF : cnt <= 0 ? (__mmask16)0 : (__mmask16)((1u << cnt) - 1);
 }
 
+/* grouped: 4 rows x 16 output channels (two groups of 8, or part of one group) per tile;
+ * each row's word for a lane is its group's, the two groups' words blended when goc is 8 */
+__attribute__((target("arch=x86-64-v4,avx512vnni"))) static inline __attribute__((always_inline)) void
+qgconv_block_vnni(const qgemm_job *j, Py_ssize_t b, const int PAIR) {
+    const Py_ssize_t kp = 4 * j->k4, n = j->n, tw = j->gic / 4, cw = j->geo->C / 4, c0 = 16 * b;
+    const Py_ssize_t gw0 = (c0 / j->goc) * tw, gw1 = PAIR ? gw0 + tw : gw0;
+    const int8_t *wb = j->wp + b * j->gk4 * 64;
+    const __mmask16 m = qgemm_mask(n - c0);
+    const __m512i corr = _mm512_maskz_loadu_epi32(m, j->corr + c0);
+    const __m512 sc = _mm512_maskz_loadu_ps(m, j->scale + c0);
+    const __m512 lo = _mm512_set1_ps(j->lo), hi = _mm512_set1_ps(j->hi);
+    const __m512i zp = _mm512_set1_epi32(j->zp);
+    for (Py_ssize_t r = j->r0; r < j->r1; r += 4) {
+        const Py_ssize_t mr = j->r1 - r < 4 ? j->r1 - r : 4;
+        const qg_word *x0 = (const qg_word *)(j->xu + r * kp);
+        const qg_word *x1 = mr > 1 ? x0 + j->k4 : x0, *x2 = mr > 2 ? x0 + 2 * j->k4 : x0, *x3 = mr > 3 ? x0 + 3 * j->k4 : x0;
+        __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+        Py_ssize_t tap = 0, h = 0;
+        for (Py_ssize_t q = 0; q < j->gk4; q++) {
+            const __m512i wv = _mm512_loadu_si512(wb + 64 * q);
+            const Py_ssize_t o = tap + h;
+#define QG_WORD(X) (PAIR ? _mm512_mask_blend_epi32((__mmask16)0xFF00, _mm512_set1_epi32(X[o + gw0]),              \
+                                                   _mm512_set1_epi32(X[o + gw1]))                                   \
+                         : _mm512_set1_epi32(X[o + gw0]))
+            a0 = _mm512_dpbusd_epi32(a0, QG_WORD(x0), wv);
+            a1 = _mm512_dpbusd_epi32(a1, QG_WORD(x1), wv);
+            a2 = _mm512_dpbusd_epi32(a2, QG_WORD(x2), wv);
+            a3 = _mm512_dpbusd_epi32(a3, QG_WORD(x3), wv);
+#undef QG_WORD
+            if (++h == tw) {
+                h = 0;
+                tap += cw;
+            }
+        }
+        const __m512i acc[4] = {a0, a1, a2, a3};
+        for (Py_ssize_t i = 0; i < mr; i++) qgemm_store(acc[i], corr, sc, j->out + (r + i) * n + c0, m, lo, hi, zp);
+    }
+}
+
 /* 4 rows x 32 output channels per tile (8 accumulators), k four bytes at a time; a pair of
  * channel blocks at a time over all the part's rows (its filter, correction and scale stay
  * in cache and registers) */
@@ -1614,6 +1677,15 @@ __attribute__((target("arch=x86-64-v4,avx512vnni"))) static void qgemm_rows_vnni
             const __m512i v = _mm512_maskz_mov_epi8(mk, _mm512_xor_si512(_mm512_maskz_loadu_epi8(mk, xr + i), flip));
             _mm512_mask_storeu_epi8(u + i, mu, v);
         }
+    }
+    if (j->goc) {
+        for (Py_ssize_t b = 0; b < nb; b++) {
+            if (j->goc == 8)
+                qgconv_block_vnni(j, b, 1);
+            else
+                qgconv_block_vnni(j, b, 0);
+        }
+        return;
     }
     const __m512 lo = _mm512_set1_ps(j->lo), hi = _mm512_set1_ps(j->hi);
     const __m512i zp = _mm512_set1_epi32(j->zp);
@@ -1678,14 +1750,15 @@ static void *qgemm_part(void *arg) {
 /* checks the buffers of a qs8_gemm / qs8_conv call (x holds x_count int8) and runs it */
 static int qgemm_call(const char *name, Py_buffer *x, Py_buffer *xu, Py_buffer *wp, Py_buffer *corr, Py_buffer *sc,
                       Py_buffer *out, Py_ssize_t rows, Py_ssize_t k_, Py_ssize_t n_, float lo, float hi, int zp,
-                      const qconv_geo *geo, Py_ssize_t x_count) {
+                      const qconv_geo *geo, Py_ssize_t x_count, Py_ssize_t gic, Py_ssize_t goc) {
     if (rows < 1 || rows > ((Py_ssize_t)1 << 30) || k_ < 1 || k_ > QDOT_MAX_K || n_ < 1 || n_ > ((Py_ssize_t)1 << 24) ||
         !(lo <= hi) || zp < -128 || zp > 127) {
         PyErr_Format(PyExc_ValueError, "%s: inconsistent sizes, bounds or zero point", name);
         return 0;
     }
     const Py_ssize_t k4 = (k_ + 3) / 4, nb = (n_ + 15) / 16;
-    if (!(need_i8(x, x_count, "x") && need_i8(xu, rows * 4 * k4, "xu") && need_i8(wp, nb * k4 * 64, "w") &&
+    const Py_ssize_t gk4 = goc ? geo->kh * geo->kw * gic / 4 : 0; /* a group's words (the caller checked gic % 4) */
+    if (!(need_i8(x, x_count, "x") && need_i8(xu, rows * 4 * k4, "xu") && need_i8(wp, nb * (goc ? gk4 : k4) * 64, "w") &&
           need_i8(out, rows * n_, "out") && need(corr, n_, "corr") && need(sc, n_, "scale")))
         return 0;
     if (overlaps(xu, x) || overlaps(xu, wp) || overlaps(xu, corr) || overlaps(xu, sc) || overlaps(xu, out) ||
@@ -1699,7 +1772,7 @@ static int qgemm_call(const char *name, Py_buffer *x, Py_buffer *xu, Py_buffer *
     for (int p = 0; p < nparts; p++) {
         qgemm_job j = {(const int8_t *)x->buf, (uint8_t *)xu->buf, (const int8_t *)wp->buf, (const int32_t *)corr->buf,
                        (const float *)sc->buf, (int8_t *)out->buf, k_, k4, n_, 4 * part_start(tiles, p, nparts),
-                       4 * part_start(tiles, p + 1, nparts), lo, hi, zp, geo};
+                       4 * part_start(tiles, p + 1, nparts), lo, hi, zp, geo, gic, goc, gk4};
         if (j.r1 > rows) j.r1 = rows;
         jobs[p] = j;
     }
@@ -1730,7 +1803,7 @@ static PyObject *py_qs8_gemm(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*w*y*y*y*w*nnnffi", &x, &xu, &wp, &corr, &sc, &out, &rows, &k_, &n_, &lo, &hi, &zp))
         return NULL;
     const Py_ssize_t x_count = rows >= 0 && k_ >= 0 ? prod4(rows, k_, 1, 1) : -1;
-    const int ok = qgemm_call("qs8_gemm", &x, &xu, &wp, &corr, &sc, &out, rows, k_, n_, lo, hi, zp, NULL, x_count);
+    const int ok = qgemm_call("qs8_gemm", &x, &xu, &wp, &corr, &sc, &out, rows, k_, n_, lo, hi, zp, NULL, x_count, 0, 0);
     return qgemm_release(ok, &x, &xu, &wp, &corr, &sc, &out);
 }
 
@@ -1755,7 +1828,36 @@ static PyObject *py_qs8_conv(PyObject *self, PyObject *args) {
         ok = 0;
     }
     ok = ok && qgemm_call("qs8_conv", &x, &xu, &wp, &corr, &sc, &out, prod4(nn, g.Ho, g.Wo, 1),
-                          prod4(g.kh, g.kw, g.C, 1), n_, lo, hi, zp, &g, prod4(nn, g.H, g.W, g.C));
+                          prod4(g.kh, g.kw, g.C, 1), n_, lo, hi, zp, &g, prod4(nn, g.H, g.W, g.C), 0, 0);
+    return qgemm_release(ok, &x, &xu, &wp, &corr, &sc, &out);
+}
+
+static PyObject *py_qs8_gconv(PyObject *self, PyObject *args) {
+    Py_buffer x, xu, wp, corr, sc, out;
+    Py_ssize_t nn, groups, goc;
+    qconv_geo g;
+    int zp;
+    float lo, hi;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*w*y*y*y*w*nnnnnnnnnnnnnnnniffi", &x, &xu, &wp, &corr, &sc, &out, &nn, &g.H, &g.W,
+                          &g.C, &g.kh, &g.kw, &g.sh, &g.sw, &g.pt, &g.pl, &g.dh, &g.dw, &g.Ho, &g.Wo, &groups, &goc,
+                          &g.zx, &lo, &hi, &zp))
+        return NULL;
+    const Py_ssize_t lim = (Py_ssize_t)1 << 24;
+    int ok = 1;
+    if (nn < 1 || g.H < 1 || g.W < 1 || g.C < 1 || g.kh < 1 || g.kw < 1 || g.sh < 1 || g.sw < 1 || g.dh < 1 ||
+        g.dw < 1 || g.Ho < 1 || g.Wo < 1 || nn > lim || g.H > lim || g.W > lim || g.C > lim || g.kh > lim ||
+        g.kw > lim || g.sh > lim || g.sw > lim || g.dh > lim || g.dw > lim || g.Ho > lim || g.Wo > lim ||
+        g.pt < 0 || g.pl < 0 || g.pt > lim || g.pl > lim || g.zx < -128 || g.zx > 127 || groups < 1 ||
+        groups > g.C || g.C % groups || (g.C / groups) % 4 || !(goc == 8 || (goc >= 16 && goc % 16 == 0)) ||
+        goc > lim) {
+        PyErr_SetString(PyExc_ValueError, "qs8_gconv: inconsistent geometry, groups or zero point (input channels "
+                                          "per group a multiple of 4; output channels per group 8 or a multiple of 16)");
+        ok = 0;
+    }
+    ok = ok && qgemm_call("qs8_gconv", &x, &xu, &wp, &corr, &sc, &out, prod4(nn, g.Ho, g.Wo, 1),
+                          prod4(g.kh, g.kw, g.C, 1), prod4(groups, goc, 1, 1), lo, hi, zp, &g, prod4(nn, g.H, g.W, g.C),
+                          g.C / groups, goc);
     return qgemm_release(ok, &x, &xu, &wp, &corr, &sc, &out);
 }
 
@@ -4182,6 +4284,11 @@ static PyMethodDef methods[] = {
     {"lut_u8", py_lut_u8, METH_VARARGS,
      "lut_u8(x, out, n, table): out[i] = table[x[i]] for n bytes (uint8 indices into a 256-byte table); out may be "
      "x, and overlaps nothing else."},
+    {"qs8_gconv", py_qs8_gconv, METH_VARARGS,
+     "qs8_gconv(x, xu, w, corr, scale, out, N, H, W, C, kh, kw, sh, sw, pt, pl, dh, dw, Ho, Wo, groups, goc, zx, lo, "
+     "hi, zp): qs8_conv of a grouped convolution: output channel j (group j / goc) sums over its group's kh kw gic "
+     "values (gic = C / groups, a multiple of 4; goc 8 or a multiple of 16), w packed as qs8_gemm's for (groups goc, "
+     "kh kw gic) in (kh, kw, gic) order; xu: rows * kh kw C bytes; out (N, Ho, Wo, groups goc)."},
     {"mul_qs8", py_mul_qs8, METH_VARARGS,
      "mul_qs8(a, za, b, zb, out, N, P, C, bP, scale, lo, hi, zp): out[n, p, c] (int8) = rint(clamp((float)((a[n, p, c] "
      "- za) * (b[n, p or 0, c] - zb)) * scale, lo, hi)) + zp for int8 a (N, P, C) and b (N, bP, C), bP = P or 1; "
