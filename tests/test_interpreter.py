@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from orchestra import BackendError, Error, OrchestraError
+from orchestra.errors import InvalidArgumentError
 from orchestra.program import (
     AllocationDetails,
     BackendDelegate,
@@ -37,7 +38,6 @@ from orchestra.runtime import (
     Session,
     load_program,
     register_backend,
-    registered_backends,
 )
 
 
@@ -151,8 +151,10 @@ class _Scale(BackendInterface):
 
 
 _SCALE = _Scale()
-if "TestScale" not in registered_backends():
+try:  # (not registered_backends(): that would load every plugin at import)
     register_backend(Backend("TestScale", _SCALE))
+except InvalidArgumentError:  # this module imported a second time under another name
+    pass
 
 
 def delegated(backend: str = "TestScale") -> ProgramDef:
@@ -264,3 +266,48 @@ def test_backends_are_discovered_through_entry_points(tmp_path) -> None:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[2.0, 2.0, 2.0]"
+
+
+def test_a_programs_backend_is_loaded_without_importing_the_other_plugins(tmp_path) -> None:
+    """Finding a delegate's backend loads the entry points of that name only: a first load
+    does not import every installed plugin, and a broken plugin breaks only the programs (and
+    the listing) that need it."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    (tmp_path / "ep_good.py").write_text(textwrap.dedent("""
+        import numpy as np
+        from orchestra.runtime import BackendInterface
+
+        class Doubler(BackendInterface):
+            def init(self, context, processed, compile_specs):
+                return None
+            def execute(self, context, handle, args):
+                np.multiply(args[0], 2, out=args[1])
+    """))
+    (tmp_path / "ep_broken.py").write_text("raise ImportError('this plugin is broken')\n")
+    dist = tmp_path / "ep_two-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: ep-two\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[orchestra.backends]\nEpGood = ep_good:Doubler\nEpBroken = ep_broken:X\n")
+    code = textwrap.dedent("""
+        import sys
+        import numpy as np
+        from orchestra.errors import BackendError
+        from orchestra.runtime import registered_backends, load_program
+        import test_interpreter as t
+        m = load_program(t.delegated("EpGood")).load_method()
+        print(m.execute([np.ones(3, np.float32)])[0].tolist(), "ep_broken" in sys.modules)
+        try:
+            registered_backends()
+        except BackendError as exc:
+            print("listing:", exc)
+    """)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.path.dirname(__file__)]))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    first, second = r.stdout.strip().splitlines()
+    assert first == "[2.0, 2.0, 2.0] False"
+    assert "EpBroken" in second and "this plugin is broken" in second

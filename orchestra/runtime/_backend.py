@@ -123,11 +123,18 @@ def register_backend(backend: Backend) -> None:
     _REGISTRY[backend.name] = backend
 
 
-def _discover() -> None:
+def _discover(name: str | None = None) -> None:
+    """Loads the backends of the entry-point group: all of them once, or (``name``) only the
+    entry points of that name, so a program's backend is found without importing every
+    installed plugin (what a first load would otherwise pay for)."""
     if _DISCOVERED:
         return
-    _DISCOVERED.append(True)
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
+    if name is None:
+        _DISCOVERED.append(True)
+        found = entry_points(group=ENTRY_POINT_GROUP)
+    else:
+        found = entry_points(group=ENTRY_POINT_GROUP, name=name)
+    for ep in found:
         if ep.name in _REGISTRY:
             continue
         try:
@@ -157,7 +164,10 @@ def get_backend_class(name: str) -> BackendInterface:
         BackendError: code NotFound when no backend has that name (the message lists those
             that exist).
     """
-    _discover()
+    if name not in _REGISTRY:
+        _discover(name)
+    if name not in _REGISTRY:
+        _discover()
     try:
         return _REGISTRY[name].backend
     except KeyError:
