@@ -1136,6 +1136,42 @@ def _gemm_correction(w: np.ndarray, zx: int, bias: np.ndarray | None) -> np.ndar
     return ((corr + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)  # modulo 2^32, as the kernel sums
 
 
+def _int8_conv_sums(xq: np.ndarray, wq: np.ndarray, zx: int, groups: int, stride: tuple[int, int],
+                    pad: tuple[int, int, int, int], dil: tuple[int, int]) -> np.ndarray:
+    """Exact int64 sums of an NHWC int8 convolution: x (N, H, W, C) less zx, zero-padded by pad
+    (top, bottom, left, right), w (cout, kh, kw, C / groups); (N Ho Wo, cout)."""
+    (sh, sw), (pt, pb, pl, pr), (dh, dw) = stride, pad, dil
+    cout, kh, kw, gic = wq.shape
+    goc = cout // groups
+    xc = np.pad(xq.astype(np.int64) - zx, ((0, 0), (pt, pb), (pl, pr), (0, 0)))
+    ho = (xc.shape[1] - dh * (kh - 1) - 1) // sh + 1
+    wo = (xc.shape[2] - dw * (kw - 1) - 1) // sw + 1
+    acc = np.zeros((xq.shape[0], ho, wo, cout), np.int64)
+    for g in range(groups):
+        for i in range(kh):
+            for j in range(kw):
+                tap = xc[:, i * dh:i * dh + (ho - 1) * sh + 1:sh, j * dw:j * dw + (wo - 1) * sw + 1:sw,
+                         g * gic:(g + 1) * gic]
+                acc[..., g * goc:(g + 1) * goc] += tap @ wq[g * goc:(g + 1) * goc, i, j, :].astype(np.int64).T
+    return acc.reshape(-1, cout)
+
+
+def _int8_requant_case(rng: np.random.Generator, acc: np.ndarray, with_bias: bool = True, top: int = 127
+                       ) -> tuple[np.ndarray | None, np.ndarray, int, float, float, np.ndarray]:
+    """(bias, scale, zp, lo, hi, expected int8) for the sums ``acc`` (rows, n): bias and scale
+    sized to the sums' spread so the results cover the range, not all saturated (checked)."""
+    n = acc.shape[1]
+    spread = float(acc.std()) + 1
+    bias = rng.integers(-spread, spread, size=n).astype(np.int32) if with_bias else None
+    scale = (rng.random(n) * 60 / spread).astype(np.float32)
+    zp = int(rng.integers(-20, 20))
+    lo, hi = float(-128 - zp), float(top - zp)
+    want = _requant_reference(acc.astype(np.float64)[None], bias, scale, lo, hi, zp)
+    if want.size > 200:
+        assert ((want > -128) & (want < top)).mean() > 0.5 and len(np.unique(want)) > 20
+    return bias, scale, zp, lo, hi, want
+
+
 @needs_native
 @pytest.mark.parametrize("threads", [1, 2])
 def test_the_int8_gemm_sums_int8_rows_exactly(threads: int) -> None:
@@ -1185,32 +1221,19 @@ def test_the_int8_gemm_over_a_convolutions_patches(threads: int) -> None:
                 (1, 224, 224, 3, 3, 3, 2, 2, 0, 1, 0, 1, 1, 1, 16), (2, 9, 11, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 20),
                 (1, 14, 14, 24, 5, 5, 2, 2, 2, 2, 2, 2, 1, 1, 40), (1, 12, 10, 5, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2, 7),
                 (1, 28, 28, 32, 1, 1, 2, 2, 0, 0, 0, 0, 1, 1, 48), (1, 6, 7, 4, 3, 2, 3, 1, 0, 2, 1, 0, 1, 3, 3)]:
-            ho = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
-            wo = (w + pl + pr - dw * (kw - 1) - 1) // sw + 1
             k = kh * kw * ch
             xq = rng.integers(-128, 128, size=(nimg, h, w, ch)).astype(np.int8)
             wq = rng.integers(-128, 128, size=(cout, kh, kw, ch)).astype(np.int8)
             zx = int(rng.integers(-128, 128))
-            xc = np.pad(xq.astype(np.int64) - zx, ((0, 0), (pt, pb), (pl, pr), (0, 0)))
-            acc = np.zeros((nimg, ho, wo, cout), np.int64)
-            for i in range(kh):
-                for j in range(kw):
-                    tap = xc[:, i * dh:i * dh + (ho - 1) * sh + 1:sh, j * dw:j * dw + (wo - 1) * sw + 1:sw]
-                    acc += tap @ wq[:, i, j, :].astype(np.int64).T
-            acc = acc.reshape(-1, cout)
-            spread = float(acc.std()) + 1
-            bias = rng.integers(-spread, spread, size=cout).astype(np.int32)
-            scale = (rng.random(cout) * 60 / spread).astype(np.float32)
-            zp = int(rng.integers(-20, 20))
-            lo, hi = float(-128 - zp), float(127 - zp)
-            want = _requant_reference(acc.astype(np.float64)[None], bias, scale, lo, hi, zp)
+            acc = _int8_conv_sums(xq, wq, zx, 1, (sh, sw), (pt, pb, pl, pr), (dh, dw))
+            ho = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
+            wo = acc.shape[0] // (nimg * ho)
+            bias, scale, zp, lo, hi, want = _int8_requant_case(rng, acc)
             out = np.empty((nimg, ho, wo, cout), np.int8)
             xu = np.empty(nimg * ho * wo * 4 * -(-k // 4), np.uint8)
             native.qs8_conv(xq, xu, _gemm_filter(wq.reshape(cout, k)), _gemm_correction(wq.reshape(cout, k), zx, bias),
                             scale, out, nimg, h, w, ch, kh, kw, sh, sw, pt, pl, dh, dw, ho, wo, cout, zx, lo, hi, zp)
             np.testing.assert_array_equal(out.reshape(-1, cout), want)
-            if want.size > 200:
-                assert ((want > -128) & (want < 127)).mean() > 0.5 and len(np.unique(want)) > 20
     finally:
         kernels.set_threads(1)
 
@@ -1229,33 +1252,19 @@ def test_the_int8_gemm_over_a_grouped_convolutions_patches(threads: int) -> None
                 (1, 14, 14, 5, 4, 16, 3, 3, 1, 1, 1, 1, 1, 1), (1, 10, 12, 2, 12, 32, 5, 5, 2, 2, 2, 1, 2, 1),
                 (1, 7, 7, 46, 8, 8, 3, 3, 1, 1, 1, 1, 1, 1)]:
             ch, cout = groups * gic, groups * goc
-            ho = (h + pt + pb - kh) // sh + 1
-            wo = (w + pl + pr - kw) // sw + 1
             xq = rng.integers(-128, 128, size=(nimg, h, w, ch)).astype(np.int8)
             wq = rng.integers(-128, 128, size=(cout, kh, kw, gic)).astype(np.int8)
             zx = int(rng.integers(-128, 128))
-            xc = np.pad(xq.astype(np.int64) - zx, ((0, 0), (pt, pb), (pl, pr), (0, 0)))
-            acc = np.zeros((nimg, ho, wo, cout), np.int64)
-            for g in range(groups):
-                for i in range(kh):
-                    for j in range(kw):
-                        tap = xc[:, i:i + (ho - 1) * sh + 1:sh, j:j + (wo - 1) * sw + 1:sw, g * gic:(g + 1) * gic]
-                        acc[..., g * goc:(g + 1) * goc] += tap @ wq[g * goc:(g + 1) * goc, i, j, :].astype(np.int64).T
-            acc = acc.reshape(-1, cout)
-            spread = float(acc.std()) + 1
-            bias = rng.integers(-spread, spread, size=cout).astype(np.int32)
-            scale = (rng.random(cout) * 60 / spread).astype(np.float32)
-            zp = int(rng.integers(-20, 20))
-            lo, hi = float(-128 - zp), float(127 - zp)
-            want = _requant_reference(acc.astype(np.float64)[None], bias, scale, lo, hi, zp)
+            acc = _int8_conv_sums(xq, wq, zx, groups, (sh, sw), (pt, pb, pl, pr), (1, 1))
+            ho = (h + pt + pb - kh) // sh + 1
+            wo = acc.shape[0] // (nimg * ho)
+            bias, scale, zp, lo, hi, want = _int8_requant_case(rng, acc)
             out = np.empty((nimg, ho, wo, cout), np.int8)
             xu = np.empty(nimg * ho * wo * kh * kw * ch, np.uint8)
             w2 = wq.reshape(cout, kh * kw * gic)
             native.qs8_gconv(xq, xu, _gemm_filter(w2), _gemm_correction(w2, zx, bias), scale, out, nimg, h, w, ch, kh,
                              kw, sh, sw, pt, pl, 1, 1, ho, wo, groups, goc, zx, lo, hi, zp)
             np.testing.assert_array_equal(out.reshape(-1, cout), want)
-            if want.size > 200:
-                assert ((want > -128) & (want < 127)).mean() > 0.5 and len(np.unique(want)) > 20
         with pytest.raises(ValueError, match="per group a multiple of 4"):
             native.qs8_gconv(xq, xu, _gemm_filter(w2), _gemm_correction(w2, zx, bias), scale, out, nimg, h, w, ch, kh,
                              kw, sh, sw, pt, pl, 1, 1, ho, wo, groups, 24, zx, lo, hi, zp)
@@ -1278,29 +1287,17 @@ def test_the_int8_depthwise_convolution_in_one_pass(threads: int) -> None:
                 (2, 14, 14, 100, 5, 5, 1, 1, 2, 2, 2, 2, 1, 1), (1, 15, 17, 16, 5, 5, 2, 2, 1, 2, 2, 1, 1, 1),
                 (1, 12, 13, 7, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2), (1, 3, 3, 33, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1),
                 (1, 9, 20, 24, 3, 2, 1, 3, 0, 0, 1, 0, 1, 1)]:
-            ho = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
-            wo = (w + pl + pr - dw * (kw - 1) - 1) // sw + 1
             xq = rng.integers(-128, 128, size=(nimg, h, w, ch)).astype(np.int8)
             wq = rng.integers(-128, 128, size=(kh, kw, ch)).astype(np.int8)
             zx = int(rng.integers(-128, 128))
-            xc = np.pad(xq.astype(np.int64) - zx, ((0, 0), (pt, pb), (pl, pr), (0, 0)))
-            acc = np.zeros((nimg, ho, wo, ch), np.int64)
-            for i in range(kh):
-                for j in range(kw):
-                    acc += xc[:, i * dh:i * dh + (ho - 1) * sh + 1:sh, j * dw:j * dw + (wo - 1) * sw + 1:sw] * wq[i, j]
-            acc = acc.reshape(-1, ch)
-            spread = float(acc.std()) + 1
-            bias = rng.integers(-spread, spread, size=ch).astype(np.int32) if ch != 7 else None
-            scale = (rng.random(ch) * 60 / spread).astype(np.float32)
-            zp = int(rng.integers(-20, 20))
-            lo, hi = float(-128 - zp), float(110 - zp)
-            want = _requant_reference(acc.astype(np.float64)[None], bias, scale, lo, hi, zp)
+            acc = _int8_conv_sums(xq, wq.transpose(2, 0, 1)[..., None], zx, ch, (sh, sw), (pt, pb, pl, pr), (dh, dw))
+            ho = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
+            wo = acc.shape[0] // (nimg * ho)
+            bias, scale, zp, lo, hi, want = _int8_requant_case(rng, acc, with_bias=ch != 7, top=110)
             out = np.empty((nimg, ho, wo, ch), np.int8)
             native.dwconv_qs8(xq, wq.astype(np.float32), bias, scale, out, nimg, h, w, ch, kh, kw, sh, sw, pt, pl, dh, dw,
                               ho, wo, zx, lo, hi, zp)
             np.testing.assert_array_equal(out.reshape(-1, ch), want)
-            if want.size > 200:
-                assert ((want > -128) & (want < 110)).mean() > 0.5 and len(np.unique(want)) > 20
     finally:
         kernels.set_threads(1)
 

@@ -1505,6 +1505,17 @@ typedef struct {
     int zx;
 } qconv_geo;
 
+/* an int8 convolution's geometry: every size at least 1 (paddings 0) and at most 2^24, so
+ * that no product of four of them leaves Py_ssize_t */
+static int qgeo_ok(Py_ssize_t nn, Py_ssize_t H, Py_ssize_t W, Py_ssize_t C, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh,
+                   Py_ssize_t sw, Py_ssize_t pt, Py_ssize_t pl, Py_ssize_t dh, Py_ssize_t dw, Py_ssize_t Ho,
+                   Py_ssize_t Wo) {
+    const Py_ssize_t lim = (Py_ssize_t)1 << 24, v[] = {nn, H, W, C, kh, kw, sh, sw, dh, dw, Ho, Wo};
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+        if (v[i] < 1 || v[i] > lim) return 0;
+    return pt >= 0 && pl >= 0 && pt <= lim && pl <= lim;
+}
+
 typedef struct {
     const int8_t *x;
     uint8_t *xu;
@@ -1731,17 +1742,6 @@ __attribute__((target("arch=x86-64-v4,avx512vnni"))) static void qgemm_rows_vnni
 static void (*qgemm_rows)(const qgemm_job *) = qgemm_rows_plain;
 static int qgemm_vnni = 0;
 
-static void qgemm_pick(int level) {
-#ifdef ORCH_X86_DISPATCH
-    if (level == 4 && __builtin_cpu_supports("avx512vnni")) {
-        qgemm_rows = qgemm_rows_vnni;
-        qgemm_vnni = 1;
-    }
-#else
-    (void)level;
-#endif
-}
-
 static void *qgemm_part(void *arg) {
     qgemm_rows((const qgemm_job *)arg);
     return NULL;
@@ -1818,12 +1818,9 @@ static PyObject *py_qs8_conv(PyObject *self, PyObject *args) {
                           &g.C, &g.kh, &g.kw, &g.sh, &g.sw, &g.pt, &g.pl, &g.dh, &g.dw, &g.Ho, &g.Wo, &n_, &g.zx, &lo,
                           &hi, &zp))
         return NULL;
-    const Py_ssize_t lim = (Py_ssize_t)1 << 24;
     int ok = 1;
-    if (nn < 1 || g.H < 1 || g.W < 1 || g.C < 1 || g.kh < 1 || g.kw < 1 || g.sh < 1 || g.sw < 1 || g.dh < 1 ||
-        g.dw < 1 || g.Ho < 1 || g.Wo < 1 || nn > lim || g.H > lim || g.W > lim || g.C > lim || g.kh > lim ||
-        g.kw > lim || g.sh > lim || g.sw > lim || g.dh > lim || g.dw > lim || g.Ho > lim || g.Wo > lim ||
-        g.pt < 0 || g.pl < 0 || g.pt > lim || g.pl > lim || g.zx < -128 || g.zx > 127) {
+    if (!qgeo_ok(nn, g.H, g.W, g.C, g.kh, g.kw, g.sh, g.sw, g.pt, g.pl, g.dh, g.dw, g.Ho, g.Wo) || g.zx < -128 ||
+        g.zx > 127) {
         PyErr_SetString(PyExc_ValueError, "qs8_conv: inconsistent geometry or zero point");
         ok = 0;
     }
@@ -1843,14 +1840,11 @@ static PyObject *py_qs8_gconv(PyObject *self, PyObject *args) {
                           &g.C, &g.kh, &g.kw, &g.sh, &g.sw, &g.pt, &g.pl, &g.dh, &g.dw, &g.Ho, &g.Wo, &groups, &goc,
                           &g.zx, &lo, &hi, &zp))
         return NULL;
-    const Py_ssize_t lim = (Py_ssize_t)1 << 24;
     int ok = 1;
-    if (nn < 1 || g.H < 1 || g.W < 1 || g.C < 1 || g.kh < 1 || g.kw < 1 || g.sh < 1 || g.sw < 1 || g.dh < 1 ||
-        g.dw < 1 || g.Ho < 1 || g.Wo < 1 || nn > lim || g.H > lim || g.W > lim || g.C > lim || g.kh > lim ||
-        g.kw > lim || g.sh > lim || g.sw > lim || g.dh > lim || g.dw > lim || g.Ho > lim || g.Wo > lim ||
-        g.pt < 0 || g.pl < 0 || g.pt > lim || g.pl > lim || g.zx < -128 || g.zx > 127 || groups < 1 ||
+    if (!qgeo_ok(nn, g.H, g.W, g.C, g.kh, g.kw, g.sh, g.sw, g.pt, g.pl, g.dh, g.dw, g.Ho, g.Wo) || g.zx < -128 ||
+        g.zx > 127 || groups < 1 ||
         groups > g.C || g.C % groups || (g.C / groups) % 4 || !(goc == 8 || (goc >= 16 && goc % 16 == 0)) ||
-        goc > lim) {
+        goc > ((Py_ssize_t)1 << 24)) {
         PyErr_SetString(PyExc_ValueError, "qs8_gconv: inconsistent geometry, groups or zero point (input channels "
                                           "per group a multiple of 4; output channels per group 8 or a multiple of 16)");
         ok = 0;
@@ -2028,17 +2022,6 @@ __attribute__((target("arch=x86-64-v4"))) static void qdw_row_v4(const qdw_job *
 static void (*qdw_rows)(const qdw_job *, Py_ssize_t) = qdw_row;
 static int qdw_avx512 = 0;
 
-static void qdw_pick(int level) {
-#ifdef ORCH_X86_DISPATCH
-    if (level == 4) {
-        qdw_rows = qdw_row_v4;
-        qdw_avx512 = 1;
-    }
-#else
-    (void)level;
-#endif
-}
-
 static void *qdw_part(void *arg) {
     const qdw_job *j = (const qdw_job *)arg;
     for (Py_ssize_t r = j->r0; r < j->r1; r++) qdw_rows(j, r);
@@ -2058,11 +2041,8 @@ static PyObject *py_dwconv_qs8(PyObject *self, PyObject *args) {
         return NULL;
     const int have_bias = bias_obj != Py_None;
     int ok = !have_bias || PyObject_GetBuffer(bias_obj, &b, PyBUF_SIMPLE) == 0;
-    const Py_ssize_t lim = (Py_ssize_t)1 << 24;
-    if (ok && (nn < 1 || g.H < 1 || g.W < 1 || g.C < 1 || g.kh < 1 || g.kw < 1 || g.sh < 1 || g.sw < 1 || g.dh < 1 ||
-               g.dw < 1 || g.Ho < 1 || g.Wo < 1 || nn > lim || g.H > lim || g.W > lim || g.C > lim || g.kh > lim ||
-               g.kw > lim || g.sh > lim || g.sw > lim || g.dh > lim || g.dw > lim || g.Ho > lim || g.Wo > lim ||
-               g.pt < 0 || g.pl < 0 || g.pt > lim || g.pl > lim || g.kh * g.kw > 514 || g.zx < -128 || g.zx > 127 ||
+    if (ok && (!qgeo_ok(nn, g.H, g.W, g.C, g.kh, g.kw, g.sh, g.sw, g.pt, g.pl, g.dh, g.dw, g.Ho, g.Wo) ||
+               g.kh * g.kw > 514 || g.zx < -128 || g.zx > 127 ||
                g.zp < -128 || g.zp > 127 || !(g.lo <= g.hi))) {
         PyErr_SetString(PyExc_ValueError, "dwconv_qs8: inconsistent geometry, bounds or zero points");
         ok = 0;
@@ -2138,17 +2118,6 @@ __attribute__((target("arch=x86-64-v4,avx512vbmi"))) static void lut_span_vbmi(c
 
 static void (*lut_run)(const uint8_t *, const uint8_t *, uint8_t *, Py_ssize_t) = lut_span;
 static int lut_vbmi = 0;
-
-static void lut_pick(int level) {
-#ifdef ORCH_X86_DISPATCH
-    if (level == 4 && __builtin_cpu_supports("avx512vbmi")) {
-        lut_run = lut_span_vbmi;
-        lut_vbmi = 1;
-    }
-#else
-    (void)level;
-#endif
-}
 
 static void *lut_part(void *arg) {
     const lut_job *j = (const lut_job *)arg;
@@ -2228,14 +2197,6 @@ __attribute__((target("arch=x86-64-v4"))) static void mulq_row_v4(const int8_t *
 
 static void (*mulq_rows)(const int8_t *, const int8_t *, int8_t *, Py_ssize_t, int, int, float, float, float, int) =
     mulq_row;
-
-static void mulq_pick(int level) {
-#ifdef ORCH_X86_DISPATCH
-    if (level == 4) mulq_rows = mulq_row_v4;
-#else
-    (void)level;
-#endif
-}
 
 static void *mulq_part(void *arg) {
     const mulq_job *j = (const mulq_job *)arg;
@@ -4228,6 +4189,27 @@ static PyObject *py_get_threads(PyObject *self, PyObject *args) {
     return PyLong_FromLong(max_threads);
 }
 
+/* The int8 kernels' copies for this CPU (level: isa_level's): AVX-512 depthwise convolutions
+ * and multiplies, VNNI products, VBMI lookups; the plain copies elsewhere. */
+static void int8_pick(int level) {
+#ifdef ORCH_X86_DISPATCH
+    if (level != 4) return;
+    qdw_rows = qdw_row_v4;
+    qdw_avx512 = 1;
+    mulq_rows = mulq_row_v4;
+    if (__builtin_cpu_supports("avx512vnni")) {
+        qgemm_rows = qgemm_rows_vnni;
+        qgemm_vnni = 1;
+    }
+    if (__builtin_cpu_supports("avx512vbmi")) {
+        lut_run = lut_span_vbmi;
+        lut_vbmi = 1;
+    }
+#else
+    (void)level;
+#endif
+}
+
 static PyMethodDef methods[] = {
     {"bias_act_f32", py_bias_act_f32, METH_VARARGS,
      "bias_act_f32(out, bias|None, N, C, inner, act): out[n, c, :] = act(out[n, c, :] + bias[c]) in place, "
@@ -4347,10 +4329,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     gemm_pick(level);
     spans_pick(level);
     nhwc_pick(level);
-    qgemm_pick(level);
-    qdw_pick(level);
-    mulq_pick(level);
-    lut_pick(level);
+    int8_pick(level);
     PyObject *m = PyModule_Create(&module);
     if (m && (PyModule_AddIntConstant(m, "GEMM_COLUMNS", (long)gemm_nr) < 0 ||
               PyModule_AddIntConstant(m, "ISA_LEVEL", level) < 0 ||
