@@ -212,6 +212,24 @@ async def test_a_lone_unbound_thread_placed_instance_gets_every_cpu_and_shares_o
 
 @needs_2_cpus
 @pytest.mark.anyio
+async def test_a_thread_placed_instance_moved_onto_cpus_and_off_them_follows_the_rule() -> None:
+    # Alone and unbound the kernels take every CPU; moved onto one CPU (a policy's move) the
+    # instance is bound: 1; moved off it again: every CPU again.
+    want = len(CPUS) if kernels.NATIVE_KERNELS else 1
+    async with Orchestrator(resources=[CpuResource()], period=None) as orch:
+        await _run(orch, [InstanceSpec("t")])
+        p = orch.pool("convnet")
+        assert kernels.threads() == want
+        assert await p.move("t", {"cpu": CPUS[0]})
+        await p["t"].execute(_inputs())
+        assert kernels.threads() == 1 and p["t"].statistics().threads.blas == 1  # type: ignore[union-attr]
+        assert await p.move("t", {})
+        await p["t"].execute(_inputs())
+        assert kernels.threads() == want and p["t"].statistics().threads.blas == want  # type: ignore[union-attr]
+
+
+@needs_2_cpus
+@pytest.mark.anyio
 async def test_a_users_environment_variable_wins_and_is_reported(tmp_path: pathlib.Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     # The worker process's OpenBLAS reads the variable when it loads; orchestra leaves it in

@@ -1052,6 +1052,10 @@ class Pool:
                 with bound(instance=name, pool=self.name):
                     _log.warning("instance move not confirmed in time (the worker is busy); it applies at the "
                                  "worker's next execute boundary", apply_timeout_s=self._orch.apply_timeout)
+        if cpus is not None and inst._worker is not None:
+            # the thread rules read each worker's CPUs: bound now, or unbound again
+            inst._worker.cpus = cpus or None
+            self._orch._threads.sharing_changed()
         resources.release(old)
         return True
 
