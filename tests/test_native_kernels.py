@@ -624,6 +624,42 @@ for t in (1, 2, 3, 5, 6, 7, 9, 70):  # rows of the product: the last tile short 
     o2 = np.empty((t, 50), np.float32)
     native.conv1x1_f32(xs, w, None, o2, 1, 40, 50, t)
     assert np.allclose(o2, w.astype(np.float64) @ xs, rtol=1e-5, atol=1e-4)
+
+
+def pack(w):  # qs8_gemm's filter layout
+    n, k = w.shape
+    p = np.zeros((-(-n // 16) * 16, -(-k // 4) * 4), np.int8)
+    p[:n, :k] = w
+    return p.reshape(-1, 16, p.shape[1] // 4, 4).transpose(0, 2, 1, 3).copy()
+
+
+def i8(*shape):
+    return rng.integers(-128, 128, size=shape).astype(np.int8)
+
+
+# the int8 kernels: rows short of a tile, channels short of a vector, an odd count of groups of 8
+corr, sc = np.zeros(64, np.int32), np.full(64, 1e-3, np.float32)
+for t in (1, 3, 5, 7):
+    k = 37
+    x, xu = at_page_end(i8(t, k)), at_page_end(np.zeros(t * 40, np.uint8))
+    native.qs8_gemm(x, xu, at_page_end(pack(i8(21, k))), corr, sc, np.empty((t, 21), np.int8), t, k, 21, -128.0, 127.0, 0)
+for groups in (1, 3, 5):  # 9x9 image of groups * 8 channels, 3x3, padding 1
+    c = 8 * groups
+    x, xu = at_page_end(i8(1, 9, 9, c)), at_page_end(np.zeros(81 * 9 * c, np.uint8))
+    native.qs8_gconv(x, xu, at_page_end(pack(i8(c, 72))), corr, sc, np.empty((1, 9, 9, c), np.int8), 1, 9, 9, c, 3, 3,
+                     1, 1, 1, 1, 1, 1, 9, 9, groups, 8, 0, -128.0, 127.0, 0)
+x3 = at_page_end(i8(1, 15, 15, 3))
+native.qs8_conv(x3, at_page_end(np.zeros(49 * 28, np.uint8)), at_page_end(pack(i8(16, 27))), corr, sc,
+                np.empty((1, 7, 7, 16), np.int8), 1, 15, 15, 3, 3, 3, 2, 2, 0, 0, 1, 1, 7, 7, 16, 0, -128.0, 127.0, 0)
+for c in (7, 24, 40):
+    x = at_page_end(i8(1, 13, 13, c))
+    native.dwconv_qs8(x, at_page_end(np.ones((3, 3, c), np.float32)), None, sc, np.empty((1, 13, 13, c), np.int8), 1,
+                      13, 13, c, 3, 3, 1, 1, 1, 1, 1, 1, 13, 13, 0, -128.0, 127.0, 0)
+for n in (1, 63, 65, 1000):
+    x = at_page_end(rng.integers(0, 256, n).astype(np.uint8))
+    native.lut_u8(x, np.empty(n, np.uint8), n, at_page_end(np.arange(256, dtype=np.uint8)))
+    a, b = at_page_end(i8(1, 1, n)), at_page_end(i8(1, 1, n))
+    native.mul_qs8(a, 0, b, 0, np.empty(n, np.int8), 1, 1, n, 1, 1e-3, -128.0, 127.0, 0)
 print("ok")
 """
 
@@ -631,8 +667,9 @@ print("ok")
 @needs_native
 def test_products_read_no_row_past_their_operand() -> None:
     """A tile computes 4 rows; the last one of a product whose rows are not a multiple of 4
-    reads only the rows there are: operands that end where the next page is unreadable
-    (a read past them would kill the child process)."""
+    reads only the rows there are (and the int8 kernels' last vectors only the channels, bytes
+    and groups there are): operands that end where the next page is unreadable (a read past
+    them would kill the child process)."""
     r = subprocess.run([sys.executable, "-c", _AT_A_PAGE_END], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == "ok", (r.returncode, r.stderr[-2000:])
 

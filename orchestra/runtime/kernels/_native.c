@@ -1634,7 +1634,9 @@ static inline __mmask16 qgemm_mask(Py_ssize_t cnt) {
 __attribute__((target("arch=x86-64-v4,avx512vnni"))) static inline __attribute__((always_inline)) void
 qgconv_block_vnni(const qgemm_job *j, Py_ssize_t b, const int PAIR) {
     const Py_ssize_t kp = 4 * j->k4, n = j->n, tw = j->gic / 4, cw = j->geo->C / 4, c0 = 16 * b;
-    const Py_ssize_t gw0 = (c0 / j->goc) * tw, gw1 = PAIR ? gw0 + tw : gw0;
+    /* (an odd group count's last block holds one group: its other lanes, never stored, read
+     * that group too rather than past the row) */
+    const Py_ssize_t gw0 = (c0 / j->goc) * tw, gw1 = PAIR && c0 + 8 < n ? gw0 + tw : gw0;
     const int8_t *wb = j->wp + b * j->gk4 * 64;
     const __mmask16 m = qgemm_mask(n - c0);
     const __m512i corr = _mm512_maskz_loadu_epi32(m, j->corr + c0);
