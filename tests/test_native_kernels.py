@@ -639,17 +639,18 @@ def i8(*shape):
 
 # the int8 kernels: rows short of a tile, channels short of a vector, an odd count of groups of 8
 corr, sc = np.zeros(64, np.int32), np.full(64, 1e-3, np.float32)
+XU = native.QS8_GEMM_XU_BYTES  # scratch bytes per row value
 for t in (1, 3, 5, 7):
     k = 37
-    x, xu = at_page_end(i8(t, k)), at_page_end(np.zeros(t * 40, np.uint8))
+    x, xu = at_page_end(i8(t, k)), at_page_end(np.zeros(t * 40 * XU, np.uint8))
     native.qs8_gemm(x, xu, at_page_end(pack(i8(21, k))), corr, sc, np.empty((t, 21), np.int8), t, k, 21, -128.0, 127.0, 0)
 for groups in (1, 3, 5):  # 9x9 image of groups * 8 channels, 3x3, padding 1
     c = 8 * groups
-    x, xu = at_page_end(i8(1, 9, 9, c)), at_page_end(np.zeros(81 * 9 * c, np.uint8))
+    x, xu = at_page_end(i8(1, 9, 9, c)), at_page_end(np.zeros(81 * 9 * c * XU, np.uint8))
     native.qs8_gconv(x, xu, at_page_end(pack(i8(c, 72))), corr, sc, np.empty((1, 9, 9, c), np.int8), 1, 9, 9, c, 3, 3,
                      1, 1, 1, 1, 1, 1, 9, 9, groups, 8, 0, -128.0, 127.0, 0)
 x3 = at_page_end(i8(1, 15, 15, 3))
-native.qs8_conv(x3, at_page_end(np.zeros(49 * 28, np.uint8)), at_page_end(pack(i8(16, 27))), corr, sc,
+native.qs8_conv(x3, at_page_end(np.zeros(49 * 28 * XU, np.uint8)), at_page_end(pack(i8(16, 27))), corr, sc,
                 np.empty((1, 7, 7, 16), np.int8), 1, 15, 15, 3, 3, 3, 2, 2, 0, 0, 1, 1, 7, 7, 16, 0, -128.0, 127.0, 0)
 for c in (7, 24, 40):
     x = at_page_end(i8(1, 13, 13, c))
@@ -1236,7 +1237,7 @@ def test_the_int8_gemm_sums_int8_rows_exactly(threads: int) -> None:
             lo, hi = float(-128 - zp), float(100 - zp)  # a fused activation's upper bound
             want = _requant_reference(acc.astype(np.float64)[None], bias, scale, lo, hi, zp)
             out = np.empty((rows, n), np.int8)
-            xu = np.empty(rows * 4 * -(-k // 4), np.uint8)
+            xu = np.empty(rows * 4 * -(-k // 4) * native.QS8_GEMM_XU_BYTES, np.uint8)
             native.qs8_gemm(xq, xu, _gemm_filter(wq), _gemm_correction(wq, zx, bias), scale, out, rows, k, n, lo, hi, zp)
             np.testing.assert_array_equal(out, want)
             if want.size > 200:  # results across the range, not all saturated
@@ -1267,7 +1268,7 @@ def test_the_int8_gemm_over_a_convolutions_patches(threads: int) -> None:
             wo = acc.shape[0] // (nimg * ho)
             bias, scale, zp, lo, hi, want = _int8_requant_case(rng, acc)
             out = np.empty((nimg, ho, wo, cout), np.int8)
-            xu = np.empty(nimg * ho * wo * 4 * -(-k // 4), np.uint8)
+            xu = np.empty(nimg * ho * wo * 4 * -(-k // 4) * native.QS8_GEMM_XU_BYTES, np.uint8)
             native.qs8_conv(xq, xu, _gemm_filter(wq.reshape(cout, k)), _gemm_correction(wq.reshape(cout, k), zx, bias),
                             scale, out, nimg, h, w, ch, kh, kw, sh, sw, pt, pl, dh, dw, ho, wo, cout, zx, lo, hi, zp)
             np.testing.assert_array_equal(out.reshape(-1, cout), want)
@@ -1297,7 +1298,7 @@ def test_the_int8_gemm_over_a_grouped_convolutions_patches(threads: int) -> None
             wo = acc.shape[0] // (nimg * ho)
             bias, scale, zp, lo, hi, want = _int8_requant_case(rng, acc)
             out = np.empty((nimg, ho, wo, cout), np.int8)
-            xu = np.empty(nimg * ho * wo * kh * kw * ch, np.uint8)
+            xu = np.empty(nimg * ho * wo * kh * kw * ch * native.QS8_GEMM_XU_BYTES, np.uint8)
             w2 = wq.reshape(cout, kh * kw * gic)
             native.qs8_gconv(xq, xu, _gemm_filter(w2), _gemm_correction(w2, zx, bias), scale, out, nimg, h, w, ch, kh,
                              kw, sh, sw, pt, pl, 1, 1, ho, wo, groups, goc, zx, lo, hi, zp)
@@ -1391,12 +1392,12 @@ def test_the_int8_kernels_check_the_buffers_they_are_given() -> None:
         native.qs8_rows_dot(xq, 0, wq, None, scale, oq, 2, 70_000, 3, -128.0, 127.0, 0)  # int32 sums could overflow
     with pytest.raises(ValueError, match="overlaps"):
         native.qs8_rows_dot(xq, 0, wq, None, scale, xq, 2, 8, 3, -128.0, 127.0, 0)
-    wp, corr, xu = np.zeros((1, 2, 16, 4), np.int8), np.zeros(3, np.int32), np.empty(16, np.uint8)
+    wp, corr, xu = np.zeros((1, 2, 16, 4), np.int8), np.zeros(3, np.int32), np.empty(16 * native.QS8_GEMM_XU_BYTES, np.uint8)
     native.qs8_gemm(xq, xu, wp, corr, scale, oq, 2, 8, 3, -128.0, 127.0, 0)
     with pytest.raises(ValueError, match="w holds"):
         native.qs8_gemm(xq, xu, wp[:, :1], corr, scale, oq, 2, 8, 3, -128.0, 127.0, 0)
     with pytest.raises(ValueError, match="xu holds"):
-        native.qs8_gemm(xq, xu[:15], wp, corr, scale, oq, 2, 8, 3, -128.0, 127.0, 0)
+        native.qs8_gemm(xq, xu[:-1], wp, corr, scale, oq, 2, 8, 3, -128.0, 127.0, 0)
     with pytest.raises(ValueError, match="corr holds"):
         native.qs8_gemm(xq, xu, wp, corr[:2], scale, oq, 2, 8, 3, -128.0, 127.0, 0)
     with pytest.raises(ValueError, match="inconsistent"):

@@ -228,9 +228,9 @@ def test_the_compiled_int8_path_equals_the_numpy_path_and_executorch(which: str,
     module = kernels.compiled()
     if module is None:
         pytest.skip("orchestra's compiled kernels are not built")
-    if products == "int8" and not module.QS8_GEMM_VNNI:
-        pytest.skip("this CPU has no AVX-512 VNNI: the float32 products run (the int8 kernels' plain copies are "
-                    "tested in tests/test_native_kernels.py)")
+    if products == "int8" and not (module.QS8_GEMM_VNNI or module.QS8_GEMM_AVX2):
+        pytest.skip("this CPU has neither AVX-512 VNNI nor AVX2: the float32 products run (the int8 kernels' plain "
+                    "copies are tested in tests/test_native_kernels.py)")
     pair = request.getfixturevalue({"wide": "int8_wide_pair", "convnet224": "int8_224_pair",
                                     "variety": "int8_variety_pair", "islands": "int8_islands_pair"}[which])
     path, ins, want = pair[f"xnnpack_int8_{which}"]
@@ -239,7 +239,7 @@ def test_the_compiled_int8_path_equals_the_numpy_path_and_executorch(which: str,
 
     class Recording:
         def __getattr__(self, kernel: str) -> Any:
-            if kernel in ("QS8_GEMM_VNNI", "DWCONV_QS8_AVX512"):
+            if kernel in ("QS8_GEMM_VNNI", "QS8_GEMM_AVX2", "DWCONV_QS8_AVX512"):
                 return getattr(module, kernel) if products == "int8" else 0
             bound.add(kernel)
             lookups[0] += kernel == "lut_u8"
@@ -271,15 +271,13 @@ def test_the_compiled_int8_path_equals_the_numpy_path_and_executorch(which: str,
         assert not {"qs8_gemm", "qs8_conv", "qs8_gconv", "dwconv_qs8"} & bound, bound
     elif which != "variety":
         assert "qs8_conv" in bound, bound  # the RGB stem (and the wide model's 3x3 convolutions)
-    if products == "int8" and which == "wide":
-        assert {"dwconv_qs8", "qs8_gconv"} <= bound, bound
     if which != "convnet224":
         assert {"mul_qs8", "gap_qs8"} <= bound, bound  # x * y of one shape; global average pooling
     else:
         assert "add_qs8" in bound, bound  # the residual connection
     if which == "wide":
-        assert ({"dwconv_nhwc_f32", "gconv_nhwc_f32"} if products == "float32" else {"dwconv_qs8", "qs8_gconv"}) <= bound, \
-            bound
+        dw = "dwconv_qs8" if products == "int8" and module.DWCONV_QS8_AVX512 else "dwconv_nhwc_f32"
+        assert {dw, "qs8_gconv" if products == "int8" else "gconv_nhwc_f32"} <= bound, bound
         _, g = _graph(path)
         ks = []
         for node in g.nodes:  # the dot-product lengths the graph holds

@@ -1739,10 +1739,101 @@ __attribute__((target("arch=x86-64-v4,avx512vnni"))) static void qgemm_rows_vnni
         }
     }
 }
+/* AVX2 without VNNI: each row as int16 (x + 128) in the caller's scratch (twice the bytes: a
+ * gathered patch lands in the row's upper half first), four of a row's values broadcast as
+ * int16 and multiplied with four channels' four int8 weights sign-extended to int16 by
+ * vpmaddwd (exact int32 sums of pairs), the pairs joined at the end; 2 rows x 16 channels per
+ * tile (8 accumulators, the 16 registers' worth). */
+__attribute__((target("arch=x86-64-v3"))) static inline void qgemm_store_avx2(const qgemm_job *j, __m256i a0, __m256i a1,
+                                                                            __m256i a2, __m256i a3, const int32_t *corr,
+                                                                            const float *scale, int8_t *o, Py_ssize_t cnt) {
+    /* pair sums of channels 0-3 / 4-7 / 8-11 / 12-15 -> channels 0-7, 8-15 in order */
+    const __m256i h0 = _mm256_permute4x64_epi64(_mm256_hadd_epi32(a0, a1), 0xD8);
+    const __m256i h1 = _mm256_permute4x64_epi64(_mm256_hadd_epi32(a2, a3), 0xD8);
+    int32_t q[16];
+    const __m256 lo = _mm256_set1_ps(j->lo), hi = _mm256_set1_ps(j->hi);
+    const __m256i hs[2] = {h0, h1};
+    for (int v = 0; v < 2; v++) {
+        __m256 f = _mm256_cvtepi32_ps(_mm256_add_epi32(hs[v], _mm256_loadu_si256((const __m256i *)(corr + 8 * v))));
+        f = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(f, _mm256_loadu_ps(scale + 8 * v)), lo), hi);
+        _mm256_storeu_si256((__m256i *)(q + 8 * v), _mm256_cvtps_epi32(f)); /* rint: the default rounding mode */
+    }
+    for (Py_ssize_t l = 0; l < cnt; l++) o[l] = (int8_t)(q[l] + j->zp);
+}
+
+__attribute__((target("arch=x86-64-v3"))) static void qgemm_rows_avx2(const qgemm_job *j) {
+    const Py_ssize_t k4 = j->k4, kp = 4 * k4, n = j->n, nb = (n + 15) / 16, k = j->k;
+    for (Py_ssize_t r = j->r0; r < j->r1; r++) { /* the part's rows as int16 x + 128, zero-padded to kp */
+        int16_t *row = (int16_t *)(j->xu + 2 * r * kp);
+        const int8_t *xr = j->x + r * k;
+        if (j->geo) { /* gathered into the row's upper half, widened from the front (never ahead of it) */
+            qgemm_gather(j, r, (int8_t *)row + kp);
+            xr = (const int8_t *)row + kp;
+        }
+        for (Py_ssize_t i = 0; i < k; i++) row[i] = (int16_t)((uint8_t)xr[i] ^ 0x80u);
+        for (Py_ssize_t i = k; i < kp; i++) row[i] = 0;
+    }
+    const int grouped = j->goc != 0;
+    const Py_ssize_t tw = grouped ? j->gic / 4 : 0, cw = grouped ? j->geo->C / 4 : 0, kq = grouped ? j->gk4 : k4;
+    for (Py_ssize_t b = 0; b < nb; b++) {
+        const Py_ssize_t c0 = 16 * b, cnt = n - c0 < 16 ? n - c0 : 16;
+        const int8_t *wb = j->wp + b * kq * 64;
+        int32_t corr[16] = {0};
+        float scale[16] = {0};
+        memcpy(corr, j->corr + c0, (size_t)cnt * sizeof(int32_t));
+        memcpy(scale, j->scale + c0, (size_t)cnt * sizeof(float));
+        /* grouped: the words of lanes 0-7 and 8-15 (two groups of 8, or one group) */
+        const Py_ssize_t gw0 = grouped ? (c0 / j->goc) * tw : 0;
+        const Py_ssize_t gw1 = grouped && j->goc == 8 && c0 + 8 < n ? gw0 + tw : gw0;
+        for (Py_ssize_t r = j->r0; r < j->r1; r += 2) {
+            const int two = r + 1 < j->r1;
+            const int16_t *x0 = (const int16_t *)(j->xu + 2 * r * kp), *x1 = two ? x0 + kp : x0;
+            __m256i a00 = _mm256_setzero_si256(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00,
+                    a13 = a00;
+            Py_ssize_t tap = 0, h = 0;
+            for (Py_ssize_t q = 0; q < kq; q++) {
+                const int8_t *wq = wb + 64 * q;
+                const __m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)wq));
+                const __m256i w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(wq + 16)));
+                const __m256i w2 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(wq + 32)));
+                const __m256i w3 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(wq + 48)));
+                const Py_ssize_t o0 = grouped ? 4 * (tap + h + gw0) : 4 * q, o1 = grouped ? 4 * (tap + h + gw1) : 4 * q;
+                int64_t v;
+                memcpy(&v, x0 + o0, 8);
+                __m256i a = _mm256_set1_epi64x(v);
+                a00 = _mm256_add_epi32(a00, _mm256_madd_epi16(a, w0));
+                a01 = _mm256_add_epi32(a01, _mm256_madd_epi16(a, w1));
+                if (o1 != o0) {
+                    memcpy(&v, x0 + o1, 8);
+                    a = _mm256_set1_epi64x(v);
+                }
+                a02 = _mm256_add_epi32(a02, _mm256_madd_epi16(a, w2));
+                a03 = _mm256_add_epi32(a03, _mm256_madd_epi16(a, w3));
+                memcpy(&v, x1 + o0, 8);
+                a = _mm256_set1_epi64x(v);
+                a10 = _mm256_add_epi32(a10, _mm256_madd_epi16(a, w0));
+                a11 = _mm256_add_epi32(a11, _mm256_madd_epi16(a, w1));
+                if (o1 != o0) {
+                    memcpy(&v, x1 + o1, 8);
+                    a = _mm256_set1_epi64x(v);
+                }
+                a12 = _mm256_add_epi32(a12, _mm256_madd_epi16(a, w2));
+                a13 = _mm256_add_epi32(a13, _mm256_madd_epi16(a, w3));
+                if (grouped && ++h == tw) {
+                    h = 0;
+                    tap += cw;
+                }
+            }
+            qgemm_store_avx2(j, a00, a01, a02, a03, corr, scale, j->out + r * n + c0, cnt);
+            if (two) qgemm_store_avx2(j, a10, a11, a12, a13, corr, scale, j->out + (r + 1) * n + c0, cnt);
+        }
+    }
+}
 #endif
 
 static void (*qgemm_rows)(const qgemm_job *) = qgemm_rows_plain;
-static int qgemm_vnni = 0;
+static int qgemm_vnni = 0, qgemm_avx2 = 0;
+static Py_ssize_t qgemm_xu_bytes = 1; /* bytes of xu per row element: 2 for the AVX2 copy's int16 rows */
 
 static void *qgemm_part(void *arg) {
     qgemm_rows((const qgemm_job *)arg);
@@ -1760,7 +1851,7 @@ static int qgemm_call(const char *name, Py_buffer *x, Py_buffer *xu, Py_buffer *
     }
     const Py_ssize_t k4 = (k_ + 3) / 4, nb = (n_ + 15) / 16;
     const Py_ssize_t gk4 = goc ? geo->kh * geo->kw * gic / 4 : 0; /* a group's words (the caller checked gic % 4) */
-    if (!(need_i8(x, x_count, "x") && need_i8(xu, rows * 4 * k4, "xu") && need_i8(wp, nb * (goc ? gk4 : k4) * 64, "w") &&
+    if (!(need_i8(x, x_count, "x") && need_i8(xu, rows * 4 * k4 * qgemm_xu_bytes, "xu") && need_i8(wp, nb * (goc ? gk4 : k4) * 64, "w") &&
           need_i8(out, rows * n_, "out") && need(corr, n_, "corr") && need(sc, n_, "scale")))
         return 0;
     if (overlaps(xu, x) || overlaps(xu, wp) || overlaps(xu, corr) || overlaps(xu, sc) || overlaps(xu, out) ||
@@ -4195,6 +4286,11 @@ static PyObject *py_get_threads(PyObject *self, PyObject *args) {
  * and multiplies, VNNI products, VBMI lookups; the plain copies elsewhere. */
 static void int8_pick(int level) {
 #ifdef ORCH_X86_DISPATCH
+    if (level >= 3) {
+        qgemm_rows = qgemm_rows_avx2;
+        qgemm_avx2 = 1;
+        qgemm_xu_bytes = 2;
+    }
     if (level != 4) return;
     qdw_rows = qdw_row_v4;
     qdw_avx512 = 1;
@@ -4202,6 +4298,8 @@ static void int8_pick(int level) {
     if (__builtin_cpu_supports("avx512vnni")) {
         qgemm_rows = qgemm_rows_vnni;
         qgemm_vnni = 1;
+        qgemm_avx2 = 0;
+        qgemm_xu_bytes = 1;
     }
     if (__builtin_cpu_supports("avx512vbmi")) {
         lut_run = lut_span_vbmi;
@@ -4336,6 +4434,8 @@ PyMODINIT_FUNC PyInit__native(void) {
     if (m && (PyModule_AddIntConstant(m, "GEMM_COLUMNS", (long)gemm_nr) < 0 ||
               PyModule_AddIntConstant(m, "ISA_LEVEL", level) < 0 ||
               PyModule_AddIntConstant(m, "QS8_GEMM_VNNI", qgemm_vnni) < 0 ||
+              PyModule_AddIntConstant(m, "QS8_GEMM_AVX2", qgemm_avx2) < 0 ||
+              PyModule_AddIntConstant(m, "QS8_GEMM_XU_BYTES", (long)qgemm_xu_bytes) < 0 ||
               PyModule_AddIntConstant(m, "DWCONV_QS8_AVX512", qdw_avx512) < 0 ||
               PyModule_AddIntConstant(m, "LUT_U8_VBMI", lut_vbmi) < 0)) {
         Py_DECREF(m);
