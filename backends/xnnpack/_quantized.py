@@ -610,8 +610,10 @@ def _native_conv(c: Compiler, node: XNode, x: TensorInfo, xp: QParams, w: Tensor
         xf = c.scratch((n, h, wd, ch), _F32)
         return xf, (lambda b: np.subtract(gx(b), zx, out=b[xf], dtype=_F32))
 
-    if depthwise and c.native.DWCONV_QS8_AVX512 and _GEMM_SUM_BOUND * kh * kw + _max_abs(bias) < 1 << 31:
-        # int8 to int8 in one pass (AVX-512; the float32 passes below are faster than its plain copy)
+    one_pass = c.native.DWCONV_QS8_AVX512 or (c.native.DWCONV_QS8_AVX2 and ch % 8 == 0)
+    if depthwise and one_pass and _GEMM_SUM_BOUND * kh * kw + _max_abs(bias) < 1 << 31:
+        # int8 to int8 in one pass (AVX-512, or AVX2 over channels in 8s; the float32 passes below are
+        # faster than its plain copy)
         b32, scale, lo_f, hi_f, zp = _requant_args(c, node, xp, wp, out, bias)
         wt = c.prepacked(w.const.reshape(kh, kw, cout).astype(_F32))
         dq, o = c.native.dwconv_qs8, out.slot

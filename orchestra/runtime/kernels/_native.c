@@ -2073,51 +2073,111 @@ __attribute__((target("arch=x86-64-v4"))) static void qdw_pixel_v4(const qdw_job
     }
 }
 
-__attribute__((target("arch=x86-64-v4"))) static void qdw_row_v4(const qdw_job *j, Py_ssize_t r) {
-    const Py_ssize_t C = j->C, nn = r / j->Ho, oy = r % j->Ho;
-    const int8_t *img = j->x + nn * j->H * j->W * C;
-    int8_t *orow = j->out + r * j->Wo * C;
-    const int kind = j->dw != 1 ? 0 : j->kw == 3 ? (j->sw == 1 ? 1 : j->sw == 2 ? 2 : 0)
-                                     : j->kw == 5 ? (j->sw == 1 ? 3 : j->sw == 2 ? 4 : 0) : 0;
-    /* the columns whose every tap is inside: ox in [in0, in1) */
-    Py_ssize_t in0 = j->pl > 0 ? (j->pl + j->sw - 1) / j->sw : 0;
-    Py_ssize_t in1 = j->W - 1 + j->pl - (j->kw - 1) * j->dw; /* ox sw <= this */
-    in1 = in1 < 0 ? 0 : in1 / j->sw + 1;
-    if (in1 > j->Wo) in1 = j->Wo;
-    if (in0 > in1) in0 = in1;
-    Py_ssize_t roff[514], ri[514], nr = 0; /* the tap rows inside: offsets of their image rows, their index */
-    for (Py_ssize_t i = 0; i < j->kh; i++) {
-        const Py_ssize_t iy = oy * j->sh - j->pt + i * j->dh;
-        if (iy >= 0 && iy < j->H) {
-            roff[nr] = iy * j->W * C;
-            ri[nr++] = i;
-        }
+/* one output row: blocks of QDW_PX pixels whose taps are all inside (3x3 and 5x5 at strides 1
+ * and 2), single pixels elsewhere; one copy per instruction set */
+#define QDW_ROW(NAME, ATTR)                                                                                           \
+    ATTR static void qdw_row_##NAME(const qdw_job *j, Py_ssize_t r) {                                              \
+        const Py_ssize_t C = j->C, nn = r / j->Ho, oy = r % j->Ho;                                                   \
+        const int8_t *img = j->x + nn * j->H * j->W * C;                                                             \
+        int8_t *orow = j->out + r * j->Wo * C;                                                                       \
+        const int kind = j->dw != 1 ? 0 : j->kw == 3 ? (j->sw == 1 ? 1 : j->sw == 2 ? 2 : 0)                         \
+                                         : j->kw == 5 ? (j->sw == 1 ? 3 : j->sw == 2 ? 4 : 0) : 0;                   \
+        /* the columns whose every tap is inside: ox in [in0, in1) */                                                \
+        Py_ssize_t in0 = j->pl > 0 ? (j->pl + j->sw - 1) / j->sw : 0;                                                \
+        Py_ssize_t in1 = j->W - 1 + j->pl - (j->kw - 1) * j->dw; /* ox sw <= this */                                 \
+        in1 = in1 < 0 ? 0 : in1 / j->sw + 1;                                                                         \
+        if (in1 > j->Wo) in1 = j->Wo;                                                                                \
+        if (in0 > in1) in0 = in1;                                                                                    \
+        Py_ssize_t roff[514], ri[514], nr = 0; /* the tap rows inside: their image rows' offsets, their index */     \
+        for (Py_ssize_t i = 0; i < j->kh; i++) {                                                                     \
+            const Py_ssize_t iy = oy * j->sh - j->pt + i * j->dh;                                                    \
+            if (iy >= 0 && iy < j->H) {                                                                              \
+                roff[nr] = iy * j->W * C;                                                                            \
+                ri[nr++] = i;                                                                                        \
+            }                                                                                                        \
+        }                                                                                                            \
+        for (Py_ssize_t ox = 0; ox < j->Wo;) {                                                                       \
+            if (kind && ox >= in0 && in1 - ox >= QDW_PX) {                                                           \
+                const int8_t *x0 = img + (ox * j->sw - j->pl) * C;                                                   \
+                int8_t *o = orow + ox * C;                                                                           \
+                switch (kind) {                                                                                      \
+                case 1: qdw_block_##NAME(j, x0, roff, ri, nr, o, 3, 1, 1); break;                                    \
+                case 2: qdw_block_##NAME(j, x0, roff, ri, nr, o, 3, 2, 1); break;                                    \
+                case 3: qdw_block_##NAME(j, x0, roff, ri, nr, o, 5, 1, 1); break;                                    \
+                default: qdw_block_##NAME(j, x0, roff, ri, nr, o, 5, 2, 1); break;                                   \
+                }                                                                                                    \
+                ox += QDW_PX;                                                                                        \
+            } else {                                                                                                 \
+                qdw_pixel_##NAME(j, img, oy, ox, orow + ox * C);                                                     \
+                ox++;                                                                                                \
+            }                                                                                                        \
+        }                                                                                                            \
     }
-    for (Py_ssize_t ox = 0; ox < j->Wo;) {
-        if (kind && ox >= in0 && in1 - ox >= QDW_PX) {
-            const int8_t *x0 = img + (ox * j->sw - j->pl) * C;
-            int8_t *o = orow + ox * C;
-            switch (kind) {
-            case 1: qdw_block_v4(j, x0, roff, ri, nr, o, 3, 1, 1); break;
-            case 2: qdw_block_v4(j, x0, roff, ri, nr, o, 3, 2, 1); break;
-            case 3: qdw_block_v4(j, x0, roff, ri, nr, o, 5, 1, 1); break;
-            default: qdw_block_v4(j, x0, roff, ri, nr, o, 5, 2, 1); break;
+
+QDW_ROW(v4, __attribute__((target("arch=x86-64-v4"))))
+
+/* AVX2: 8 channels a vector, channel counts a multiple of 8 (others take the plain copy) */
+__attribute__((target("arch=x86-64-v3"))) static inline void qdw_store_v3(const qdw_job *j, __m256 a, Py_ssize_t c,
+                                                                         int8_t *o) {
+    __m256i t = _mm256_cvtps_epi32(a); /* an integer: exact */
+    if (j->bias) t = _mm256_add_epi32(t, _mm256_loadu_si256((const __m256i *)(j->bias + c)));
+    __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(t), _mm256_loadu_ps(j->scale + c));
+    f = _mm256_min_ps(_mm256_max_ps(f, _mm256_set1_ps(j->lo)), _mm256_set1_ps(j->hi));
+    int32_t q[8];
+    _mm256_storeu_si256((__m256i *)q, _mm256_cvtps_epi32(f));
+    for (int l = 0; l < 8; l++) o[c + l] = (int8_t)(q[l] + j->zp);
+}
+
+__attribute__((target("arch=x86-64-v3"))) static inline __m256 qdw_load_v3(const int8_t *p, __m256 zx) {
+    return _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p))), zx);
+}
+
+__attribute__((target("arch=x86-64-v3"))) static inline __attribute__((always_inline)) void qdw_block_v3(
+    const qdw_job *j, const int8_t *x0, const Py_ssize_t *roff, const Py_ssize_t *ri, Py_ssize_t nr, int8_t *o,
+    const int KW, const int SW, const int DW) {
+    const Py_ssize_t C = j->C;
+    const __m256 zx = _mm256_set1_ps((float)j->zx);
+    for (Py_ssize_t c = 0; c < C; c += 8) {
+        __m256 a[QDW_PX];
+        for (int p = 0; p < QDW_PX; p++) a[p] = _mm256_setzero_ps();
+        for (Py_ssize_t r = 0; r < nr; r++) {
+            const int8_t *xr = x0 + roff[r] + c;
+            const float *wr = j->w + ri[r] * KW * C + c;
+            __m256 win[(QDW_PX - 1) * SW + (KW - 1) * DW + 1];
+            for (int q = 0; q < (QDW_PX - 1) * SW + (KW - 1) * DW + 1; q++) win[q] = qdw_load_v3(xr + q * C, zx);
+            for (int jj = 0; jj < KW; jj++) {
+                const __m256 wv = _mm256_loadu_ps(wr + jj * C);
+                for (int p = 0; p < QDW_PX; p++) a[p] = _mm256_fmadd_ps(win[p * SW + jj * DW], wv, a[p]);
             }
-            ox += QDW_PX;
-        } else {
-            qdw_pixel_v4(j, img, oy, ox, orow + ox * C);
-            ox++;
         }
+        for (int p = 0; p < QDW_PX; p++) qdw_store_v3(j, a[p], c, o + p * C);
     }
 }
+
+__attribute__((target("arch=x86-64-v3"))) static void qdw_pixel_v3(const qdw_job *j, const int8_t *img, Py_ssize_t oy,
+                                                                   Py_ssize_t ox, int8_t *o) {
+    Py_ssize_t xo[514], wo[514]; /* kh kw <= 514 */
+    const Py_ssize_t nt = qdw_taps(j, oy, ox, xo, wo), C = j->C;
+    const __m256 zx = _mm256_set1_ps((float)j->zx);
+    for (Py_ssize_t c = 0; c < C; c += 8) {
+        __m256 a = _mm256_setzero_ps();
+        for (Py_ssize_t t = 0; t < nt; t++)
+            a = _mm256_fmadd_ps(qdw_load_v3(img + xo[t] + c, zx), _mm256_loadu_ps(j->w + wo[t] + c), a);
+        qdw_store_v3(j, a, c, o);
+    }
+}
+
+QDW_ROW(v3, __attribute__((target("arch=x86-64-v3"))))
 #endif
 
 static void (*qdw_rows)(const qdw_job *, Py_ssize_t) = qdw_row;
-static int qdw_avx512 = 0;
+static void (*qdw_rows8)(const qdw_job *, Py_ssize_t) = qdw_row; /* channel counts a multiple of 8 */
+static int qdw_avx512 = 0, qdw_avx2 = 0;
 
 static void *qdw_part(void *arg) {
     const qdw_job *j = (const qdw_job *)arg;
-    for (Py_ssize_t r = j->r0; r < j->r1; r++) qdw_rows(j, r);
+    void (*row)(const qdw_job *, Py_ssize_t) = j->C % 8 == 0 ? qdw_rows8 : qdw_rows;
+    for (Py_ssize_t r = j->r0; r < j->r1; r++) row(j, r);
     return NULL;
 }
 
@@ -4290,10 +4350,13 @@ static void int8_pick(int level) {
         qgemm_rows = qgemm_rows_avx2;
         qgemm_avx2 = 1;
         qgemm_xu_bytes = 2;
+        qdw_rows8 = qdw_row_v3;
+        qdw_avx2 = 1;
     }
     if (level != 4) return;
-    qdw_rows = qdw_row_v4;
+    qdw_rows = qdw_rows8 = qdw_row_v4;
     qdw_avx512 = 1;
+    qdw_avx2 = 0;
     mulq_rows = mulq_row_v4;
     if (__builtin_cpu_supports("avx512vnni")) {
         qgemm_rows = qgemm_rows_vnni;
@@ -4437,6 +4500,7 @@ PyMODINIT_FUNC PyInit__native(void) {
               PyModule_AddIntConstant(m, "QS8_GEMM_AVX2", qgemm_avx2) < 0 ||
               PyModule_AddIntConstant(m, "QS8_GEMM_XU_BYTES", (long)qgemm_xu_bytes) < 0 ||
               PyModule_AddIntConstant(m, "DWCONV_QS8_AVX512", qdw_avx512) < 0 ||
+              PyModule_AddIntConstant(m, "DWCONV_QS8_AVX2", qdw_avx2) < 0 ||
               PyModule_AddIntConstant(m, "LUT_U8_VBMI", lut_vbmi) < 0)) {
         Py_DECREF(m);
         return NULL;
