@@ -15,6 +15,7 @@ A builder gets the :class:`Compiler` and the :class:`~._blob.XNode` and returns 
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -563,7 +564,8 @@ class Compiler:
         """Finds the float islands of quantized graphs: a Convert of an 8-bit per-tensor
         quantized value x to float32, elementwise float32 nodes over it (and scalar
         constants), a Convert of their result back to 8 bits (a hardswish, a SiLU, a sigmoid,
-        a hardsigmoid's add / clamp / divide). Each output element is then a function of the
+        a hardsigmoid's add / clamp / divide where its 3 and 6 are constants). Each output
+        element is then a function of the
         one element of x at its place, which has 256 values: the chain runs as one lookup
         (LOOKUP_NODE's builder at the last Convert; its table made by the chain's own steps
         over the 256 values, so the results are the chain's own). Every value the chain
@@ -589,14 +591,20 @@ class Compiler:
             made = {node.fields["output_id"]}  # the chain's float values
             shape = self.infos[node.fields["input_id"]].shape
             chain = [pos]
-            for p in range(pos + 1, len(nodes)):
+            # the nodes reading the chain's values, in graph order (only those: linear in the chain)
+            todo = [p for p in readers.get(node.fields["output_id"], ()) if p > pos]
+            heapq.heapify(todo)
+            ended = False
+            while todo and not ended:
+                p = heapq.heappop(todo)
+                if p <= chain[-1]:
+                    continue  # (a node reading two of the chain's values comes up twice)
                 n = nodes[p]
                 ins = [v for k, v in n.fields.items() if k.startswith("input") and k.endswith("_id") and type(v) is int]
-                if not any(v in made for v in ins):
-                    continue
                 out = n.fields.get("output_id")
                 if n.type == "XNNConvert":
-                    if q8(out) and self.infos[out].shape == shape:
+                    ended = q8(out) and self.infos[out].shape == shape
+                    if ended:
                         chain.append(p)
                     break
                 if (n.type not in _LOOKUP_ELEMENTWISE or not all(v in made or scalar(v) for v in ins)
@@ -604,7 +612,9 @@ class Compiler:
                     break
                 chain.append(p)
                 made.add(out)
-            if len(chain) < 3 or nodes[chain[-1]].type != "XNNConvert":
+                for r in readers.get(out, ()):
+                    heapq.heappush(todo, r)
+            if not ended or len(chain) < 3:
                 continue
             inside = set(chain)
             if any(not set(readers.get(v, ())) <= inside for v in made):
