@@ -488,8 +488,10 @@ def _native_linear(c: Compiler, node: XNode, gx: Callable[[list[Any]], Any], xp:
 _GEMM_SUM_BOUND = 255 * 128  # the largest |(x - zx) * w| of one term
 
 
-def _max_abs(a: np.ndarray | None) -> int:
-    return 0 if a is None or not a.size else int(np.abs(a.astype(np.int64)).max())
+def _sums_fit(k: int, bias: np.ndarray | None) -> bool:
+    """Whether every sum of ``k`` terms (x - zx) * w plus the bias stays inside int32."""
+    top = 0 if bias is None or not bias.size else int(np.abs(bias.astype(np.int64)).max())
+    return _GEMM_SUM_BOUND * k + top < 1 << 31
 
 
 def _pack_gemm_filter(w_nk: np.ndarray) -> np.ndarray:
@@ -506,7 +508,7 @@ def _gemm_fits(c: Compiler, k: int, bias: np.ndarray | None) -> bool:
     AVX2's int16 pair products, 20 % faster than the float32 path's three passes on MobileNetV3's
     convolutions), and every sum, the bias included, inside int32."""
     fast = c.native.QS8_GEMM_VNNI or c.native.QS8_GEMM_AVX2
-    return bool(fast) and k <= _QDOT_MAX_K and _GEMM_SUM_BOUND * k + _max_abs(bias) < 1 << 31
+    return bool(fast) and k <= _QDOT_MAX_K and _sums_fit(k, bias)
 
 
 def _native_gemm(c: Compiler, node: XNode, gx: Callable[[list[Any]], Any], xp: QParams, wp: QParams,
@@ -610,15 +612,15 @@ def _native_conv(c: Compiler, node: XNode, x: TensorInfo, xp: QParams, w: Tensor
         xf = c.scratch((n, h, wd, ch), _F32)
         return xf, (lambda b: np.subtract(gx(b), zx, out=b[xf], dtype=_F32))
 
+    conv = (n, h, wd, ch, kh, kw, sh, sw, pt, pl, dh, dw, oh, ow)  # the int8 kernels' geometry
     one_pass = c.native.DWCONV_QS8_AVX512 or (c.native.DWCONV_QS8_AVX2 and ch % 8 == 0)
-    if depthwise and one_pass and _GEMM_SUM_BOUND * kh * kw + _max_abs(bias) < 1 << 31:
+    if depthwise and one_pass and _sums_fit(kh * kw, bias):
         # int8 to int8 in one pass (AVX-512, or AVX2 over channels in 8s; the float32 passes below are
         # faster than its plain copy)
         b32, scale, lo_f, hi_f, zp = _requant_args(c, node, xp, wp, out, bias)
         wt = c.prepacked(w.const.reshape(kh, kw, cout).astype(_F32))
         dq, o = c.native.dwconv_qs8, out.slot
-        qgeo = (n, h, wd, ch, kh, kw, sh, sw, pt, pl, dh, dw, oh, ow, zx)
-        return [lambda b: dq(gx(b), wt, b32, scale, b[o], *qgeo, lo_f, hi_f, zp)]
+        return [lambda b: dq(gx(b), wt, b32, scale, b[o], *conv, zx, lo_f, hi_f, zp)]
     if depthwise:
         xf, centre = centred()
         wt = c.prepacked(w.const.reshape(kh, kw, cout).astype(_F32))
@@ -629,12 +631,11 @@ def _native_conv(c: Compiler, node: XNode, x: TensorInfo, xp: QParams, w: Tensor
     if kh == kw == 1 and sh == sw == 1 and not (pt or pr or pb or pl) and groups == 1:
         return _native_linear(c, node, gx, xp, wp, w.const.reshape(cout, ch), out, bias, rows, ch, cout)
     if groups == 1 and rows >= _FEW_ROWS and _gemm_fits(c, kk, bias):  # the patches gathered in the kernel
-        return _native_gemm(c, node, gx, xp, wp, w.const.reshape(cout, kk), out, bias, rows, kk, cout,
-                            conv=(n, h, wd, ch, kh, kw, sh, sw, pt, pl, dh, dw, oh, ow))
+        return _native_gemm(c, node, gx, xp, wp, w.const.reshape(cout, kk), out, bias, rows, kk, cout, conv=conv)
     if (groups > 1 and gic % 4 == 0 and (goc == 8 or goc % 16 == 0) and rows >= _FEW_ROWS
             and kh * kw * ch <= _QDOT_MAX_K and _gemm_fits(c, kk, bias)):  # each group's patch in the kernel
-        return _native_gemm(c, node, gx, xp, wp, w.const.reshape(cout, kk), out, bias, rows, kk, cout,
-                            conv=(n, h, wd, ch, kh, kw, sh, sw, pt, pl, dh, dw, oh, ow), groups=(groups, goc))
+        return _native_gemm(c, node, gx, xp, wp, w.const.reshape(cout, kk), out, bias, rows, kk, cout, conv=conv,
+                            groups=(groups, goc))
     if kk <= _EXACT_K and (groups > 1 or gic <= _nodes._DIRECT_MAX_INPUT_CHANNELS):
         xf, centre = centred()
         wg = c.prepacked(np.ascontiguousarray(

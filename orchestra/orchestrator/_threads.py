@@ -224,8 +224,9 @@ class ThreadLimits:
 
     def sharing_changed(self) -> None:
         """On the loop, when the orchestrator gains or loses an instance (its name claimed or
-        dropped): thread-placed instances and unbound worker processes follow the rule for the
-        new count (alone: every CPU; sharing: 1 each)."""
+        dropped) or one moves onto or off CPUs (``Pool.move``): thread-placed instances and
+        unbound worker processes follow the rule for the new count (alone: every CPU; sharing:
+        1 each)."""
         self._rethread()
         for w in list(self._procs):
             if not w.cpus and w.state == "running":

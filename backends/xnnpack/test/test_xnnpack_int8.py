@@ -15,6 +15,7 @@ import importlib.util
 import math
 import pathlib
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -190,30 +191,24 @@ def _exported(tmp_path_factory: pytest.TempPathFactory, which: str) -> dict[str,
 
 
 @pytest.fixture(scope="session")
-def int8_224_pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    return _exported(tmp_path_factory, "convnet224")
+def int8_pair(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], dict[str, Any]]:
+    """The exported pair of a test model by name (convnet224, variety, wide, islands), each
+    exported once per session."""
+    pairs: dict[str, dict[str, Any]] = {}
 
+    def get(which: str) -> dict[str, Any]:
+        if which not in pairs:
+            pairs[which] = _exported(tmp_path_factory, which)
+        return pairs[which]
 
-@pytest.fixture(scope="session")
-def int8_variety_pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    return _exported(tmp_path_factory, "variety")
-
-
-@pytest.fixture(scope="session")
-def int8_wide_pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    return _exported(tmp_path_factory, "wide")
-
-
-@pytest.fixture(scope="session")
-def int8_islands_pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    return _exported(tmp_path_factory, "islands")
+    return get
 
 
 @pytest.mark.executorch
 @pytest.mark.parametrize("products", ["int8", "float32"])
 @pytest.mark.parametrize("which", ["wide", "convnet224", "variety", "islands"])
 def test_the_compiled_int8_path_equals_the_numpy_path_and_executorch(which: str, products: str,
-                                                                     request: pytest.FixtureRequest,
+                                                                     int8_pair: Callable[[str], dict[str, Any]],
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """Where orchestra's compiled kernels are built, int8 convolutions (depthwise, 1x1,
     im2col, grouped, the RGB stem), fully-connected layers, multiplies and converts run on
@@ -231,9 +226,7 @@ def test_the_compiled_int8_path_equals_the_numpy_path_and_executorch(which: str,
     if products == "int8" and not (module.QS8_GEMM_VNNI or module.QS8_GEMM_AVX2):
         pytest.skip("this CPU has neither AVX-512 VNNI nor AVX2: the float32 products run (the int8 kernels' plain "
                     "copies are tested in tests/test_native_kernels.py)")
-    pair = request.getfixturevalue({"wide": "int8_wide_pair", "convnet224": "int8_224_pair",
-                                    "variety": "int8_variety_pair", "islands": "int8_islands_pair"}[which])
-    path, ins, want = pair[f"xnnpack_int8_{which}"]
+    path, ins, want = int8_pair(which)[f"xnnpack_int8_{which}"]
     bound: set[str] = set()
     lookups = [0]
 
@@ -289,22 +282,23 @@ def test_the_compiled_int8_path_equals_the_numpy_path_and_executorch(which: str,
 
 
 @pytest.mark.executorch
-def test_224_int8_delegate_matches_executorch(int8_224_pair: dict[str, Any]) -> None:
-    path, ins, want = int8_224_pair["xnnpack_int8_convnet224"]
+def test_224_int8_delegate_matches_executorch(int8_pair: Callable[[str], dict[str, Any]]) -> None:
+    path, ins, want = int8_pair("convnet224")["xnnpack_int8_convnet224"]
     assert ins[0].shape == (1, 3, 224, 224)
     assert_within_one_step("xnnpack_int8_convnet224", _run(path, ins, times=1), want, output_steps(path, want))
 
 
 @pytest.mark.executorch
-def test_more_int8_node_shapes_match_executorch(int8_variety_pair: dict[str, Any]) -> None:
-    path, ins, want = int8_variety_pair["xnnpack_int8_variety"]
+def test_more_int8_node_shapes_match_executorch(int8_pair: Callable[[str], dict[str, Any]]) -> None:
+    variety = int8_pair("variety")
+    path, ins, want = variety["xnnpack_int8_variety"]
     _, g = _graph(path)
     types = {n.type for n in g.nodes}
     assert {"XNNConv2d", "XNNDepthwiseConv2d", "XNNClamp", "XNNMultiply", "XNNMaxPooling2d",
             "XNNGlobalAvgPooling2d", "XNNFullyConnected"} <= types
     assert_within_one_step("xnnpack_int8_variety", _run(path, ins), want, output_steps(path, want))
     # The portable twin of the same quantized graph agrees too.
-    ppath, pins, pwant = int8_variety_pair["int8_variety"]
+    ppath, pins, pwant = variety["int8_variety"]
     assert_within_one_step("int8_variety", _run(ppath, pins), pwant, output_steps(path, pwant))
 
 

@@ -1616,8 +1616,9 @@ static void qgemm_rows_plain(const qgemm_job *j) {
 #include <immintrin.h>
 typedef int32_t qg_word __attribute__((may_alias, aligned(1)));
 
-/* requantizes 16 channels' sums (the first cnt of them) into out */
-__attribute__((target("arch=x86-64-v4,avx512vnni"))) static inline void qgemm_store(
+/* requantizes 16 channels' sums plus corr (the lanes of m) into out: XNNPACK's fp32
+ * requantization, shared by the int8 products and the depthwise kernel */
+__attribute__((target("arch=x86-64-v4"))) static inline void qgemm_store(
     __m512i acc, __m512i corr, __m512 scale, int8_t *out, __mmask16 m, __m512 lo, __m512 hi, __m512i zp) {
     __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc, corr)), scale);
     v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
@@ -1739,6 +1740,17 @@ __attribute__((target("arch=x86-64-v4,avx512vnni"))) static void qgemm_rows_vnni
         }
     }
 }
+/* requantizes 8 channels' sums (the first cnt) into o: qgemm_store's math on AVX2 (no byte
+ * narrowing store there: through an int32 row) */
+__attribute__((target("arch=x86-64-v3"))) static inline void qrequant8_v3(__m256i sums, const float *scale, float lo,
+                                                                         float hi, int zp, int8_t *o, Py_ssize_t cnt) {
+    __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(sums), _mm256_loadu_ps(scale));
+    f = _mm256_min_ps(_mm256_max_ps(f, _mm256_set1_ps(lo)), _mm256_set1_ps(hi));
+    int32_t q[8];
+    _mm256_storeu_si256((__m256i *)q, _mm256_cvtps_epi32(f)); /* rint: the default rounding mode */
+    for (Py_ssize_t l = 0; l < cnt; l++) o[l] = (int8_t)(q[l] + zp);
+}
+
 /* AVX2 without VNNI: each row as int16 (x + 128) in the caller's scratch (twice the bytes: a
  * gathered patch lands in the row's upper half first), four of a row's values broadcast as
  * int16 and multiplied with four channels' four int8 weights sign-extended to int16 by
@@ -1750,15 +1762,11 @@ __attribute__((target("arch=x86-64-v3"))) static inline void qgemm_store_avx2(co
     /* pair sums of channels 0-3 / 4-7 / 8-11 / 12-15 -> channels 0-7, 8-15 in order */
     const __m256i h0 = _mm256_permute4x64_epi64(_mm256_hadd_epi32(a0, a1), 0xD8);
     const __m256i h1 = _mm256_permute4x64_epi64(_mm256_hadd_epi32(a2, a3), 0xD8);
-    int32_t q[16];
-    const __m256 lo = _mm256_set1_ps(j->lo), hi = _mm256_set1_ps(j->hi);
-    const __m256i hs[2] = {h0, h1};
-    for (int v = 0; v < 2; v++) {
-        __m256 f = _mm256_cvtepi32_ps(_mm256_add_epi32(hs[v], _mm256_loadu_si256((const __m256i *)(corr + 8 * v))));
-        f = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(f, _mm256_loadu_ps(scale + 8 * v)), lo), hi);
-        _mm256_storeu_si256((__m256i *)(q + 8 * v), _mm256_cvtps_epi32(f)); /* rint: the default rounding mode */
-    }
-    for (Py_ssize_t l = 0; l < cnt; l++) o[l] = (int8_t)(q[l] + j->zp);
+    const __m256i s0 = _mm256_add_epi32(h0, _mm256_loadu_si256((const __m256i *)corr));
+    qrequant8_v3(s0, scale, j->lo, j->hi, j->zp, o, cnt < 8 ? cnt : 8);
+    if (cnt > 8)
+        qrequant8_v3(_mm256_add_epi32(h1, _mm256_loadu_si256((const __m256i *)(corr + 8))), scale + 8, j->lo, j->hi,
+                     j->zp, o + 8, cnt - 8);
 }
 
 __attribute__((target("arch=x86-64-v3"))) static void qgemm_rows_avx2(const qgemm_job *j) {
@@ -2020,11 +2028,10 @@ static Py_ssize_t qdw_taps(const qdw_job *j, Py_ssize_t oy, Py_ssize_t ox, Py_ss
 /* requantizes one vector of channels c.. of output pixel o (mask m) */
 __attribute__((target("arch=x86-64-v4"))) static inline void qdw_store_v4(const qdw_job *j, __m512 a, Py_ssize_t c,
                                                                          __mmask16 m, int8_t *o) {
-    __m512i t = _mm512_cvtps_epi32(a); /* an integer: exact */
-    if (j->bias) t = _mm512_add_epi32(t, _mm512_maskz_loadu_epi32(m, j->bias + c));
-    __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(t), _mm512_maskz_loadu_ps(m, j->scale + c));
-    f = _mm512_min_ps(_mm512_max_ps(f, _mm512_set1_ps(j->lo)), _mm512_set1_ps(j->hi));
-    _mm_mask_storeu_epi8(o + c, m, _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(f), _mm512_set1_epi32(j->zp))));
+    const __m512i bias = j->bias ? _mm512_maskz_loadu_epi32(m, j->bias + c) : _mm512_setzero_si512();
+    /* the float sums are integers: exact as int32 */
+    qgemm_store(_mm512_cvtps_epi32(a), bias, _mm512_maskz_loadu_ps(m, j->scale + c), o + c, m, _mm512_set1_ps(j->lo),
+                _mm512_set1_ps(j->hi), _mm512_set1_epi32(j->zp));
 }
 
 __attribute__((target("arch=x86-64-v4"))) static inline __m512 qdw_load_v4(const int8_t *p, __mmask16 m, __m512 zx) {
@@ -2121,11 +2128,7 @@ __attribute__((target("arch=x86-64-v3"))) static inline void qdw_store_v3(const 
                                                                          int8_t *o) {
     __m256i t = _mm256_cvtps_epi32(a); /* an integer: exact */
     if (j->bias) t = _mm256_add_epi32(t, _mm256_loadu_si256((const __m256i *)(j->bias + c)));
-    __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(t), _mm256_loadu_ps(j->scale + c));
-    f = _mm256_min_ps(_mm256_max_ps(f, _mm256_set1_ps(j->lo)), _mm256_set1_ps(j->hi));
-    int32_t q[8];
-    _mm256_storeu_si256((__m256i *)q, _mm256_cvtps_epi32(f));
-    for (int l = 0; l < 8; l++) o[c + l] = (int8_t)(q[l] + j->zp);
+    qrequant8_v3(t, j->scale + c, j->lo, j->hi, j->zp, o + c, 8);
 }
 
 __attribute__((target("arch=x86-64-v3"))) static inline __m256 qdw_load_v3(const int8_t *p, __m256 zx) {
