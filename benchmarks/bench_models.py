@@ -41,7 +41,8 @@ in one run; every ratio compares numbers taken in that run.
    interleaved (``--load-rounds``), medians; 1 BLAS thread. Then the same for the XNNPACK
    ``.pte`` (when ``orchestra.backends.xnnpack`` is importable): orchestra's XNNPACK backend
    against ExecuTorch+XNNPACK loading the same file, each verifying and compiling every
-   delegate blob, and each one's first and second execute after the load (1 thread).
+   delegate blob, and each one's first and second execute after the load (1 thread); the
+   int8 files of section 5 too (rows 'NAME int8').
 5. ``int8`` (not in the default sections): MobileNetV3-small, EfficientNet-B0 and RegNetX
    PT2E-quantized to static int8 (XNNPACKQuantizer, per-channel weights) and lowered to
    XNNPACK: orchestra's XNNPACK backend on its compiled kernels and on its numpy int8 path,
@@ -381,16 +382,19 @@ def _load_xnnpack(args: argparse.Namespace, rt: Any) -> None:
 
     print("== load of the XNNPACK-lowered .pte: median ms to a runnable Method, orchestra's XNNPACK backend vs "
           "ExecuTorch+XNNPACK (path), same file; 1 thread")
-    print(f"{'model':<13}{'MB':>6}{'orch':>8}{'ET':>8}{'o/ET':>7}{'o 1st ex':>9}{'o 2nd ex':>9}{'ET 1st ex':>10}"
+    print(f"{'model':<18}{'MB':>6}{'orch':>8}{'ET':>8}{'o/ET':>7}{'o 1st ex':>9}{'o 2nd ex':>9}{'ET 1st ex':>10}"
           f"{'ET 2nd ex':>10}")
     perf = time.perf_counter
     kernels.set_threads(1)
     _et_threads(1)
-    for name in args.models:
-        xnn = real_models.export(name, "xnnpack", args.cache_dir)
-        inputs, _ = real_models.load_io(name, "portable", args.cache_dir)
+    files = [(name, "xnnpack") for name in args.models]
+    files += [(name, "xnnpack_int8") for name in args.models if name in INT8_MODELS]
+    for name, file_kind in files:
+        xnn = real_models.export(name, file_kind, args.cache_dir)
+        inputs, _ = real_models.load_io(name, "portable" if file_kind == "xnnpack" else file_kind, args.cache_dir)
         tin = [torch.from_numpy(a) for a in inputs]
         times: dict[str, list[float]] = {k: [] for k in ("orch", "et", "o1", "o2", "e1", "e2")}
+        label = name if file_kind == "xnnpack" else f"{name} int8"
 
         def run(kind: str) -> None:
             t = perf()
@@ -421,7 +425,7 @@ def _load_xnnpack(args: argparse.Namespace, rt: Any) -> None:
                 run("et")
                 gc.collect()
         med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
-        print(f"{name:<13}{xnn.stat().st_size / 1e6:6.1f}{med['orch']:8.2f}{med['et']:8.2f}{med['orch'] / med['et']:7.1f}"
+        print(f"{label:<18}{xnn.stat().st_size / 1e6:6.1f}{med['orch']:8.2f}{med['et']:8.2f}{med['orch'] / med['et']:7.1f}"
               f"{med['o1']:9.2f}{med['o2']:9.2f}{med['e1']:10.2f}{med['e2']:10.2f}", flush=True)
 
 
