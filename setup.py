@@ -1,10 +1,13 @@
-"""Build configuration beyond pyproject.toml: orchestra's two optional C extensions.
+"""Build configuration beyond pyproject.toml: orchestra's three optional C extensions.
 
-``orchestra.runtime.kernels._native`` (the compiled kernels) and ``orchestra.program._decode``
-(the program reader's decoding of values and instructions) are one C file each, need no numpy
-headers, and are optional: where no C compiler is available the install goes on without them,
-every kernel runs its numpy path (``orchestra.runtime.kernels.NATIVE_KERNELS`` is then False)
-and the reader decodes in Python (``orchestra.program._reader._native_decode`` is then None)."""
+``orchestra.runtime.kernels._native`` (the compiled kernels), ``orchestra.program._decode``
+(the program reader's decoding of values and instructions) and
+``orchestra.backends.xnnpack._xdecode`` (the XNNPACK delegate blob's values, nodes and
+constants) are one C file each, need no numpy headers, and are optional: where no C compiler
+is available the install goes on without them, every kernel runs its numpy path
+(``orchestra.runtime.kernels.NATIVE_KERNELS`` is then False) and the readers decode in Python
+(``orchestra.program._reader._native_decode`` and
+``orchestra.backends.xnnpack._blob._native_xdecode`` are then None)."""
 
 import sys
 
@@ -25,6 +28,12 @@ setup(
         Extension(
             "orchestra.program._decode",
             sources=["orchestra/program/_decode.c"],
+            extra_compile_args=["-O3", "-std=c11"],
+            optional=True,
+        ),
+        Extension(
+            "orchestra.backends.xnnpack._xdecode",
+            sources=["backends/xnnpack/_xdecode.c"],
             extra_compile_args=["-O3", "-std=c11"],
             optional=True,
         ),

@@ -18,6 +18,7 @@ Layout (ExecuTorch ``backends/xnnpack/serialization``)::
 from __future__ import annotations
 
 import struct
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -356,8 +357,9 @@ def _node(r: _Reader, index: int, t: _Table, path: str) -> XNode:
 # tags, dims, the object budget charged the same way) but builds no schema path and reads a
 # table's whole vtable in one unpack: on anything unusual it raises ``_Fallback`` and
 # ``parse_blob`` decodes the graph again on the checked path, whose error names the place.
-# Quantized values go through the checked decoder (their parameters are few).
+# Of the quantization parameters, the per-tensor and per-channel kinds are decoded here.
 _i32s = struct.Struct("<i").unpack_from
+_u64 = struct.Struct("<Q").unpack_from
 _hh = struct.Struct("<HH").unpack_from
 _u32v = struct.Struct("<I").unpack_from
 _u8s = struct.Struct("<B").unpack_from
@@ -461,18 +463,52 @@ class _Fast:
         tag, v = self.union(t, 0)
         if v is None or tag not in (1, 2):
             raise _Fallback
-        if tag == 2:  # quantized: the checked decoder (the budget already holds this table and its union)
-            r = self.r
-            path = f"XNNGraph.xvalues[{index}]"
-            r.budget += 1  # _value charges the union's table again
-            try:
-                return _value(r, index, _Table(t[0], t[3], t[4], t[1]), path)
-            except OrchestraError:  # reported by the checked path, in its order
-                raise _Fallback from None
+        quant = None
+        if tag == 2:  # XNNQuantizedTensorValue: its parameters, then its tensor_value
+            qtag, q = self.union(v, 1)
+            if qtag:
+                if q is None or qtag > 2:  # the rarer kinds: the checked decoder reads them
+                    raise _Fallback
+                if qtag == 2:  # PerTensorQuant
+                    scale, zero_point = self.scalars(q, _PER_TENSOR_LAYOUT)
+                    quant = QuantParams("PerTensorQuant", (scale,), zero_point=zero_point)
+                else:  # PerChannelQuant
+                    start, n = self.vector(q, 0)
+                    quant = QuantParams("PerChannelQuant", struct.unpack_from(f"<{n}f", self.buf, start) if n else (),
+                                        channel_dim=self.scalar(q, 1, _i32s, 4), scale_buffer_idx=self.scalar(q, 2, _u32v, 4),
+                                        num_scales=self.scalar(q, 3, _u32v, 4))
+            p = self.field(v, 0, 4)
+            if not p:
+                raise _Fallback
+            v = self.table(self.ref(p))
         datatype, num_dims, dims, cbi, external_id, flags, id_out, dq = self.scalars(v, _VALUE_LAYOUT)
         if num_dims != len(dims) or len(dims) > MAX_DIMS:
             raise _Fallback
-        return XValue(index, id_out, datatype, dims, cbi, external_id, flags, dq, None)
+        return XValue(index, id_out, datatype, dims, cbi, external_id, flags, dq, quant)
+
+    def constant(self, pos: int, section: int) -> ConstantRef:
+        """One ``ConstantDataOffset``: offset, size, named_key (a ``section``-byte constant
+        section holds the unnamed ones)."""
+        t = self.table(pos)
+        off, size = self.scalar(t, 0, _u64, 8), self.scalar(t, 1, _u64, 8)
+        key = None
+        p = self.field(t, 2, 4)
+        if p:
+            v = self.ref(p)
+            n = _u32v(self.buf, v)[0]
+            start = v + 4
+            if v & 3 or start + n >= self.end or self.buf[start + n] != 0:
+                raise _Fallback
+            self.r.budget -= 1
+            if self.r.budget < 0:
+                raise _Fallback
+            try:
+                key = str(self.buf[start:start + n], "utf-8") or None
+            except UnicodeDecodeError:
+                raise _Fallback from None
+        if key is None and (off > section or size > section - off):
+            raise _Fallback
+        return ConstantRef(off, size, key)
 
     def node(self, index: int, pos: int) -> XNode:
         t = self.table(pos)
@@ -491,9 +527,41 @@ class _Fast:
 _U32, _F32, _I32, _I16 = (4, _u32v, 0), (4, _f32, 0.0), (4, _i32s, 0), (2, _i16, 0)
 # XNNTensorValue: datatype, num_dims, dims, constant_buffer_idx, external_id, flags, id_out, dq_datatype
 _VALUE_LAYOUT = (_I16, _U32, None, _U32, _U32, _U32, _U32, _I16)
+# PerTensorQuant: scale, zero_point.
+_PER_TENSOR_LAYOUT = (_F32, _I32)
 _NODE_LAYOUTS = tuple((name, tuple(f for f, _ in layout),
                        tuple({"u": _U32, "f": _F32, "i": _I32}.get(kind) for _, kind in layout))
                       for name, layout in NODE_TYPES)
+
+
+def _quant_params(tag: int, scales: tuple[float, ...], zero_point: int, channel_dim: int, scale_buffer_idx: int,
+                  num_scales: int) -> QuantParams:
+    """QuantParams from the C decoder's tuple (tag 1 PerChannelQuant, 2 PerTensorQuant), as
+    ``_Fast.value`` makes them."""
+    if tag == 2:
+        return QuantParams("PerTensorQuant", scales, zero_point=zero_point)
+    return QuantParams("PerChannelQuant", scales, channel_dim=channel_dim, scale_buffer_idx=scale_buffer_idx,
+                       num_scales=num_scales)
+
+
+# The node layouts as the C decoder takes them: one letter per field ("u" uint32, "f" float32,
+# "i" int32, "U" [uint32]), by union tag.
+_LAYOUT_CODES = tuple("".join(kind for _, kind in layout) for _, layout in NODE_TYPES)
+
+
+def _setup_native_xdecode():  # noqa: ANN202 - the module, or None
+    """``orchestra.backends.xnnpack._xdecode`` (optional C extension: ``_Fast``'s decoding of
+    the values, nodes and constants in C, the same checks and budget charge); None where it is
+    not built."""
+    try:
+        from . import _xdecode
+    except ImportError:
+        return None
+    return _xdecode
+
+
+# The C decoder, or None: the Python fast path (tests set None to compare the two).
+_native_xdecode = _setup_native_xdecode()
 
 
 def parse_blob(blob: memoryview, where: str, *, max_objects: int = 10_000_000) -> XGraph:
@@ -517,50 +585,76 @@ def parse_blob(blob: memoryview, where: str, *, max_objects: int = 10_000_000) -
     if ident not in _FILE_IDENTIFIERS:
         raise _fail(where, f"XNNGraph file identifier {ident!r} is not XN01 or XN00 (not an XNNPACK delegate blob, "
                            f"or a newer format)", Error.DelegateInvalidCompatibility)
-    r = _Reader(fb, max_objects)
     try:
-        root = r.table(struct.unpack_from("<I", fb, 0)[0], "XNNGraph")
-        version = r.string(root, 0, "XNNGraph.version") or ""
         try:
-            fast = _Fast(r)
-            rt = fast.table(root.pos)
-            r.budget += 1  # the root, charged by r.table already
-            values = tuple(fast.value(i, p) for i, p in enumerate(fast.tables(rt, 2)))
-            nodes = tuple(fast.node(i, p) for i, p in enumerate(fast.tables(rt, 1)))
-        except _Fallback:
-            r = _Reader(fb, max_objects)
-            root = r.table(struct.unpack_from("<I", fb, 0)[0], "XNNGraph")
-            r.string(root, 0, "XNNGraph.version")
-            values = tuple(_value(r, i, t, p) for i, (t, p) in enumerate(r.tables(root, 2, "XNNGraph.xvalues") or ()))
-            nodes = tuple(_node(r, i, t, p) for i, (t, p) in enumerate(r.tables(root, 1, "XNNGraph.xnodes") or ()))
-        num_externs = r.u32(root, 3, "XNNGraph.num_externs")
-        input_ids = _u32s(r, root, 4, "XNNGraph.input_ids")
-        output_ids = _u32s(r, root, 5, "XNNGraph.output_ids")
-        consts: list[ConstantRef] = []
-        # As ExecuTorch: a blob without an XH00 header keeps its constants in the deprecated
-        # constant_buffer; with a header, constant_data points into the constant section or
-        # at named data.
-        uses_cb = hdr is None
-        if uses_cb:
-            for t, p in r.tables(root, 6, "XNNGraph.constant_buffer") or ():
-                data = r.bytes(t, 0, p + ".storage")
-                consts.append(ConstantRef(0, 0 if data is None else len(data), None, data if data is not None else fb[0:0]))
-        else:
-            for t, p in r.tables(root, 8, "XNNGraph.constant_data") or ():
-                off, size = r.u64(t, 0, p + ".offset"), r.u64(t, 1, p + ".size")
-                key = (r.string(t, 2, p + ".named_key") if r.has(t, 2) else None) or None
-                if key is None and (off > len(section) or size > len(section) - off):
-                    raise _fail("", f"{p}: offset {off} + size {size} run past the blob's constant data "
-                                    f"({len(section)} bytes)")
-                consts.append(ConstantRef(off, size, key))
+            num_externs, *rest = _decode(_Reader(fb, max_objects), hdr is None, section, fast=True)
+        except _Fallback:  # decoded again on the checked path, whose error names the place
+            num_externs, *rest = _decode(_Reader(fb, max_objects), hdr is None, section, fast=False)
     except BackendError as exc:
         raise BackendError(f"{where}: {exc.message.lstrip(': ')}", exc.code) from None
     except OrchestraError as exc:
         raise BackendError(f"{where}: {exc.message}", Error.InvalidProgram) from None
     if num_externs > MAX_EXTERNS:
         raise _fail(where, f"XNNGraph.num_externs {num_externs} exceeds {MAX_EXTERNS} (corrupt graph?)")
-    return XGraph(ident.decode(), version, nodes, values, num_externs, input_ids, output_ids, tuple(consts),
-                  section, uses_cb)
+    version, nodes, values, input_ids, output_ids, consts = rest
+    return XGraph(ident.decode(), version, nodes, values, num_externs, input_ids, output_ids, consts, section,
+                  hdr is None)
+
+
+def _decode(r: _Reader, uses_cb: bool, section: memoryview, *, fast: bool) -> tuple[Any, ...]:
+    """(num_externs, version, nodes, values, input_ids, output_ids, constants) of the graph;
+    ``fast``: values, nodes and constant_data through ``_Fast`` (raising ``_Fallback`` on
+    anything it does not take)."""
+    root = r.table(struct.unpack_from("<I", r.buf, 0)[0], "XNNGraph")
+    version = r.string(root, 0, "XNNGraph.version") or ""
+    native = _native_xdecode if fast and r.buf.c_contiguous and sys.byteorder == "little" else None
+    if native is not None:  # the same decoding in C
+        got = native.graph(r.buf, r.end, root.pos, r.budget, _LAYOUT_CODES)
+        if got is None:
+            raise _Fallback
+        raw_values, raw_nodes, spent = got
+        r.budget -= spent
+        values = tuple(XValue(i, *v[:7], None if v[7] is None else _quant_params(*v[7]))
+                       for i, v in enumerate(raw_values))
+        nodes = tuple(XNode(i, _NODE_LAYOUTS[tag - 1][0], dict(zip(_NODE_LAYOUTS[tag - 1][1], fields)), dh, omm)
+                      for i, (tag, fields, dh, omm) in enumerate(raw_nodes))
+    elif fast:
+        f = _Fast(r)
+        rt = f.table(root.pos)
+        r.budget += 1  # the root, charged by r.table already
+        values = tuple(f.value(i, p) for i, p in enumerate(f.tables(rt, 2)))
+        nodes = tuple(f.node(i, p) for i, p in enumerate(f.tables(rt, 1)))
+    else:
+        values = tuple(_value(r, i, t, p) for i, (t, p) in enumerate(r.tables(root, 2, "XNNGraph.xvalues") or ()))
+        nodes = tuple(_node(r, i, t, p) for i, (t, p) in enumerate(r.tables(root, 1, "XNNGraph.xnodes") or ()))
+    num_externs = r.u32(root, 3, "XNNGraph.num_externs")
+    input_ids = _u32s(r, root, 4, "XNNGraph.input_ids")
+    output_ids = _u32s(r, root, 5, "XNNGraph.output_ids")
+    consts: list[ConstantRef] = []
+    # As ExecuTorch: a blob without an XH00 header keeps its constants in the deprecated
+    # constant_buffer; with a header, constant_data points into the constant section or
+    # at named data.
+    if uses_cb:
+        for t, p in r.tables(root, 6, "XNNGraph.constant_buffer") or ():
+            data = r.bytes(t, 0, p + ".storage")
+            consts.append(ConstantRef(0, 0 if data is None else len(data), None, data if data is not None else r.buf[0:0]))
+    elif native is not None:
+        got = native.constants(r.buf, r.end, root.pos, r.budget, len(section))
+        if got is None:
+            raise _Fallback
+        consts = [ConstantRef(*c) for c in got[0]]
+        r.budget -= got[1]
+    elif fast:
+        consts = [f.constant(p, len(section)) for p in f.tables(rt, 8)]
+    else:
+        for t, p in r.tables(root, 8, "XNNGraph.constant_data") or ():
+            off, size = r.u64(t, 0, p + ".offset"), r.u64(t, 1, p + ".size")
+            key = (r.string(t, 2, p + ".named_key") if r.has(t, 2) else None) or None
+            if key is None and (off > len(section) or size > len(section) - off):
+                raise _fail("", f"{p}: offset {off} + size {size} run past the blob's constant data "
+                                f"({len(section)} bytes)")
+            consts.append(ConstantRef(off, size, key))
+    return num_externs, version, nodes, values, input_ids, output_ids, tuple(consts)
 
 
 def constant_bytes(graph: XGraph, value: XValue, named_data: Callable[[str], memoryview] | None, where: str) -> memoryview:

@@ -58,12 +58,14 @@ def _parse_outcome(blob: bytes) -> tuple:
         return ("error", type(exc).__name__, exc.code, str(exc))
 
 
-def test_the_fast_blob_decoder_agrees_with_the_checked_one(monkeypatch) -> None:
-    """parse_blob decodes values and nodes on a fast path (no schema paths, one unpack per
-    vtable) that must accept exactly what the checked decoders accept: on the fixtures'
-    blobs (the int8 ones' quantized values included) and 3,000 seeded mutations of them, the graph or
-    the error (type, code, message) is the same with the fast path switched off. The object
-    budget is small here so that mutated vector lengths reach it."""
+def test_the_fast_blob_decoders_agree_with_the_checked_one(monkeypatch) -> None:
+    """parse_blob decodes values, nodes and constants on a fast path (no schema paths, one
+    unpack per vtable; in C where the optional extension ``_xdecode`` is built) that must
+    accept exactly what the checked decoders accept: on the fixtures' blobs (the int8 ones'
+    quantized values included) and 3,000 seeded mutations of them, the graph or the error
+    (type, code, message) is the same from the C decoder, from the Python fast path and with
+    the fast path switched off. The object budget is small here so that mutated vector lengths
+    reach it."""
     from orchestra.backends.xnnpack import _blob
     from orchestra.program._reader import _Fallback
 
@@ -75,7 +77,25 @@ def test_the_fast_blob_decoder_agrees_with_the_checked_one(monkeypatch) -> None:
     blobs += [fuzz_pte.mutate_xnnpack(cases[i % len(cases)].blob, rng,
                                       fuzz_pte.XNNPACK_KINDS[(i // len(cases)) % len(fuzz_pte.XNNPACK_KINDS)])
               for i in range(3000)]
-    fast = [_parse_outcome(b) for b in blobs]
+    ways = {}
+    if _blob._native_xdecode is not None:
+        native_calls = []
+        real = _blob._native_xdecode
+
+        class Spy:
+            def graph(self, *a):  # noqa: ANN002, ANN202
+                got = real.graph(*a)
+                native_calls.append(got is not None)
+                return got
+
+            def constants(self, *a):  # noqa: ANN002, ANN202
+                return real.constants(*a)
+
+        monkeypatch.setattr(_blob, "_native_xdecode", Spy())
+        ways["C"] = [_parse_outcome(b) for b in blobs]
+        assert sum(native_calls) >= len(cases)  # the C decoder decoded (at least the unmutated blobs)
+    monkeypatch.setattr(_blob, "_native_xdecode", None)
+    ways["Python fast path"] = [_parse_outcome(b) for b in blobs]
     fell_back = []
 
     def no_fast(self, pos):
@@ -85,7 +105,8 @@ def test_the_fast_blob_decoder_agrees_with_the_checked_one(monkeypatch) -> None:
     monkeypatch.setattr(_blob._Fast, "table", no_fast)
     checked = [_parse_outcome(b) for b in blobs]
     assert len(fell_back) > len(blobs) // 3  # the checked decoders did run
-    for i, (a, b) in enumerate(zip(fast, checked)):
-        assert a == b, f"blob {i}: fast path {a!r:.300}\nchecked path {b!r:.300}"
-    assert sum(1 for a in fast if a[0] == "ok") >= len(cases)
-    assert sum(1 for a in fast if a[0] == "error") > 500
+    for way, got in ways.items():
+        for i, (a, b) in enumerate(zip(got, checked)):
+            assert a == b, f"blob {i}: {way} {a!r:.300}\nchecked path {b!r:.300}"
+    assert sum(1 for a in checked if a[0] == "ok") >= len(cases)
+    assert sum(1 for a in checked if a[0] == "error") > 500

@@ -1,0 +1,449 @@
+/* orchestra.backends.xnnpack._xdecode: _Fast.value / _Fast.node / _Fast.constant of
+ * backends/xnnpack/_blob.py over a whole XNNGraph, in C (optional; the Python code is the
+ * reference and the fallback).
+ *
+ * graph(buf, end, root, budget, layouts) decodes the graph's xvalues then its xnodes;
+ * constants(buf, end, root, budget, section) its constant_data. Each makes exactly the checks
+ * the Python fast path makes (table, vtable and field bounds and alignment, offsets, vector
+ * bounds, union tags, dims, null-terminated strict UTF-8 keys, constant ranges) and charges
+ * the same object budget (one per table, one per vector element, one per string), and
+ * returns plain tuples the caller turns into the schema's objects, with the objects spent:
+ *   graph     -> ((value, ...), (node, ...), spent)
+ *     value  = (id_out, datatype, dims, constant_buffer_idx, external_id, flags, dq_datatype, quant)
+ *     quant  = None | (tag, scales, zero_point, channel_dim, scale_buffer_idx, num_scales)
+ *              (tag 1 PerChannelQuant, 2 PerTensorQuant)
+ *     node   = (tag, field values in layout order, debug_handle, None | (output_min, output_max))
+ *   constants -> (((offset, size, named_key or None), ...), spent)
+ * or None wherever the Python fast path would raise _Fallback: the caller then decodes the
+ * graph on the checked path, whose error names the place. Nothing is read outside buf[0:end].
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdint.h>
+#include <string.h>
+
+#define MAX_DIMS 6 /* XNNPACK's XNN_MAX_TENSOR_DIMS (_blob.MAX_DIMS) */
+#define MAX_LAYOUTS 128
+
+typedef struct {
+    const uint8_t *b;
+    uint64_t end;
+    int64_t budget; /* objects left before the call */
+    int64_t spent;
+} R;
+
+typedef struct {
+    uint64_t pos, objsize, vt;
+    uint32_t nfields;
+} T;
+
+static inline uint16_t u16(const R *r, uint64_t p) {
+    uint16_t v;
+    memcpy(&v, r->b + p, 2);
+    return v;
+}
+static inline uint32_t u32(const R *r, uint64_t p) {
+    uint32_t v;
+    memcpy(&v, r->b + p, 4);
+    return v;
+}
+
+static inline int charge(R *r, uint64_t n) {
+    r->spent += (int64_t)n;
+    return r->spent > r->budget ? -1 : 0;
+}
+
+/* _Fast.table: 0, or -1 where it raises _Fallback. */
+static int table(R *r, uint64_t pos, T *t, int charged) {
+    if (charged && charge(r, 1) < 0) return -1;
+    if (pos + 4 > r->end || (pos & 3)) return -1;
+    int32_t off;
+    memcpy(&off, r->b + pos, 4);
+    int64_t vt = (int64_t)pos - (int64_t)off;
+    if (vt < 0 || (uint64_t)vt + 4 > r->end || (vt & 1)) return -1;
+    uint32_t vtsize = u16(r, (uint64_t)vt), objsize = u16(r, (uint64_t)vt + 2);
+    if (vtsize < 4 || (vtsize & 1) || (uint64_t)vt + vtsize > r->end || objsize < 4 || pos + objsize > r->end)
+        return -1;
+    t->pos = pos;
+    t->objsize = objsize;
+    t->vt = (uint64_t)vt;
+    t->nfields = (vtsize - 4) >> 1;
+    return 0;
+}
+
+/* _Fast.field: the field's position, 0 when absent, -1 when it lies outside its table. */
+static int64_t field(const R *r, const T *t, uint32_t slot, uint32_t size) {
+    uint32_t o = slot < t->nfields ? u16(r, t->vt + 4 + 2 * (uint64_t)slot) : 0;
+    if (o == 0) return 0;
+    if (o < 4 || o + size > t->objsize) return -1;
+    return (int64_t)(t->pos + o);
+}
+
+/* _Fast.ref */
+static int64_t ref(const R *r, uint64_t p) {
+    uint64_t target = p + u32(r, p);
+    return target + 4 > r->end ? -1 : (int64_t)target;
+}
+
+/* _Fast.vector: (start, n) of a vector of 4-byte elements, n = 0 when absent; charged. */
+static int vector(R *r, const T *t, uint32_t slot, uint64_t *start, uint64_t *n) {
+    int64_t p = field(r, t, slot, 4);
+    if (p < 0) return -1;
+    *start = 0;
+    *n = 0;
+    if (p == 0) return 0;
+    int64_t v = ref(r, (uint64_t)p);
+    if (v < 0) return -1;
+    uint64_t len = u32(r, (uint64_t)v);
+    if ((v & 3) || (uint64_t)v + 4 + 4 * len > r->end) return -1;
+    if (charge(r, len) < 0) return -1;
+    *start = (uint64_t)v + 4;
+    *n = len;
+    return 0;
+}
+
+/* _Fast.union: the tag (0: none) and, for a tag, the member's table (*has = 0 when absent). */
+static int union_(R *r, const T *t, uint32_t slot, uint32_t *tag, T *member, int *has) {
+    int64_t p = field(r, t, slot, 1);
+    if (p < 0) return -1;
+    *tag = p ? r->b[p] : 0;
+    *has = 0;
+    if (*tag == 0) return 0;
+    p = field(r, t, slot + 1, 4);
+    if (p < 0) return -1;
+    if (p == 0) return 0;
+    int64_t target = ref(r, (uint64_t)p);
+    if (target < 0 || table(r, (uint64_t)target, member, 1) < 0) return -1;
+    *has = 1;
+    return 0;
+}
+
+/* A scalar field of ``size`` bytes (its raw bits, 0 when absent). */
+static int scalar(const R *r, const T *t, uint32_t slot, uint32_t size, uint64_t *out) {
+    int64_t p = field(r, t, slot, size);
+    if (p < 0) return -1;
+    *out = 0;
+    if (p) memcpy(out, r->b + p, size); /* little-endian hosts only (setup.py builds it there) */
+    return 0;
+}
+
+static PyObject *f32_obj(uint64_t bits) {
+    uint32_t w = (uint32_t)bits;
+    float f;
+    memcpy(&f, &w, 4);
+    return PyFloat_FromDouble((double)f);
+}
+
+static PyObject *i32_obj(uint64_t bits) { return PyLong_FromLong((long)(int32_t)(uint32_t)bits); }
+
+static PyObject *i16_obj(uint64_t bits) { return PyLong_FromLong((long)(int16_t)(uint16_t)bits); }
+
+/* A [uint32] vector field as a tuple of ints; NULL with *bad = 1 where the fast path falls back. */
+static PyObject *u32_tuple(R *r, const T *t, uint32_t slot, int *bad) {
+    uint64_t start, n;
+    if (vector(r, t, slot, &start, &n) < 0) {
+        *bad = 1;
+        return NULL;
+    }
+    PyObject *tup = PyTuple_New((Py_ssize_t)n);
+    if (!tup) return NULL;
+    for (uint64_t i = 0; i < n; i++) {
+        PyObject *v = PyLong_FromUnsignedLong(u32(r, start + 4 * i));
+        if (!v) {
+            Py_DECREF(tup);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(tup, (Py_ssize_t)i, v);
+    }
+    return tup;
+}
+
+#define FALLBACK(...)   \
+    do {                \
+        *bad = 1;       \
+        goto fail;      \
+    } while (0)
+
+/* _Fast.value */
+static PyObject *value(R *r, uint64_t pos, int *bad) {
+    PyObject *quant = NULL, *dims = NULL, *scales = NULL;
+    T t, v, q;
+    uint32_t tag, qtag;
+    int has;
+    if (table(r, pos, &t, 1) < 0 || union_(r, &t, 0, &tag, &v, &has) < 0 || !has || (tag != 1 && tag != 2))
+        FALLBACK();
+    if (tag == 2) { /* XNNQuantizedTensorValue: its parameters, then its tensor_value */
+        if (union_(r, &v, 1, &qtag, &q, &has) < 0) FALLBACK();
+        if (qtag) {
+            if (!has || qtag > 2) FALLBACK();
+            uint64_t zp = 0, cd = 0, sbi = 0, ns = 0;
+            if (qtag == 2) { /* PerTensorQuant: scale, zero_point */
+                uint64_t sc;
+                if (scalar(r, &q, 0, 4, &sc) < 0 || scalar(r, &q, 1, 4, &zp) < 0) FALLBACK();
+                PyObject *s = f32_obj(sc);
+                if (!s) goto fail;
+                scales = PyTuple_Pack(1, s);
+                Py_DECREF(s);
+                if (!scales) goto fail;
+            } else { /* PerChannelQuant: scale (floats), channel_dim, scale_buffer_idx, num_scales */
+                uint64_t start, n;
+                if (vector(r, &q, 0, &start, &n) < 0) FALLBACK();
+                scales = PyTuple_New((Py_ssize_t)n);
+                if (!scales) goto fail;
+                for (uint64_t i = 0; i < n; i++) {
+                    PyObject *s = f32_obj(u32(r, start + 4 * i));
+                    if (!s) goto fail;
+                    PyTuple_SET_ITEM(scales, (Py_ssize_t)i, s);
+                }
+                if (scalar(r, &q, 1, 4, &cd) < 0 || scalar(r, &q, 2, 4, &sbi) < 0 || scalar(r, &q, 3, 4, &ns) < 0)
+                    FALLBACK();
+            }
+            quant = Py_BuildValue("(INNNkk)", (unsigned int)qtag, scales, i32_obj(zp), i32_obj(cd),
+                                  (unsigned long)(uint32_t)sbi, (unsigned long)(uint32_t)ns);
+            scales = NULL; /* stolen by N */
+            if (!quant) goto fail;
+        }
+        int64_t p = field(r, &v, 0, 4);
+        if (p <= 0) FALLBACK();
+        int64_t target = ref(r, (uint64_t)p);
+        T tv;
+        if (target < 0 || table(r, (uint64_t)target, &tv, 1) < 0) FALLBACK();
+        v = tv;
+    }
+    /* XNNTensorValue: datatype, num_dims, dims, constant_buffer_idx, external_id, flags, id_out, dq_datatype */
+    uint64_t datatype, num_dims, cbi, ext, flags, id_out, dq;
+    if (scalar(r, &v, 0, 2, &datatype) < 0 || scalar(r, &v, 1, 4, &num_dims) < 0) FALLBACK();
+    dims = u32_tuple(r, &v, 2, bad);
+    if (!dims) goto fail;
+    if (scalar(r, &v, 3, 4, &cbi) < 0 || scalar(r, &v, 4, 4, &ext) < 0 || scalar(r, &v, 5, 4, &flags) < 0 ||
+        scalar(r, &v, 6, 4, &id_out) < 0 || scalar(r, &v, 7, 2, &dq) < 0)
+        FALLBACK();
+    if ((uint64_t)PyTuple_GET_SIZE(dims) != num_dims || PyTuple_GET_SIZE(dims) > MAX_DIMS) FALLBACK();
+    if (!quant) {
+        quant = Py_None;
+        Py_INCREF(quant);
+    }
+    return Py_BuildValue("(kNNkkkNN)", (unsigned long)id_out, i16_obj(datatype), dims, (unsigned long)cbi,
+                         (unsigned long)ext, (unsigned long)flags, i16_obj(dq), quant);
+fail:
+    Py_XDECREF(quant);
+    Py_XDECREF(dims);
+    Py_XDECREF(scales);
+    return NULL;
+}
+
+/* _Fast.node, given the field layouts ("u" uint32, "f" float32, "i" int32, "U" [uint32]) by tag. */
+static PyObject *node(R *r, uint64_t pos, const char *const *layouts, Py_ssize_t nlayouts, int *bad) {
+    PyObject *fields = NULL, *omm = NULL;
+    T t, v;
+    uint32_t tag;
+    int has;
+    if (table(r, pos, &t, 1) < 0 || union_(r, &t, 0, &tag, &v, &has) < 0 || tag == 0 || tag > nlayouts || !has)
+        FALLBACK();
+    const char *layout = layouts[tag - 1];
+    Py_ssize_t nf = (Py_ssize_t)strlen(layout);
+    fields = PyTuple_New(nf);
+    if (!fields) goto fail;
+    for (Py_ssize_t k = 0; k < nf; k++) {
+        PyObject *o;
+        uint64_t bits;
+        if (layout[k] == 'U') {
+            o = u32_tuple(r, &v, (uint32_t)k, bad);
+        } else {
+            if (scalar(r, &v, (uint32_t)k, 4, &bits) < 0) FALLBACK();
+            o = layout[k] == 'f' ? f32_obj(bits) : layout[k] == 'i' ? i32_obj(bits)
+                                                                    : PyLong_FromUnsignedLong((uint32_t)bits);
+        }
+        if (!o) goto fail;
+        PyTuple_SET_ITEM(fields, k, o);
+    }
+    int64_t p = field(r, &t, 3, 4);
+    if (p < 0) FALLBACK();
+    if (p) {
+        int64_t target = ref(r, (uint64_t)p);
+        T mm;
+        uint64_t lo, hi;
+        if (target < 0 || table(r, (uint64_t)target, &mm, 1) < 0 || scalar(r, &mm, 0, 4, &lo) < 0 ||
+            scalar(r, &mm, 1, 4, &hi) < 0)
+            FALLBACK();
+        omm = Py_BuildValue("(NN)", f32_obj(lo), f32_obj(hi));
+        if (!omm) goto fail;
+    } else {
+        omm = Py_None;
+        Py_INCREF(omm);
+    }
+    uint64_t dh;
+    if (scalar(r, &t, 2, 4, &dh) < 0) FALLBACK();
+    return Py_BuildValue("(INkN)", (unsigned int)tag, fields, (unsigned long)dh, omm);
+fail:
+    Py_XDECREF(fields);
+    Py_XDECREF(omm);
+    return NULL;
+}
+
+/* _Fast.tables: the positions of a vector of tables' elements (each table still to be read). */
+static int tables(R *r, const T *t, uint32_t slot, uint64_t *start, uint64_t *n) {
+    if (vector(r, t, slot, start, n) < 0) return -1;
+    for (uint64_t i = 0; i < *n; i++)
+        if (ref(r, *start + 4 * i) < 0) return -1;
+    return 0;
+}
+
+typedef PyObject *(*ItemFn)(R *, uint64_t, void *, int *);
+
+/* The tuple of items of the table vector at ``slot`` of ``rt``; NULL with *bad or an exception. */
+static PyObject *items(R *r, const T *rt, uint32_t slot, ItemFn fn, void *arg, int *bad) {
+    uint64_t start, n;
+    if (tables(r, rt, slot, &start, &n) < 0) {
+        *bad = 1;
+        return NULL;
+    }
+    PyObject *tup = PyTuple_New((Py_ssize_t)n);
+    if (!tup) return NULL;
+    for (uint64_t i = 0; i < n; i++) {
+        PyObject *o = fn(r, (uint64_t)ref(r, start + 4 * i), arg, bad);
+        if (!o) {
+            Py_DECREF(tup);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(tup, (Py_ssize_t)i, o);
+    }
+    return tup;
+}
+
+typedef struct {
+    const char *layouts[MAX_LAYOUTS];
+    Py_ssize_t n;
+} Layouts;
+
+static PyObject *value_item(R *r, uint64_t pos, void *arg, int *bad) {
+    (void)arg;
+    return value(r, pos, bad);
+}
+
+static PyObject *node_item(R *r, uint64_t pos, void *arg, int *bad) {
+    Layouts *l = arg;
+    return node(r, pos, l->layouts, l->n, bad);
+}
+
+/* _Fast.constant: (offset, size, named_key or None) of one ConstantDataOffset. */
+static PyObject *constant_item(R *r, uint64_t pos, void *arg, int *bad) {
+    uint64_t section = *(const uint64_t *)arg, off, size;
+    T t;
+    PyObject *key = NULL;
+    if (table(r, pos, &t, 1) < 0 || scalar(r, &t, 0, 8, &off) < 0 || scalar(r, &t, 1, 8, &size) < 0) FALLBACK();
+    int64_t p = field(r, &t, 2, 4);
+    if (p < 0) FALLBACK();
+    if (p) {
+        int64_t v = ref(r, (uint64_t)p);
+        if (v < 0) FALLBACK();
+        uint64_t n = u32(r, (uint64_t)v), start = (uint64_t)v + 4;
+        if ((v & 3) || start + n >= r->end || r->b[start + n] != 0 || charge(r, 1) < 0) FALLBACK();
+        if (n) {
+            key = PyUnicode_DecodeUTF8((const char *)r->b + start, (Py_ssize_t)n, "strict");
+            if (!key) {
+                if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto fail;
+                PyErr_Clear();
+                FALLBACK();
+            }
+        }
+    }
+    if (!key && (off > section || size > section - off)) FALLBACK();
+    if (!key) {
+        key = Py_None;
+        Py_INCREF(key);
+    }
+    return Py_BuildValue("(KKN)", (unsigned long long)off, (unsigned long long)size, key);
+fail:
+    Py_XDECREF(key);
+    return NULL;
+}
+
+/* Common argument handling: buf, end, root, budget; the root table (already charged). */
+static int open_root(PyObject *buf, Py_buffer *view, unsigned long long end, unsigned long long root,
+                     long long budget, R *r, T *rt) {
+    if (PyObject_GetBuffer(buf, view, PyBUF_SIMPLE) < 0) return -1;
+    if (end > (unsigned long long)view->len) {
+        PyBuffer_Release(view);
+        PyErr_SetString(PyExc_ValueError, "end runs past the buffer");
+        return -1;
+    }
+    r->b = view->buf;
+    r->end = end;
+    r->budget = budget;
+    r->spent = 0;
+    return table(r, root, rt, 0) < 0 ? 1 : 0;
+}
+
+PyDoc_STRVAR(graph_doc, "graph(buf, end, root, budget, layouts) -> ((value, ...), (node, ...), spent) | None");
+
+static PyObject *graph(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *buf, *layouts_obj;
+    unsigned long long end, root;
+    long long budget;
+    if (!PyArg_ParseTuple(args, "OKKLO!", &buf, &end, &root, &budget, &PyTuple_Type, &layouts_obj)) return NULL;
+    Layouts l;
+    l.n = PyTuple_GET_SIZE(layouts_obj);
+    if (l.n > MAX_LAYOUTS) {
+        PyErr_SetString(PyExc_ValueError, "too many node layouts");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < l.n; i++) {
+        l.layouts[i] = PyUnicode_AsUTF8(PyTuple_GET_ITEM(layouts_obj, i));
+        if (!l.layouts[i]) return NULL;
+    }
+    Py_buffer view;
+    R r;
+    T rt;
+    int opened = open_root(buf, &view, end, root, budget, &r, &rt);
+    if (opened < 0) return NULL;
+    PyObject *values = NULL, *nodes = NULL, *result = NULL;
+    int bad = opened;
+    if (!bad) values = items(&r, &rt, 2, value_item, NULL, &bad);
+    if (values) nodes = items(&r, &rt, 1, node_item, &l, &bad);
+    if (nodes) result = Py_BuildValue("(NNL)", values, nodes, (long long)r.spent);
+    else Py_XDECREF(values);
+    PyBuffer_Release(&view);
+    if (!result && bad && !PyErr_Occurred()) Py_RETURN_NONE;
+    return result;
+}
+
+PyDoc_STRVAR(constants_doc, "constants(buf, end, root, budget, section) -> (((offset, size, key), ...), spent) | None");
+
+static PyObject *constants(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *buf;
+    unsigned long long end, root, section;
+    long long budget;
+    if (!PyArg_ParseTuple(args, "OKKLK", &buf, &end, &root, &budget, &section)) return NULL;
+    Py_buffer view;
+    R r;
+    T rt;
+    int opened = open_root(buf, &view, end, root, budget, &r, &rt);
+    if (opened < 0) return NULL;
+    uint64_t sec = section;
+    PyObject *consts = NULL, *result = NULL;
+    int bad = opened;
+    if (!bad) consts = items(&r, &rt, 8, constant_item, &sec, &bad);
+    if (consts) result = Py_BuildValue("(NL)", consts, (long long)r.spent);
+    PyBuffer_Release(&view);
+    if (!result && bad && !PyErr_Occurred()) Py_RETURN_NONE;
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"graph", graph, METH_VARARGS, graph_doc},
+    {"constants", constants, METH_VARARGS, constants_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "orchestra.backends.xnnpack._xdecode",
+    .m_doc = "C decoding of an XNNPACK delegate blob's values, nodes and constants (backends/xnnpack/_blob.py).",
+    .m_size = -1,
+    .m_methods = methods,
+};
+
+PyMODINIT_FUNC PyInit__xdecode(void) { return PyModule_Create(&module); }
