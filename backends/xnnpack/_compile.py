@@ -392,6 +392,11 @@ class Compiler:
         node positions, its first Convert to its last."""
         return self._lut[self._pos]
 
+    def lookup_chains(self) -> tuple[tuple[int, ...], ...]:
+        """Every float island run as one lookup in this graph (see :meth:`lookup_chain`), in
+        graph order."""
+        return tuple(self._lut.values())
+
     def silu_input(self) -> int:
         """For the SiLU step that replaces a Multiply (SILU_NODE): the value id of x."""
         return self._silu_x[self._pos]
@@ -635,15 +640,20 @@ class Compiler:
                 continue
             order.append((-(math.prod(spec[0]) * spec[1].itemsize), slot))
         offsets: dict[int, int] = {}
+        alive: dict[int, list[int]] = {}  # node position -> the placed buffers live there
         for neg, slot in sorted(order):
             size = (-neg + _ALIGN - 1) // _ALIGN * _ALIGN
             first, last = self._first[slot], self._last[slot]
-            busy = sorted((o, e) for o, e, f, la in placed if f <= last and first <= la)
+            # the placed buffers whose lifetimes overlap this one's (most lifetimes are a few nodes)
+            near = {j for t in range(first, last + 1) for j in alive.get(t, ())}
+            busy = sorted(placed[j][:2] for j in near)
             off = 0
             for o, e in busy:
                 if off + size <= o:
                     break
                 off = max(off, e)
+            for t in range(first, last + 1):
+                alive.setdefault(t, []).append(len(placed))
             placed.append((off, off + size, first, last))
             offsets[slot] = off
         for slot, spec in enumerate(self.buffers):

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -45,7 +45,7 @@ import numpy as np
 from orchestra.errors import Error
 
 from . import _nodes
-from ._blob import VALUE_FLAG_EXTERNAL_INPUT, VALUE_FLAG_EXTERNAL_OUTPUT, XNode, constant_bytes
+from ._blob import VALUE_FLAG_EXTERNAL_INPUT, VALUE_FLAG_EXTERNAL_OUTPUT, XNode, XValue, constant_bytes
 from ._compile import (LOOKUP_NODE, NODE_BUILDERS, Compiler, Step, TensorInfo, Workspace, register_datatype,
                        register_node)
 
@@ -287,10 +287,16 @@ def _qparams(c: Compiler, t: TensorInfo, role: str) -> QParams:
         p = QParams(q.kind, np.ones(1, _F32), 0)
     else:
         raise c.fail(f"{role} (value id {vid}): {q.kind} quantization is not supported", Error.NotSupported)
-    if p.kind != "PerTokenDynamicQuant" and (not np.all(np.isfinite(p.scale)) or np.any(p.scale <= 0)):
+    if p.kind != "PerTokenDynamicQuant" and not _finite_positive(p.scale):
         raise c.fail(f"{role} (value id {vid}): quantization scales must be finite and positive")
     cache[vid] = p
     return p
+
+
+def _finite_positive(a: np.ndarray) -> bool:
+    if a.size <= 16:  # most: one scale (a loop over a list beats numpy's calls there)
+        return all(0.0 < v < math.inf for v in a.tolist())
+    return bool(np.all(np.isfinite(a)) and np.all(a > 0))
 
 
 def _is_quant(t: TensorInfo) -> bool:
@@ -500,7 +506,9 @@ def _pack_gemm_filter(w_nk: np.ndarray) -> np.ndarray:
     nb, k4 = -(-n // 16), -(-k // 4)
     p = np.zeros((nb * 16, k4 * 4), np.int8)
     p[:n, :k] = w_nk
-    return np.ascontiguousarray(p.reshape(nb, 16, k4, 4).transpose(0, 2, 1, 3))
+    # each row's groups of 4 bytes moved as one int32 (a copy of 4-byte elements, not of bytes)
+    words = np.ascontiguousarray(p.view(np.int32).reshape(nb, 16, k4).transpose(0, 2, 1))
+    return words.view(np.int8).reshape(nb, k4, 16, 4)
 
 
 def _gemm_fits(c: Compiler, k: int, bias: np.ndarray | None) -> bool:
@@ -959,34 +967,65 @@ def _dispatch(name: str, quant_builder: Callable[[Compiler, XNode], list[Step]])
 
 
 def _lookup_table(c: Compiler, chain: tuple[int, ...]) -> np.ndarray:
-    """The 256-byte table of a float island (Compiler._plan_lookup): its nodes compiled as a
-    graph of their own over a 256-element input holding every byte value, and run; entry u is
-    the island's output byte for the input byte u."""
+    """The 256-byte table of a float island (Compiler._plan_lookup): entry u is the island's
+    output byte for the input byte u. Made, for all the graph's islands at once, by
+    :func:`_lookup_tables` at the first island's lookup step."""
+    tables: dict[tuple[int, ...], np.ndarray] = c.__dict__.setdefault("_lookup_tables", {})
+    if chain not in tables:
+        chains = c.lookup_chains()
+        tables.update(_lookup_tables(c, chains if chain in chains else (chain,)))
+    return tables[chain]
+
+
+def _lookup_tables(c: Compiler, chains: Sequence[tuple[int, ...]]) -> dict[tuple[int, ...], np.ndarray]:
+    """The tables of ``chains``: the islands' nodes compiled as graphs of their own over a
+    256-element input per island holding every byte value, and run. Islands that share no
+    value but constants are one graph (the per-graph work of a compile, paid once, was most
+    of a table's cost: 65 islands in int8 EfficientNet); each node's steps are those of the
+    separate island's graph (the same builders; an island's values are its own)."""
     g = c.graph
-    nodes = tuple(g.nodes[p] for p in chain)
-    x_id, y_id = nodes[0].fields["input_id"], nodes[-1].fields["output_id"]
-    ids = {v for n in nodes for k, v in n.fields.items() if k.endswith("_id") and type(v) is int}
-    values = []
-    for vid in sorted(ids):
-        v = c.values[vid]
-        if c.infos[vid].const is None:  # constants stay as they are (scalars here)
-            flags = VALUE_FLAG_EXTERNAL_INPUT if vid == x_id else VALUE_FLAG_EXTERNAL_OUTPUT if vid == y_id else 0
-            v = dataclasses.replace(v, dims=(256,), flags=flags, external_id=int(vid == y_id))
-        values.append(v)
-    island = dataclasses.replace(g, nodes=nodes, values=tuple(values), num_externs=2, input_ids=(x_id,),
-                                 output_ids=(y_id,))
-    plan = Compiler(island, f"{c.node_where()} (its float island's lookup table)", c.named_data,
-                    lookup=False).compile()
-    ws = Workspace(plan)
-    xs = np.arange(256, dtype=np.uint8).view(c.infos[x_id].dtype)
-    ys = np.empty(256, c.infos[y_id].dtype)
-    for _, slot, shape, _ in plan.inputs:
-        ws.bufs[slot] = xs.reshape(shape)
-    for _, slot, shape, _ in plan.outputs:
-        ws.bufs[slot] = ys.reshape(shape)
-    for step in plan.steps:
-        step(ws.bufs)
-    return ys.view(np.uint8)
+    batches: list[tuple[list[tuple[int, ...]], set[int]]] = []  # (chains, their non-constant value ids)
+    for chain in chains:
+        ids = {v for p in chain for k, v in g.nodes[p].fields.items() if k.endswith("_id") and type(v) is int}
+        own = {vid for vid in ids if c.infos[vid].const is None}
+        for batch, used in batches:
+            if used.isdisjoint(own):
+                batch.append(chain)
+                used.update(own)
+                break
+        else:
+            batches.append(([chain], own))
+    tables: dict[tuple[int, ...], np.ndarray] = {}
+    for batch, _ in batches:
+        ends: dict[int, tuple[int, bool]] = {}  # value id -> (external id, is the input)
+        for k, chain in enumerate(batch):
+            ends[g.nodes[chain[0]].fields["input_id"]] = (2 * k, True)
+            ends[g.nodes[chain[-1]].fields["output_id"]] = (2 * k + 1, False)
+        nodes = tuple(g.nodes[p] for chain in batch for p in chain)
+        ids = {v for n in nodes for k, v in n.fields.items() if k.endswith("_id") and type(v) is int}
+        values = []
+        for vid in sorted(ids):
+            v = c.values[vid]
+            if c.infos[vid].const is None:  # constants stay as they are (scalars here)
+                ext, is_input = ends.get(vid, (0, None))
+                flags = 0 if is_input is None else VALUE_FLAG_EXTERNAL_INPUT if is_input else VALUE_FLAG_EXTERNAL_OUTPUT
+                v = XValue(v.index, v.id, v.datatype, (256,), v.constant_buffer_idx, ext, flags, v.dq_datatype, v.quant)
+            values.append(v)
+        island = dataclasses.replace(g, nodes=nodes, values=tuple(values), num_externs=2 * len(batch),
+                                     input_ids=tuple(g.nodes[ch[0]].fields["input_id"] for ch in batch),
+                                     output_ids=tuple(g.nodes[ch[-1]].fields["output_id"] for ch in batch))
+        plan = Compiler(island, f"{c.where}: the float islands' lookup tables", c.named_data,
+                        lookup=False).compile()
+        ws = Workspace(plan)
+        ys = np.empty((len(batch), 256), np.uint8)
+        for ext, slot, shape, dtype in plan.inputs:
+            ws.bufs[slot] = np.arange(256, dtype=np.uint8).view(dtype).reshape(shape)
+        for ext, slot, shape, dtype in plan.outputs:
+            ws.bufs[slot] = ys[ext // 2].view(dtype).reshape(shape)
+        for step in plan.steps:
+            step(ws.bufs)
+        tables.update(zip(batch, ys))
+    return tables
 
 
 def _build_lookup(c: Compiler, node: XNode) -> list[Step]:

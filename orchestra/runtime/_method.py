@@ -271,6 +271,22 @@ class StateLayout:
 Step = Callable[[list[Any], "Method"], "int | None"]
 
 
+def _named_data_lookup(program: ProgramDef) -> Callable[[str], memoryview]:
+    """``program.named_data_bytes`` through an index made once (a delegate asks for hundreds of
+    keys: each a scan of the whole table before)."""
+    index: dict[str, int] = {}
+    for i, nd in enumerate(program.named_data):
+        index.setdefault(nd.key, i)  # the first of equal keys, as named_data_bytes
+
+    def lookup(key: str) -> memoryview:
+        i = index.get(key)
+        if i is None:
+            return program.named_data_bytes(key)  # raises NotFoundError naming the keys there are
+        return program.segments[program.named_data[i].segment_index].data
+
+    return lookup
+
+
 class CompiledPlan:
     """A method turned into pre-bound steps, once per Program, shared by its Methods.
 
@@ -315,6 +331,7 @@ class CompiledPlan:
         self.initial: list[tuple[int, int, memoryview]] = []
         # BackendInitContext.program_cache: one dict per delegate, shared by every Method.
         self.delegate_caches: tuple[dict[str, Any], ...] = tuple({} for _ in plan.delegates)
+        self.named_data = _named_data_lookup(program) if plan.delegates else program.named_data_bytes
         nv = len(plan.values)
         template: list[Any] = [None] * nv
         slots: list[_Slot | None] = [None] * nv
@@ -670,7 +687,7 @@ class Method:
 
     def _init_delegate(self, di: int, state: _OptionState) -> Any:
         d = self._cp.plan.delegates[di]
-        ctx = BackendInitContext(self._name, di, d.id, self._program.named_data_bytes, state.specs[d.id],
+        ctx = BackendInitContext(self._name, di, d.id, self._cp.named_data, state.specs[d.id],
                                  self._cp.delegate_caches[di])
         return self._backends[d.id].init(ctx, self._program.delegate_data(d.processed), d.compile_specs)
 

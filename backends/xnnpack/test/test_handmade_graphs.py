@@ -232,3 +232,75 @@ def test_huge_dims_fail_at_init_without_allocating() -> None:
     g.node(S.XNNMaxPooling2d(1 << 22, 1 << 22, 1 << 22, 1 << 22, 1 << 23, 1 << 23, 1, 1, 1, 1, x, out, 0))
     with pytest.raises(BackendError):
         compile_graph(parse_blob(memoryview(g.blob()), "d"), "d", None)
+
+
+def _qvalue(g: Graph, dims, scale: float, zp: int) -> int:
+    vid = len(g.values)
+    tv = S.XNNTensorValue(S.XNNDatatype.xnn_datatype_qint8, len(dims), list(dims), 0, INVALID, 0, vid)
+    g.values.append(S.XValue(S.XNNQuantizedTensorValue(tv, S.PerTensorQuant(scale, zp))))
+    return vid
+
+
+def _island(g: Graph, q_in: int, op, dims, scale: float, zp: int) -> int:
+    """Convert q_in to float32, ``op`` over it, Convert back: a float island; its int8 output."""
+    f, y = g.tensor(dims), g.tensor(dims)
+    g.node(S.XNNConvert(q_in, f, 0))
+    g.node(op(f, y, 0))
+    q_out = _qvalue(g, dims, scale, zp)
+    g.node(S.XNNConvert(y, q_out, 0))
+    return q_out
+
+
+def test_chained_float_islands_are_lookups_equal_to_their_steps(monkeypatch) -> None:
+    """Float islands whose values meet (one island's output is the next one's input; two read
+    the same input) are compiled for their tables in separate graphs (Compiler._plan_lookup,
+    _quantized._lookup_tables), and every table equals its island's own steps: the outputs
+    over all 256 input bytes are those of the graph run with no lookups, and ExecuTorch's
+    within one quantization step."""
+    from orchestra.backends.xnnpack import _compile, _quantized
+
+    dims = (1, 16, 16)
+    g = Graph()
+    x = g.input(dims)
+    q1 = _qvalue(g, dims, 0.05, 3)
+    g.node(S.XNNConvert(x, q1, 0))
+    qa = _island(g, q1, S.XNNSigmoid, dims, 1 / 256, -128)
+    qb = _island(g, qa, S.XNNHardswish, dims, 0.01, -20)  # reads island a's output
+    qc = _island(g, q1, S.XNNTanh, dims, 1 / 128, 0)  # reads island a's input
+    for q in (qb, qc):
+        out = g.output(dims)
+        g.node(S.XNNConvert(q, out, 0))
+    codes = np.arange(-128, 128, dtype=np.float32).reshape(dims)
+    inputs = [(codes - 3) * np.float32(0.05)]  # every int8 value of q1 once
+
+    batches: list[int] = []
+    real = _quantized._lookup_tables
+
+    def recording(c, chains):  # noqa: ANN001, ANN202
+        got = real(c, chains)
+        batches.append(len(chains))
+        return got
+
+    monkeypatch.setattr(_quantized, "_lookup_tables", recording)
+    pte = g.program()
+    got = load_program(pte).load_method("forward").execute(inputs)
+    assert batches == [3]  # one call for the graph's three islands ...
+    compiles: list[int] = []
+    real_compile = _compile.Compiler.compile
+
+    def counting(self):  # noqa: ANN001, ANN202
+        if not self.lookup:
+            compiles.append(len(self.graph.nodes))
+        return real_compile(self)
+
+    monkeypatch.setattr(_compile.Compiler, "compile", counting)
+    load_program(pte).load_method("forward")
+    assert sorted(compiles) == [3, 6]  # ... two graphs: a alone, then b and c together
+    monkeypatch.setattr(_compile.Compiler, "_plan_lookup", lambda self, readers: None)
+    plain = load_program(pte).load_method("forward").execute(inputs)
+    for a, b in zip(got, plain):
+        assert np.array_equal(a, b)
+    if et_helpers.xnnpack_available():
+        want = et_helpers.run_executorch(pte, "forward", inputs)
+        for a, b, step in zip(got, want, (0.01, 1 / 128)):
+            np.testing.assert_allclose(a, b, rtol=0, atol=step * 1.01)
