@@ -527,7 +527,8 @@ def _native_gemm(c: Compiler, node: XNode, gx: Callable[[list[Any]], Any], xp: Q
     of a convolution of one group whose patches are the rows, by qs8_conv; with ``groups`` too
     ((groups, output channels per group); k then a group's patch) a grouped one, by qs8_gconv."""
     b32, scale, lo_f, hi_f, zp = _requant_args(c, node, xp, wp, out, bias)
-    corr = -(128 + xp.zero_point) * w_nk.astype(np.int64).sum(axis=1)
+    # |a row's sum| <= 128 * k <= 128 * _QDOT_MAX_K: exact in int32 (half the time of an int64 copy)
+    corr = -(128 + xp.zero_point) * w_nk.sum(axis=1, dtype=np.int32).astype(np.int64)
     if b32 is not None:
         corr += b32
     # int32 modulo 2^32: the kernel's sums are, and the whole sum fits int32 (checked by the caller)

@@ -58,7 +58,7 @@ static inline int charge(R *r, uint64_t n) {
 /* _Fast.table: 0, or -1 where it raises _Fallback. */
 static int table(R *r, uint64_t pos, T *t, int charged) {
     if (charged && charge(r, 1) < 0) return -1;
-    if (pos + 4 > r->end || (pos & 3)) return -1;
+    if (pos > r->end || r->end - pos < 4 || (pos & 3)) return -1;
     int32_t off;
     memcpy(&off, r->b + pos, 4);
     int64_t vt = (int64_t)pos - (int64_t)off;
