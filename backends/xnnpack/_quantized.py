@@ -67,6 +67,8 @@ __all__ = [
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
 _I8 = np.dtype(np.int8)
+_INT_RANGES = MappingProxyType({np.dtype(t): (int(np.iinfo(t).min), int(np.iinfo(t).max))
+                                for t in (np.int8, np.uint8, np.int16, np.int32)})
 
 # XNNDatatype codes (schema order).
 QINT8, QUINT8, QINT32, QCINT8, QCINT32, QDINT8 = 3, 4, 5, 6, 7, 9
@@ -257,8 +259,8 @@ def _qparams(c: Compiler, t: TensorInfo, role: str) -> QParams:
         zp = int(q.zero_point)
         dt = t.dtype
         if dt.kind in "iu":
-            info = np.iinfo(dt)
-            if not info.min <= zp <= info.max:
+            lo, hi = _int_range(dt)
+            if not lo <= zp <= hi:
                 raise c.fail(f"{role} (value id {vid}): zero point {zp} is outside {dt.name}'s range")
         p = QParams(q.kind, scale, zp)
     elif q.kind == "PerChannelQuant":
@@ -271,7 +273,9 @@ def _qparams(c: Compiler, t: TensorInfo, role: str) -> QParams:
             if q.num_scales != n or not q.scale_buffer_idx:
                 raise c.fail(f"{role} (value id {vid}): {q.num_scales} scales (buffer {q.scale_buffer_idx}) for "
                              f"{n} channels along dim {q.channel_dim}")
-            ref = dataclasses.replace(t.value, constant_buffer_idx=q.scale_buffer_idx)
+            v = t.value
+            ref = XValue(v.index, v.id, v.datatype, v.dims, q.scale_buffer_idx, v.external_id, v.flags, v.dq_datatype,
+                         v.quant)
             raw = constant_bytes(c.graph, ref, c.named_data, c.where)
             if len(raw) < 4 * n:
                 raise c.fail(f"{role} (value id {vid}): the scale buffer {q.scale_buffer_idx} holds {len(raw)} bytes, "
@@ -296,7 +300,16 @@ def _qparams(c: Compiler, t: TensorInfo, role: str) -> QParams:
 def _finite_positive(a: np.ndarray) -> bool:
     if a.size <= 16:  # most: one scale (a loop over a list beats numpy's calls there)
         return all(0.0 < v < math.inf for v in a.tolist())
-    return bool(np.all(np.isfinite(a)) and np.all(a > 0))
+    return bool(a.min() > 0 and a.max() < math.inf)  # a NaN is the min and the max: False
+
+
+def _int_range(dt: np.dtype) -> tuple[int, int]:
+    """(min, max) of an integer dtype (np.iinfo costs more than the rest of a value's check)."""
+    r = _INT_RANGES.get(dt)
+    if r is None:
+        info = np.iinfo(dt)
+        r = (int(info.min), int(info.max))
+    return r
 
 
 def _is_quant(t: TensorInfo) -> bool:

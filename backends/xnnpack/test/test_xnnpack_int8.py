@@ -154,6 +154,21 @@ def test_corrupt_quantization_parameters_are_rejected() -> None:
         assert exc.value.code in (Error.InvalidProgram, Error.NotSupported)
 
 
+def test_scale_checks_reject_every_non_finite_or_non_positive_scale() -> None:
+    """_qparams' check of the scales, on both of its paths (a Python loop up to 16 scales, numpy
+    reductions beyond): a NaN, an infinity, a zero or a negative anywhere fails it."""
+    from orchestra.backends.xnnpack._quantized import _finite_positive
+
+    for n in (1, 2, 16, 17, 1000):
+        good = np.full(n, 0.02, np.float32)
+        assert _finite_positive(good)
+        for bad in (np.nan, np.inf, -np.inf, 0.0, -0.5):
+            for at in {0, n // 2, n - 1}:
+                a = good.copy()
+                a[at] = bad
+                assert not _finite_positive(a), (n, bad, at)
+
+
 # --------------------------------------------------------------------------- exported in the test
 
 
