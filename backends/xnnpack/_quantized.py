@@ -775,10 +775,10 @@ def _build_convert(c: Compiler, node: XNode) -> list[Step]:
         return [to_qd8]
     if x.dtype == _F32 and out.value.datatype in (QINT8, QUINT8):
         p = _qparams(c, out, "output_id")
-        info = np.iinfo(out.dtype)
+        qmin, qmax = _int_range(out.dtype)
         inv = np.float32(1.0) / np.float32(p.tensor_scale)
         zp = np.float32(p.zero_point)
-        lo, hi = np.float32(int(info.min) - p.zero_point), np.float32(int(info.max) - p.zero_point)
+        lo, hi = np.float32(qmin - p.zero_point), np.float32(qmax - p.zero_point)
         if c.native is not None and out.value.datatype == QINT8:
             qz, size, lo_f, hi_f = c.native.quantize_qs8, math.prod(out.shape), float(lo), float(hi)
             inv_f, zp_i = float(inv), p.zero_point
