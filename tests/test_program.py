@@ -278,7 +278,7 @@ def _decode(data: bytes, fast: bool) -> object:
         return type(exc)
 
 
-@pytest.mark.parametrize("name", ["mlp", "transformer"])
+@pytest.mark.parametrize("name", ["mlp", "transformer", "xnnpack_transformer"])
 def test_fast_decoding_never_accepts_what_the_checked_path_refuses(name: str) -> None:
     # Byte mutations in the flatbuffer (tables, vtables, vectors, values, instructions): the
     # fast path either decodes the same program as the checked path or gives up (loads then
@@ -301,6 +301,69 @@ def test_fast_decoding_never_accepts_what_the_checked_path_refuses(name: str) ->
         else:
             assert fast == checked or fast is _reader._Fallback
     assert refused > 50
+
+
+def _segment_and_named_data_bytes(data: bytes) -> list[int]:
+    """The positions of the bytes that hold the program's segments and named_data: the vectors'
+    offsets and lengths, their tables and vtables, the keys (length, bytes, terminator)."""
+    fb = memoryview(data)
+    r = _reader._FlatReader(fb, None)
+    root = r.table(struct.unpack_from("<I", data, 0)[0], "program")
+    places: set[int] = set()
+    for slot in (4, 7):
+        p = r._field(root, slot, 4, "")
+        v = p + struct.unpack_from("<I", data, p)[0]
+        places.update(range(p, p + 4))
+        places.update(range(v, v + 4 + 4 * struct.unpack_from("<I", data, v)[0]))
+        for t, _ in r.tables(root, slot, "") or []:
+            places.update(range(t.pos, t.pos + t.objsize))
+            places.update(range(t.vt, t.vt + t.vtsize))
+            if slot == 7:
+                key = r._field(t, 0, 4, "")
+                k = key + struct.unpack_from("<I", data, key)[0]
+                places.update(range(k, k + 5 + struct.unpack_from("<I", data, k)[0]))
+    return sorted(places)
+
+
+@pytest.mark.parametrize("name", ["xnnpack_transformer", "xnnpack_convnet"])
+def test_segments_and_named_data_decode_the_same_on_the_fast_path_or_fall_back(name: str) -> None:
+    """The fast path decodes an XNNPACK program's segments and named data (hundreds in a real
+    model) without schema paths: byte mutations inside them give the checked path's program or
+    a fallback, never a program the checked path refuses, and what a caller sees is the checked
+    path's error."""
+    data = _bytes(name)
+    places = _segment_and_named_data_bytes(data)
+    assert _reader._loads(data, Limits(), True) == _reader._loads(data, Limits(), False)
+    rng = np.random.default_rng(7)
+    refused = same = 0
+    for _ in range(600):
+        bad = bytearray(data)
+        for pos in rng.choice(places, size=int(rng.integers(1, 3))):
+            bad[pos] = int(rng.integers(0, 256)) if rng.random() < 0.5 else bad[pos] ^ (1 << int(rng.integers(0, 8)))
+        checked = _decode(bytes(bad), False)
+        fast = _decode(bytes(bad), True)
+        if isinstance(checked, type):
+            refused += 1
+            assert isinstance(fast, type), "the fast path accepted a program the checked path refuses"
+            with pytest.raises(ProgramError):
+                loads(bytes(bad))
+        else:
+            same += fast == checked
+            assert fast == checked or fast is _reader._Fallback
+    assert refused > 50 and same > 50
+
+
+def test_named_data_without_a_key_is_refused_with_its_path() -> None:
+    data = _bytes("xnnpack_convnet")
+    r = _reader._FlatReader(memoryview(data), None)
+    root = r.table(struct.unpack_from("<I", data, 0)[0], "program")
+    t, _ = (r.tables(root, 7, "") or [])[0]
+    bad = bytearray(data)
+    struct.pack_into("<H", bad, t.vt + 4, 0)  # the vtable's entry for field 0 (key): absent
+    with pytest.raises(_reader._Fallback):
+        _reader._loads(bytes(bad), Limits(), True)
+    with pytest.raises(ProgramError, match=r"^named_data\[0\]\.key: named data has no key"):
+        loads(bytes(bad))
 
 
 def test_a_bad_value_found_on_the_fast_path_is_reported_with_its_path() -> None:
@@ -350,7 +413,7 @@ def _passes(data: bytes, max_objects: int, fast: bool) -> bool:
     return True
 
 
-@pytest.mark.parametrize("name", ["mlp", "transformer", "cnn"])
+@pytest.mark.parametrize("name", ["mlp", "transformer", "cnn", "xnnpack_transformer"])
 def test_the_fast_path_refuses_a_program_past_the_object_cap_the_checked_path_refuses(name: str) -> None:
     # Limits.max_objects must not be easier to pass on the fast path.
     data = _bytes(name)

@@ -16,6 +16,7 @@ import dataclasses
 import mmap
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -1088,6 +1089,26 @@ def loads(data: bytes | bytearray | memoryview, *, limits: Limits | None = None)
     return _loads(data, limits, False)
 
 
+# DataSegment: offset, size (uint64); NamedData: key (string offset), segment_index (uint32).
+_SEGMENT_LAYOUT = ((0, 8), (1, 8))
+_NAMED_DATA_LAYOUT = ((0, 4), (1, 4))
+
+
+def _fast_tables(r: _FlatReader, f: _Fast, t: _Table, slot: int) -> list[tuple[int, _VTable]]:
+    """The tables of vector field ``slot`` of the root table ``t``, through ``f``."""
+    p = r._field(t, slot, 4, "program")
+    if not p:
+        return []
+    start, n = f.vector(p, 4)
+    return f.tables(start, n)
+
+
+def _fast_fields(buf: memoryview, pos: int, vt: _VTable, layout: tuple[tuple[int, int], ...],
+                 unpack: Callable[..., tuple]) -> tuple[int, ...]:
+    """The scalar fields of one table by ``layout`` (0 where absent), all read by ``unpack``."""
+    return tuple(unpack(buf, pos + o)[0] if o else 0 for o in vt.layout(layout))
+
+
 def _loads(data: bytes | bytearray | memoryview, limits: Limits, fast: bool) -> S.ProgramDef:
     try:
         mv = _as_memoryview(data)
@@ -1126,8 +1147,11 @@ def _loads(data: bytes | bytearray | memoryview, limits: Limits, fast: bool) -> 
 
     segs = []
     seg_end = n if not segment_data_size else segment_base + segment_data_size
-    for st, sp in r.tables(t, 4, "segments") or []:
-        off, size = r.u64(st, 0, sp + ".offset"), r.u64(st, 1, sp + ".size")
+    if f is not None:  # an XNNPACK program has hundreds of segments and named data: path-free
+        pairs = [_fast_fields(fb, pos, vt, _SEGMENT_LAYOUT, _u64) for pos, vt in _fast_tables(r, f, t, 4)]
+    else:
+        pairs = [(r.u64(st, 0, sp + ".offset"), r.u64(st, 1, sp + ".size")) for st, sp in r.tables(t, 4, "segments") or []]
+    for i, (off, size) in enumerate(pairs):
         if not segment_base:
             # Like ExecuTorch: without a base the file is one flatbuffer and its segment table
             # is only an error when something reads a segment (checked in _verify).
@@ -1136,10 +1160,10 @@ def _loads(data: bytes | bytearray | memoryview, limits: Limits, fast: bool) -> 
         start = segment_base + off
         if segs and off < segs[-1].offset + segs[-1].size:
             prev = segs[-1]
-            _fail(sp, f"segment at offset {off} overlaps or precedes segments[{len(segs) - 1}] "
+            _fail(f"segments[{i}]", f"segment at offset {off} overlaps or precedes segments[{len(segs) - 1}] "
                       f"(offsets {prev.offset}..{prev.offset + prev.size}); segments must be sorted by offset")
         if start + size > seg_end:
-            _fail(sp, f"segment of {size} bytes at offset {off} runs past the end of the segment data ({seg_end - segment_base} bytes)")
+            _fail(f"segments[{i}]", f"segment of {size} bytes at offset {off} runs past the end of the segment data ({seg_end - segment_base} bytes)")
         segs.append(S.DataSegment(off, size, mv[start : start + size]))
 
     cbuf = []
@@ -1152,11 +1176,18 @@ def _loads(data: bytes | bytearray | memoryview, limits: Limits, fast: bool) -> 
         ddata.append(S.BackendDelegateInlineData(fb[0:0] if b is None else b))
     cst = r.sub_table(t, 5, "constant_segment")
     named = []
-    for nt, np_ in r.tables(t, 7, "named_data") or []:
-        key = r.string(nt, 0, np_ + ".key")
-        if key is None:
-            _fail(np_ + ".key", "named data has no key")
-        named.append(S.NamedData(key, r.u32(nt, 1, np_ + ".segment_index")))
+    if f is not None:
+        for pos, vt in _fast_tables(r, f, t, 7):
+            o_key, o_seg = vt.layout(_NAMED_DATA_LAYOUT)
+            if not o_key:
+                raise _Fallback  # the checked path names it
+            named.append(S.NamedData(f.string(pos + o_key), _u32(fb, pos + o_seg)[0] if o_seg else 0))
+    else:
+        for nt, np_ in r.tables(t, 7, "named_data") or []:
+            key = r.string(nt, 0, np_ + ".key")
+            if key is None:
+                _fail(np_ + ".key", "named data has no key")
+            named.append(S.NamedData(key, r.u32(nt, 1, np_ + ".segment_index")))
     prog = S.ProgramDef(
         version=r.u32(t, 0, "version"),
         execution_plan=tuple(_plan(r, pt, pp, limits, f) for pt, pp in r.tables(t, 1, "execution_plan") or []),
