@@ -25,6 +25,7 @@ from typing import Any
 
 from orchestra.errors import BackendError, Error, OrchestraError
 from orchestra.program._reader import _Fallback, _FlatReader, _Table
+from orchestra.program._schema import _fast_init
 
 __all__ = [
     "DATATYPE_NAMES",
@@ -220,6 +221,10 @@ class XGraph:
 
     def value_by_id(self) -> dict[int, XValue]:
         return {v.id: v for v in self.values}
+
+
+for _cls in (QuantParams, XValue, XNode, ConstantRef):  # a graph has hundreds of each
+    _fast_init(_cls)
 
 
 class _Reader(_FlatReader):
