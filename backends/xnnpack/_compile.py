@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from orchestra.errors import BackendError, Error
+from orchestra.program._schema import _fast_init
 from orchestra.runtime import kernels
 
 from ._blob import INVALID_ID, XGraph, XNode, XValue, constant_bytes
@@ -102,6 +103,9 @@ class TensorInfo:
     @property
     def nbytes(self) -> int:
         return math.prod(self.shape) * self.dtype.itemsize
+
+
+_fast_init(TensorInfo)  # one per value of every graph compiled
 
 
 @dataclass(frozen=True, slots=True)
