@@ -59,7 +59,11 @@ def record_blas(folder: str) -> None:
     from orchestra.runtime import kernels
 
     info = threadpoolctl.threadpool_info() + [{"user_api": "orchestra kernels", "num_threads": kernels.threads()}]
-    pathlib.Path(folder, f"{os.getpid()}.json").write_text(json.dumps(info))
+    # written whole, then renamed over the last one: the test reads it while record_blas_live
+    # rewrites it every 20 ms (a read between truncate and write saw an empty file)
+    tmp = pathlib.Path(folder, f"{os.getpid()}.json.tmp")
+    tmp.write_text(json.dumps(info))
+    os.replace(tmp, pathlib.Path(folder, f"{os.getpid()}.json"))
 
 
 def record_blas_live(folder: str) -> None:
