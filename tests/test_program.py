@@ -278,6 +278,20 @@ def _decode(data: bytes, fast: bool) -> object:
         return type(exc)
 
 
+def _compare_paths(bad: bytes) -> str:
+    """Decodes ``bad`` on both paths: "refused" (both refuse it, and a caller sees the checked
+    path's ProgramError), "same" (the same program) or "fallback" (the fast path gave up)."""
+    checked = _decode(bad, False)
+    fast = _decode(bad, True)
+    if isinstance(checked, type):
+        assert isinstance(fast, type), "the fast path accepted a program the checked path refuses"
+        with pytest.raises(ProgramError):  # what a caller sees: the checked path's error
+            loads(bad)
+        return "refused"
+    assert fast == checked or fast is _reader._Fallback
+    return "same" if fast == checked else "fallback"
+
+
 @pytest.mark.parametrize("name", ["mlp", "transformer", "xnnpack_transformer"])
 def test_fast_decoding_never_accepts_what_the_checked_path_refuses(name: str) -> None:
     # Byte mutations in the flatbuffer (tables, vtables, vectors, values, instructions): the
@@ -291,15 +305,7 @@ def test_fast_decoding_never_accepts_what_the_checked_path_refuses(name: str) ->
         bad = bytearray(data)
         for pos in rng.integers(8, fb_size, size=int(rng.integers(1, 4))):
             bad[pos] = int(rng.integers(0, 256)) if rng.random() < 0.7 else bad[pos] ^ (1 << int(rng.integers(0, 8)))
-        checked = _decode(bytes(bad), False)
-        fast = _decode(bytes(bad), True)
-        if isinstance(checked, type):
-            refused += 1
-            assert isinstance(fast, type), "the fast path accepted a program the checked path refuses"
-            with pytest.raises(ProgramError):  # what a caller sees: the checked path's error
-                loads(bytes(bad))
-        else:
-            assert fast == checked or fast is _reader._Fallback
+        refused += _compare_paths(bytes(bad)) == "refused"
     assert refused > 50
 
 
@@ -340,16 +346,9 @@ def test_segments_and_named_data_decode_the_same_on_the_fast_path_or_fall_back(n
         bad = bytearray(data)
         for pos in rng.choice(places, size=int(rng.integers(1, 3))):
             bad[pos] = int(rng.integers(0, 256)) if rng.random() < 0.5 else bad[pos] ^ (1 << int(rng.integers(0, 8)))
-        checked = _decode(bytes(bad), False)
-        fast = _decode(bytes(bad), True)
-        if isinstance(checked, type):
-            refused += 1
-            assert isinstance(fast, type), "the fast path accepted a program the checked path refuses"
-            with pytest.raises(ProgramError):
-                loads(bytes(bad))
-        else:
-            same += fast == checked
-            assert fast == checked or fast is _reader._Fallback
+        outcome = _compare_paths(bytes(bad))
+        refused += outcome == "refused"
+        same += outcome == "same"
     assert refused > 50 and same > 50
 
 
