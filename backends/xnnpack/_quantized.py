@@ -985,9 +985,8 @@ def _lookup_table(c: Compiler, chain: tuple[int, ...]) -> np.ndarray:
     output byte for the input byte u. Made, for all the graph's islands at once, by
     :func:`_lookup_tables` at the first island's lookup step."""
     tables: dict[tuple[int, ...], np.ndarray] = c.__dict__.setdefault("_lookup_tables", {})
-    if chain not in tables:
-        chains = c.lookup_chains()
-        tables.update(_lookup_tables(c, chains if chain in chains else (chain,)))
+    if not tables:
+        tables.update(_lookup_tables(c, c.lookup_chains()))
     return tables[chain]
 
 

@@ -160,7 +160,7 @@ static PyObject *u32_tuple(R *r, const T *t, uint32_t slot, int *bad) {
     return tup;
 }
 
-#define FALLBACK(...)   \
+#define FALLBACK()      \
     do {                \
         *bad = 1;       \
         goto fail;      \
