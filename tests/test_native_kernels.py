@@ -644,6 +644,10 @@ for t in (1, 3, 5, 7):
     k = 37
     x, xu = at_page_end(i8(t, k)), at_page_end(np.zeros(t * 40 * XU, np.uint8))
     native.qs8_gemm(x, xu, at_page_end(pack(i8(21, k))), corr, sc, np.empty((t, 21), np.int8), t, k, 21, -128.0, 127.0, 0)
+for nn, k in ((21, 37), (16, 4), (3, 2)):  # the packer: the filter, bias and outputs each end at a page
+    native.qs8_pack_gemm(at_page_end(i8(nn, k)), nn, k, at_page_end(np.zeros(nn, np.int32)), -128,
+                         at_page_end(np.empty((-(-nn // 16), -(-k // 4), 16, 4), np.int8)),
+                         at_page_end(np.empty(nn, np.int32)))
 for groups in (1, 3, 5):  # 9x9 image of groups * 8 channels, 3x3, padding 1
     c = 8 * groups
     x, xu = at_page_end(i8(1, 9, 9, c)), at_page_end(np.zeros(81 * 9 * c * XU, np.uint8))
@@ -1173,6 +1177,37 @@ def _gemm_correction(w: np.ndarray, zx: int, bias: np.ndarray | None) -> np.ndar
     corr = -(128 + zx) * w.astype(np.int64).sum(axis=1) + (0 if bias is None else bias.astype(np.int64))
     return ((corr + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)  # modulo 2^32, as the kernel sums
 
+
+
+@pytest.mark.parametrize("n, k", [(1, 1), (17, 5), (16, 4), (56, 24), (33, 151), (368, 368)])
+def test_qs8_pack_gemm_packs_the_filter_and_sums_its_rows_as_the_reference(n: int, k: int) -> None:
+    rng = np.random.default_rng(n * 1000 + k)
+    w = rng.integers(-128, 128, (n, k), dtype=np.int8)
+    w[0] = -128  # the extreme row sum
+    for zx, bias in ((-128, None), (0, rng.integers(-2**31, 2**31, n, dtype=np.int64).astype(np.int32)),
+                     (127, np.full(n, 2**31 - 1, np.int32))):  # the last two wrap modulo 2^32
+        packed = np.full((-(-n // 16), -(-k // 4), 16, 4), 7, np.int8)  # the padding must be written as 0
+        corr = np.full(n, 7, np.int32)
+        native.qs8_pack_gemm(w, n, k, bias, -(128 + zx), packed, corr)
+        np.testing.assert_array_equal(packed, _gemm_filter(w))
+        np.testing.assert_array_equal(corr, _gemm_correction(w, zx, bias))
+
+
+def test_qs8_pack_gemm_refuses_short_or_overlapping_buffers() -> None:
+    w = np.ones((20, 9), np.int8)
+    packed, corr = np.empty((2, 3, 16, 4), np.int8), np.empty(20, np.int32)
+    with pytest.raises(ValueError, match="packed holds"):
+        native.qs8_pack_gemm(w, 20, 9, None, -128, packed[:1], corr)
+    with pytest.raises(ValueError, match="corr holds"):
+        native.qs8_pack_gemm(w, 20, 9, None, -128, packed, corr[:19])
+    with pytest.raises(ValueError, match="bias holds"):
+        native.qs8_pack_gemm(w, 20, 9, np.zeros(19, np.int32), -128, packed, corr)
+    with pytest.raises(ValueError, match="w holds"):
+        native.qs8_pack_gemm(w, 20, 10, None, -128, np.empty((2, 3, 16, 4), np.int8), corr)
+    with pytest.raises(ValueError, match="out of range"):
+        native.qs8_pack_gemm(w, 20, 9, None, 1, packed, corr)
+    with pytest.raises(ValueError, match="overlaps"):
+        native.qs8_pack_gemm(packed.reshape(-1)[:180], 20, 9, None, -128, packed, corr)
 
 def _int8_conv_sums(xq: np.ndarray, wq: np.ndarray, zx: int, groups: int, stride: tuple[int, int],
                     pad: tuple[int, int, int, int], dil: tuple[int, int]) -> np.ndarray:

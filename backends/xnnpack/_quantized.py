@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -150,13 +151,24 @@ def requantization_scale(input_scale: float, filter_scales: np.ndarray, output_s
     return ((np.float32(input_scale) * np.asarray(filter_scales, _F32)) / np.float32(output_scale)).astype(_F32)
 
 
+def _f32(v: float) -> float:
+    """``v`` rounded to float32 (to nearest even; beyond float32's range, infinite)."""
+    try:
+        return _F32_BOX.unpack(_F32_BOX.pack(v))[0]
+    except OverflowError:
+        return math.copysign(math.inf, v)
+
+
+_F32_BOX = struct.Struct("f")
+
+
 def quantize_bound(value: float, scale: float, zero_point: int) -> int:
     """``xnn_qs8_quantize``: a float activation bound as an int8 (``lrintf(clamp(value /
     scale + zero_point, -128, 127))``)."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        v = np.float32(value) / np.float32(scale) + np.float32(zero_point)
-    v = np.minimum(np.maximum(v, np.float32(-128)), np.float32(127))
-    return int(np.rint(v))
+    # float32 arithmetic through Python floats: a quotient or sum of two float32 values computed in
+    # float64, then rounded to float32, is the float32 result (float64 has more than 2 * 24 + 2 bits)
+    v = _f32(_f32(_f32(value) / _f32(scale)) + zero_point)
+    return round(min(max(v, -128.0), 127.0))  # round: half to even, as rint
 
 
 def requantize(acc: np.ndarray, scale: np.ndarray, zero_point: int, qmin: int = -128, qmax: int = 127) -> np.ndarray:
@@ -513,17 +525,6 @@ def _sums_fit(k: int, bias: np.ndarray | None) -> bool:
     return _GEMM_SUM_BOUND * k + top < 1 << 31
 
 
-def _pack_gemm_filter(w_nk: np.ndarray) -> np.ndarray:
-    """``w_nk`` ((n, k) int8) as qs8_gemm reads it: (ceil(n / 16), ceil(k / 4), 16, 4), 0-padded."""
-    n, k = w_nk.shape
-    nb, k4 = -(-n // 16), -(-k // 4)
-    p = np.zeros((nb * 16, k4 * 4), np.int8)
-    p[:n, :k] = w_nk
-    # each row's groups of 4 bytes moved as one int32 (a copy of 4-byte elements, not of bytes)
-    words = np.ascontiguousarray(p.view(np.int32).reshape(nb, 16, k4).transpose(0, 2, 1))
-    return words.view(np.int8).reshape(nb, k4, 16, 4)
-
-
 def _gemm_fits(c: Compiler, k: int, bias: np.ndarray | None) -> bool:
     """Whether qs8_gemm / qs8_conv take a product of ``k``-long dot products: AVX-512 VNNI (or
     AVX2's int16 pair products, 20 % faster than the float32 path's three passes on MobileNetV3's
@@ -540,13 +541,12 @@ def _native_gemm(c: Compiler, node: XNode, gx: Callable[[list[Any]], Any], xp: Q
     of a convolution of one group whose patches are the rows, by qs8_conv; with ``groups`` too
     ((groups, output channels per group); k then a group's patch) a grouped one, by qs8_gconv."""
     b32, scale, lo_f, hi_f, zp = _requant_args(c, node, xp, wp, out, bias)
-    # |a row's sum| <= 128 * k <= 128 * _QDOT_MAX_K: exact in int32 (half the time of an int64 copy)
-    corr = -(128 + xp.zero_point) * w_nk.sum(axis=1, dtype=np.int32).astype(np.int64)
-    if b32 is not None:
-        corr += b32
-    # int32 modulo 2^32: the kernel's sums are, and the whole sum fits int32 (checked by the caller)
-    corr32 = c.prepacked(((corr + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32))
-    wq = c.prepacked(_pack_gemm_filter(w_nk))
+    # The filter as the kernel reads it ((ceil(n / 16), ceil(k / 4), 16, 4), 0-padded) and the per-channel
+    # correction b32 - (128 + zx) * the row's sum, int32 modulo 2^32 as the kernel's sums are (the whole sum
+    # fits int32: checked by the caller), both in one pass over the filter.
+    wq, corr32 = np.empty((-(-n // 16), -(-k // 4), 16, 4), _I8), np.empty(n, np.int32)
+    c.native.qs8_pack_gemm(np.ascontiguousarray(w_nk), n, k, b32, -(128 + xp.zero_point), wq, corr32)
+    corr32, wq = c.prepacked(corr32), c.prepacked(wq)
     row = k if conv is None or groups is None else conv[3] * conv[4] * conv[5]  # a grouped row: every group's patch
     xu = c.scratch((rows * 4 * -(-row // 4) * c.native.QS8_GEMM_XU_BYTES,), np.dtype(np.uint8))
     o = out.slot

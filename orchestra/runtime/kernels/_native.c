@@ -1956,6 +1956,71 @@ static PyObject *py_qs8_gconv(PyObject *self, PyObject *args) {
     return qgemm_release(ok, &x, &xu, &wp, &corr, &sc, &out);
 }
 
+/* qs8_gemm's operands from an int8 filter w (n, k), read once: the filter packed as the kernel reads it
+ * (element [b, q, l, t] = w[16 b + l, 4 q + t], 0 past the ends) and the per-channel correction
+ * corr[j] = bias[j] + zc * sum_k w[j, k] taken modulo 2^32 as the kernel's sums are (zc = -(128 + zx): the
+ * rows enter as x ^ 0x80 = x + 128, so the zero point and the 128 come out through it). */
+static PyObject *py_qs8_pack_gemm(PyObject *self, PyObject *args) {
+    Py_buffer w, wp, corr, b;
+    PyObject *bias_obj;
+    Py_ssize_t n_, k_;
+    int zc;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*nnOiw*w*", &w, &n_, &k_, &bias_obj, &zc, &wp, &corr)) return NULL;
+    int have_bias = bias_obj != Py_None, ok = 1;
+    if (have_bias && PyObject_GetBuffer(bias_obj, &b, PyBUF_SIMPLE) < 0) {
+        ok = 0;
+        have_bias = 0;
+    }
+    const Py_ssize_t k4 = (k_ + 3) / 4, nb = (n_ + 15) / 16;
+    if (ok && (n_ < 1 || n_ > ((Py_ssize_t)1 << 24) || k_ < 1 || k_ > QDOT_MAX_K || zc < -255 || zc > 0)) {
+        PyErr_SetString(PyExc_ValueError, "qs8_pack_gemm: sizes or zero point out of range");
+        ok = 0;
+    }
+    ok = ok && need_i8(&w, prod4(n_, k_, 1, 1), "w") && need_i8(&wp, prod4(nb, k4, 64, 1), "packed") &&
+         need(&corr, n_, "corr") && (!have_bias || need(&b, n_, "bias"));
+    if (ok && (overlaps(&wp, &w) || overlaps(&corr, &w) || overlaps(&corr, &wp) ||
+               (have_bias && (overlaps(&wp, &b) || overlaps(&corr, &b))))) {
+        PyErr_SetString(PyExc_ValueError, "qs8_pack_gemm: an output overlaps an operand");
+        ok = 0;
+    }
+    if (ok) {
+        const int8_t *src = (const int8_t *)w.buf;
+        int8_t *dst = (int8_t *)wp.buf;
+        int32_t *cr = (int32_t *)corr.buf;
+        const int32_t *bias = have_bias ? (const int32_t *)b.buf : NULL;
+        Py_BEGIN_ALLOW_THREADS
+        const Py_ssize_t kw = k_ / 4; /* whole words of a row */
+        for (Py_ssize_t bb = 0; bb < nb; bb++)
+            for (Py_ssize_t q = 0; q < k4; q++)
+                for (Py_ssize_t l = 0; l < 16; l++) {
+                    const Py_ssize_t j = bb * 16 + l;
+                    int8_t *d = dst + ((bb * k4 + q) * 16 + l) * 4;
+                    if (j < n_ && q < kw) {
+                        memcpy(d, src + j * k_ + q * 4, 4);
+                    } else {
+                        memset(d, 0, 4);
+                        for (Py_ssize_t t = 0; j < n_ && q * 4 + t < k_; t++) d[t] = src[j * k_ + q * 4 + t];
+                    }
+                }
+        for (Py_ssize_t j = 0; j < n_; j++) {
+            const int8_t *row = src + j * k_;
+            int32_t sum = 0; /* |sum| <= 128 k <= 2^23 */
+            for (Py_ssize_t q = 0; q < k_; q++) sum += row[q];
+            /* |zc sum| <= 255 * 2^23: int64 holds it with the bias; the kernel's sums wrap at 2^32 */
+            const int64_t c = (bias ? (int64_t)bias[j] : 0) + (int64_t)zc * sum;
+            cr[j] = (int32_t)(uint32_t)(uint64_t)c;
+        }
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&w);
+    PyBuffer_Release(&wp);
+    PyBuffer_Release(&corr);
+    if (have_bias) PyBuffer_Release(&b);
+    if (!ok) return NULL;
+    Py_RETURN_NONE;
+}
+
 /* ---- int8 depthwise convolution (depth multiplier 1), NHWC: out[n, oy, ox, c] =
  * requant(bias[c] + sum over the taps inside the image of (x[n, iy, ix, c] - zx) * w[i, j, c]),
  * iy = oy sh - pt + i dh, ix = ox sw - pl + j dw; taps outside read the zero point, i.e. add
@@ -4419,6 +4484,10 @@ static PyMethodDef methods[] = {
      "(corr[j] + sum_k (x[r, k] ^ 0x80) * w[j, k] mod 2^32) * scale[j], lo, hi)) + zp for int8 x (rows, k), w packed "
      "(ceil(n / 16), ceil(k / 4), 16, 4) int8, corr int32 (n), scale float32 (n), k <= 65536; xu: scratch of rows * 4 "
      "ceil(k / 4) bytes (the rows as uint8); lo, hi: the output range less zp. AVX-512 VNNI where QS8_GEMM_VNNI."},
+    {"qs8_pack_gemm", py_qs8_pack_gemm, METH_VARARGS,
+     "qs8_pack_gemm(w, n, k, bias|None, zc, packed, corr): the int8 filter w (n, k) packed as qs8_gemm reads it "
+     "((ceil(n / 16), ceil(k / 4), 16, 4), 0-padded) into packed, and corr[j] (int32) = bias[j] + zc * sum_k w[j, k] "
+     "mod 2^32 (bias int32 (n); zc = -(128 + the rows' zero point), -255..0)."},
     {"qs8_conv", py_qs8_conv, METH_VARARGS,
      "qs8_conv(x, xu, w, corr, scale, out, N, H, W, C, kh, kw, sh, sw, pt, pl, dh, dw, Ho, Wo, n, zx, lo, hi, zp): "
      "qs8_gemm over the patches of an int8 NHWC convolution (groups 1): row r = output pixel (N, Ho, Wo), its k = "
