@@ -1398,12 +1398,56 @@ def test_a_residual_add_and_relu_chain_runs_compiled_on_several_threads_with_the
     np.testing.assert_array_equal(got[0], want[0])
 
 
+def test_the_compiled_batch_norm_vectors_are_numpys_bit_for_bit() -> None:
+    """bn_fold_f32 computes the fold's scale and shift as numpy's float64 operations do, one at a
+    time, over ordinary, tiny, huge, zero, negative and non-finite statistics, with and without
+    each optional vector."""
+    from orchestra.runtime.kernels import _elementwise
+    if _elementwise._native is None:
+        pytest.skip("the compiled kernels are not built")
+    rng = np.random.default_rng(21)
+    n = 4096
+    special = np.array([0.0, -0.0, 1e-45, 1e-38, 3.4e38, -3.4e38, np.inf, -np.inf, np.nan, -1.0, 1e-7, 65504.0],
+                       np.float32)
+
+    def vec(scale: float) -> np.ndarray:
+        v = (rng.standard_normal(n) * scale).astype(np.float32)
+        v[rng.integers(0, n, 200)] = rng.choice(special, 200)
+        return v
+
+    var, mean, gamma, beta, bias = vec(2.0) ** 2, vec(3.0), vec(1.0), vec(1.0), vec(5.0)
+    var[:100] = rng.choice(special, 100)
+    f64 = np.float64
+    for eps in (1e-5, 0.0, 1e-3):
+        for g, be, bi in ((gamma, beta, bias), (None, None, None), (gamma, None, bias), (None, beta, None)):
+            got = _elementwise.bn_fold_f32(var, mean, g, be, bi, eps)
+            assert got is not None
+            with np.errstate(all="ignore"):
+                scale = 1.0 / np.sqrt(var.astype(f64) + eps)
+                if g is not None:
+                    scale = g.astype(f64) * scale
+                shift = -mean.astype(f64) if bi is None else bi.astype(f64) - mean.astype(f64)
+                shift = shift * scale
+                if be is not None:
+                    shift = shift + be.astype(f64)
+                want_s, want_h = scale.astype(np.float32), shift.astype(np.float32)
+            np.testing.assert_array_equal(got[0].view(np.uint32), want_s.view(np.uint32))
+            np.testing.assert_array_equal(got[1].view(np.uint32), want_h.view(np.uint32))
+            assert got[2] == bool(np.isfinite(want_h).all())
+    ok = np.ones(8, np.float32)
+    assert _elementwise.bn_fold_f32(ok, ok, None, None, ok[:4], 1e-5) is None  # lengths differ: numpy's path
+    assert _elementwise.bn_fold_f32(ok.astype(np.float64), ok, None, None, None, 1e-5) is None
+    assert _elementwise.bn_fold_f32(np.ones(16, np.float32)[::2], ok, None, None, None, 1e-5) is None
+    assert _elementwise.bn_fold_f32(ok, ok, ok, ok, ok, 1e-5)[2] is True
+
+
 @pytest.mark.parametrize("compiled", [True, False])
 def test_the_batch_norm_fold_is_exact_and_refuses_non_finite_weights(compiled: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """W' = W * float32(gamma / sqrt(var + eps)) row by row (the compiled kernel or numpy: the
     same products), b' in float64 rounded once; no fold where a folded value is not finite."""
     if not compiled:
         monkeypatch.setattr(_optimize, "scale_rows_into", lambda w, s, out: None)
+        monkeypatch.setattr(_optimize, "bn_fold_f32", lambda *a: None)
     rng = np.random.default_rng(9)
     w = rng.standard_normal((64, 32, 3, 3)).astype(np.float32)
     b, gamma, beta, mean = (rng.standard_normal(64).astype(np.float32) for _ in range(4))

@@ -182,7 +182,7 @@ from ..program import (
 )
 from .kernels import get_kernel
 from .kernels._conv import convolution_act, plan_conv2d
-from .kernels._elementwise import GELU_TABLE_MAX_SIZE, add_f32_into, clip_ufunc, gelu_fit_f32_into, hardsigmoid_out, hardswish_out, scale_rows_into, silu_out
+from .kernels._elementwise import GELU_TABLE_MAX_SIZE, add_f32_into, bn_fold_f32, clip_ufunc, gelu_fit_f32_into, hardsigmoid_out, hardswish_out, scale_rows_into, silu_out
 from .kernels._fused import SE_ADD, SE_CLAMP, SE_DIV, SE_MUL, SE_MULX, SE_SIGMOID, squeeze_excite_available, squeeze_excite_into
 from .kernels._pool import max_pool2d_values_out
 
@@ -1196,24 +1196,26 @@ class _Matcher:
             cur, reader = src, prod[0]
         return links
 
-    def chain_source(self, links: Sequence[_Link], pc: int) -> str | None:
-        """How the matmul at ``pc`` can read the source of ``links`` in place of their
-        result: "constant", "value" (a planned tensor or an input nothing writes in
-        between), or None."""
+    def chain_sources(self, links: Sequence[_Link], pc: int) -> tuple[int, ...]:
+        """The lengths m for which the matmul at ``pc`` can read the source of ``links[:m]``
+        in place of their result: a constant, or a planned tensor or an input nothing writes
+        in between (each link read once by the next, not a plan output, its result not
+        written again before its reader reads it)."""
         st = self.storage
-        for ln in links:
+        valid: list[int] = []
+        pcs: set[int] = set()
+        for m, ln in enumerate(links, 1):
             if (self.named_in(ln.reader).count(ln.read) != 1 or ln.out in self.uses.outputs
                     or st.written_between(ln.out, ln.pc, ln.reader)):
-                return None
-        last = links[-1]
-        src = last.src
-        if self.constant(src) is not None:
-            return "constant"
-        if self.static_tensor(src) is None or (src not in st.regions and src not in st.inputs):
-            return None
-        if st.written_between(src, last.pc, pc, frozenset(ln.pc for ln in links)):
-            return None
-        return "value"
+                break  # every longer prefix holds this link too
+            pcs.add(ln.pc)
+            src = ln.src
+            if self.constant(src) is not None:
+                valid.append(m)
+            elif (self.static_tensor(src) is not None and (src in st.regions or src in st.inputs)
+                  and not st.written_between(src, ln.pc, pc, frozenset(pcs))):
+                valid.append(m)
+        return tuple(valid)
 
 
 def fold_batch_norm(
@@ -1233,24 +1235,30 @@ def fold_batch_norm(
     folded value is not finite (inf/NaN would not propagate as in the unfused pair)."""
     f64 = np.float64
     with np.errstate(all="ignore"):
-        scale = 1.0 / np.sqrt(var.astype(f64) + eps)
-        if gamma is not None:
-            scale = gamma.astype(f64) * scale
-        shift = -mean.astype(f64) if b is None else b.astype(f64) - mean.astype(f64)
-        shift = shift * scale
-        if beta is not None:
-            shift = shift + beta.astype(f64)
-        s_w = scale.astype(w.dtype)
+        # float32 vectors: the compiled kernel computes the same float64 operations in one call
+        folded = bn_fold_f32(var, mean, gamma, beta, b, eps) if w.dtype == np.float32 else None
+        if folded is not None:
+            s_w, b2, shift_finite = folded
+        else:
+            scale = 1.0 / np.sqrt(var.astype(f64) + eps)
+            if gamma is not None:
+                scale = gamma.astype(f64) * scale
+            shift = -mean.astype(f64) if b is None else b.astype(f64) - mean.astype(f64)
+            shift = shift * scale
+            if beta is not None:
+                shift = shift + beta.astype(f64)
+            s_w = scale.astype(w.dtype)
+            b2 = np.ascontiguousarray(shift.astype(w.dtype))
+            shift_finite = bool(np.isfinite(b2).all())
         w2 = np.empty(w.shape, w.dtype)
         # The compiled kernel multiplies and checks in one pass over its threads (a large
         # model's fresh weight pages are most of the fold's time); numpy otherwise.
         finite = scale_rows_into(w, s_w, w2)
         if finite is None:
             np.multiply(w, s_w.reshape((-1,) + (1,) * (w.ndim - 1)), out=w2)
-        b2 = np.ascontiguousarray(shift.astype(w.dtype))
     # A non-finite element of w makes its product non-finite too (inf * 0 is NaN), so
     # checking w2 checks w.
-    if finite is False or (finite is None and not np.isfinite(w2).all()) or not np.isfinite(b2).all():
+    if finite is False or (finite is None and not np.isfinite(w2).all()) or not shift_finite:
         return None
     w2.setflags(write=False)
     b2.setflags(write=False)
@@ -1975,7 +1983,7 @@ def optimize_steps(
                         if ln.pc in claimed:
                             del links[j:]
                             break
-                    valid = tuple(m for m in range(1, len(links) + 1) if mt.chain_source(links[:m], pc) is not None)
+                    valid = mt.chain_sources(links, pc)
                     if valid:
                         found.chains[k], found.valid[k], found.use[k] = links, valid, valid[-1]
                         claimed.update(ln.pc for ln in links)
@@ -1987,11 +1995,16 @@ def optimize_steps(
     # operand of an elementwise chain's operation (each substituted in step 3).
     other_rewritten = set(folds) | {pc + 1 for pc in folds} | set(pools) | set(mms)
     other_rewritten.update(ln.pc for c in mms.values() for ln_list in c.chains.values() for ln in ln_list)
+    in_ew: dict[int, Any] | None = None  # each chained instruction's spec, and the chains' inputs,
+    ew_xs: set[int] = set()  # made again when a dropped copy drops chains
     for pc, (out, _, readers) in list(ccs.items()):
-        in_ew = {p: spec for ew in ews.values() for p, _, spec, _ in ew.ops}
+        if in_ew is None:
+            in_ew = {p: spec for ew in ews.values() for p, _, spec, _ in ew.ops}
+            ew_xs = {ew.x for ew in ews.values()}
         if any(r in other_rewritten or (r in in_ew and (in_ew[r][0] != "b" or in_ew[r][2] != out))
-               or any(ew.x == out for ew in ews.values()) for r in readers):
+               or out in ew_xs for r in readers):
             _drop_constant_copy(ccs, ews, pc)
+            in_ew = None
 
     # Folded convolutions ending in an activation that alone reads their result (relu, an
     # exported hardswish, sigmoid-then-mul silu): the convolution writes the activation's

@@ -251,6 +251,23 @@ def scale_rows_into(w: np.ndarray, s: np.ndarray, out: np.ndarray) -> bool | Non
         return None
 
 
+def bn_fold_f32(var: np.ndarray, mean: np.ndarray, gamma: np.ndarray | None, beta: np.ndarray | None,
+                bias: np.ndarray | None, eps: float) -> tuple[np.ndarray, np.ndarray, bool] | None:
+    """An inference batch norm's float32 (scale, shift, every shift finite) for folding into a
+    convolution by the compiled kernel: ``gamma / sqrt(var + eps)`` and ``(bias - mean) *
+    scale + beta`` in float64, an operation at a time as numpy computes them, rounded to
+    float32. None (the caller computes them with numpy) where the kernel does not apply:
+    vectors that are not float32, C-contiguous and of one length."""
+    n = var.shape[0] if var.ndim == 1 else -1
+    vecs = (var, mean, gamma, beta, bias)
+    if _native is None or n < 0 or any(v is not None and (v.dtype != _F32 or v.shape != (n,) or not v.flags.c_contiguous)
+                                      for v in vecs):
+        return None
+    scale, shift = np.empty(n, _F32), np.empty(n, _F32)
+    finite = _native.bn_fold_f32(var, mean, gamma, beta, bias, float(eps), scale, shift, n)
+    return scale, shift, bool(finite)
+
+
 def _scale_planes(x: Any, s: Any, out: Any) -> np.ndarray | None:
     """x * s into out by the compiled kernel when s scales x's (n, c) planes; else None."""
     if (type(x) is not np.ndarray or type(s) is not np.ndarray or x.ndim != 4 or s.ndim != 4

@@ -3553,6 +3553,65 @@ static PyObject *planes(PyObject *args, int scale, const char *name) {
     Py_RETURN_NONE;
 }
 
+/* An inference batch norm's per-channel scale and shift for folding into the convolution before it,
+ * in float64 as numpy computes them from float32 vectors (each operation rounded on its own: no
+ * contraction into fused multiply-adds): scale = gamma / sqrt(var + eps), shift = (b - mean) * scale +
+ * beta (gamma, beta, b: 1, 0, 0 where None), each then rounded to float32; whether all are finite. */
+__attribute__((optimize("fp-contract=off"))) static PyObject *py_bn_fold_f32(PyObject *self, PyObject *args) {
+    PyObject *objs[3];
+    Py_buffer var, mean, so, ho, opt[3];
+    int have[3] = {0, 0, 0}, ok = 1;
+    Py_ssize_t n_;
+    double eps;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*y*OOOdw*w*n", &var, &mean, &objs[0], &objs[1], &objs[2], &eps, &so, &ho, &n_))
+        return NULL;
+    for (int i = 0; i < 3 && ok; i++) {
+        if (objs[i] == Py_None) continue;
+        if (PyObject_GetBuffer(objs[i], &opt[i], PyBUF_SIMPLE) < 0) ok = 0;
+        else have[i] = 1;
+    }
+    static const char *names[3] = {"gamma", "beta", "bias"};
+    ok = ok && n_ >= 0 && need(&var, n_, "var") && need(&mean, n_, "mean") && need(&so, n_, "scale") &&
+         need(&ho, n_, "shift");
+    for (int i = 0; i < 3 && ok; i++) ok = !have[i] || need(&opt[i], n_, names[i]);
+    if (ok && (overlaps(&so, &ho) || overlaps(&so, &var) || overlaps(&so, &mean) || overlaps(&ho, &var) ||
+               overlaps(&ho, &mean))) {
+        PyErr_SetString(PyExc_ValueError, "bn_fold_f32: scale or shift overlaps an operand");
+        ok = 0;
+    }
+    for (int i = 0; i < 3 && ok; i++)
+        if (have[i] && (overlaps(&so, &opt[i]) || overlaps(&ho, &opt[i]))) {
+            PyErr_SetString(PyExc_ValueError, "bn_fold_f32: scale or shift overlaps an operand");
+            ok = 0;
+        }
+    int finite = 1;
+    if (ok) {
+        const float *v = (const float *)var.buf, *m = (const float *)mean.buf;
+        const float *g = have[0] ? (const float *)opt[0].buf : NULL, *be = have[1] ? (const float *)opt[1].buf : NULL;
+        const float *bi = have[2] ? (const float *)opt[2].buf : NULL;
+        float *sc = (float *)so.buf, *sh = (float *)ho.buf;
+        for (Py_ssize_t c = 0; c < n_; c++) {
+            double scale = 1.0 / sqrt((double)v[c] + eps);
+            if (g) scale = (double)g[c] * scale;
+            double shift = bi ? (double)bi[c] - (double)m[c] : -(double)m[c];
+            shift = shift * scale;
+            if (be) shift = shift + (double)be[c];
+            sc[c] = (float)scale;
+            sh[c] = (float)shift;
+            finite &= isfinite(sh[c]) != 0;
+        }
+    }
+    PyBuffer_Release(&var);
+    PyBuffer_Release(&mean);
+    PyBuffer_Release(&so);
+    PyBuffer_Release(&ho);
+    for (int i = 0; i < 3; i++)
+        if (have[i]) PyBuffer_Release(&opt[i]);
+    if (!ok) return NULL;
+    return PyBool_FromLong(finite);
+}
+
 static PyObject *py_scale_planes_f32(PyObject *self, PyObject *args) {
     (void)self;
     return planes(args, 1, "scale_planes_f32");
@@ -4549,6 +4608,11 @@ static PyMethodDef methods[] = {
     {"mul_rows_f32", py_mul_rows_f32, METH_VARARGS,
      "mul_rows_f32(x, s, out, N, P, C): out[n, p, c] = x[n, p, c] * s[n, c] for x (N, P, C) float32 (channels-last "
      "data scaled per image and channel); out may be x, and overlaps no other operand."},
+    {"bn_fold_f32", py_bn_fold_f32, METH_VARARGS,
+     "bn_fold_f32(var, mean, gamma|None, beta|None, bias|None, eps, scale, shift, n) -> bool: an inference batch "
+     "norm's float32 (n) vectors folded into scale = gamma / sqrt(var + eps) and shift = (bias - mean) * scale + "
+     "beta, computed in float64 one operation at a time (as numpy does) and rounded to float32; whether every "
+     "shift is finite."},
     {"scale_planes_f32", py_scale_planes_f32, METH_VARARGS,
      "scale_planes_f32(x, s, out, planes, inner) -> bool: out[i, :] = x[i, :] * s[i] for planes of inner float32; "
      "out may be x. True when every product is finite."},
