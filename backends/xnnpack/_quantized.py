@@ -757,6 +757,13 @@ def _build_conv2d(c: Compiler, node: XNode) -> list[Step]:
     return steps
 
 
+def _to_q8_args(c: Compiler, out: TensorInfo) -> tuple[float, float, float, int]:
+    """A float32 -> 8-bit Convert's (1 / scale, lo - zp, hi - zp, zp), float32 values as floats."""
+    p = _qparams(c, out, "output_id")
+    qmin, qmax = _int_range(out.dtype)
+    return _f32(1.0 / _f32(p.tensor_scale)), float(qmin - p.zero_point), float(qmax - p.zero_point), p.zero_point
+
+
 def _build_convert(c: Compiler, node: XNode) -> list[Step]:
     x = c.tensor(node.fields["input_id"], "input_id")
     out = c.output(node.fields["output_id"])
@@ -774,15 +781,11 @@ def _build_convert(c: Compiler, node: XNode) -> list[Step]:
 
         return [to_qd8]
     if x.dtype == _F32 and out.value.datatype in (QINT8, QUINT8):
-        p = _qparams(c, out, "output_id")
-        qmin, qmax = _int_range(out.dtype)
-        inv = np.float32(1.0) / np.float32(p.tensor_scale)
-        zp = np.float32(p.zero_point)
-        lo, hi = np.float32(qmin - p.zero_point), np.float32(qmax - p.zero_point)
+        inv_f, lo_f, hi_f, zp_i = _to_q8_args(c, out)
         if c.native is not None and out.value.datatype == QINT8:
-            qz, size, lo_f, hi_f = c.native.quantize_qs8, math.prod(out.shape), float(lo), float(hi)
-            inv_f, zp_i = float(inv), p.zero_point
+            qz, size = c.native.quantize_qs8, math.prod(out.shape)
             return [lambda b: qz(gx(b), b[o], size, inv_f, lo_f, hi_f, zp_i)]
+        inv, zp, lo, hi = np.float32(inv_f), np.float32(zp_i), np.float32(lo_f), np.float32(hi_f)
         tmp = c.scratch(out.shape, _F32)
 
         def to_q(b: list[Any]) -> None:  # quantize(), in place in a float32 scratch
@@ -992,10 +995,112 @@ def _lookup_table(c: Compiler, chain: tuple[int, ...]) -> np.ndarray:
 
 def _lookup_tables(c: Compiler, chains: Sequence[tuple[int, ...]]) -> dict[tuple[int, ...], np.ndarray]:
     """The tables of ``chains``: the islands' nodes compiled as graphs of their own over a
-    256-element input per island holding every byte value, and run. Islands that share no
-    value but constants are one graph (the per-graph work of a compile, paid once, was most
-    of a table's cost: 65 islands in int8 EfficientNet); each node's steps are those of the
-    separate island's graph (the same builders; an island's values are its own)."""
+    256-element input per island holding every byte value, and run.
+
+    Islands whose float nodes are the same (types, fields, constants: a network's SiLUs, say)
+    are one family: their float nodes run once over every member's 256 dequantized values
+    (``dequantize_qs8`` with the member's first Convert's parameters, as that Convert's step
+    runs it), then each member's results are quantized with its last Convert's (``quantize_qs8``,
+    as that step runs it). The other islands (and all where the compiled kernels are absent):
+    those that share no value but constants are one graph (the per-graph work of a compile,
+    paid once, was most of a table's cost: 65 islands in int8 EfficientNet); each node's steps
+    are those of the separate island's graph (the same builders; an island's values are its
+    own)."""
+    families: dict[Any, list[tuple[int, ...]]] = {}
+    rest: list[tuple[int, ...]] = []
+    for chain in chains:
+        key = _island_key(c, chain)
+        if key is None:
+            rest.append(chain)
+        else:
+            families.setdefault(key, []).append(chain)
+    tables: dict[tuple[int, ...], np.ndarray] = {}
+    for fam in families.values():
+        if len(fam) == 1:
+            rest.extend(fam)
+        else:
+            tables.update(_family_tables(c, fam))
+    if rest:
+        tables.update(_batched_tables(c, rest))
+    return tables
+
+
+def _island_key(c: Compiler, chain: tuple[int, ...]) -> Any:
+    """What makes islands one family (see _lookup_tables): their float nodes' types, fused
+    bounds and fields, value ids numbered in order of use, constants by dtype, dims and bytes;
+    None for an island that runs in a batch: no float nodes, 8-bit values that are not qint8,
+    a clamp on the first Convert, or no compiled kernels."""
+    g = c.graph
+    first, last = g.nodes[chain[0]], g.nodes[chain[-1]]
+    if (c.native is None or len(chain) < 3 or first.output_min_max is not None
+            or c.values[first.fields["input_id"]].datatype != QINT8
+            or c.values[last.fields["output_id"]].datatype != QINT8):
+        return None
+    canon = {first.fields["output_id"]: 0}
+    parts: list[Any] = []
+    for p in chain[1:-1]:
+        n = g.nodes[p]
+        items: list[Any] = []
+        for k, v in sorted(n.fields.items()):
+            if k.endswith("_id") and type(v) is int:
+                info = c.infos[v]
+                if info.const is not None:
+                    items.append((k, info.dtype.str, tuple(info.shape), info.const.tobytes()))
+                else:
+                    items.append((k, canon.setdefault(v, len(canon))))
+            else:
+                items.append((k, v))
+        parts.append((n.type, n.output_min_max, tuple(items)))
+    key = (tuple(parts), canon.get(last.fields["input_id"]))
+    try:
+        hash(key)
+    except TypeError:  # a field of a kind the key can't hold: a batch
+        return None
+    return key
+
+
+def _family_tables(c: Compiler, fam: Sequence[tuple[int, ...]]) -> dict[tuple[int, ...], np.ndarray]:
+    """The tables of a family of islands (see _lookup_tables), one compile of its float nodes."""
+    g, f = c.graph, len(fam)
+    rep = fam[0]
+    nodes = tuple(g.nodes[p] for p in rep[1:-1])
+    x_id, y_id = g.nodes[rep[0]].fields["output_id"], g.nodes[rep[-1]].fields["input_id"]
+    ids = {v for n in nodes for k, v in n.fields.items() if k.endswith("_id") and type(v) is int}
+    values = []
+    for vid in sorted(ids):
+        v = c.values[vid]
+        if c.infos[vid].const is None:  # constants stay as they are (scalars here)
+            ext, flags = ((0, VALUE_FLAG_EXTERNAL_INPUT) if vid == x_id else
+                          (1, VALUE_FLAG_EXTERNAL_OUTPUT) if vid == y_id else (0, 0))
+            v = XValue(v.index, v.id, v.datatype, (f * 256,), v.constant_buffer_idx, ext, flags, v.dq_datatype,
+                       v.quant)
+        values.append(v)
+    island = dataclasses.replace(g, nodes=nodes, values=tuple(values), num_externs=2, input_ids=(x_id,),
+                                 output_ids=(y_id,))
+    plan = Compiler(island, f"{c.where}: the float islands' lookup tables", c.named_data, lookup=False).compile()
+    xs, ys = np.empty((f, 256), _F32), np.empty((f, 256), _F32)
+    codes = np.arange(256, dtype=np.uint8).view(_I8)
+    for row, chain in zip(xs, fam):
+        p = _qparams(c, c.infos[g.nodes[chain[0]].fields["input_id"]], "input_id")
+        c.native.dequantize_qs8(codes, row, 256, p.zero_point, p.tensor_scale)
+    ws = Workspace(plan)
+    for _, slot, shape, _ in plan.inputs:
+        ws.bufs[slot] = xs.reshape(shape)
+    for _, slot, shape, _ in plan.outputs:
+        ws.bufs[slot] = ys.reshape(shape)
+    for step in plan.steps:
+        step(ws.bufs)
+    tables: dict[tuple[int, ...], np.ndarray] = {}
+    for row, chain in zip(ys, fam):
+        table = np.empty(256, np.uint8)
+        c.native.quantize_qs8(row, table.view(_I8), 256, *_to_q8_args(c, c.infos[g.nodes[chain[-1]].fields["output_id"]]))
+        tables[chain] = table
+    return tables
+
+
+def _batched_tables(c: Compiler, chains: Sequence[tuple[int, ...]]) -> dict[tuple[int, ...], np.ndarray]:
+    """The tables of islands compiled with their Converts, in graphs of islands sharing no
+    value but constants (see _lookup_tables)."""
     g = c.graph
     batches: list[tuple[list[tuple[int, ...]], set[int]]] = []  # (chains, their non-constant value ids)
     for chain in chains:

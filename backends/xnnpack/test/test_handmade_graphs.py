@@ -251,6 +251,70 @@ def _island(g: Graph, q_in: int, op, dims, scale: float, zp: int) -> int:
     return q_out
 
 
+def _silu_island(g: Graph, q_in: int, dims, scale: float, zp: int) -> int:
+    """Convert q_in to float32, x * sigmoid(x), Convert back: a SiLU island; its int8 output."""
+    f, s, y = g.tensor(dims), g.tensor(dims), g.tensor(dims)
+    g.node(S.XNNConvert(q_in, f, 0))
+    g.node(S.XNNSigmoid(f, s, 0))
+    g.node(S.XNNMultiply(f, s, y, 0))
+    q_out = _qvalue(g, dims, scale, zp)
+    g.node(S.XNNConvert(y, q_out, 0))
+    return q_out
+
+
+def test_islands_of_the_same_float_nodes_share_one_compile_and_equal_their_steps(monkeypatch) -> None:
+    """Islands whose float nodes are the same (SiLUs, sigmoids) but whose Converts differ are
+    one family each: their float nodes compiled once over every member's 256 values; an island
+    of its own kind (tanh) is compiled with its Converts. Every table equals its island's own
+    steps: the outputs over all 256 bytes of each input equal the graph run with no lookups."""
+    from orchestra.backends.xnnpack import _compile, _quantized
+
+    dims = (1, 16, 16)
+    g = Graph()
+    xs, qs = [], []
+    for scale, zp in ((0.05, 3), (0.02, -7), (0.11, 120)):
+        x = g.input(dims)
+        q = _qvalue(g, dims, scale, zp)
+        g.node(S.XNNConvert(x, q, 0))
+        xs.append((scale, zp))
+        qs.append(q)
+    outs = [_silu_island(g, qs[0], dims, 0.03, -100), _silu_island(g, qs[1], dims, 0.011, 5),
+            _silu_island(g, qs[2], dims, 0.05, -128), _island(g, qs[0], S.XNNSigmoid, dims, 1 / 256, -128),
+            _island(g, qs[2], S.XNNSigmoid, dims, 1 / 200, -100), _island(g, qs[1], S.XNNTanh, dims, 1 / 128, 0)]
+    for q in outs:
+        out = g.output(dims)
+        g.node(S.XNNConvert(q, out, 0))
+    codes = np.arange(-128, 128, dtype=np.float32).reshape(dims)
+    inputs = [(codes - zp) * np.float32(scale) for scale, zp in xs]  # every int8 value of each input once
+
+    compiles: list[tuple[int, int]] = []  # (nodes, the first value's elements) of each lookup-table compile
+    real_compile = _compile.Compiler.compile
+
+    def counting(self):  # noqa: ANN001, ANN202
+        if not self.lookup:
+            compiles.append((len(self.graph.nodes), math.prod(self.graph.values[0].dims)))
+        return real_compile(self)
+
+    monkeypatch.setattr(_compile.Compiler, "compile", counting)
+    pte = g.program()
+    got = load_program(pte).load_method("forward").execute(inputs)
+    # the SiLUs' two float nodes over 3 x 256 values, the sigmoids' one over 2 x 256, the tanh with its Converts
+    # (without the compiled kernels, no families: islands with their Converts)
+    from orchestra.runtime import kernels
+    if kernels.compiled() is not None:
+        assert sorted(compiles) == [(1, 512), (2, 768), (3, 256)]
+    monkeypatch.setattr(_compile.Compiler, "_plan_lookup", lambda self, readers: None)
+    plain = load_program(pte).load_method("forward").execute(inputs)
+    assert len(got) == len(plain) == 6
+    for a, b in zip(got, plain):
+        assert np.array_equal(a, b)
+    monkeypatch.undo()
+    monkeypatch.setattr(_quantized, "_island_key", lambda c, chain: None)  # every island with its Converts
+    batched = load_program(pte).load_method("forward").execute(inputs)
+    for a, b in zip(got, batched):
+        assert np.array_equal(a, b)
+
+
 def test_chained_float_islands_are_lookups_equal_to_their_steps(monkeypatch) -> None:
     """Float islands whose values meet (one island's output is the next one's input; two read
     the same input) are compiled for their tables in separate graphs (Compiler._plan_lookup,
