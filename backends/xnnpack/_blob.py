@@ -17,6 +17,7 @@ Layout (ExecuTorch ``backends/xnnpack/serialization``)::
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 import sys
 from collections.abc import Callable
@@ -539,19 +540,15 @@ _NODE_LAYOUTS = tuple((name, tuple(f for f, _ in layout),
                       for name, layout in NODE_TYPES)
 
 
-def _quant_params(tag: int, scales: tuple[float, ...], zero_point: int, channel_dim: int, scale_buffer_idx: int,
-                  num_scales: int) -> QuantParams:
-    """QuantParams from the C decoder's tuple (tag 1 PerChannelQuant, 2 PerTensorQuant), as
-    ``_Fast.value`` makes them."""
-    if tag == 2:
-        return QuantParams("PerTensorQuant", scales, zero_point=zero_point)
-    return QuantParams("PerChannelQuant", scales, channel_dim=channel_dim, scale_buffer_idx=scale_buffer_idx,
-                       num_scales=num_scales)
-
-
 # The node layouts as the C decoder takes them: one letter per field ("u" uint32, "f" float32,
 # "i" int32, "U" [uint32]), by union tag.
 _LAYOUT_CODES = tuple("".join(kind for _, kind in layout) for _, layout in NODE_TYPES)
+# What the C decoder builds its objects from (as _Fast.value and _Fast.node make them): each class
+# with its fields in order, the quantization kinds of the union's tags 1 and 2 (per channel: its
+# zero point 0; per tensor: channel_dim, scale_buffer_idx and num_scales 0), and each node type's
+# name and field names by union tag.
+_MAKERS = tuple((cls, tuple(f.name for f in dataclasses.fields(cls))) for cls in (XValue, XNode, QuantParams)) + (
+    ("PerChannelQuant", "PerTensorQuant"), tuple((name, names) for name, names, _ in _NODE_LAYOUTS))
 
 
 def _setup_native_xdecode():  # noqa: ANN202 - the module, or None
@@ -614,15 +611,11 @@ def _decode(r: _Reader, uses_cb: bool, section: memoryview, *, fast: bool) -> tu
     version = r.string(root, 0, "XNNGraph.version") or ""
     native = _native_xdecode if fast and r.buf.c_contiguous and sys.byteorder == "little" else None
     if native is not None:  # the same decoding in C
-        got = native.graph(r.buf, r.end, root.pos, r.budget, _LAYOUT_CODES)
+        got = native.graph(r.buf, r.end, root.pos, r.budget, _LAYOUT_CODES, _MAKERS)
         if got is None:
             raise _Fallback
-        raw_values, raw_nodes, spent = got
+        values, nodes, spent = got  # XValue and XNode objects
         r.budget -= spent
-        values = tuple(XValue(i, *v[:7], None if v[7] is None else _quant_params(*v[7]))
-                       for i, v in enumerate(raw_values))
-        nodes = tuple(XNode(i, _NODE_LAYOUTS[tag - 1][0], dict(zip(_NODE_LAYOUTS[tag - 1][1], fields)), dh, omm)
-                      for i, (tag, fields, dh, omm) in enumerate(raw_nodes))
     elif fast:
         f = _Fast(r)
         rt = f.table(root.pos)

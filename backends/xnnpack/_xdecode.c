@@ -377,13 +377,132 @@ static int open_root(PyObject *buf, Py_buffer *view, unsigned long long end, uns
     return table(r, root, rt, 0) < 0 ? 1 : 0;
 }
 
-PyDoc_STRVAR(graph_doc, "graph(buf, end, root, budget, layouts) -> ((value, ...), (node, ...), spent) | None");
+/* Instances of a slotted (frozen) dataclass made here: the object allocated, each field stored through its
+ * slot's descriptor (as _schema._fast_init's __init__ does, without a Python frame per object). */
+#define MAX_FIELDS 12
+typedef struct {
+    PyTypeObject *cls;
+    PyObject *descr[MAX_FIELDS];
+    Py_ssize_t n;
+} Maker;
+
+static void maker_clear(Maker *m) {
+    for (Py_ssize_t i = 0; i < m->n; i++) Py_CLEAR(m->descr[i]);
+    m->n = 0;
+}
+
+/* cls and the names of its fields, in order; -1 with an exception where a name is not a settable slot */
+static int maker_init(Maker *m, PyObject *cls, PyObject *names) {
+    m->n = 0;
+    if (!PyType_Check(cls) || !PyTuple_Check(names) || PyTuple_GET_SIZE(names) > MAX_FIELDS) {
+        PyErr_SetString(PyExc_TypeError, "a maker is (class, (field name, ...))");
+        return -1;
+    }
+    m->cls = (PyTypeObject *)cls;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names); i++) {
+        PyObject *d = PyObject_GetAttr(cls, PyTuple_GET_ITEM(names, i));
+        if (!d) goto fail;
+        m->descr[m->n++] = d;
+        if (!Py_TYPE(d)->tp_descr_set) {
+            PyErr_SetString(PyExc_TypeError, "a maker's field is not a slot");
+            goto fail;
+        }
+    }
+    return 0;
+fail:
+    maker_clear(m);
+    return -1;
+}
+
+/* a new instance with the n (== m->n) values given (borrowed) */
+static PyObject *make(const Maker *m, PyObject *const *vals) {
+    PyObject *o = m->cls->tp_alloc(m->cls, 0);
+    if (!o) return NULL;
+    for (Py_ssize_t i = 0; i < m->n; i++)
+        if (Py_TYPE(m->descr[i])->tp_descr_set(m->descr[i], o, vals[i]) < 0) {
+            Py_DECREF(o);
+            return NULL;
+        }
+    return o;
+}
+
+/* The decoded values and nodes as XValue / XNode (QuantParams) objects, as _blob._decode builds them
+ * from the tuples: values[i] = (id, datatype, dims, constant_buffer_idx, external_id, flags, dq_datatype,
+ * None | (tag, scales, zero_point, channel_dim, scale_buffer_idx, num_scales)), nodes[i] = (tag, fields,
+ * debug_handle, output_min_max). kinds: the quantization kind names by tag (1, 2); node_types: (name,
+ * field names) by tag. Replaces the items of both tuples in place (new tuples, not shared). */
+static int objects(PyObject *values, PyObject *nodes, const Maker *xv, const Maker *xn, const Maker *qp,
+                   PyObject *kinds, PyObject *node_types) {
+    PyObject *zero = PyLong_FromLong(0);
+    if (!zero) return -1;
+    int rc = -1;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(values); i++) {
+        PyObject *v = PyTuple_GET_ITEM(values, i), *q = PyTuple_GET_ITEM(v, 7), *quant = Py_None, *index;
+        Py_INCREF(quant);
+        if (q != Py_None) {
+            long tag = PyLong_AsLong(PyTuple_GET_ITEM(q, 0));
+            PyObject *qv[8] = {PyTuple_GET_ITEM(kinds, tag - 1), PyTuple_GET_ITEM(q, 1), PyTuple_GET_ITEM(q, 2),
+                               PyTuple_GET_ITEM(q, 3), zero, PyTuple_GET_ITEM(q, 4), PyTuple_GET_ITEM(q, 5), zero};
+            Py_DECREF(quant);
+            quant = make(qp, qv);
+            if (!quant) goto done;
+        }
+        index = PyLong_FromSsize_t(i);
+        if (!index) {
+            Py_DECREF(quant);
+            goto done;
+        }
+        PyObject *fv[9] = {index, PyTuple_GET_ITEM(v, 0), PyTuple_GET_ITEM(v, 1), PyTuple_GET_ITEM(v, 2),
+                           PyTuple_GET_ITEM(v, 3), PyTuple_GET_ITEM(v, 4), PyTuple_GET_ITEM(v, 5),
+                           PyTuple_GET_ITEM(v, 6), quant};
+        PyObject *o = make(xv, fv);
+        Py_DECREF(index);
+        Py_DECREF(quant);
+        if (!o) goto done;
+        PyTuple_SET_ITEM(values, i, o); /* the tuple it replaces is released */
+        Py_DECREF(v);
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(nodes); i++) {
+        PyObject *nd = PyTuple_GET_ITEM(nodes, i);
+        long tag = PyLong_AsLong(PyTuple_GET_ITEM(nd, 0));
+        PyObject *type = PyTuple_GET_ITEM(node_types, tag - 1), *names = PyTuple_GET_ITEM(type, 1);
+        PyObject *fields = PyTuple_GET_ITEM(nd, 1), *d = PyDict_New(), *index;
+        if (!d) goto done;
+        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(fields); k++)
+            if (PyDict_SetItem(d, PyTuple_GET_ITEM(names, k), PyTuple_GET_ITEM(fields, k)) < 0) {
+                Py_DECREF(d);
+                goto done;
+            }
+        index = PyLong_FromSsize_t(i);
+        if (!index) {
+            Py_DECREF(d);
+            goto done;
+        }
+        PyObject *fv[5] = {index, PyTuple_GET_ITEM(type, 0), d, PyTuple_GET_ITEM(nd, 2), PyTuple_GET_ITEM(nd, 3)};
+        PyObject *o = make(xn, fv);
+        Py_DECREF(index);
+        Py_DECREF(d);
+        if (!o) goto done;
+        PyTuple_SET_ITEM(nodes, i, o);
+        Py_DECREF(nd);
+    }
+    rc = 0;
+done:
+    Py_DECREF(zero);
+    return rc;
+}
+
+PyDoc_STRVAR(graph_doc, "graph(buf, end, root, budget, layouts[, makers]) -> ((value, ...), (node, ...), spent) | None\n"
+                        "makers: ((XValue, fields), (XNode, fields), (QuantParams, fields), quantization kinds by tag, "
+                        "(node type name, field names) by tag): the items as those objects, else as tuples.");
 
 static PyObject *graph(PyObject *Py_UNUSED(self), PyObject *args) {
-    PyObject *buf, *layouts_obj;
+    PyObject *buf, *layouts_obj, *makers = NULL, *kinds = NULL, *node_types = NULL;
     unsigned long long end, root;
     long long budget;
-    if (!PyArg_ParseTuple(args, "OKKLO!", &buf, &end, &root, &budget, &PyTuple_Type, &layouts_obj)) return NULL;
+    if (!PyArg_ParseTuple(args, "OKKLO!|O!", &buf, &end, &root, &budget, &PyTuple_Type, &layouts_obj, &PyTuple_Type,
+                          &makers))
+        return NULL;
     Layouts l;
     l.n = PyTuple_GET_SIZE(layouts_obj);
     if (l.n > MAX_LAYOUTS) {
@@ -394,19 +513,48 @@ static PyObject *graph(PyObject *Py_UNUSED(self), PyObject *args) {
         l.layouts[i] = PyUnicode_AsUTF8(PyTuple_GET_ITEM(layouts_obj, i));
         if (!l.layouts[i]) return NULL;
     }
+    Maker mk[3] = {{NULL, {NULL}, 0}, {NULL, {NULL}, 0}, {NULL, {NULL}, 0}};
+    PyObject *values = NULL, *nodes = NULL, *result = NULL;
+    if (makers) {
+        static const Py_ssize_t nfields[3] = {9, 5, 8};
+        int ok = PyTuple_GET_SIZE(makers) == 5 && PyTuple_Check(kinds = PyTuple_GET_ITEM(makers, 3)) &&
+                 PyTuple_GET_SIZE(kinds) == 2 && PyTuple_Check(node_types = PyTuple_GET_ITEM(makers, 4)) &&
+                 PyTuple_GET_SIZE(node_types) == l.n;
+        for (Py_ssize_t i = 0; ok && i < l.n; i++) {
+            PyObject *t = PyTuple_GET_ITEM(node_types, i);
+            ok = PyTuple_Check(t) && PyTuple_GET_SIZE(t) == 2 && PyTuple_Check(PyTuple_GET_ITEM(t, 1)) &&
+                 PyTuple_GET_SIZE(PyTuple_GET_ITEM(t, 1)) == (Py_ssize_t)strlen(l.layouts[i]);
+        }
+        for (int i = 0; ok && i < 3; i++) {
+            PyObject *pair = PyTuple_GET_ITEM(makers, i);
+            ok = PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) == 2 &&
+                 maker_init(&mk[i], PyTuple_GET_ITEM(pair, 0), PyTuple_GET_ITEM(pair, 1)) == 0 && mk[i].n == nfields[i];
+        }
+        if (!ok) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "makers: ((XValue, its 9 fields), (XNode, 5), (QuantParams, 8), "
+                                                 "2 quantization kinds, (node type, field names) per layout)");
+            goto out;
+        }
+    }
     Py_buffer view;
     R r;
     T rt;
     int opened = open_root(buf, &view, end, root, budget, &r, &rt);
-    if (opened < 0) return NULL;
-    PyObject *values = NULL, *nodes = NULL, *result = NULL;
+    if (opened < 0) goto out;
     int bad = opened;
     if (!bad) values = items(&r, &rt, 2, value_item, NULL, &bad);
     if (values) nodes = items(&r, &rt, 1, node_item, &l, &bad);
+    if (nodes && makers && objects(values, nodes, &mk[0], &mk[1], &mk[2], kinds, node_types) < 0) Py_CLEAR(nodes);
     if (nodes) result = Py_BuildValue("(NNL)", values, nodes, (long long)r.spent);
     else Py_XDECREF(values);
     PyBuffer_Release(&view);
-    if (!result && bad && !PyErr_Occurred()) Py_RETURN_NONE;
+    if (!result && bad && !PyErr_Occurred()) {
+        result = Py_None;
+        Py_INCREF(result);
+    }
+out:
+    for (int j = 0; j < 3; j++) maker_clear(&mk[j]);
     return result;
 }
 

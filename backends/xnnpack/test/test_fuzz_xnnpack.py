@@ -110,3 +110,33 @@ def test_the_fast_blob_decoders_agree_with_the_checked_one(monkeypatch) -> None:
             assert a == b, f"blob {i}: {way} {a!r:.300}\nchecked path {b!r:.300}"
     assert sum(1 for a in checked if a[0] == "ok") >= len(cases)
     assert sum(1 for a in checked if a[0] == "error") > 500
+
+
+def test_the_c_decoder_builds_the_blob_classes_and_refuses_makers_that_do_not_fit() -> None:
+    """The C decoder builds XValue / XNode / QuantParams objects itself (through their slots);
+    makers naming too few fields, or a field that is not a slot, are a TypeError, not objects
+    with unset fields."""
+    import pytest
+
+    from orchestra.backends.xnnpack import _blob
+
+    native = _blob._native_xdecode
+    if native is None:
+        pytest.skip("the C decoder is not built")
+    blob = memoryview(_cases()[0].blob).cast("B")
+    hdr = _blob.parse_header(blob, "test")
+    if hdr is not None:  # the flatbuffer after the header
+        blob = blob[hdr[0]:hdr[0] + hdr[1]]
+    root = int.from_bytes(bytes(blob[:4]), "little")
+    values, nodes, _ = native.graph(blob, len(blob), root, 10_000_000, _blob._LAYOUT_CODES, _blob._MAKERS)
+    assert values and nodes
+    assert all(type(v) is _blob.XValue and v.index == i for i, v in enumerate(values))
+    assert all(type(n) is _blob.XNode and n.index == i and n.type for i, n in enumerate(nodes))
+    bad = [((_blob.XValue, ("index", "id")),) + _blob._MAKERS[1:],  # too few fields
+           _blob._MAKERS[:1] + ((_blob.XNode, ("index", "type", "fields", "debug_handle", "is_input")),)
+           + _blob._MAKERS[2:],  # not a slot (a property of XValue, no attribute of XNode)
+           _blob._MAKERS[:3] + (("PerChannelQuant",), _blob._MAKERS[4]),  # one kind
+           _blob._MAKERS[:4] + (_blob._MAKERS[4][:-1],)]  # a node type short
+    for makers in bad:
+        with pytest.raises((TypeError, AttributeError)):
+            native.graph(blob, len(blob), root, 10_000_000, _blob._LAYOUT_CODES, makers)
