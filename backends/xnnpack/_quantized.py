@@ -37,7 +37,7 @@ import dataclasses
 import math
 import struct
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -148,7 +148,7 @@ def exact_dtype(k: int) -> np.dtype:
 
 def requantization_scale(input_scale: float, filter_scales: np.ndarray, output_scale: float) -> np.ndarray:
     """XNNPACK's per-channel float32 ``input_scale * filter_scale[c] / output_scale``."""
-    return ((np.float32(input_scale) * np.asarray(filter_scales, _F32)) / np.float32(output_scale)).astype(_F32)
+    return np.divide(np.multiply(np.asarray(filter_scales, _F32), np.float32(input_scale)), np.float32(output_scale))
 
 
 def _f32(v: float) -> float:
@@ -250,10 +250,13 @@ class QParams:
     scale: np.ndarray
     zero_point: int
     channel_dim: int = 0
+    tensor_scale: float = field(init=False, repr=False, compare=False)  # the first scale, as a float
 
-    @property
-    def tensor_scale(self) -> float:
-        return float(self.scale.reshape(-1)[0])
+    def __post_init__(self) -> None:
+        _QP_TENSOR_SCALE(self, float(self.scale.reshape(-1)[0]))
+
+
+_QP_TENSOR_SCALE = QParams.tensor_scale.__set__  # type: ignore[attr-defined]  # the frozen field's slot
 
 
 def _qparams(c: Compiler, t: TensorInfo, role: str) -> QParams:
@@ -312,6 +315,10 @@ def _qparams(c: Compiler, t: TensorInfo, role: str) -> QParams:
 def _finite_positive(a: np.ndarray) -> bool:
     if a.size <= 16:  # most: one scale (a loop over a list beats numpy's calls there)
         return all(0.0 < v < math.inf for v in a.tolist())
+    if a.dtype == _F32 and a.flags.c_contiguous:
+        # a float32 is finite and positive exactly when its bits, as an unsigned int, are 1 .. 0x7F7FFFFF
+        # (+0 wraps to 0xFFFFFFFF below; negatives, infinities and NaNs are above): one pass
+        return int(np.maximum.reduce(a.view(np.uint32) - np.uint32(1))) < 0x7F7FFFFF
     return bool(a.min() > 0 and a.max() < math.inf)  # a NaN is the min and the max: False
 
 

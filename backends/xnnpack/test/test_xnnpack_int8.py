@@ -155,18 +155,28 @@ def test_corrupt_quantization_parameters_are_rejected() -> None:
 
 
 def test_scale_checks_reject_every_non_finite_or_non_positive_scale() -> None:
-    """_qparams' check of the scales, on both of its paths (a Python loop up to 16 scales, numpy
-    reductions beyond): a NaN, an infinity, a zero or a negative anywhere fails it."""
+    """_qparams' check of the scales, on each of its paths (a Python loop up to 16 scales, the
+    float32 bits' maximum beyond, numpy reductions for other arrays): a NaN (either sign), an
+    infinity, a zero (either sign) or a negative anywhere fails it; the smallest subnormal and
+    the largest float32 pass."""
     from orchestra.backends.xnnpack._quantized import _finite_positive
 
     for n in (1, 2, 16, 17, 1000):
-        good = np.full(n, 0.02, np.float32)
-        assert _finite_positive(good)
-        for bad in (np.nan, np.inf, -np.inf, 0.0, -0.5):
-            for at in {0, n // 2, n - 1}:
+        for dtype in (np.float32, np.float64):
+            good = np.full(n, 0.02, dtype)
+            assert _finite_positive(good)
+            for edge in (1e-45, 3.4028235e38):
                 a = good.copy()
-                a[at] = bad
-                assert not _finite_positive(a), (n, bad, at)
+                a[n // 2] = edge
+                assert _finite_positive(a), (n, edge)
+            for bad in (np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, -0.5, -1e-45):
+                for at in {0, n // 2, n - 1}:
+                    a = good.copy()
+                    a[at] = bad
+                    assert not _finite_positive(a), (n, dtype, bad, at)
+        strided = np.full(2 * n, 0.02, np.float32)[::2]  # not contiguous: numpy's reductions
+        strided[-1] = 0.0
+        assert not _finite_positive(strided)
 
 
 # --------------------------------------------------------------------------- exported in the test
