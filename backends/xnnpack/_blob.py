@@ -655,27 +655,35 @@ def _decode(r: _Reader, uses_cb: bool, section: memoryview, *, fast: bool) -> tu
     return num_externs, version, nodes, values, input_ids, output_ids, tuple(consts)
 
 
-def constant_bytes(graph: XGraph, value: XValue, named_data: Callable[[str], memoryview] | None, where: str) -> memoryview:
+def constant_bytes(graph: XGraph, value: XValue, named_data: Callable[[str], memoryview] | None, where: str,
+                   buffer: int | None = None) -> memoryview:
     """The bytes of a constant value (zero copy): from the blob's constant section, the
-    deprecated inline buffer or the program's named data."""
-    idx = value.constant_buffer_idx
-    p = f"{where}: XNNGraph.xvalues[{value.index}] (id {value.id})"
+    deprecated inline buffer or the program's named data. ``buffer``: the constant at that
+    index instead of the value's own (a per-channel quantization's scale buffer), named in
+    errors as the value's."""
+    idx = value.constant_buffer_idx if buffer is None else buffer
+
+    def p() -> str:  # formatted only into an error message
+        return f"{where}: XNNGraph.xvalues[{value.index}] (id {value.id})"
+
     if idx >= len(graph.constants):
-        raise _fail(p, f"constant_buffer_idx {idx} is out of range (the graph has {len(graph.constants)} constants)")
+        raise _fail(p(), f"constant_buffer_idx {idx} is out of range (the graph has {len(graph.constants)} constants)")
     ref = graph.constants[idx]
     if ref.inline is not None:
         return ref.inline
     if ref.named_key is not None:
         if named_data is None:
-            raise _fail(p, f"constant {idx} lives in the program's named data (key {ref.named_key!r}) but no named "
-                           "data is available to this backend", Error.NotFound)
+            raise _fail(p(), f"constant {idx} lives in the program's named data (key {ref.named_key!r}) but no named "
+                             "data is available to this backend", Error.NotFound)
         try:
             data = named_data(ref.named_key)
         except OrchestraError as exc:
-            raise _fail(p, f"constant {idx}: {exc.message}", Error.NotFound) from None
-        data = memoryview(data).cast("B") if memoryview(data).format != "B" else memoryview(data)
+            raise _fail(p(), f"constant {idx}: {exc.message}", Error.NotFound) from None
+        data = memoryview(data)
+        if data.format != "B":
+            data = data.cast("B")
         if ref.size > len(data):
-            raise _fail(p, f"constant {idx} (named key {ref.named_key!r}) declares {ref.size} bytes, the named data "
-                           f"holds {len(data)}")
+            raise _fail(p(), f"constant {idx} (named key {ref.named_key!r}) declares {ref.size} bytes, the named data "
+                             f"holds {len(data)}")
         return data[:ref.size] if ref.size else data
     return graph.constant_section[ref.offset:ref.offset + ref.size]

@@ -288,10 +288,7 @@ def _qparams(c: Compiler, t: TensorInfo, role: str) -> QParams:
             if q.num_scales != n or not q.scale_buffer_idx:
                 raise c.fail(f"{role} (value id {vid}): {q.num_scales} scales (buffer {q.scale_buffer_idx}) for "
                              f"{n} channels along dim {q.channel_dim}")
-            v = t.value
-            ref = XValue(v.index, v.id, v.datatype, v.dims, q.scale_buffer_idx, v.external_id, v.flags, v.dq_datatype,
-                         v.quant)
-            raw = constant_bytes(c.graph, ref, c.named_data, c.where)
+            raw = constant_bytes(c.graph, t.value, c.named_data, c.where, q.scale_buffer_idx)
             if len(raw) < 4 * n:
                 raise c.fail(f"{role} (value id {vid}): the scale buffer {q.scale_buffer_idx} holds {len(raw)} bytes, "
                              f"{n} float32 scales need {4 * n}")
@@ -306,7 +303,9 @@ def _qparams(c: Compiler, t: TensorInfo, role: str) -> QParams:
         p = QParams(q.kind, np.ones(1, _F32), 0)
     else:
         raise c.fail(f"{role} (value id {vid}): {q.kind} quantization is not supported", Error.NotSupported)
-    if p.kind != "PerTokenDynamicQuant" and not _finite_positive(p.scale):
+    # (a per-tensor scale: the decoded float, which is the float32's value)
+    if p.kind == "PerChannelQuant" and not _finite_positive(p.scale) or (
+            p.kind == "PerTensorQuant" and not 0.0 < q.scale[0] < math.inf):
         raise c.fail(f"{role} (value id {vid}): quantization scales must be finite and positive")
     cache[vid] = p
     return p
