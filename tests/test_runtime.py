@@ -254,3 +254,37 @@ def test_loading_leaves_the_garbage_collector_as_it_found_it() -> None:
             assert gc.isenabled() is enabled
     finally:
         (gc.enable if was else gc.disable)()
+
+
+def test_a_delegates_init_runs_with_the_collector_paused_and_restored(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A delegate's init (the XNNPACK backend compiling its blob) runs with the cyclic collector
+    paused, as the plan's compile does; it is back as it was after, also when the init fails."""
+    import gc
+
+    from orchestra.backends.xnnpack import XnnpackBackend
+
+    seen: list[bool] = []
+    real = XnnpackBackend.init
+
+    def init(self, ctx, processed, compile_specs):  # noqa: ANN001, ANN202
+        seen.append(gc.isenabled())
+        if fail:
+            raise BackendError("refused by the test", Error.InvalidProgram)
+        return real(self, ctx, processed, compile_specs)
+
+    monkeypatch.setattr(XnnpackBackend, "init", init)
+    was = gc.isenabled()
+    try:
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            for fail in (False, True):
+                prog = load_program(FIXTURES / "xnnpack_convnet.pte")
+                if fail:
+                    with pytest.raises(BackendError, match="refused by the test"):
+                        prog.load_method("forward")
+                else:
+                    prog.load_method("forward")
+                assert gc.isenabled() is enabled
+        assert seen == [False] * 4
+    finally:
+        (gc.enable if was else gc.disable)()

@@ -8,11 +8,13 @@ exactly as the memory plan says), constants are read-only views into the program
 
 from __future__ import annotations
 
+import gc
 import math
 import operator
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -285,6 +287,23 @@ def _named_data_lookup(program: ProgramDef) -> Callable[[str], memoryview]:
         return program.segments[program.named_data[i].segment_index].data
 
     return lookup
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off while a program is decoded, a plan compiled or a
+    delegate initialised (an XNNPACK blob compiled): each allocates thousands of small objects
+    (values, sets, steps) and none of them in reference cycles the collector would need to
+    find, yet the allocations trigger full collections of the whole process's heap (measured:
+    80 ms of a 100 ms load_method in a process that had imported torch). Turned back on
+    after, if it was on."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 class CompiledPlan:
@@ -689,7 +708,8 @@ class Method:
         d = self._cp.plan.delegates[di]
         ctx = BackendInitContext(self._name, di, d.id, self._cp.named_data, state.specs[d.id],
                                  self._cp.delegate_caches[di])
-        return self._backends[d.id].init(ctx, self._program.delegate_data(d.processed), d.compile_specs)
+        with _gc_paused():
+            return self._backends[d.id].init(ctx, self._program.delegate_data(d.processed), d.compile_specs)
 
     def _contexts(self, state: _OptionState, override: Mapping[str, RuntimeSpecs] | None = None) -> list[BackendExecutionContext]:
         specs = state.specs if not override else {**state.specs, **override}

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import gc
 import os
 import warnings
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -14,7 +12,7 @@ import numpy as np
 
 from ..errors import Error, InvalidArgumentError, NotFoundError, OrchestraError, ProgramError
 from ..program import Limits, ProgramDef, load, loads
-from ._method import CompiledPlan, Method, MethodMeta, MethodStatistics, StateLayout, method_meta
+from ._method import CompiledPlan, Method, MethodMeta, MethodStatistics, StateLayout, _gc_paused, method_meta
 
 __all__ = ["Program", "ProgramInstance", "ProgramInstanceStatistics", "load_program"]
 
@@ -298,17 +296,3 @@ def load_program(
     raise ProgramError(f"cannot load a program from a {type(source).__name__}")
 
 
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off while a program is decoded or a plan compiled:
-    both allocate tens of thousands of small objects (values, sets, steps) and none of them
-    in reference cycles the collector would need to find, yet the allocations trigger full
-    collections of the whole process's heap (measured: 80 ms of a 100 ms load_method in a
-    process that had imported torch). Turned back on after, if it was on."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
