@@ -37,13 +37,14 @@ import dataclasses
 import math
 import struct
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
 from orchestra.errors import Error
+from orchestra.program._schema import _fast_init
 
 from . import _nodes
 from ._blob import VALUE_FLAG_EXTERNAL_INPUT, VALUE_FLAG_EXTERNAL_OUTPUT, XNode, XValue, constant_bytes
@@ -250,13 +251,14 @@ class QParams:
     scale: np.ndarray
     zero_point: int
     channel_dim: int = 0
-    tensor_scale: float = field(init=False, repr=False, compare=False)  # the first scale, as a float
 
-    def __post_init__(self) -> None:
-        _QP_TENSOR_SCALE(self, float(self.scale.reshape(-1)[0]))
+    @property
+    def tensor_scale(self) -> float:
+        """The first scale, as a float."""
+        return self.scale.item(0)
 
 
-_QP_TENSOR_SCALE = QParams.tensor_scale.__set__  # type: ignore[attr-defined]  # the frozen field's slot
+_fast_init(QParams)  # built per quantized value at load: through its slots, not object.__setattr__
 
 
 def _qparams(c: Compiler, t: TensorInfo, role: str) -> QParams:
@@ -314,10 +316,6 @@ def _qparams(c: Compiler, t: TensorInfo, role: str) -> QParams:
 def _finite_positive(a: np.ndarray) -> bool:
     if a.size <= 16:  # most: one scale (a loop over a list beats numpy's calls there)
         return all(0.0 < v < math.inf for v in a.tolist())
-    if a.dtype == _F32 and a.flags.c_contiguous:
-        # a float32 is finite and positive exactly when its bits, as an unsigned int, are 1 .. 0x7F7FFFFF
-        # (+0 wraps to 0xFFFFFFFF below; negatives, infinities and NaNs are above): one pass
-        return int(np.maximum.reduce(a.view(np.uint32) - np.uint32(1))) < 0x7F7FFFFF
     return bool(a.min() > 0 and a.max() < math.inf)  # a NaN is the min and the max: False
 
 

@@ -155,10 +155,9 @@ def test_corrupt_quantization_parameters_are_rejected() -> None:
 
 
 def test_scale_checks_reject_every_non_finite_or_non_positive_scale() -> None:
-    """_qparams' check of the scales, on each of its paths (a Python loop up to 16 scales, the
-    float32 bits' maximum beyond, numpy reductions for other arrays): a NaN (either sign), an
-    infinity, a zero (either sign) or a negative anywhere fails it; the smallest subnormal and
-    the largest float32 pass."""
+    """_qparams' check of the scales, on both of its paths (a Python loop up to 16 scales, numpy
+    reductions beyond): a NaN (either sign), an infinity, a zero (either sign) or a negative
+    anywhere fails it; the smallest subnormal and the largest float32 pass."""
     from orchestra.backends.xnnpack._quantized import _finite_positive
 
     for n in (1, 2, 16, 17, 1000):
@@ -174,7 +173,7 @@ def test_scale_checks_reject_every_non_finite_or_non_positive_scale() -> None:
                     a = good.copy()
                     a[at] = bad
                     assert not _finite_positive(a), (n, dtype, bad, at)
-        strided = np.full(2 * n, 0.02, np.float32)[::2]  # not contiguous: numpy's reductions
+        strided = np.full(2 * n, 0.02, np.float32)[::2]  # not contiguous
         strided[-1] = 0.0
         assert not _finite_positive(strided)
 
