@@ -294,49 +294,52 @@ class Compiler:
         array.flags.writeable = False
         return array
 
+    def _value_error(self, v: XValue, message: str, code: Error) -> BackendError:
+        """``<where>: XNNGraph.xvalues[i] (id n): message`` (the path made only for the error)."""
+        return BackendError(f"{_ValuePath(self.where, v)}: {message}", code)
+
     def _define(self, v: XValue) -> None:
-        p = _ValuePath(self.where, v)  # formatted only into an error message
+        err = self._value_error
         if v.id == INVALID_ID:
-            raise BackendError(f"{p}: id_out is XNN_INVALID_VALUE_ID", Error.InvalidProgram)
+            raise err(v, "id_out is XNN_INVALID_VALUE_ID", Error.InvalidProgram)
         if v.id in self.values:
-            raise BackendError(f"{p}: id {v.id} is defined twice (also by xvalues[{self.values[v.id].index}])",
-                               Error.InvalidProgram)
+            raise err(v, f"id {v.id} is defined twice (also by xvalues[{self.values[v.id].index}])",
+                      Error.InvalidProgram)
         dtype = DATATYPES.get(v.datatype)
         if dtype is None or (v.quant is not None and v.datatype in (1, 12)):
             what = f"datatype {v.datatype_name}" + (f" with {v.quant.kind}" if v.quant is not None else "")
-            raise BackendError(f"{p}: {what} is not supported by this backend (supported: "
-                               f"{', '.join(sorted(_dt_name(d) for d in DATATYPES))})", Error.NotSupported)
+            raise err(v, f"{what} is not supported by this backend (supported: "
+                         f"{', '.join(sorted(_dt_name(d) for d in DATATYPES))})", Error.NotSupported)
         if v.dq_datatype and v.dq_datatype not in DATATYPES:
-            raise BackendError(f"{p}: dq_datatype {_dt_name(v.dq_datatype)} (dynamic quantization) is not supported "
-                               "by this backend", Error.NotSupported)
-        shape = tuple(int(d) for d in v.dims)
+            raise err(v, f"dq_datatype {_dt_name(v.dq_datatype)} (dynamic quantization) is not supported by this "
+                         "backend", Error.NotSupported)
+        shape = tuple(map(int, v.dims))
         if v.is_input and v.external_id in self.input_shapes:
-            given = tuple(int(d) for d in self.input_shapes[v.external_id])
+            given = tuple(map(int, self.input_shapes[v.external_id]))
             if len(given) != len(shape):
-                raise BackendError(f"{p}: external input {v.external_id} has {len(shape)} dims {list(shape)}, got "
-                                   f"{len(given)} dims {list(given)}", Error.InvalidArgument)
+                raise err(v, f"external input {v.external_id} has {len(shape)} dims {list(shape)}, got "
+                             f"{len(given)} dims {list(given)}", Error.InvalidArgument)
             shape = given
         if math.prod(shape) * dtype.itemsize > MAX_WORKSPACE_BYTES:
-            raise BackendError(f"{p}: dims {list(shape)} hold more than {MAX_WORKSPACE_BYTES} bytes (corrupt dims?)",
-                               Error.MemoryAllocationFailed)
+            raise err(v, f"dims {list(shape)} hold more than {MAX_WORKSPACE_BYTES} bytes (corrupt dims?)",
+                      Error.MemoryAllocationFailed)
         if v.flags & ~0x3:
-            raise BackendError(f"{p}: flags {v.flags:#x} hold bits other than EXTERNAL_INPUT/EXTERNAL_OUTPUT",
-                               Error.InvalidProgram)
+            raise err(v, f"flags {v.flags:#x} hold bits other than EXTERNAL_INPUT/EXTERNAL_OUTPUT", Error.InvalidProgram)
         external = -1
         if v.flags:
             if v.external_id >= self.graph.num_externs:
-                raise BackendError(f"{p}: external_id {v.external_id} is not below num_externs "
-                                   f"{self.graph.num_externs}", Error.InvalidProgram)
+                raise err(v, f"external_id {v.external_id} is not below num_externs {self.graph.num_externs}",
+                          Error.InvalidProgram)
             if v.constant_buffer_idx:
-                raise BackendError(f"{p}: an external value can't be a constant", Error.InvalidProgram)
+                raise err(v, "an external value can't be a constant", Error.InvalidProgram)
             external = v.external_id
         self.values[v.id] = v
         if v.constant_buffer_idx:
             raw = constant_bytes(self.graph, v, self.named_data, self.where)
             need = math.prod(shape) * dtype.itemsize
             if len(raw) < need:
-                raise BackendError(f"{p}: constant {v.constant_buffer_idx} holds {len(raw)} bytes, dims {list(shape)} "
-                                   f"of {v.datatype_name} need {need}", Error.InvalidProgram)
+                raise err(v, f"constant {v.constant_buffer_idx} holds {len(raw)} bytes, dims {list(shape)} of "
+                             f"{v.datatype_name} need {need}", Error.InvalidProgram)
             arr = np.frombuffer(raw, dtype=dtype, count=math.prod(shape)).reshape(shape)
             if arr.flags.writeable:
                 arr = arr.view()
