@@ -342,6 +342,21 @@ def test_segments_and_named_data_decode_the_same_on_the_fast_path_or_fall_back(n
     assert _reader._loads(data, Limits(), True) == _reader._loads(data, Limits(), False)
     rng = np.random.default_rng(7)
     refused = same = 0
+    native = _reader._native_decode
+    if native is not None:  # the C decoder reads both tables of the unmutated program
+        seen: list[str] = []
+
+        class Spy:
+            def __getattr__(self, kind: str):  # noqa: ANN204
+                seen.append(kind)
+                return getattr(native, kind)
+
+        _reader._native_decode = Spy()
+        try:
+            assert _reader._loads(data, Limits(), True) == _reader._loads(data, Limits(), False)
+        finally:
+            _reader._native_decode = native
+        assert {"segments", "named_data"} <= set(seen)
     for _ in range(600):
         bad = bytearray(data)
         for pos in rng.choice(places, size=int(rng.integers(1, 3))):
@@ -349,6 +364,15 @@ def test_segments_and_named_data_decode_the_same_on_the_fast_path_or_fall_back(n
         outcome = _compare_paths(bytes(bad))
         refused += outcome == "refused"
         same += outcome == "same"
+        if native is not None:  # the C decoder's segments and named data: as the Python fast path's
+            with_c = _decode(bytes(bad), True)
+            _reader._native_decode = None
+            try:
+                python = _decode(bytes(bad), True)
+            finally:
+                _reader._native_decode = native
+            assert isinstance(with_c, type) == isinstance(python, type)
+            assert isinstance(with_c, type) or with_c == python
     assert refused > 50 and same > 50
 
 

@@ -676,10 +676,46 @@ PyDoc_STRVAR(instructions_doc,
 
 static PyObject *instructions(PyObject *Py_UNUSED(self), PyObject *args) { return decode(args, instruction); }
 
+/* A DataSegment table: (offset, size), 0 where absent (_fast_fields with _SEGMENT_LAYOUT). */
+static PyObject *segment(Ctx *c, int64_t pos) {
+    static const uint8_t sizes[2] = {8, 8};
+    Tab t;
+    uint32_t o[2];
+    if (table(c, pos, &t) < 0 || layout(c, &t, 2, sizes, o) < 0) return NULL;
+    const uint64_t off = o[0] ? rd_u64(c->b + pos + o[0]) : 0, size = o[1] ? rd_u64(c->b + pos + o[1]) : 0;
+    return Py_BuildValue("(KK)", (unsigned long long)off, (unsigned long long)size);
+}
+
+/* A NamedData table: (key, segment_index), the index 0 where absent; no key falls back
+ * (_loads' fast path with _NAMED_DATA_LAYOUT). */
+static PyObject *named(Ctx *c, int64_t pos) {
+    static const uint8_t sizes[2] = {4, 4};
+    Tab t;
+    uint32_t o[2];
+    if (table(c, pos, &t) < 0 || layout(c, &t, 2, sizes, o) < 0 || !o[0]) return NULL;
+    PyObject *key = string(c, pos + o[0]);
+    if (key == NULL) return NULL;
+    return Py_BuildValue("(Nk)", key, (unsigned long)(o[1] ? rd_u32(c->b + pos + o[1]) : 0));
+}
+
+PyDoc_STRVAR(segments_doc,
+             "segments(buf, end, start, n) -> (tuple of (offset, size), objects spent) | None\n\n"
+             "The program's DataSegment tables of a vector of n offsets at start, as _loads' fast path reads them.");
+
+static PyObject *segments(PyObject *Py_UNUSED(self), PyObject *args) { return decode(args, segment); }
+
+PyDoc_STRVAR(named_data_doc,
+             "named_data(buf, end, start, n) -> (tuple of (key, segment_index), objects spent) | None\n\n"
+             "The program's NamedData tables of a vector of n offsets at start, as _loads' fast path reads them.");
+
+static PyObject *named_data(PyObject *Py_UNUSED(self), PyObject *args) { return decode(args, named); }
+
 static PyMethodDef methods[] = {
     {"setup", setup, METH_VARARGS, setup_doc},
     {"evalues", evalues, METH_VARARGS, evalues_doc},
     {"instructions", instructions, METH_VARARGS, instructions_doc},
+    {"segments", segments, METH_VARARGS, segments_doc},
+    {"named_data", named_data, METH_VARARGS, named_data_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1103,6 +1103,19 @@ def _fast_tables(r: _FlatReader, f: _Fast, t: _Table, slot: int) -> list[tuple[i
     return f.tables(start, n)
 
 
+def _fast_items(r: _FlatReader, f: _Fast, t: _Table, slot: int, kind: str) -> tuple | None:
+    """The items of vector field ``slot`` of the root table ``t`` decoded by the C extension
+    (``kind``: "segments" or "named_data", as the Python fast path below reads them); None
+    where it is not built."""
+    p = r._field(t, slot, 4, "program")
+    if not p:
+        return ()
+    if _native_decode is None or not hasattr(_native_decode, kind) or f.buf.format != "B" or not f.buf.c_contiguous:
+        return None
+    start, n = f.vector(p, 4)
+    return f.in_c(kind, start, n)
+
+
 def _fast_fields(buf: memoryview, pos: int, vt: _VTable, layout: tuple[tuple[int, int], ...],
                  unpack: Callable[..., tuple]) -> tuple[int, ...]:
     """The scalar fields of one table by ``layout`` (0 where absent), all read by ``unpack``."""
@@ -1148,7 +1161,9 @@ def _loads(data: bytes | bytearray | memoryview, limits: Limits, fast: bool) -> 
     segs = []
     seg_end = n if not segment_data_size else segment_base + segment_data_size
     if f is not None:  # an XNNPACK program has hundreds of segments and named data: path-free
-        pairs = [_fast_fields(fb, pos, vt, _SEGMENT_LAYOUT, _u64) for pos, vt in _fast_tables(r, f, t, 4)]
+        pairs = _fast_items(r, f, t, 4, "segments")
+        if pairs is None:
+            pairs = [_fast_fields(fb, pos, vt, _SEGMENT_LAYOUT, _u64) for pos, vt in _fast_tables(r, f, t, 4)]
     else:
         pairs = [(r.u64(st, 0, sp + ".offset"), r.u64(st, 1, sp + ".size")) for st, sp in r.tables(t, 4, "segments") or []]
     for i, (off, size) in enumerate(pairs):
@@ -1177,11 +1192,15 @@ def _loads(data: bytes | bytearray | memoryview, limits: Limits, fast: bool) -> 
     cst = r.sub_table(t, 5, "constant_segment")
     named = []
     if f is not None:
-        for pos, vt in _fast_tables(r, f, t, 7):
-            o_key, o_seg = vt.layout(_NAMED_DATA_LAYOUT)
-            if not o_key:
-                raise _Fallback  # the checked path names it
-            named.append(S.NamedData(f.string(pos + o_key), _u32(fb, pos + o_seg)[0] if o_seg else 0))
+        keyed = _fast_items(r, f, t, 7, "named_data")
+        if keyed is not None:
+            named = [S.NamedData(key, seg) for key, seg in keyed]
+        else:
+            for pos, vt in _fast_tables(r, f, t, 7):
+                o_key, o_seg = vt.layout(_NAMED_DATA_LAYOUT)
+                if not o_key:
+                    raise _Fallback  # the checked path names it
+                named.append(S.NamedData(f.string(pos + o_key), _u32(fb, pos + o_seg)[0] if o_seg else 0))
     else:
         for nt, np_ in r.tables(t, 7, "named_data") or []:
             key = r.string(nt, 0, np_ + ".key")
