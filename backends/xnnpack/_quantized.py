@@ -262,10 +262,13 @@ _fast_init(QParams)  # built per quantized value at load: through its slots, not
 
 
 def _qparams(c: Compiler, t: TensorInfo, role: str) -> QParams:
-    cache: dict[int, QParams] = c.__dict__.setdefault("_qparams", {})
+    cache: dict[int, QParams] | None = c.__dict__.get("_qparams")
+    if cache is None:
+        cache = c.__dict__["_qparams"] = {}
     vid = t.value.id
-    if vid in cache:
-        return cache[vid]
+    found = cache.get(vid)
+    if found is not None:
+        return found
     q = t.value.quant
     if q is None:
         raise c.fail(f"{role} (value id {vid}, {t.value.datatype_name}) has no quantization parameters")
