@@ -48,7 +48,7 @@ from orchestra.program._schema import _fast_init
 
 from . import _nodes
 from ._blob import VALUE_FLAG_EXTERNAL_INPUT, VALUE_FLAG_EXTERNAL_OUTPUT, XNode, XValue, constant_bytes
-from ._compile import (LOOKUP_NODE, NODE_BUILDERS, Compiler, Step, TensorInfo, Workspace, register_datatype,
+from ._compile import (LOOKUP_NODE, NODE_BUILDERS, Compiler, Plan, Step, TensorInfo, Workspace, register_datatype,
                        register_node)
 
 __all__ = [
@@ -1070,37 +1070,19 @@ def _family_tables(c: Compiler, fam: Sequence[tuple[int, ...]]) -> dict[tuple[in
     """The tables of a family of islands (see _lookup_tables), one compile of its float nodes."""
     g, f = c.graph, len(fam)
     rep = fam[0]
-    nodes = tuple(g.nodes[p] for p in rep[1:-1])
     x_id, y_id = g.nodes[rep[0]].fields["output_id"], g.nodes[rep[-1]].fields["input_id"]
-    ids = {v for n in nodes for k, v in n.fields.items() if k.endswith("_id") and type(v) is int}
-    values = []
-    for vid in sorted(ids):
-        v = c.values[vid]
-        if c.infos[vid].const is None:  # constants stay as they are (scalars here)
-            ext, flags = ((0, VALUE_FLAG_EXTERNAL_INPUT) if vid == x_id else
-                          (1, VALUE_FLAG_EXTERNAL_OUTPUT) if vid == y_id else (0, 0))
-            v = XValue(v.index, v.id, v.datatype, (f * 256,), v.constant_buffer_idx, ext, flags, v.dq_datatype,
-                       v.quant)
-        values.append(v)
-    island = dataclasses.replace(g, nodes=nodes, values=tuple(values), num_externs=2, input_ids=(x_id,),
-                                 output_ids=(y_id,))
-    plan = Compiler(island, f"{c.where}: the float islands' lookup tables", c.named_data, lookup=False).compile()
+    plan = _island_plan(c, [g.nodes[p] for p in rep[1:-1]], {x_id: (0, True), y_id: (1, False)}, f * 256)
     xs, ys = np.empty((f, 256), _F32), np.empty((f, 256), _F32)
     codes = np.arange(256, dtype=np.uint8).view(_I8)
     for row, chain in zip(xs, fam):
         p = _qparams(c, c.infos[g.nodes[chain[0]].fields["input_id"]], "input_id")
         c.native.dequantize_qs8(codes, row, 256, p.zero_point, p.tensor_scale)
-    ws = Workspace(plan)
-    for _, slot, shape, _ in plan.inputs:
-        ws.bufs[slot] = xs.reshape(shape)
-    for _, slot, shape, _ in plan.outputs:
-        ws.bufs[slot] = ys.reshape(shape)
-    for step in plan.steps:
-        step(ws.bufs)
+    _run_island(plan, [xs, ys])
     tables: dict[tuple[int, ...], np.ndarray] = {}
     for row, chain in zip(ys, fam):
         table = np.empty(256, np.uint8)
-        c.native.quantize_qs8(row, table.view(_I8), 256, *_to_q8_args(c, c.infos[g.nodes[chain[-1]].fields["output_id"]]))
+        q8 = _to_q8_args(c, c.infos[g.nodes[chain[-1]].fields["output_id"]])
+        c.native.quantize_qs8(row, table.view(_I8), 256, *q8)
         tables[chain] = table
     return tables
 
@@ -1126,31 +1108,40 @@ def _batched_tables(c: Compiler, chains: Sequence[tuple[int, ...]]) -> dict[tupl
         for k, chain in enumerate(batch):
             ends[g.nodes[chain[0]].fields["input_id"]] = (2 * k, True)
             ends[g.nodes[chain[-1]].fields["output_id"]] = (2 * k + 1, False)
-        nodes = tuple(g.nodes[p] for chain in batch for p in chain)
-        ids = {v for n in nodes for k, v in n.fields.items() if k.endswith("_id") and type(v) is int}
-        values = []
-        for vid in sorted(ids):
-            v = c.values[vid]
-            if c.infos[vid].const is None:  # constants stay as they are (scalars here)
-                ext, is_input = ends.get(vid, (0, None))
-                flags = 0 if is_input is None else VALUE_FLAG_EXTERNAL_INPUT if is_input else VALUE_FLAG_EXTERNAL_OUTPUT
-                v = XValue(v.index, v.id, v.datatype, (256,), v.constant_buffer_idx, ext, flags, v.dq_datatype, v.quant)
-            values.append(v)
-        island = dataclasses.replace(g, nodes=nodes, values=tuple(values), num_externs=2 * len(batch),
-                                     input_ids=tuple(g.nodes[ch[0]].fields["input_id"] for ch in batch),
-                                     output_ids=tuple(g.nodes[ch[-1]].fields["output_id"] for ch in batch))
-        plan = Compiler(island, f"{c.where}: the float islands' lookup tables", c.named_data,
-                        lookup=False).compile()
-        ws = Workspace(plan)
+        plan = _island_plan(c, [g.nodes[p] for chain in batch for p in chain], ends, 256)
         ys = np.empty((len(batch), 256), np.uint8)
-        for ext, slot, shape, dtype in plan.inputs:
-            ws.bufs[slot] = np.arange(256, dtype=np.uint8).view(dtype).reshape(shape)
-        for ext, slot, shape, dtype in plan.outputs:
-            ws.bufs[slot] = ys[ext // 2].view(dtype).reshape(shape)
-        for step in plan.steps:
-            step(ws.bufs)
+        _run_island(plan, [a for y in ys for a in (np.arange(256, dtype=np.uint8), y)])
         tables.update(zip(batch, ys))
     return tables
+
+
+def _island_plan(c: Compiler, nodes: Sequence[XNode], ends: dict[int, tuple[int, bool]], elements: int) -> Plan:
+    """``nodes`` of ``c``'s graph compiled as a graph of their own, every non-constant value of
+    ``elements`` elements; ``ends``: value id -> (external id, whether it is an input)."""
+    ids = {v for n in nodes for k, v in n.fields.items() if k.endswith("_id") and type(v) is int}
+    values = []
+    for vid in sorted(ids):
+        v = c.values[vid]
+        if c.infos[vid].const is None:  # constants stay as they are (scalars here)
+            ext, is_input = ends.get(vid, (0, None))
+            flags = 0 if is_input is None else VALUE_FLAG_EXTERNAL_INPUT if is_input else VALUE_FLAG_EXTERNAL_OUTPUT
+            v = XValue(v.index, v.id, v.datatype, (elements,), v.constant_buffer_idx, ext, flags, v.dq_datatype,
+                       v.quant)
+        values.append(v)
+    by_ext = sorted(ends.items(), key=lambda e: e[1][0])
+    island = dataclasses.replace(c.graph, nodes=tuple(nodes), values=tuple(values), num_externs=len(ends),
+                                 input_ids=tuple(vid for vid, (_, inp) in by_ext if inp),
+                                 output_ids=tuple(vid for vid, (_, inp) in by_ext if not inp))
+    return Compiler(island, f"{c.where}: the float islands' lookup tables", c.named_data, lookup=False).compile()
+
+
+def _run_island(plan: Plan, arrays: Sequence[np.ndarray]) -> None:
+    """Runs ``plan`` once with its external value ``e`` in ``arrays[e]`` (seen as its dtype and dims)."""
+    ws = Workspace(plan)
+    for ext, slot, shape, dtype in (*plan.inputs, *plan.outputs):
+        ws.bufs[slot] = arrays[ext].view(dtype).reshape(shape)
+    for step in plan.steps:
+        step(ws.bufs)
 
 
 def _build_lookup(c: Compiler, node: XNode) -> list[Step]:

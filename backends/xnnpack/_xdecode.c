@@ -2,18 +2,18 @@
  * backends/xnnpack/_blob.py over a whole XNNGraph, in C (optional; the Python code is the
  * reference and the fallback).
  *
- * graph(buf, end, root, budget, layouts) decodes the graph's xvalues then its xnodes;
+ * graph(buf, end, root, budget, layouts, makers) decodes the graph's xvalues then its xnodes;
  * constants(buf, end, root, budget, section) its constant_data. Each makes exactly the checks
  * the Python fast path makes (table, vtable and field bounds and alignment, offsets, vector
  * bounds, union tags, dims, null-terminated strict UTF-8 keys, constant ranges) and charges
  * the same object budget (one per table, one per vector element, one per string), and
- * returns plain tuples the caller turns into the schema's objects, with the objects spent:
- *   graph     -> ((value, ...), (node, ...), spent)
+ * returns, with the objects spent:
+ *   graph     -> ((XValue, ...), (XNode, ...), spent), built through the classes' slots from
  *     value  = (id_out, datatype, dims, constant_buffer_idx, external_id, flags, dq_datatype, quant)
  *     quant  = None | (tag, scales, zero_point, channel_dim, scale_buffer_idx, num_scales)
  *              (tag 1 PerChannelQuant, 2 PerTensorQuant)
  *     node   = (tag, field values in layout order, debug_handle, None | (output_min, output_max))
- *   constants -> (((offset, size, named_key or None), ...), spent)
+ *   constants -> (((offset, size, named_key or None), ...), spent), plain tuples
  * or None wherever the Python fast path would raise _Fallback: the caller then decodes the
  * graph on the checked path, whose error names the place. Nothing is read outside buf[0:end].
  */
@@ -426,8 +426,8 @@ static PyObject *make(const Maker *m, PyObject *const *vals) {
     return o;
 }
 
-/* The decoded values and nodes as XValue / XNode (QuantParams) objects, as _blob._decode builds them
- * from the tuples: values[i] = (id, datatype, dims, constant_buffer_idx, external_id, flags, dq_datatype,
+/* The decoded values and nodes as XValue / XNode (QuantParams) objects, as _Fast.value and _Fast.node
+ * make them, from the tuples value() and node() return: values[i] = (id, datatype, dims, constant_buffer_idx, external_id, flags, dq_datatype,
  * None | (tag, scales, zero_point, channel_dim, scale_buffer_idx, num_scales)), nodes[i] = (tag, fields,
  * debug_handle, output_min_max). kinds: the quantization kind names by tag (1, 2); node_types: (name,
  * field names) by tag. Replaces the items of both tuples in place (new tuples, not shared). */
@@ -492,15 +492,15 @@ done:
     return rc;
 }
 
-PyDoc_STRVAR(graph_doc, "graph(buf, end, root, budget, layouts[, makers]) -> ((value, ...), (node, ...), spent) | None\n"
+PyDoc_STRVAR(graph_doc, "graph(buf, end, root, budget, layouts, makers) -> ((XValue, ...), (XNode, ...), spent) | None\n"
                         "makers: ((XValue, fields), (XNode, fields), (QuantParams, fields), quantization kinds by tag, "
-                        "(node type name, field names) by tag): the items as those objects, else as tuples.");
+                        "(node type name, field names) by tag): what the items are built as.");
 
 static PyObject *graph(PyObject *Py_UNUSED(self), PyObject *args) {
-    PyObject *buf, *layouts_obj, *makers = NULL, *kinds = NULL, *node_types = NULL;
+    PyObject *buf, *layouts_obj, *makers, *kinds = NULL, *node_types = NULL;
     unsigned long long end, root;
     long long budget;
-    if (!PyArg_ParseTuple(args, "OKKLO!|O!", &buf, &end, &root, &budget, &PyTuple_Type, &layouts_obj, &PyTuple_Type,
+    if (!PyArg_ParseTuple(args, "OKKLO!O!", &buf, &end, &root, &budget, &PyTuple_Type, &layouts_obj, &PyTuple_Type,
                           &makers))
         return NULL;
     Layouts l;
@@ -515,27 +515,25 @@ static PyObject *graph(PyObject *Py_UNUSED(self), PyObject *args) {
     }
     Maker mk[3] = {{NULL, {NULL}, 0}, {NULL, {NULL}, 0}, {NULL, {NULL}, 0}};
     PyObject *values = NULL, *nodes = NULL, *result = NULL;
-    if (makers) {
-        static const Py_ssize_t nfields[3] = {9, 5, 8};
-        int ok = PyTuple_GET_SIZE(makers) == 5 && PyTuple_Check(kinds = PyTuple_GET_ITEM(makers, 3)) &&
-                 PyTuple_GET_SIZE(kinds) == 2 && PyTuple_Check(node_types = PyTuple_GET_ITEM(makers, 4)) &&
-                 PyTuple_GET_SIZE(node_types) == l.n;
-        for (Py_ssize_t i = 0; ok && i < l.n; i++) {
-            PyObject *t = PyTuple_GET_ITEM(node_types, i);
-            ok = PyTuple_Check(t) && PyTuple_GET_SIZE(t) == 2 && PyTuple_Check(PyTuple_GET_ITEM(t, 1)) &&
-                 PyTuple_GET_SIZE(PyTuple_GET_ITEM(t, 1)) == (Py_ssize_t)strlen(l.layouts[i]);
-        }
-        for (int i = 0; ok && i < 3; i++) {
-            PyObject *pair = PyTuple_GET_ITEM(makers, i);
-            ok = PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) == 2 &&
-                 maker_init(&mk[i], PyTuple_GET_ITEM(pair, 0), PyTuple_GET_ITEM(pair, 1)) == 0 && mk[i].n == nfields[i];
-        }
-        if (!ok) {
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_TypeError, "makers: ((XValue, its 9 fields), (XNode, 5), (QuantParams, 8), "
-                                                 "2 quantization kinds, (node type, field names) per layout)");
-            goto out;
-        }
+    static const Py_ssize_t nfields[3] = {9, 5, 8};
+    int ok = PyTuple_GET_SIZE(makers) == 5 && PyTuple_Check(kinds = PyTuple_GET_ITEM(makers, 3)) &&
+             PyTuple_GET_SIZE(kinds) == 2 && PyTuple_Check(node_types = PyTuple_GET_ITEM(makers, 4)) &&
+             PyTuple_GET_SIZE(node_types) == l.n;
+    for (Py_ssize_t i = 0; ok && i < l.n; i++) {
+        PyObject *t = PyTuple_GET_ITEM(node_types, i);
+        ok = PyTuple_Check(t) && PyTuple_GET_SIZE(t) == 2 && PyTuple_Check(PyTuple_GET_ITEM(t, 1)) &&
+             PyTuple_GET_SIZE(PyTuple_GET_ITEM(t, 1)) == (Py_ssize_t)strlen(l.layouts[i]);
+    }
+    for (int i = 0; ok && i < 3; i++) {
+        PyObject *pair = PyTuple_GET_ITEM(makers, i);
+        ok = PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) == 2 &&
+             maker_init(&mk[i], PyTuple_GET_ITEM(pair, 0), PyTuple_GET_ITEM(pair, 1)) == 0 && mk[i].n == nfields[i];
+    }
+    if (!ok) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "makers: ((XValue, its 9 fields), (XNode, 5), (QuantParams, 8), "
+                                             "2 quantization kinds, (node type, field names) per layout)");
+        goto out;
     }
     Py_buffer view;
     R r;
@@ -545,7 +543,7 @@ static PyObject *graph(PyObject *Py_UNUSED(self), PyObject *args) {
     int bad = opened;
     if (!bad) values = items(&r, &rt, 2, value_item, NULL, &bad);
     if (values) nodes = items(&r, &rt, 1, node_item, &l, &bad);
-    if (nodes && makers && objects(values, nodes, &mk[0], &mk[1], &mk[2], kinds, node_types) < 0) Py_CLEAR(nodes);
+    if (nodes && objects(values, nodes, &mk[0], &mk[1], &mk[2], kinds, node_types) < 0) Py_CLEAR(nodes);
     if (nodes) result = Py_BuildValue("(NNL)", values, nodes, (long long)r.spent);
     else Py_XDECREF(values);
     PyBuffer_Release(&view);

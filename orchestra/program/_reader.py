@@ -377,13 +377,21 @@ class _Fast:
         offs = struct.unpack_from(f"<{n}I", self.buf, start)
         return [self.table(start + 4 * i + o) for i, o in enumerate(offs)]
 
-    def in_c(self, kind: str, start: int, n: int) -> tuple | None:
-        """``self.<kind>(start, n)`` ("evalues" or "instructions") decoded by the C extension;
-        None where it is not built or the buffer is not plain bytes (the Python code then)."""
+    def c_decoder(self, kind: str) -> Callable[..., tuple | None] | None:
+        """The C extension's decoder ``kind``; None where it is not built (or has no such
+        decoder) or the buffer is not plain bytes (the Python code then)."""
         native = _native_decode
         if native is None or self.buf.format != "B" or not self.buf.c_contiguous:
             return None
-        r = getattr(native, kind)(self.buf, self.end, start, n)
+        return getattr(native, kind, None)
+
+    def in_c(self, kind: str, start: int, n: int) -> tuple | None:
+        """``self.<kind>(start, n)`` ("evalues", "instructions", "segments", "named_data") decoded
+        by the C extension; None where ``c_decoder`` has none."""
+        decode = self.c_decoder(kind)
+        if decode is None:
+            return None
+        r = decode(self.buf, self.end, start, n)
         if r is None:
             raise _Fallback
         self.spent += r[1]
@@ -1110,7 +1118,7 @@ def _fast_items(r: _FlatReader, f: _Fast, t: _Table, slot: int, kind: str) -> tu
     p = r._field(t, slot, 4, "program")
     if not p:
         return ()
-    if _native_decode is None or not hasattr(_native_decode, kind) or f.buf.format != "B" or not f.buf.c_contiguous:
+    if f.c_decoder(kind) is None:  # (checked before the vector charges its length)
         return None
     start, n = f.vector(p, 4)
     return f.in_c(kind, start, n)

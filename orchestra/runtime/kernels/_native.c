@@ -3555,8 +3555,8 @@ static PyObject *planes(PyObject *args, int scale, const char *name) {
 
 /* An inference batch norm's per-channel scale and shift for folding into the convolution before it,
  * in float64 as numpy computes them from float32 vectors (each operation rounded on its own: no
- * contraction into fused multiply-adds): scale = gamma / sqrt(var + eps), shift = (b - mean) * scale +
- * beta (gamma, beta, b: 1, 0, 0 where None), each then rounded to float32; whether all are finite. */
+ * contraction into fused multiply-adds): scale = gamma * (1 / sqrt(var + eps)), shift = (b - mean) * scale
+ * + beta (gamma, beta, b: 1, 0, 0 where None), each then rounded to float32; whether every shift is finite. */
 __attribute__((optimize("fp-contract=off"))) static PyObject *py_bn_fold_f32(PyObject *self, PyObject *args) {
     PyObject *objs[3];
     Py_buffer var, mean, so, ho, opt[3];
@@ -3575,16 +3575,14 @@ __attribute__((optimize("fp-contract=off"))) static PyObject *py_bn_fold_f32(PyO
     ok = ok && n_ >= 0 && need(&var, n_, "var") && need(&mean, n_, "mean") && need(&so, n_, "scale") &&
          need(&ho, n_, "shift");
     for (int i = 0; i < 3 && ok; i++) ok = !have[i] || need(&opt[i], n_, names[i]);
-    if (ok && (overlaps(&so, &ho) || overlaps(&so, &var) || overlaps(&so, &mean) || overlaps(&ho, &var) ||
-               overlaps(&ho, &mean))) {
+    const Py_buffer *ins[5] = {&var, &mean, have[0] ? &opt[0] : NULL, have[1] ? &opt[1] : NULL,
+                               have[2] ? &opt[2] : NULL};
+    int overlap = ok && overlaps(&so, &ho);
+    for (int i = 0; i < 5 && ok; i++) overlap |= ins[i] && (overlaps(&so, ins[i]) || overlaps(&ho, ins[i]));
+    if (overlap) {
         PyErr_SetString(PyExc_ValueError, "bn_fold_f32: scale or shift overlaps an operand");
         ok = 0;
     }
-    for (int i = 0; i < 3 && ok; i++)
-        if (have[i] && (overlaps(&so, &opt[i]) || overlaps(&ho, &opt[i]))) {
-            PyErr_SetString(PyExc_ValueError, "bn_fold_f32: scale or shift overlaps an operand");
-            ok = 0;
-        }
     int finite = 1;
     if (ok) {
         const float *v = (const float *)var.buf, *m = (const float *)mean.buf;
@@ -4610,8 +4608,8 @@ static PyMethodDef methods[] = {
      "data scaled per image and channel); out may be x, and overlaps no other operand."},
     {"bn_fold_f32", py_bn_fold_f32, METH_VARARGS,
      "bn_fold_f32(var, mean, gamma|None, beta|None, bias|None, eps, scale, shift, n) -> bool: an inference batch "
-     "norm's float32 (n) vectors folded into scale = gamma / sqrt(var + eps) and shift = (bias - mean) * scale + "
-     "beta, computed in float64 one operation at a time (as numpy does) and rounded to float32; whether every "
+     "norm's float32 (n) vectors folded into scale = gamma * (1 / sqrt(var + eps)) and shift = (bias - mean) * "
+     "scale + beta, computed in float64 one operation at a time (as numpy does) and rounded to float32; whether every "
      "shift is finite."},
     {"scale_planes_f32", py_scale_planes_f32, METH_VARARGS,
      "scale_planes_f32(x, s, out, planes, inner) -> bool: out[i, :] = x[i, :] * s[i] for planes of inner float32; "
