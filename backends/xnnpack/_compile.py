@@ -639,38 +639,50 @@ class Compiler:
         last node touching them, views counted as their source) overlap never overlap in
         memory. Returns (shape, dtype, fill, arena offset or -1 for an own array) per slot
         and the arena's size."""
-        placed: list[tuple[int, int, int, int]] = []  # (offset, end, first, last)
+        buffers, pinned, first = self.buffers, self._pinned, self._first
+        shared = [slot for slot, spec in enumerate(buffers) if spec is not None and slot not in pinned and slot in first]
+        nbytes = [math.prod(buffers[s][0]) * buffers[s][1].itemsize for s in shared]
+        starts, ends = [first[s] for s in shared], [self._last[s] for s in shared]
+        place = _place_python if self.native is None else self.native.arena_place
+        placed, arena = place(nbytes, starts, ends, _ALIGN)
+        offsets = dict(zip(shared, placed))
         layout: list[tuple[tuple[int, ...], np.dtype, float | None, int] | None] = []
-        order = []
-        for slot, spec in enumerate(self.buffers):
-            if spec is None or slot in self._pinned or slot not in self._first:
-                continue
-            order.append((-(math.prod(spec[0]) * spec[1].itemsize), slot))
-        offsets: dict[int, int] = {}
-        alive: dict[int, list[int]] = {}  # node position -> the placed buffers live there
-        for neg, slot in sorted(order):
-            size = (-neg + _ALIGN - 1) // _ALIGN * _ALIGN
-            first, last = self._first[slot], self._last[slot]
-            # the placed buffers whose lifetimes overlap this one's (most lifetimes are a few nodes)
-            near = {j for t in range(first, last + 1) for j in alive.get(t, ())}
-            busy = sorted(placed[j][:2] for j in near)
-            off = 0
-            for o, e in busy:
-                if off + size <= o:
-                    break
-                off = max(off, e)
-            for t in range(first, last + 1):
-                alive.setdefault(t, []).append(len(placed))
-            placed.append((off, off + size, first, last))
-            offsets[slot] = off
-        for slot, spec in enumerate(self.buffers):
+        for slot, spec in enumerate(buffers):
             if spec is None:
                 layout.append(None)
-            elif slot not in self._first and slot not in self._pinned:
+            elif slot not in first and slot not in pinned:
                 layout.append(None)  # never read nor written: no memory
             else:
                 layout.append((spec[0], spec[1], spec[2], offsets.get(slot, -1)))
-        return layout, max((e for _, e, _, _ in placed), default=0)
+        return layout, arena
+
+
+def _place_python(nbytes: list[int], first: list[int], last: list[int], align: int) -> tuple[list[int], int]:
+    """Offsets in one arena for buffers of ``nbytes`` live from node position ``first[i]`` to
+    ``last[i]``: buffers whose lifetimes overlap never overlap in memory. Largest first (ties:
+    lower index), each at the lowest multiple of ``align`` that fits between the overlapping
+    buffers placed before it. Returns (offsets, arena size). The compiled kernels'
+    ``arena_place`` computes the same."""
+    offsets = [0] * len(nbytes)
+    spans: list[tuple[int, int]] = []  # (offset, end) in placement order
+    alive: dict[int, list[int]] = {}  # node position -> the placed buffers live there
+    arena = 0
+    for neg, i in sorted((-b, i) for i, b in enumerate(nbytes)):
+        size = (-neg + align - 1) // align * align
+        f, l_ = first[i], last[i]
+        # the placed buffers whose lifetimes overlap this one's (most lifetimes are a few nodes)
+        near = {j for t in range(f, l_ + 1) for j in alive.get(t, ())}
+        off = 0
+        for o, e in sorted(spans[j] for j in near):
+            if off + size <= o:
+                break
+            off = max(off, e)
+        for t in range(f, l_ + 1):
+            alive.setdefault(t, []).append(len(spans))
+        spans.append((off, off + size))
+        offsets[i] = off
+        arena = max(arena, off + size)
+    return offsets, arena
 
 
 _ALIGN = 64

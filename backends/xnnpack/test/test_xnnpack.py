@@ -384,3 +384,53 @@ def test_inspect_reports_an_invalid_blob_without_failing(tmp_path: pathlib.Path,
     bad.write_bytes(_patched("xnnpack_convnet", 2, 201))
     assert _cli.main(["inspect", str(bad)]) == 0
     assert "invalid: " in capsys.readouterr().out
+
+
+# -- arena layout -------------------------------------------------------------------------------
+def _random_buffers(rng: np.random.Generator, n: int, positions: int) -> tuple[list[int], list[int], list[int]]:
+    first = [int(v) for v in rng.integers(0, positions, n)]
+    # mostly short lifetimes (a few nodes), some that span much of the graph
+    last = [f + int(rng.integers(0, 4) if rng.random() < 0.8 else rng.integers(0, positions)) for f in first]
+    sizes = rng.choice([0, 1, 63, 64, 65, 4096, 150528, 602112], n)  # repeats: ties in size
+    nbytes = [int(s) if rng.random() < 0.7 else int(rng.integers(0, 1 << 20)) for s in sizes]
+    return nbytes, first, last
+
+
+def test_compiled_arena_placement_equals_the_python_one_and_never_overlaps_live_buffers() -> None:
+    from orchestra.backends.xnnpack._compile import _ALIGN, _place_python
+    from orchestra.runtime.kernels import compiled
+
+    native = compiled()
+    if native is None:
+        pytest.skip("the compiled kernels are not built")
+    rng = np.random.default_rng(7)
+    cases = [([], [], []), ([5], [0], [0]), ([10, 10, 10], [0, 0, 0], [0, 0, 0])]
+    cases += [_random_buffers(rng, int(rng.integers(1, 300)), int(rng.integers(1, 200))) for _ in range(300)]
+    for nbytes, first, last in cases:
+        offs, arena = native.arena_place(nbytes, first, last, _ALIGN)
+        assert (offs, arena) == _place_python(nbytes, first, last, _ALIGN)
+        ends = [o + -(-b // _ALIGN) * _ALIGN for o, b in zip(offs, nbytes)]
+        assert all(o % _ALIGN == 0 for o in offs) and arena == max(ends, default=0)
+        for i in range(len(nbytes)):
+            for j in range(i):
+                if first[i] <= last[j] and first[j] <= last[i] and nbytes[i] and nbytes[j]:
+                    assert ends[i] <= offs[j] or ends[j] <= offs[i], (i, j)
+
+
+def test_compiled_arena_placement_refuses_bad_input() -> None:
+    from orchestra.runtime.kernels import compiled
+
+    native = compiled()
+    if native is None:
+        pytest.skip("the compiled kernels are not built")
+    for args, match in [(([1, 2], [0], [0, 1], 64), "first must be a list of 2"),
+                        (([-1], [0], [0], 64), "nbytes.0. is -1"),
+                        (([8], [3], [2], 64), "ends .2. before it starts .3."),
+                        (([8], [0], [0], 48), "power of two"),
+                        (([8], [0], [1 << 62], 64), "out of range")]:
+        with pytest.raises(ValueError, match=match):
+            native.arena_place(*args)
+    with pytest.raises(TypeError):
+        native.arena_place((8,), [0], [0], 64)
+    with pytest.raises(TypeError):
+        native.arena_place([8.0], [0], [0], 64)

@@ -3553,6 +3553,184 @@ static PyObject *planes(PyObject *args, int scale, const char *name) {
     Py_RETURN_NONE;
 }
 
+/* ---- arena placement of buffers with lifetimes (load time) ----
+ * Buffer i (nbytes[i], live from node position first[i] to last[i], both included) gets an offset
+ * in one arena such that two buffers whose lifetimes overlap never overlap in memory. Buffers are
+ * placed largest first (ties: lower index first), each at the lowest offset, a multiple of
+ * ``align``, that fits between the buffers placed before it whose lifetimes overlap its own
+ * (first fit over them sorted by offset): the XNNPACK compiler's _layout, whose Python form
+ * (_place_python) gives the same offsets. */
+typedef struct {
+    Py_ssize_t nbytes;
+    Py_ssize_t index;
+} place_key;
+
+static int place_key_cmp(const void *a, const void *b) {
+    const place_key *x = a, *y = b;
+    if (x->nbytes != y->nbytes) return x->nbytes > y->nbytes ? -1 : 1; /* larger first */
+    return x->index < y->index ? -1 : (x->index > y->index);
+}
+
+typedef struct {
+    Py_ssize_t off, end;
+} place_span;
+
+static int place_span_cmp(const void *a, const void *b) {
+    const place_span *x = a, *y = b;
+    if (x->off != y->off) return x->off < y->off ? -1 : 1;
+    return x->end < y->end ? -1 : (x->end > y->end);
+}
+
+/* items of a list of n ints >= lo (n: the first list's length, or -1 to take it) into out; 0 with an
+ * exception set when one is not */
+static int place_ints(PyObject *list, Py_ssize_t n, Py_ssize_t lo, Py_ssize_t *out, const char *what) {
+    if (!PyList_Check(list) || PyList_GET_SIZE(list) != n) {
+        PyErr_Format(PyExc_ValueError, "arena_place: %s must be a list of %zd ints", what, n);
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t v = PyLong_AsSsize_t(PyList_GET_ITEM(list, i));
+        if (v == -1 && PyErr_Occurred()) return 0;
+        if (v < lo) {
+            PyErr_Format(PyExc_ValueError, "arena_place: %s[%zd] is %zd (below %zd)", what, i, v, lo);
+            return 0;
+        }
+        out[i] = v;
+    }
+    return 1;
+}
+
+static PyObject *py_arena_place(PyObject *self, PyObject *args) {
+    PyObject *nb_obj, *first_obj, *last_obj;
+    Py_ssize_t align;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!O!n", &PyList_Type, &nb_obj, &PyList_Type, &first_obj, &PyList_Type, &last_obj,
+                          &align))
+        return NULL;
+    if (align < 1 || align > (1 << 20) || (align & (align - 1))) {
+        PyErr_SetString(PyExc_ValueError, "arena_place: align must be a power of two up to 2**20");
+        return NULL;
+    }
+    const Py_ssize_t n = PyList_GET_SIZE(nb_obj);
+    if (n >= INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "arena_place: too many buffers");
+        return NULL;
+    }
+    PyObject *result = NULL, *offs = NULL;
+    Py_ssize_t *nbytes = NULL, *first = NULL, *last = NULL, *start = NULL, *fill = NULL, *off = NULL, *end = NULL;
+    int32_t *alive = NULL, *seen = NULL, *near = NULL;
+    place_key *order = NULL;
+    place_span *busy = NULL;
+    const Py_ssize_t cells = n ? n : 1;
+    nbytes = PyMem_Malloc(cells * sizeof *nbytes);
+    first = PyMem_Malloc(cells * sizeof *first);
+    last = PyMem_Malloc(cells * sizeof *last);
+    off = PyMem_Malloc(cells * sizeof *off);
+    end = PyMem_Malloc(cells * sizeof *end);
+    order = PyMem_Malloc(cells * sizeof *order);
+    busy = PyMem_Malloc(cells * sizeof *busy);
+    seen = PyMem_Malloc(cells * sizeof *seen);
+    near = PyMem_Malloc(cells * sizeof *near);
+    if (!nbytes || !first || !last || !off || !end || !order || !busy || !seen || !near) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (!place_ints(nb_obj, n, 0, nbytes, "nbytes") || !place_ints(first_obj, n, 0, first, "first") ||
+        !place_ints(last_obj, n, 0, last, "last"))
+        goto done;
+    /* node positions 0..npos-1; each position's list of the placed buffers live there, in one flat
+     * array (the lifetimes' total length) */
+    Py_ssize_t npos = 0, total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (last[i] < first[i]) {
+            PyErr_Format(PyExc_ValueError, "arena_place: buffer %zd's lifetime ends (%zd) before it starts (%zd)", i,
+                         last[i], first[i]);
+            goto done;
+        }
+        if (last[i] >= PY_SSIZE_T_MAX / 2 || nbytes[i] > PY_SSIZE_T_MAX / 4) {
+            PyErr_Format(PyExc_ValueError, "arena_place: buffer %zd is out of range", i);
+            goto done;
+        }
+        if (last[i] + 1 > npos) npos = last[i] + 1;
+        total += last[i] - first[i] + 1;
+        if (total >= INT32_MAX) {
+            PyErr_SetString(PyExc_ValueError, "arena_place: the lifetimes are too long");
+            goto done;
+        }
+    }
+    start = PyMem_Calloc((size_t)npos + 1, sizeof *start);
+    fill = PyMem_Calloc((size_t)npos + 1, sizeof *fill);
+    alive = PyMem_Malloc((size_t)(total ? total : 1) * sizeof *alive);
+    if (!start || !fill || !alive) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        for (Py_ssize_t t = first[i]; t <= last[i]; t++) start[t + 1]++;
+    for (Py_ssize_t t = 0; t < npos; t++) start[t + 1] += start[t];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        order[i].nbytes = nbytes[i];
+        order[i].index = i;
+        seen[i] = -1;
+    }
+    qsort(order, (size_t)n, sizeof *order, place_key_cmp);
+    Py_ssize_t arena = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        const Py_ssize_t i = order[k].index;
+        const Py_ssize_t size = (nbytes[i] + align - 1) / align * align;
+        Py_ssize_t m = 0;
+        for (Py_ssize_t t = first[i]; t <= last[i]; t++)
+            for (Py_ssize_t q = 0; q < fill[t]; q++) {
+                const int32_t j = alive[start[t] + q];
+                if (seen[j] != (int32_t)k) {
+                    seen[j] = (int32_t)k;
+                    near[m++] = j;
+                }
+            }
+        for (Py_ssize_t q = 0; q < m; q++) {
+            busy[q].off = off[near[q]];
+            busy[q].end = end[near[q]];
+        }
+        qsort(busy, (size_t)m, sizeof *busy, place_span_cmp);
+        Py_ssize_t o = 0;
+        for (Py_ssize_t q = 0; q < m; q++) {
+            if (o + size <= busy[q].off) break;
+            if (busy[q].end > o) o = busy[q].end;
+        }
+        if (o > PY_SSIZE_T_MAX / 2 - size) {
+            PyErr_SetString(PyExc_OverflowError, "arena_place: the arena's size overflows");
+            goto done;
+        }
+        off[i] = o;
+        end[i] = o + size;
+        if (end[i] > arena) arena = end[i];
+        for (Py_ssize_t t = first[i]; t <= last[i]; t++) alive[start[t] + fill[t]++] = (int32_t)i;
+    }
+    offs = PyList_New(n);
+    if (!offs) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = PyLong_FromSsize_t(off[i]);
+        if (!v) goto done;
+        PyList_SET_ITEM(offs, i, v);
+    }
+    result = Py_BuildValue("(On)", offs, arena);
+done:
+    Py_XDECREF(offs);
+    PyMem_Free(nbytes);
+    PyMem_Free(first);
+    PyMem_Free(last);
+    PyMem_Free(off);
+    PyMem_Free(end);
+    PyMem_Free(order);
+    PyMem_Free(busy);
+    PyMem_Free(seen);
+    PyMem_Free(near);
+    PyMem_Free(start);
+    PyMem_Free(fill);
+    PyMem_Free(alive);
+    return result;
+}
+
 /* An inference batch norm's per-channel scale and shift for folding into the convolution before it,
  * in float64 as numpy computes them from float32 vectors (each operation rounded on its own: no
  * contraction into fused multiply-adds): scale = gamma * (1 / sqrt(var + eps)), shift = (b - mean) * scale
@@ -4606,6 +4784,11 @@ static PyMethodDef methods[] = {
     {"mul_rows_f32", py_mul_rows_f32, METH_VARARGS,
      "mul_rows_f32(x, s, out, N, P, C): out[n, p, c] = x[n, p, c] * s[n, c] for x (N, P, C) float32 (channels-last "
      "data scaled per image and channel); out may be x, and overlaps no other operand."},
+    {"arena_place", py_arena_place, METH_VARARGS,
+     "arena_place(nbytes, first, last, align) -> (offsets, arena): offsets (lists of ints, one per buffer) in one "
+     "arena such that buffers whose lifetimes [first, last] (node positions) overlap never overlap in memory: "
+     "largest first (ties: lower index), each at the lowest multiple of align that fits between the overlapping "
+     "buffers placed before it; arena: the end of the last byte used."},
     {"bn_fold_f32", py_bn_fold_f32, METH_VARARGS,
      "bn_fold_f32(var, mean, gamma|None, beta|None, bias|None, eps, scale, shift, n) -> bool: an inference batch "
      "norm's float32 (n) vectors folded into scale = gamma * (1 / sqrt(var + eps)) and shift = (bias - mean) * "
