@@ -20,8 +20,9 @@ from __future__ import annotations
 import dataclasses
 import struct
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from orchestra.errors import BackendError, Error, OrchestraError
@@ -535,6 +536,11 @@ _U32, _F32, _I32, _I16 = (4, _u32v, 0), (4, _f32, 0.0), (4, _i32s, 0), (2, _i16,
 _VALUE_LAYOUT = (_I16, _U32, None, _U32, _U32, _U32, _U32, _I16)
 # PerTensorQuant: scale, zero_point.
 _PER_TENSOR_LAYOUT = (_F32, _I32)
+# Per node type: (the value-id fields its node reads, those it writes), in layout order.
+NODE_VALUE_FIELDS: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = MappingProxyType({
+    name: (tuple(f for f, _ in layout if f.endswith("_id") and not f.startswith("output")),
+           tuple(f for f, _ in layout if f.endswith("_id") and f.startswith("output")))
+    for name, layout in NODE_TYPES})
 _NODE_LAYOUTS = tuple((name, tuple(f for f, _ in layout),
                        tuple({"u": _U32, "f": _F32, "i": _I32}.get(kind) for _, kind in layout))
                       for name, layout in NODE_TYPES)

@@ -28,7 +28,7 @@ from orchestra.errors import BackendError, Error
 from orchestra.program._schema import _fast_init
 from orchestra.runtime import kernels
 
-from ._blob import INVALID_ID, XGraph, XNode, XValue, constant_bytes
+from ._blob import INVALID_ID, NODE_VALUE_FIELDS, VALUE_FLAG_EXTERNAL_INPUT, XGraph, XNode, XValue, constant_bytes
 
 __all__ = [
     "DATATYPES",
@@ -313,8 +313,10 @@ class Compiler:
         if v.dq_datatype and v.dq_datatype not in DATATYPES:
             raise err(v, f"dq_datatype {_dt_name(v.dq_datatype)} (dynamic quantization) is not supported by this "
                          "backend", Error.NotSupported)
-        shape = tuple(map(int, v.dims))
-        if v.is_input and v.external_id in self.input_shapes:
+        shape = v.dims  # the decoders' tuple of ints
+        if type(shape) is not tuple:
+            shape = tuple(map(int, shape))
+        if v.flags & VALUE_FLAG_EXTERNAL_INPUT and v.external_id in self.input_shapes:
             given = tuple(map(int, self.input_shapes[v.external_id]))
             if len(given) != len(shape):
                 raise err(v, f"external input {v.external_id} has {len(shape)} dims {list(shape)}, got "
@@ -516,12 +518,16 @@ class Compiler:
         readers: dict[int, list[int]] = {}
         producer: dict[int, int] = {}
         for pos, node in enumerate(nodes):
-            for key, vid in node.fields.items():
-                if key.endswith("_id") and type(vid) is int:
-                    if key.startswith("output"):
-                        producer.setdefault(vid, pos)
-                    else:
-                        readers.setdefault(vid, []).append(pos)
+            f = node.fields
+            ins, outs = _value_fields(node)
+            for key in outs:
+                vid = f.get(key)
+                if type(vid) is int:
+                    producer.setdefault(vid, pos)
+            for key in ins:
+                vid = f.get(key)
+                if type(vid) is int:
+                    readers.setdefault(vid, []).append(pos)
 
         def f32(vid: int, internal: bool = True) -> bool:
             info = self.infos.get(vid)
@@ -612,7 +618,7 @@ class Compiler:
                 if p <= chain[-1]:
                     continue  # (a node reading two of the chain's values comes up twice)
                 n = nodes[p]
-                ins = [v for k, v in n.fields.items() if k.startswith("input") and k.endswith("_id") and type(v) is int]
+                ins = [v for v in map(n.fields.get, _value_fields(n)[0]) if type(v) is int]
                 out = n.fields.get("output_id")
                 if n.type == "XNNConvert":
                     ended = q8(out) and self.infos[out].shape == shape
@@ -700,6 +706,16 @@ _LOOKUP_ELEMENTWISE = frozenset({
     "XNNCos", "XNNTanh", "XNNClamp", "XNNCopy", "XNNReciprocalSquareRoot", "XNNSigmoid", "XNNHardswish", "XNNGelu",
     "XNNELU", "XNNLeakyReLU", "XNNAdd", "XNNSubtract", "XNNMultiply", "XNNDiv", "XNNMinimum", "XNNMaximum",
 })
+
+
+def _value_fields(node: XNode) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the value-id fields ``node`` reads, those it writes): its type's from the node table,
+    else (a node made by hand) its own fields ending in ``_id``."""
+    known = NODE_VALUE_FIELDS.get(node.type)
+    if known is not None:
+        return known
+    ids = [k for k in node.fields if k.endswith("_id")]
+    return tuple(k for k in ids if not k.startswith("output")), tuple(k for k in ids if k.startswith("output"))
 
 
 def _dt_name(d: int) -> str:

@@ -541,7 +541,7 @@ def _bias_steps(c: Compiler, node: XNode, out: TensorInfo, channels: int) -> lis
 
 
 def _check_size(c: Compiler, *values: int) -> None:
-    if any(v > (1 << 24) for v in values):
+    if max(values, default=0) > 1 << 24:
         raise c.fail(f"a kernel, padding, stride or dilation of {max(values)} is out of range")
 
 
