@@ -309,16 +309,20 @@ def _qparams(c: Compiler, t: TensorInfo, role: str) -> QParams:
     else:
         raise c.fail(f"{role} (value id {vid}): {q.kind} quantization is not supported", Error.NotSupported)
     # (a per-tensor scale: the decoded float, which is the float32's value)
-    if p.kind == "PerChannelQuant" and not _finite_positive(p.scale) or (
+    if p.kind == "PerChannelQuant" and not _finite_positive(p.scale, c.native) or (
             p.kind == "PerTensorQuant" and not 0.0 < q.scale[0] < math.inf):
         raise c.fail(f"{role} (value id {vid}): quantization scales must be finite and positive")
     cache[vid] = p
     return p
 
 
-def _finite_positive(a: np.ndarray) -> bool:
+def _finite_positive(a: np.ndarray, native: Any = None) -> bool:
+    """Whether every scale of ``a`` is positive and finite; ``native``: the compiled kernels,
+    which check a C-contiguous float32 array in one pass."""
     if a.size <= 16:  # most: one scale (a loop over a list beats numpy's calls there)
         return all(0.0 < v < math.inf for v in a.tolist())
+    if native is not None and a.dtype == _F32 and a.flags.c_contiguous:
+        return bool(native.positive_finite_f32(a, a.size))
     return bool(a.min() > 0 and a.max() < math.inf)  # a NaN is the min and the max: False
 
 

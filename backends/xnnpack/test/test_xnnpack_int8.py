@@ -155,27 +155,37 @@ def test_corrupt_quantization_parameters_are_rejected() -> None:
 
 
 def test_scale_checks_reject_every_non_finite_or_non_positive_scale() -> None:
-    """_qparams' check of the scales, on both of its paths (a Python loop up to 16 scales, numpy
-    reductions beyond): a NaN (either sign), an infinity, a zero (either sign) or a negative
-    anywhere fails it; the smallest subnormal and the largest float32 pass."""
+    """_qparams' check of the scales, on each of its paths (a Python loop up to 16 scales, numpy
+    reductions beyond, the compiled kernels' one pass over float32): a NaN (either sign), an
+    infinity, a zero (either sign) or a negative anywhere fails it; the smallest subnormal and
+    the largest float32 pass."""
     from orchestra.backends.xnnpack._quantized import _finite_positive
+    from orchestra.runtime.kernels import compiled
 
-    for n in (1, 2, 16, 17, 1000):
-        for dtype in (np.float32, np.float64):
-            good = np.full(n, 0.02, dtype)
-            assert _finite_positive(good)
-            for edge in (1e-45, 3.4028235e38):
-                a = good.copy()
-                a[n // 2] = edge
-                assert _finite_positive(a), (n, edge)
-            for bad in (np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, -0.5, -1e-45):
-                for at in {0, n // 2, n - 1}:
+    for native in {None, compiled()}:
+        for n in (1, 2, 16, 17, 1000):
+            for dtype in (np.float32, np.float64):
+                good = np.full(n, 0.02, dtype)
+                assert _finite_positive(good, native)
+                for edge in (1e-45, 3.4028235e38):
                     a = good.copy()
-                    a[at] = bad
-                    assert not _finite_positive(a), (n, dtype, bad, at)
-        strided = np.full(2 * n, 0.02, np.float32)[::2]  # not contiguous
-        strided[-1] = 0.0
-        assert not _finite_positive(strided)
+                    a[n // 2] = edge
+                    assert _finite_positive(a, native), (n, edge)
+                for bad in (np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, -0.5, -1e-45):
+                    for at in {0, n // 2, n - 1}:
+                        a = good.copy()
+                        a[at] = bad
+                        assert not _finite_positive(a, native), (n, dtype, bad, at)
+            strided = np.full(2 * n, 0.02, np.float32)[::2]  # not contiguous
+            strided[-1] = 0.0
+            assert not _finite_positive(strided, native)
+    native = compiled()
+    if native is not None:
+        a = np.full(40, 0.5, np.float32)
+        a[39] = np.nan
+        assert native.positive_finite_f32(a, 39) and not native.positive_finite_f32(a, 40)
+        with pytest.raises(ValueError, match="fewer than the 41 float32"):
+            native.positive_finite_f32(a, 41)
 
 
 # --------------------------------------------------------------------------- exported in the test

@@ -3553,6 +3553,28 @@ static PyObject *planes(PyObject *args, int scale, const char *name) {
     Py_RETURN_NONE;
 }
 
+/* Whether every one of the first n float32 of x is positive and finite (a NaN is not): a quantized
+ * value's scales, checked once at load. */
+static PyObject *py_positive_finite_f32(PyObject *self, PyObject *args) {
+    Py_buffer x;
+    Py_ssize_t n;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*n", &x, &n)) return NULL;
+    if (!need(&x, n, "x")) {
+        PyBuffer_Release(&x);
+        return NULL;
+    }
+    int ok = 1;
+    const char *p = (const char *)x.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        float v;
+        memcpy(&v, p + i * (Py_ssize_t)sizeof v, sizeof v);
+        ok &= (v > 0.0f) & (v < INFINITY);
+    }
+    PyBuffer_Release(&x);
+    return PyBool_FromLong(ok);
+}
+
 /* ---- arena placement of buffers with lifetimes (load time) ----
  * Buffer i (nbytes[i], live from node position first[i] to last[i], both included) gets an offset
  * in one arena such that two buffers whose lifetimes overlap never overlap in memory. Buffers are
@@ -4784,6 +4806,8 @@ static PyMethodDef methods[] = {
     {"mul_rows_f32", py_mul_rows_f32, METH_VARARGS,
      "mul_rows_f32(x, s, out, N, P, C): out[n, p, c] = x[n, p, c] * s[n, c] for x (N, P, C) float32 (channels-last "
      "data scaled per image and channel); out may be x, and overlaps no other operand."},
+    {"positive_finite_f32", py_positive_finite_f32, METH_VARARGS,
+     "positive_finite_f32(x, n) -> bool: whether each of the first n float32 of x is positive and finite."},
     {"arena_place", py_arena_place, METH_VARARGS,
      "arena_place(nbytes, first, last, align) -> (offsets, arena): offsets (lists of ints, one per buffer) in one "
      "arena such that buffers whose lifetimes [first, last] (node positions) overlap never overlap in memory: "
