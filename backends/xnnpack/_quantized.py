@@ -192,27 +192,36 @@ class AddParams:
 
 
 def _f32_bits(v: float) -> int:
-    return int(np.array(v, _F32).view(np.uint32))
+    """The bits of ``v`` rounded to float32."""
+    return _U32_BOX.unpack(_F32_BOX.pack(v))[0]
 
 
 def _bits_f32(bits: int) -> float:
-    return float(np.array(bits & 0xFFFFFFFF, np.uint32).view(_F32))
+    """The float32 of the low 32 bits of ``bits``."""
+    return _F32_BOX.unpack(_U32_BOX.pack(bits & 0xFFFFFFFF))[0]
+
+
+_U32_BOX = struct.Struct("I")
 
 
 def add_params(a_scale: float, a_zp: int, b_scale: float, b_zp: int, out_scale: float) -> AddParams:
     """``xnn_init_qs8_add_minmax_scalar_params``. Raises ValueError when a scale ratio is
     outside XNNPACK's supported range [2**-10, 2**8)."""
-    a_os = np.float32(a_scale) / np.float32(out_scale)
-    b_os = np.float32(b_scale) / np.float32(out_scale)
-    abs_a, abs_b = abs(float(a_os)), abs(float(b_os))
+    # float32 arithmetic through Python floats (see quantize_bound), bits through struct
+    o = _f32(out_scale)
+    if o == 0.0:
+        raise ValueError("the output scale is 0: input/output scale ratios are outside XNNPACK's range [2**-10, 2**8)")
+    a_os = _f32(_f32(a_scale) / o)
+    b_os = _f32(_f32(b_scale) / o)
+    abs_a, abs_b = abs(a_os), abs(b_os)
     for r in (abs_a, abs_b):
         if not (2.0**-10 <= r < 2.0**8):
             raise ValueError(f"input/output scale ratio {r} is outside XNNPACK's range [2**-10, 2**8)")
-    max_abs = max(abs_a, abs_b)
-    exponent = (_f32_bits(max_abs) >> 23) - 127
+    exponent = (_f32_bits(max(abs_a, abs_b)) >> 23) - 127
     shift = 20 - exponent
-    a_mul = int(np.rint(np.float32(_bits_f32(_f32_bits(abs_a) + (shift << 23)))))
-    b_mul = int(np.rint(np.float32(_bits_f32(_f32_bits(abs_b) + (shift << 23)))))
+    # the ratios times 2**shift (their exponents raised), rounded half to even as rint
+    a_mul = round(_bits_f32(_f32_bits(abs_a) + (shift << 23)))
+    b_mul = round(_bits_f32(_f32_bits(abs_b) + (shift << 23)))
     if a_os < 0:
         a_mul = -a_mul
     if b_os < 0:

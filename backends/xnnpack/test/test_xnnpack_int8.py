@@ -499,6 +499,47 @@ def test_qs8_add_is_within_one_step_of_the_float_sum(sa: float, za: int, sb: flo
     assert (got[exact >= 127.5] == 127).all() and (got[exact <= -128.5] == -128).all()
 
 
+def _add_params_numpy(a_scale: float, a_zp: int, b_scale: float, b_zp: int, out_scale: float) -> tuple[int, ...]:
+    """xnn_init_qs8_add_minmax_scalar_params in numpy float32 scalars (the reference add_params'
+    Python-float arithmetic must equal)."""
+    bits = lambda v: int(np.array(v, np.float32).view(np.uint32))  # noqa: E731
+    from_bits = lambda b: float(np.array(b & 0xFFFFFFFF, np.uint32).view(np.float32))  # noqa: E731
+    with np.errstate(all="ignore"):
+        a_os, b_os = np.float32(a_scale) / np.float32(out_scale), np.float32(b_scale) / np.float32(out_scale)
+    abs_a, abs_b = abs(float(a_os)), abs(float(b_os))
+    if not all(2.0**-10 <= r < 2.0**8 for r in (abs_a, abs_b)):
+        raise ValueError("out of range")
+    shift = 20 - ((bits(max(abs_a, abs_b)) >> 23) - 127)
+    a_mul = int(np.rint(np.float32(from_bits(bits(abs_a) + (shift << 23))))) * (-1 if a_os < 0 else 1)
+    b_mul = int(np.rint(np.float32(from_bits(bits(abs_b) + (shift << 23))))) * (-1 if b_os < 0 else 1)
+    return a_mul, b_mul, (1 << (shift - 1)) - a_mul * a_zp - b_mul * b_zp, shift
+
+
+def test_add_params_equal_numpy_float32_arithmetic() -> None:
+    rng = np.random.default_rng(11)
+    cases = [(float(np.float32(a)), int(za), float(np.float32(b)), int(zb), float(np.float32(o)))
+             for (a, b, o), (za, zb) in zip(10.0 ** rng.uniform(-5, 1, (20_000, 3)), rng.integers(-128, 128, (20_000, 2)))]
+    f32 = lambda v: float(np.float32(v))  # noqa: E731
+    for o in (1.0, 0.37, 3e-3):  # ratios at and next to the range's ends, and exact halves after the shift
+        for r in (2.0**-10, 2.0**8, f32(2.0**8 * (1 - 2**-24)), f32(2.0**-10 * (1 - 2**-24)), 1.5, 0.75 + 2**-22):
+            cases += [(f32(r * o), 5, f32(0.5 * o), -7, o), (-f32(r * o), -128, f32(r * o), 127, o)]
+    valid = 0
+    for a, za, b, zb, o in cases:
+        try:
+            want = _add_params_numpy(a, za, b, zb, o)
+        except ValueError:
+            with pytest.raises(ValueError, match="outside XNNPACK's range"):
+                Q.add_params(a, za, b, zb, o)
+            continue
+        p = Q.add_params(a, za, b, zb, o)
+        assert (p.a_multiplier, p.b_multiplier, p.bias, p.shift) == want, (a, za, b, zb, o)
+        valid += 1
+    assert valid > 5_000
+    for bad in (0.0, math.nan, math.inf):
+        with pytest.raises(ValueError, match="outside XNNPACK's range"):
+            Q.add_params(0.1, 0, 0.1, 0, bad)
+
+
 def test_qs8_add_rejects_unsupported_scale_ratios() -> None:
     with pytest.raises(ValueError, match="outside XNNPACK's range"):
         Q.add_params(1.0, 0, 1.0, 0, 1e-4)
