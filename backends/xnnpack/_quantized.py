@@ -152,6 +152,16 @@ def requantization_scale(input_scale: float, filter_scales: np.ndarray, output_s
     return np.divide(np.multiply(np.asarray(filter_scales, _F32), np.float32(input_scale)), np.float32(output_scale))
 
 
+def _requant_scale(c: Compiler, input_scale: float, filter_scales: np.ndarray, output_scale: float) -> np.ndarray:
+    """:func:`requantization_scale`, prepacked: by the compiled kernels' one pass where they are
+    built (the same float32 operations)."""
+    if c.native is None or filter_scales.dtype != _F32 or not filter_scales.flags.c_contiguous:
+        return c.prepacked(requantization_scale(input_scale, filter_scales, output_scale))
+    out = np.empty(filter_scales.shape, _F32)
+    c.native.qs8_requant_scale(filter_scales, filter_scales.size, input_scale, output_scale, out)
+    return c.prepacked(out)
+
+
 def _f32(v: float) -> float:
     """``v`` rounded to float32 (to nearest even; beyond float32's range, infinite)."""
     try:
@@ -421,7 +431,7 @@ def _requant_step(c: Compiler, node: XNode, x: QParams, w: QParams, out: TensorI
     """Adds the int32 bias (float64) to the exact accumulators in ``acc_slot`` (``k``-long
     dot products) and requantizes them into ``out`` (qint8)."""
     op = _qs8(c, out, "output_id")
-    scale = c.prepacked(requantization_scale(x.tensor_scale, w.scale, op.tensor_scale))
+    scale = _requant_scale(c, x.tensor_scale, w.scale, op.tensor_scale)
     lo, hi = _out_bounds(c, node, op)
     zp, o = op.zero_point, out.slot
     lo_f, hi_f = np.float32(lo - zp), np.float32(hi - zp)
@@ -468,7 +478,7 @@ def _requant_args(c: Compiler, node: XNode, x: QParams, w: QParams, out: TensorI
                   ) -> tuple[np.ndarray | None, np.ndarray, float, float, int]:
     """The compiled requantization's (int32 bias, per-channel scale, lo - zp, hi - zp, zp)."""
     op = _qs8(c, out, "output_id")
-    scale = c.prepacked(requantization_scale(x.tensor_scale, w.scale, op.tensor_scale))
+    scale = _requant_scale(c, x.tensor_scale, w.scale, op.tensor_scale)
     lo, hi = _out_bounds(c, node, op)
     zp = op.zero_point
     b32 = None if bias is None else c.prepacked(bias.astype(np.int32))
@@ -541,7 +551,7 @@ _GEMM_SUM_BOUND = 255 * 128  # the largest |(x - zx) * w| of one term
 
 def _sums_fit(k: int, bias: np.ndarray | None) -> bool:
     """Whether every sum of ``k`` terms (x - zx) * w plus the bias stays inside int32."""
-    top = 0 if bias is None or not bias.size else int(np.abs(bias.astype(np.int64)).max())
+    top = 0.0 if bias is None or not bias.size else float(np.abs(bias).max())  # (float64 holds int32 exactly)
     return _GEMM_SUM_BOUND * k + top < 1 << 31
 
 

@@ -467,6 +467,29 @@ def test_requantization_scale_is_float32_left_to_right() -> None:
     np.testing.assert_array_equal(s, (np.float32(0.1) * np.array([0.02, 0.003], np.float32)) / np.float32(0.07))
 
 
+def test_compiled_requantization_scale_is_bit_equal_to_numpy() -> None:
+    from orchestra.runtime import kernels
+
+    native = kernels.compiled()
+    if native is None:
+        pytest.skip("orchestra's compiled kernels are not built")
+    rng = np.random.default_rng(21)
+    for n in (1, 7, 64, 1000):
+        fs = (10.0 ** rng.uniform(-38, 3, n)).astype(np.float32)
+        fs[: n // 3] = rng.uniform(1e-4, 1e-1, n // 3)  # the usual range, with everything else around it
+        for xs, os_ in [(0.02, 0.05), (1e-30, 1e30), (3e38, 1e-3), (1e-45, 7.0), (0.1, 0.07)]:
+            out = np.empty(n, np.float32)
+            native.qs8_requant_scale(fs, n, xs, os_, out)
+            with np.errstate(all="ignore"):
+                want = Q.requantization_scale(xs, fs, os_)
+            np.testing.assert_array_equal(out.view(np.uint32), want.view(np.uint32))
+    fs = np.full(8, 0.5, np.float32)
+    with pytest.raises(ValueError, match="fewer than the 9 float32"):
+        native.qs8_requant_scale(fs, 9, 1.0, 1.0, np.empty(9, np.float32))
+    with pytest.raises(ValueError, match="overlaps"):
+        native.qs8_requant_scale(fs, 8, 1.0, 1.0, fs)
+
+
 def test_exact_dtype_switches_to_float64_when_float32_sums_could_round() -> None:
     assert Q.exact_dtype(27) == np.float32 and Q.exact_dtype(514) == np.float32
     assert Q.exact_dtype(515) == np.float64 and Q.exact_dtype(3136) == np.float64

@@ -3575,6 +3575,36 @@ static PyObject *py_positive_finite_f32(PyObject *self, PyObject *args) {
     return PyBool_FromLong(ok);
 }
 
+/* XNNPACK's per-channel requantization scale of an int8 convolution or linear layer, in float32 one
+ * operation at a time (as numpy's float32 arrays compute it): out[c] = (fs[c] * in_scale) / out_scale. */
+__attribute__((optimize("fp-contract=off"))) static PyObject *py_qs8_requant_scale(PyObject *self, PyObject *args) {
+    Py_buffer fs, out;
+    Py_ssize_t n;
+    float in_scale, out_scale;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*nffw*", &fs, &n, &in_scale, &out_scale, &out)) return NULL;
+    int ok = need(&fs, n, "filter scales") && need(&out, n, "out");
+    if (ok && overlaps(&fs, &out)) {
+        PyErr_SetString(PyExc_ValueError, "qs8_requant_scale: out overlaps the filter scales");
+        ok = 0;
+    }
+    if (ok) {
+        const char *src = (const char *)fs.buf;
+        char *dst = (char *)out.buf;
+        for (Py_ssize_t c = 0; c < n; c++) {
+            float v;
+            memcpy(&v, src + c * (Py_ssize_t)sizeof v, sizeof v);
+            v = v * in_scale; /* float32 (no contraction: fp-contract is off) */
+            v = v / out_scale;
+            memcpy(dst + c * (Py_ssize_t)sizeof v, &v, sizeof v);
+        }
+    }
+    PyBuffer_Release(&fs);
+    PyBuffer_Release(&out);
+    if (!ok) return NULL;
+    Py_RETURN_NONE;
+}
+
 /* ---- arena placement of buffers with lifetimes (load time) ----
  * Buffer i (nbytes[i], live from node position first[i] to last[i], both included) gets an offset
  * in one arena such that two buffers whose lifetimes overlap never overlap in memory. Buffers are
@@ -4808,6 +4838,9 @@ static PyMethodDef methods[] = {
      "data scaled per image and channel); out may be x, and overlaps no other operand."},
     {"positive_finite_f32", py_positive_finite_f32, METH_VARARGS,
      "positive_finite_f32(x, n) -> bool: whether each of the first n float32 of x is positive and finite."},
+    {"qs8_requant_scale", py_qs8_requant_scale, METH_VARARGS,
+     "qs8_requant_scale(filter_scales, n, in_scale, out_scale, out): out[c] = (filter_scales[c] * in_scale) / "
+     "out_scale for n float32, each operation rounded to float32."},
     {"arena_place", py_arena_place, METH_VARARGS,
      "arena_place(nbytes, first, last, align) -> (offsets, arena): offsets (lists of ints, one per buffer) in one "
      "arena such that buffers whose lifetimes [first, last] (node positions) overlap never overlap in memory: "
