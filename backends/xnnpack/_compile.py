@@ -291,7 +291,7 @@ class Compiler:
         self.prepacked_bytes += array.nbytes
         if self.prepacked_bytes > MAX_PREPACK_BYTES:
             raise self.fail(f"re-laid-out weights exceed {MAX_PREPACK_BYTES} bytes", Error.MemoryAllocationFailed)
-        array.flags.writeable = False
+        array.setflags(write=False)
         return array
 
     def _value_error(self, v: XValue, message: str, code: Error) -> BackendError:
@@ -367,8 +367,14 @@ class Compiler:
         return info
 
     def tensor(self, vid: int, role: str) -> TensorInfo:
-        info = self.info(vid, role)
-        assert info is not None
+        """:meth:`info` of a value the node must have."""
+        info = self.infos.get(vid)
+        if info is None or (info.const is None and vid not in self._written and not info.value.flags & VALUE_FLAG_EXTERNAL_INPUT):
+            got = self.info(vid, role)  # raises naming the reference
+            assert got is not None
+            return got
+        if info.slot >= 0:
+            self._touch(info.slot)
         return info
 
     def output(self, vid: int, role: str = "output_id") -> TensorInfo:
@@ -413,6 +419,8 @@ class Compiler:
     def check_shape(self, out: TensorInfo, shape: tuple[int, ...], role: str = "output") -> TensorInfo:
         """Checks the dims a node computes against its output value's; with dynamic input
         shapes the value takes the computed dims (same rank). Returns the value's info."""
+        if out.shape == shape:  # (the builders' tuples of ints)
+            return out
         shape = tuple(int(d) for d in shape)
         if tuple(out.shape) == shape:
             return out

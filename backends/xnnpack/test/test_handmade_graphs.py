@@ -368,3 +368,33 @@ def test_chained_float_islands_are_lookups_equal_to_their_steps(monkeypatch) -> 
         want = et_helpers.run_executorch(pte, "forward", inputs)
         for a, b, step in zip(got, want, (0.01, 1 / 128)):
             np.testing.assert_allclose(a, b, rtol=0, atol=step * 1.01)
+
+
+def test_nodes_out_of_order_or_reading_undefined_values_fail_naming_the_node() -> None:
+    from orchestra import BackendError
+
+    g = Graph()  # y = sigmoid(t) placed before t = abs(x): t is read before any node writes it
+    x, t, y = g.input((1, 8)), g.tensor((1, 8)), g.output((1, 8))
+    g.node(S.XNNSigmoid(t, y, 0))
+    g.node(S.XNNAbs(x, t, 0))
+    with pytest.raises(BackendError, match=r"xnodes\[0\] \(XNNSigmoid.*reads value id 1 before any node writes it"):
+        load_program(g.program()).load_method("forward")
+    g = Graph()  # an input id no value defines
+    x, y = g.input((1, 8)), g.output((1, 8))
+    g.node(S.XNNAdd(x, 7, y, 0))
+    with pytest.raises(BackendError, match=r"input2_id refers to value id 7, which no XNNGraph.xvalues entry defines"):
+        load_program(g.program()).load_method("forward")
+
+
+def test_the_fusion_planner_reads_value_fields_of_hand_made_nodes() -> None:
+    """Nodes of types the node table lacks (made by hand, not decoded) have their value fields
+    found by name."""
+    from orchestra.backends.xnnpack._blob import NODE_VALUE_FIELDS, XNode
+    from orchestra.backends.xnnpack._compile import _value_fields
+
+    assert NODE_VALUE_FIELDS["XNNConv2d"] == (("input1_id", "filter_id", "bias_id"), ("output_id",))
+    assert NODE_VALUE_FIELDS["XNNConcatenate5"][0] == ("input1_id", "input2_id", "input3_id", "input4_id", "input5_id")
+    known = XNode(0, "XNNAdd", {"input1_id": 1, "input2_id": 2, "output_id": 3, "flags": 0})
+    assert _value_fields(known) == (("input1_id", "input2_id"), ("output_id",))
+    made = XNode(1, "custom.Op", {"input_id": 1, "scale_id": 4, "output_id": 5, "output2_id": 6, "flags": 0})
+    assert _value_fields(made) == (("input_id", "scale_id"), ("output_id", "output2_id"))
