@@ -369,7 +369,8 @@ class Compiler:
     def tensor(self, vid: int, role: str) -> TensorInfo:
         """:meth:`info` of a value the node must have."""
         info = self.infos.get(vid)
-        if info is None or (info.const is None and vid not in self._written and not info.value.flags & VALUE_FLAG_EXTERNAL_INPUT):
+        if info is None or (info.const is None and vid not in self._written
+                            and not info.value.flags & VALUE_FLAG_EXTERNAL_INPUT):
             got = self.info(vid, role)  # raises naming the reference
             assert got is not None
             return got
