@@ -685,11 +685,13 @@ def constant_bytes(graph: XGraph, value: XValue, named_data: Callable[[str], mem
             data = named_data(ref.named_key)
         except OrchestraError as exc:
             raise _fail(p(), f"constant {idx}: {exc.message}", Error.NotFound) from None
-        data = memoryview(data)
+        if type(data) is not memoryview:
+            data = memoryview(data)
         if data.format != "B":
             data = data.cast("B")
         if ref.size > len(data):
             raise _fail(p(), f"constant {idx} (named key {ref.named_key!r}) declares {ref.size} bytes, the named data "
                              f"holds {len(data)}")
-        return data[:ref.size] if ref.size else data
+        # (the program's own view where the constant is the whole entry: no new view to keep alive)
+        return data[:ref.size] if ref.size and ref.size != len(data) else data
     return graph.constant_section[ref.offset:ref.offset + ref.size]
