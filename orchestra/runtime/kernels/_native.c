@@ -3633,8 +3633,7 @@ static int place_span_cmp(const void *a, const void *b) {
     return x->end < y->end ? -1 : (x->end > y->end);
 }
 
-/* items of a list of n ints >= lo (n: the first list's length, or -1 to take it) into out; 0 with an
- * exception set when one is not */
+/* the items of ``list``, a list of n ints each >= lo, into out; 0 with an exception set where it is not */
 static int place_ints(PyObject *list, Py_ssize_t n, Py_ssize_t lo, Py_ssize_t *out, const char *what) {
     if (!PyList_Check(list) || PyList_GET_SIZE(list) != n) {
         PyErr_Format(PyExc_ValueError, "arena_place: %s must be a list of %zd ints", what, n);
@@ -4842,7 +4841,7 @@ static PyMethodDef methods[] = {
      "qs8_requant_scale(filter_scales, n, in_scale, out_scale, out): out[c] = (filter_scales[c] * in_scale) / "
      "out_scale for n float32, each operation rounded to float32."},
     {"arena_place", py_arena_place, METH_VARARGS,
-     "arena_place(nbytes, first, last, align) -> (offsets, arena): offsets (lists of ints, one per buffer) in one "
+     "arena_place(nbytes, first, last, align) -> (offsets, arena): offsets (a list of ints, one per buffer) in one "
      "arena such that buffers whose lifetimes [first, last] (node positions) overlap never overlap in memory: "
      "largest first (ties: lower index), each at the lowest multiple of align that fits between the overlapping "
      "buffers placed before it; arena: the end of the last byte used."},
