@@ -339,8 +339,15 @@ async def test_cancelling_run_loses_no_frame() -> None:
     ex = ThreadExecutor(slow_double)
     try:
         p = Pipeline("c", cam, ex, queue=8, drop="drop_newest", inflight=2)
-        with anyio.move_on_after(0.2):
-            await p.run()
+        # cancelled once frames were processed and more wait (not after a fixed time: a stalled
+        # host once produced a single frame in 0.2 s); the deadline only guards a hung run
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(p.run)
+                while p.accounting().processed < 2:
+                    await anyio.sleep(0.005)
+                await anyio.sleep(0.05)  # the queue fills again (500 fps in, ~200 fps out)
+                tg.cancel_scope.cancel()
         check(p)
         acc = p.accounting()
         assert acc.in_flight == 0 and acc.dropped["shutdown"] > 0 and acc.processed > 0
