@@ -13,6 +13,7 @@ import math
 import operator
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -306,6 +307,45 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+class _InstructionSteps(Sequence[Step]):
+    """``CompiledPlan.instruction_steps``: the step of each instruction as written, a kernel
+    call's made when first asked for (once: every caller gets the same step)."""
+
+    __slots__ = ("_built", "_where", "_binds", "_kernel_step")
+
+    def __init__(self, built: dict[int, Step], where: Sequence[tuple[int, int]],
+                 binds: Sequence[tuple[str, Any, tuple[int, ...], tuple[int, ...]] | None],
+                 kernel_step: weakref.WeakMethod) -> None:
+        self._built = built
+        self._where = where
+        self._binds = binds
+        self._kernel_step = kernel_step  # CompiledPlan._kernel_step (weak: the plan holds this)
+
+    def __len__(self) -> int:
+        return len(self._binds)
+
+    def __getitem__(self, k: Any) -> Any:
+        if isinstance(k, slice):
+            return [self[i] for i in range(*k.indices(len(self)))]
+        n = len(self._binds)
+        if not -n <= k < n:
+            raise IndexError(f"instruction {k} out of range ({n} instructions)")
+        k %= n
+        step = self._built.get(k)
+        if step is None:
+            ci, ii = self._where[k]
+            name, kd, params, rets = self._binds[k]  # type: ignore[misc]
+            make = self._kernel_step()
+            if make is None:
+                raise ReferenceError("the compiled plan of these steps is gone")
+            where = f"chains[{ci}].instructions[{ii}]"
+            step = self._built.setdefault(k, make(kd.fn, params, rets, f"{where} ({name})", f"step[{k}] {name}"))
+        return step
+
+    def __iter__(self) -> Iterator[Step]:
+        return (self[k] for k in range(len(self._binds)))
+
+
 class CompiledPlan:
     """A method turned into pre-bound steps, once per Program, shared by its Methods.
 
@@ -355,10 +395,13 @@ class CompiledPlan:
         template: list[Any] = [None] * nv
         slots: list[_Slot | None] = [None] * nv
         lists: dict[int, tuple[bool, tuple[int, ...]]] = {}
+        runtime: list[int] = []
         for i, ev in enumerate(plan.values):
             v = ev.val
             if isinstance(v, Tensor):
-                template[i], slots[i] = self._tensor_value(i, v)
+                t, s = template[i], slots[i] = self._tensor_value(i, v)
+                if t is None and s is None:
+                    runtime.append(i)
             elif isinstance(v, Int):
                 template[i] = v.int_val
             elif isinstance(v, Bool):
@@ -379,6 +422,9 @@ class CompiledPlan:
                 template[i] = list(v.items)
         self.template = template
         self.slots = slots
+        # Tensors neither constant nor planned: an input without planned memory, or a view
+        # some instruction makes (their memory is known only at run time).
+        self.runtime_tensors = tuple(runtime)
         self.planned = tuple(i for i, s in enumerate(slots) if s is not None)
         self.lists = lists
         self.input_idx = tuple(plan.inputs)
@@ -404,12 +450,17 @@ class CompiledPlan:
         self.static_lists: frozenset[int] = frozenset(
             i for i, (_, items) in lists.items()
             if uses.straight and i not in uses.written and not any(j in uses.written for j in items if j >= 0))
-        plain: list[Step] = []
-        for pc, ((ci, ii), a) in enumerate(zip(where_of, instructions)):
-            plain.append(self._step(ci, ii, a, pc, binds[pc]))
         # One step per instruction, as the program is written (executors that replace the
-        # steps of single instructions start from these; see step_spans).
-        self.instruction_steps = tuple(plain)
+        # steps of single instructions start from these; see step_spans). A kernel call's is
+        # checked here and made when first asked for: most are replaced by rewritten steps.
+        built: dict[int, Step] = {}
+        for pc, ((ci, ii), a) in enumerate(zip(where_of, instructions)):
+            b = binds[pc]
+            if b is None:
+                built[pc] = self._step(ci, ii, a, pc)
+            else:
+                self._check_dtypes(b[1], b[2], f"chains[{ci}].instructions[{ii}]")
+        plain = self.instruction_steps = _InstructionSteps(built, where_of, binds, weakref.WeakMethod(self._kernel_step))
         derived: list[tuple[int, Any]] = []
         if optimize:
             steps, spans, rewrites, derived = optimize_steps(self, instructions, where_of, rets, plain, self._kernel_step, uses)

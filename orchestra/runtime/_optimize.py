@@ -248,7 +248,7 @@ _MAX_SKIPS = 2  # consecutive instructions stepped over inside a chain
 class PlanUses:
     """Which instructions name each value, in one plan (instructions numbered across chains).
 
-    Attributes:
+    Attributes (read-only, sets included):
         mentions: value index -> instructions whose arguments name it, directly or as a
             member of a list value (TensorList, OptionalTensorList, IntList).
         written: values some instruction may write, plus the method's inputs.
@@ -261,12 +261,12 @@ class PlanUses:
             an out parameter, or not at all.
     """
 
-    mentions: dict[int, frozenset[int]]
+    mentions: Mapping[int, AbstractSet[int]]
     written: frozenset[int]
     outputs: frozenset[int]
     straight: bool
-    writers: dict[int, frozenset[int]] = field(default_factory=dict)
-    defines: dict[int, frozenset[int]] = field(default_factory=dict)
+    writers: Mapping[int, AbstractSet[int]] = field(default_factory=dict)
+    defines: Mapping[int, AbstractSet[int]] = field(default_factory=dict)
 
     def only_named_by(self, value: int, pcs: Sequence[int]) -> bool:
         """True when ``value`` is not a method output and no instruction outside ``pcs``
@@ -397,13 +397,15 @@ def analyse_uses(cp: CompiledPlan, instructions: Sequence[Any], rets: Sequence[t
             else:
                 ws.add(pc)
     written = set(writers) | set(_expand(cp.input_idx, lists))
+    # (the sets as they are: nothing changes them from here on, and a copy of each as a
+    # frozenset took 2 % of a load)
     return PlanUses(
-        mentions={i: frozenset(s) for i, s in mentions.items()},
+        mentions=mentions,
         written=frozenset(written),
         outputs=frozenset(_expand(cp.output_idx, lists)),
         straight=straight,
-        writers={i: frozenset(s) for i, s in writers.items()},
-        defines={i: frozenset(s) for i, s in defines.items()},
+        writers=writers,
+        defines=defines,
     )
 
 
@@ -438,10 +440,8 @@ class _Storage:
         self.by_mem = by_mem
         # A tensor that is neither constant, planned nor an input holds whatever array an
         # instruction gave it (a view op's result, say): it may share memory with anything.
-        values = cp.plan.values
-        self.opaque = any(
-            isinstance(values[i].val, Tensor) and cp.slots[i] is None and cp.template[i] is None
-            and i not in self.inputs for i in uses.mentions)
+        mentions = uses.mentions
+        self.opaque = any(i in mentions and i not in self.inputs for i in cp.runtime_tensors)
         self._overlapping: dict[int, list[int]] = {}
         self._same_bytes: dict[int, list[int]] | None = None
         self._whole_writes: dict[int, list[tuple[int, int, int]]] = {}
