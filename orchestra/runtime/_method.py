@@ -177,7 +177,7 @@ def _strided_view(flat: np.ndarray, sizes: Sequence[int], dim_order: Sequence[in
 class _Slot:
     """Where a planned tensor lives (shared by every Method of a program; the arena is not)."""
 
-    __slots__ = ("memory_id", "offset", "dtype", "bound", "dim_order", "dynamic", "capacity")
+    __slots__ = ("memory_id", "offset", "dtype", "bound", "dim_order", "dynamic", "capacity", "contiguous")
 
     def __init__(self, memory_id: int, offset: int, dtype: np.dtype, bound: tuple[int, ...],
                  dim_order: tuple[int, ...], dynamic: bool) -> None:
@@ -188,11 +188,13 @@ class _Slot:
         self.dim_order = dim_order
         self.dynamic = dynamic
         self.capacity = math.prod(bound)  # elements planned
+        # the dims in their logical order (a view needs no transpose)
+        self.contiguous = not dim_order or dim_order == tuple(range(len(bound)))
 
     def bound_view(self, arenas: list[np.ndarray]) -> np.ndarray:
         """``view(arenas, self.bound)``: made with one numpy call where the layout is
         contiguous (a Method makes one per planned tensor when it is created)."""
-        if not self.dim_order or self.dim_order == tuple(range(len(self.bound))):
+        if self.contiguous:
             return np.ndarray(self.bound, self.dtype, arenas[self.memory_id], self.offset)
         return self.view(arenas, self.bound)
 
@@ -426,6 +428,11 @@ class CompiledPlan:
         # some instruction makes (their memory is known only at run time).
         self.runtime_tensors = tuple(runtime)
         self.planned = tuple(i for i, s in enumerate(slots) if s is not None)
+        # How a Method views them: (value, shape, dtype, memory id, offset) of those laid out
+        # in order (one numpy call each), and the others (a transposed view)
+        self.planned_views = tuple((i, s.bound, s.dtype, s.memory_id, s.offset)
+                                   for i in self.planned if (s := slots[i]).contiguous)  # type: ignore[union-attr]
+        self.planned_strided = tuple(i for i in self.planned if not slots[i].contiguous)  # type: ignore[union-attr]
         self.lists = lists
         self.input_idx = tuple(plan.inputs)
         self.output_idx = tuple(plan.outputs)
@@ -715,9 +722,11 @@ class Method:
             if mid not in shared:
                 self._arenas[mid][off : off + len(data)] = np.frombuffer(data, np.uint8)
         vals = list(compiled.template)
-        for i in compiled.planned:
-            slot = compiled.slots[i]
-            vals[i] = slot.bound_view(self._arenas)
+        arenas, view = self._arenas, np.ndarray
+        for i, shape, dtype, mid, offset in compiled.planned_views:
+            vals[i] = view(shape, dtype, arenas[mid], offset)
+        for i in compiled.planned_strided:
+            vals[i] = compiled.slots[i].bound_view(arenas)
         for i, src, fn in compiled.derived:
             vals[i] = fn(vals[src])
         self._vals = vals
