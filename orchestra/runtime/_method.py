@@ -166,9 +166,13 @@ def training_info(program: ProgramDef, name: str) -> tuple[list[str], int, int] 
     return names, g[0], p[0]
 
 
+_IN_ORDER = tuple(tuple(range(n)) for n in range(9))  # the dim order of a contiguous tensor of n dims
+
+
 def _strided_view(flat: np.ndarray, sizes: Sequence[int], dim_order: Sequence[int]) -> np.ndarray:
     """A view of ``flat`` laid out in ``dim_order`` (outermost first) with logical ``sizes``."""
-    if not dim_order or tuple(dim_order) == tuple(range(len(sizes))):
+    n = len(sizes)
+    if not dim_order or (n < len(_IN_ORDER) and dim_order == _IN_ORDER[n]) or tuple(dim_order) == tuple(range(n)):
         return flat.reshape(sizes)
     physical = flat.reshape([sizes[d] for d in dim_order])
     return physical.transpose(np.argsort(dim_order))
