@@ -445,7 +445,7 @@ class CompiledPlan:
         instructions: list[Any] = []
         where_of: list[tuple[int, int]] = []
         rets: list[tuple[int, ...] | None] = []
-        binds: list[tuple[str, Any, tuple[int, ...], tuple[int, ...]] | None] = []  # _bind_kernel's, reused by _step
+        binds: list[tuple[str, Any, tuple[int, ...], tuple[int, ...]] | None] = []  # _bind_kernel's, reused by instruction_steps
         for ci, chain in enumerate(plan.chains):
             for ii, ins in enumerate(chain.instructions):
                 a = ins.instr_args
@@ -598,15 +598,11 @@ class CompiledPlan:
         step.__qualname__ = label
         return step
 
-    def _step(self, ci: int, ii: int, a: Any, pc: int,
-              bound: tuple[str, Any, tuple[int, ...], tuple[int, ...]] | None = None) -> Step:
-        """The step of instruction ``a`` as written (``bound``: its _bind_kernel, when made)."""
+    def _step(self, ci: int, ii: int, a: Any, pc: int) -> Step:
+        """The step of instruction ``a``, other than a kernel call, as written (a kernel
+        call's: ``_InstructionSteps``)."""
         plan = self.plan
         where = f"chains[{ci}].instructions[{ii}]"
-        if isinstance(a, KernelCall):
-            name, kd, params, rets = bound if bound is not None else self._bind_kernel(a, where)
-            self._check_dtypes(kd, params, where)
-            return self._kernel_step(kd.fn, params, rets, f"{where} ({name})", f"step[{pc}] {name}")
         if isinstance(a, DelegateCall):
             di = a.delegate_index
             args_idx = tuple(a.args)
