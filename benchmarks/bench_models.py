@@ -23,6 +23,8 @@ in one run; every ratio compares numbers taken in that run.
    two closed-loop callers for ``--scale-seconds``; aggregate executes/s against (a) N bare
    processes running the same orchestra Method with no orchestrator (BLAS threads by the same
    rule) and (b) N bare processes running ExecuTorch+XNNPACK (its threads by the same rule).
+   The four runners take turns for ``--scale-rounds`` rounds; medians, each ratio the median
+   of the rounds' own ratios (one 2 s window on a 2-vCPU VM moved by 30 %).
 3. ``busy``: latency of one MobileNetV3-small instance alone and while a second, identical
    one is busy on the machine: orchestra (two worker processes in one orchestrator, its
    thread rule), orchestra as it was before the rule (``blas_threads`` = every CPU per
@@ -51,7 +53,8 @@ in one run; every ratio compares numbers taken in that run.
    ExecuTorch's bit for bit.
 
     python benchmarks/bench_models.py [--models mobilenet_v3,bert] [--seconds 0.4]
-        [--sections models,scaling,busy,load,int8] [--ns 1,2,4] [--scale-seconds 2] [--busy-seconds 2]
+        [--sections models,scaling,busy,load,int8] [--ns 1,2,4] [--scale-seconds 2] [--scale-rounds 3]
+        [--busy-seconds 2]
         [--threads 1,2] [--load-rounds 7] [--cache-dir DIR]
 
 Needs torch and executorch (the ``export`` extra); exits with a message without them.
@@ -545,18 +548,30 @@ def _orch_run(*a: Any, **kw: Any) -> tuple[float, list[float], list[str]]:
 def section_scaling(args: argparse.Namespace) -> None:
     portable = real_models.export(SCALE_MODEL, "portable", args.cache_dir)
     xnn = real_models.export(SCALE_MODEL, "xnnpack", args.cache_dir)
+    rounds = max(1, args.scale_rounds)
     print(f"\n== scaling: {SCALE_MODEL}, aggregate executes/s over {args.scale_seconds:g} s, {CPUS} CPUs; "
-          "orchestrator instances unbound, 2 callers each")
+          f"orchestrator instances unbound, 2 callers each; medians of {rounds} interleaved round(s)"
+          + (", ratios the median of the rounds' own ratios" if rounds > 1 else ""))
     print(f"{'N':>3}{'threads':>9}{'process':>9}{'bare orch':>11}{'bare ET xnn':>13}"
           f"{'thr/bare':>10}{'proc/bare':>11}{'proc/ETx':>10}  budget (process placement)")
+    med = statistics.median
     for n in args.ns:
         rule = CPUS if n == 1 else 1  # the orchestrator's rule for unbound instances
-        thr, _, _ = _orch_run(portable, n, "thread", args.scale_seconds, args.cache_dir)
-        proc, _, budgets = _orch_run(portable, n, "process", args.scale_seconds, args.cache_dir)
-        bare, _ = _run_bare("orchestra", portable, n, rule, args.scale_seconds, args.cache_dir)
-        etx, _ = _run_bare("executorch", xnn, n, rule, args.scale_seconds, args.cache_dir)
-        print(f"{n:>3}{thr:9.1f}{proc:9.1f}{bare:11.1f}{etx:13.1f}{thr / bare:10.2f}{proc / bare:11.2f}"
-              f"{proc / etx:10.2f}  {budgets[0]}", flush=True)
+        got: dict[str, list[float]] = {k: [] for k in ("thr", "proc", "bare", "etx")}
+        budgets: list[str] = []
+        for _ in range(rounds):  # the four runners in turn, so a slow spell of the machine hits each
+            got["thr"].append(_orch_run(portable, n, "thread", args.scale_seconds, args.cache_dir)[0])
+            proc, _, budgets = _orch_run(portable, n, "process", args.scale_seconds, args.cache_dir)
+            got["proc"].append(proc)
+            got["bare"].append(_run_bare("orchestra", portable, n, rule, args.scale_seconds, args.cache_dir)[0])
+            got["etx"].append(_run_bare("executorch", xnn, n, rule, args.scale_seconds, args.cache_dir)[0])
+
+        def ratio(a: str, b: str) -> float:
+            return med(x / y for x, y in zip(got[a], got[b]))
+
+        print(f"{n:>3}{med(got['thr']):9.1f}{med(got['proc']):9.1f}{med(got['bare']):11.1f}{med(got['etx']):13.1f}"
+              f"{ratio('thr', 'bare'):10.2f}{ratio('proc', 'bare'):11.2f}{ratio('proc', 'etx'):10.2f}  {budgets[0]}",
+              flush=True)
 
 
 # -- 3. busy neighbour ----------------------------------------------------------------------------
@@ -596,6 +611,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sections", default="models,scaling,busy")
     ap.add_argument("--ns", default="1,2,4", help="instance counts for section scaling")
     ap.add_argument("--scale-seconds", type=float, default=2.0)
+    ap.add_argument("--scale-rounds", type=int, default=3,
+                    help="interleaved rounds per N for section scaling (medians; a 2-vCPU VM's speed moves by 30 %%)")
     ap.add_argument("--busy-seconds", type=float, default=2.0)
     ap.add_argument("--load-rounds", type=int, default=7, help="interleaved rounds for section load")
     ap.add_argument("--cache-dir", default=None)
