@@ -59,7 +59,7 @@ in one run; every ratio compares numbers taken in that run.
 
 Needs torch and executorch (the ``export`` extra); exits with a message without them.
 Timings on a shared machine are noisy: read the ratios, and run it twice before believing
-a small difference. The defaults take about 8 minutes on a 2-vCPU VM at load average 10
+a small difference. The defaults take about 10 minutes on a 2-vCPU VM at load average 10
 (ExecuTorch's portable kernels take seconds per execute of the larger models there); pass
 ``--sections`` / ``--models`` for less.
 """

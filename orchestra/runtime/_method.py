@@ -169,10 +169,19 @@ def training_info(program: ProgramDef, name: str) -> tuple[list[str], int, int] 
 _IN_ORDER = tuple(tuple(range(n)) for n in range(9))  # the dim order of a contiguous tensor of n dims
 
 
+def _in_order(dim_order: Sequence[int], ndim: int) -> bool:
+    """Whether ``dim_order`` (empty: the default) lays out ``ndim`` dims in their logical
+    order, so a view needs no transpose."""
+    if not dim_order:
+        return True
+    if ndim < len(_IN_ORDER) and dim_order == _IN_ORDER[ndim]:
+        return True
+    return tuple(dim_order) == tuple(range(ndim))
+
+
 def _strided_view(flat: np.ndarray, sizes: Sequence[int], dim_order: Sequence[int]) -> np.ndarray:
     """A view of ``flat`` laid out in ``dim_order`` (outermost first) with logical ``sizes``."""
-    n = len(sizes)
-    if not dim_order or (n < len(_IN_ORDER) and dim_order == _IN_ORDER[n]) or tuple(dim_order) == tuple(range(n)):
+    if _in_order(dim_order, len(sizes)):
         return flat.reshape(sizes)
     physical = flat.reshape([sizes[d] for d in dim_order])
     return physical.transpose(np.argsort(dim_order))
@@ -192,8 +201,7 @@ class _Slot:
         self.dim_order = dim_order
         self.dynamic = dynamic
         self.capacity = math.prod(bound)  # elements planned
-        # the dims in their logical order (a view needs no transpose)
-        self.contiguous = not dim_order or dim_order == tuple(range(len(bound)))
+        self.contiguous = _in_order(dim_order, len(bound))
 
     def bound_view(self, arenas: list[np.ndarray]) -> np.ndarray:
         """``view(arenas, self.bound)``: made with one numpy call where the layout is
