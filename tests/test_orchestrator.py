@@ -1080,6 +1080,39 @@ async def test_a_hanging_execute_hits_its_deadline_and_the_instance_is_replaced(
         release.set()
 
 
+def _loop_thread_wakeups() -> int:
+    """Voluntary context switches of the calling thread (each time it slept and woke)."""
+    with open("/proc/thread-self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches"))
+
+
+@pytest.mark.anyio
+@pytest.mark.skipif(not os.path.exists("/proc/thread-self/status"), reason="needs Linux's per-thread status")
+async def test_an_idle_orchestrator_leaves_its_event_loop_asleep_until_a_deadline_needs_watching() -> None:
+    """No instance has a deadline: the watchdog waits for one instead of polling (it used to
+    wake the loop 20 times a second, which an idle battery-powered device pays for). An
+    instance with a deadline added later is watched from then on."""
+    async with Orchestrator(period=None) as orch:
+        p = await orch.load(kernel_program(), instances=[InstanceSpec("a")])
+        np.testing.assert_array_equal((await p["a"].execute([X4]))[0], X4 * 2)
+        await anyio.sleep(0.05)
+        before = _loop_thread_wakeups()
+        await anyio.sleep(1.0)
+        assert _loop_thread_wakeups() - before <= 3  # the sleep's own wakeup (a poll: 20)
+        prog = fault_program()
+        release = threading.Event()
+        FAULT_PLAN.clear()
+        FAULT_PLAN["late"] = {"hang": release, "hangs": 1}
+        try:
+            q = await orch.load(prog, instances=[InstanceSpec("late", backend_options={FAULT: {"label": "late"}},
+                                                              deadline_s=0.2)])
+            with pytest.raises(DeadlineError, match="ran past its deadline of 0.2 s"):
+                await q["late"].execute([X4])
+            assert q["late"].statistics().replacements == 1
+        finally:
+            release.set()
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize("how", ["remove", "aclose"])
 async def test_removing_an_instance_stuck_in_a_thread_answers_every_caller_at_close_timeout(how: str) -> None:

@@ -908,6 +908,7 @@ class Pool:
         for inst in made:
             self._instances[inst.name] = inst
             orch._instances[inst.name] = inst
+            orch._instance_added(inst)
             self._template = inst.spec
             with bound(instance=inst.name, pool=self.name):
                 _log.info("instance added", binding=dict(inst.reservation.bind), cpus=inst.reservation.cpus)

@@ -106,6 +106,7 @@ class Orchestrator:
         self._names: dict[str, str] = {}  # instance name -> pool name (claimed while loading too)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tg: Any = None
+        self._deadline_added: anyio.Event | None = None  # the watchdog waits on it while no instance has a deadline
         self._open = False
         self._closed = False
 
@@ -285,10 +286,15 @@ class Orchestrator:
     async def _watchdog(self) -> None:
         """Quarantines instances stuck in an execute past their ``deadline_s`` (checked at
         a quarter of the smallest deadline: a stuck execute is caught between 1 and 1.25
-        deadlines after it started)."""
+        deadlines after it started). While no instance has a deadline it sleeps until one is
+        added, so an idle orchestrator does not wake up."""
         while True:
             ds = [i.spec.deadline_s for i in self._instances.values() if i.spec.deadline_s]
-            await anyio.sleep(max(min(ds) / 4, 0.002) if ds else 0.05)
+            if not ds:
+                self._deadline_added = anyio.Event()
+                await self._deadline_added.wait()
+                continue
+            await anyio.sleep(max(min(ds) / 4, 0.002))
             now = time.perf_counter()
             for inst in list(self._instances.values()):
                 d = inst.spec.deadline_s
@@ -300,6 +306,11 @@ class Orchestrator:
                             inst._quarantine(w, started)
                         except Exception as exc:  # noqa: BLE001 - never kill the watchdog
                             _log.exception("quarantine failed", instance=inst.name, error=repr(exc))
+
+    def _instance_added(self, inst: Instance) -> None:
+        """Wakes the watchdog when ``inst`` (just added) has a deadline to watch."""
+        if inst.spec.deadline_s and self._deadline_added is not None:
+            self._deadline_added.set()
 
     # -- statistics -----------------------------------------------------------------------
     def statistics(self) -> OrchestratorStatistics:
