@@ -23,8 +23,11 @@ in one run; every ratio compares numbers taken in that run.
    two closed-loop callers for ``--scale-seconds``; aggregate executes/s against (a) N bare
    processes running the same orchestra Method with no orchestrator (BLAS threads by the same
    rule) and (b) N bare processes running ExecuTorch+XNNPACK (its threads by the same rule).
-   The four runners take turns for ``--scale-rounds`` rounds; medians, each ratio the median
-   of the rounds' own ratios (one 2 s window on a 2-vCPU VM moved by 30 %).
+   Every runner is started once and stays up (N bare processes, or one process hosting the
+   orchestrator and its workers); the four then take turns, one window of ``--scale-seconds``
+   each, for ``--scale-rounds`` rounds, so that a slow spell of the machine (a 2-vCPU VM's
+   speed moves by 30-50 % over seconds) hits adjacent windows alike. Medians; each ratio is
+   the median of the rounds' own ratios, with the quartiles of proc/bare in brackets.
 3. ``busy``: latency of one MobileNetV3-small instance alone and while a second, identical
    one is busy on the machine: orchestra (two worker processes in one orchestrator, its
    thread rule), orchestra as it was before the rule (``blas_threads`` = every CPU per
@@ -53,7 +56,7 @@ in one run; every ratio compares numbers taken in that run.
    ExecuTorch's bit for bit.
 
     python benchmarks/bench_models.py [--models mobilenet_v3,bert] [--seconds 0.4]
-        [--sections models,scaling,busy,load,int8] [--ns 1,2,4] [--scale-seconds 2] [--scale-rounds 3]
+        [--sections models,scaling,busy,load,int8] [--ns 1,2,4] [--scale-seconds 1] [--scale-rounds 9]
         [--busy-seconds 2]
         [--threads 1,2] [--load-rounds 7] [--cache-dir DIR]
 
@@ -544,34 +547,172 @@ def _orch_run(*a: Any, **kw: Any) -> tuple[float, list[float], list[str]]:
         return asyncio.run(_orchestrated(*a, **kw))
 
 
+# -- resident runners (section scaling) --------------------------------------------------------
+def _window(fn: Callable[[], object], seconds: float) -> tuple[int, float]:
+    """Calls ``fn`` in a closed loop for ``seconds``: (calls, elapsed s)."""
+    perf = time.perf_counter
+    count = 0
+    t0 = perf()
+    end = t0 + seconds
+    while perf() < end:
+        fn()
+        count += 1
+    return count, perf() - t0
+
+
+def _resident_bare(kind: str, pte: str, cache_dir: str | None, threads: int, conn: Any) -> None:
+    """A bare process (no orchestrator) that stays up between windows: loads and warms one
+    Method, says ``ready``, then runs one closed-loop window per number of seconds it gets on
+    ``conn`` and answers (executes, elapsed s), until it gets None."""
+    _quiet()
+    inputs, _ = real_models.load_io(SCALE_MODEL, "portable", cache_dir)
+    if kind == "orchestra":
+        from orchestra.orchestrator._threads import apply_blas_limit
+        from orchestra.runtime import load_program
+
+        apply_blas_limit(threads)  # the orchestrator's rule for a worker process given `threads`
+        m = load_program(pte).load_method("forward")
+        fn: Callable[[], object] = lambda: m.execute(inputs)  # noqa: E731
+    else:
+        import torch
+
+        _et_threads(threads)
+        em = _et_method(pathlib.Path(pte))
+        tin = [torch.from_numpy(a) for a in inputs]
+        fn = lambda: em.execute(tin)  # noqa: E731
+    fn()
+    fn()
+    conn.send("ready")
+    while (seconds := conn.recv()) is not None:
+        conn.send(_window(fn, seconds))
+
+
+def _resident_orchestrator(pte: str, n: int, placement: str, cache_dir: str | None, conn: Any) -> None:
+    """A process hosting an Orchestrator with N instances of ``placement`` (unbound), up between
+    windows: each window drives every instance with two closed-loop callers for the seconds it
+    gets on ``conn`` and answers (executes, elapsed s); ``ready`` carries the instances' thread
+    budgets. The orchestrator runs in a process of its own so that its rules (BLAS threads of
+    the process, the thread budget) are exactly those of a user's process with these N instances."""
+    _quiet()
+
+    async def main() -> None:
+        from orchestra.orchestrator import InstanceSpec, Orchestrator
+        from orchestra.runtime import load_program
+
+        inputs, _ = real_models.load_io(SCALE_MODEL, "portable", cache_dir)
+        async with Orchestrator(period=None, process_initializer=_quiet) as orch:
+            p = await orch.load(load_program(pte), instances=[InstanceSpec(f"i{k}", placement=placement)
+                                                              for k in range(n)])
+            insts = [p[f"i{k}"] for k in range(n)]
+            for inst in insts:
+                await inst.execute(inputs)
+                await inst.execute(inputs)
+            conn.send(("ready", [i.statistics().threads.format() if i.statistics().threads else "-" for i in insts]))
+            perf = time.perf_counter
+            while (seconds := await asyncio.to_thread(conn.recv)) is not None:
+                count = 0
+                end = perf() + seconds
+
+                async def caller(inst: Any) -> None:
+                    nonlocal count
+                    while perf() < end:
+                        await inst.execute(inputs)
+                        count += 1
+
+                t0 = perf()
+                await asyncio.gather(*(caller(inst) for inst in insts for _ in range(2)))
+                conn.send((count, perf() - t0))
+
+    try:
+        import uvloop
+
+        uvloop.run(main())
+    except ImportError:
+        asyncio.run(main())
+
+
+class _Residents:
+    """One runner of section scaling: a group of resident processes (N bare ones, or one
+    hosting an orchestrator) started once and then driven window by window, together."""
+
+    def __init__(self, target: Callable[..., None], args_list: list[tuple[Any, ...]]) -> None:
+        ctx = mp.get_context("spawn")
+        self.conns = []
+        self.procs = []
+        self.ready: list[Any] = []
+        try:
+            for args in args_list:
+                parent, child = ctx.Pipe()
+                # not daemonic: an orchestrator's host starts worker processes of its own
+                p = ctx.Process(target=target, args=(*args, child))
+                p.start()
+                child.close()
+                self.conns.append(parent)
+                self.procs.append(p)
+            for c in self.conns:
+                if not c.poll(600):
+                    raise RuntimeError("a resident benchmark process was not ready in 600 s")
+                self.ready.append(c.recv())
+        except BaseException:
+            self.close()
+            raise
+
+    def window(self, seconds: float) -> float:
+        """Runs one window in every process at once: aggregate executes/s."""
+        for c in self.conns:
+            c.send(seconds)
+        got = [c.recv() for c in self.conns]
+        return sum(g[0] for g in got) / max(g[1] for g in got)
+
+    def close(self) -> None:
+        for c in self.conns:
+            try:
+                c.send(None)
+            except OSError:
+                pass
+        for p in self.procs:
+            p.join(60)
+            if p.is_alive():
+                p.kill()
+                p.join(10)
+
+
 # -- 2. scaling ---------------------------------------------------------------------------------
 def section_scaling(args: argparse.Namespace) -> None:
     portable = real_models.export(SCALE_MODEL, "portable", args.cache_dir)
     xnn = real_models.export(SCALE_MODEL, "xnnpack", args.cache_dir)
     rounds = max(1, args.scale_rounds)
-    print(f"\n== scaling: {SCALE_MODEL}, aggregate executes/s over {args.scale_seconds:g} s, {CPUS} CPUs; "
-          f"orchestrator instances unbound, 2 callers each; medians of {rounds} interleaved round(s)"
-          + (", ratios the median of the rounds' own ratios" if rounds > 1 else ""))
+    print(f"\n== scaling: {SCALE_MODEL}, aggregate executes/s, {CPUS} CPUs; orchestrator instances unbound, 2 callers "
+          f"each; every runner stays up and the four take turns in windows of {args.scale_seconds:g} s, {rounds} "
+          "rounds; medians, each ratio the median of the rounds' own ratios (q1-q3 of those in brackets)")
     print(f"{'N':>3}{'threads':>9}{'process':>9}{'bare orch':>11}{'bare ET xnn':>13}"
-          f"{'thr/bare':>10}{'proc/bare':>11}{'proc/ETx':>10}  budget (process placement)")
+          f"{'thr/bare':>10}{'proc/bare':>18}{'proc/ETx':>10}  budget (process placement)")
     med = statistics.median
     for n in args.ns:
         rule = CPUS if n == 1 else 1  # the orchestrator's rule for unbound instances
-        got: dict[str, list[float]] = {k: [] for k in ("thr", "proc", "bare", "etx")}
-        budgets: list[str] = []
-        for _ in range(rounds):  # the four runners in turn, so a slow spell of the machine hits each
-            got["thr"].append(_orch_run(portable, n, "thread", args.scale_seconds, args.cache_dir)[0])
-            proc, _, budgets = _orch_run(portable, n, "process", args.scale_seconds, args.cache_dir)
-            got["proc"].append(proc)
-            got["bare"].append(_run_bare("orchestra", portable, n, rule, args.scale_seconds, args.cache_dir)[0])
-            got["etx"].append(_run_bare("executorch", xnn, n, rule, args.scale_seconds, args.cache_dir)[0])
+        runners: dict[str, _Residents] = {}
+        try:
+            runners["thr"] = _Residents(_resident_orchestrator, [(str(portable), n, "thread", args.cache_dir)])
+            runners["proc"] = _Residents(_resident_orchestrator, [(str(portable), n, "process", args.cache_dir)])
+            runners["bare"] = _Residents(_resident_bare, [("orchestra", str(portable), args.cache_dir, rule)] * n)
+            runners["etx"] = _Residents(_resident_bare, [("executorch", str(xnn), args.cache_dir, rule)] * n)
+            got: dict[str, list[float]] = {k: [] for k in runners}
+            for _ in range(rounds):  # in turn, so that a slow spell of the machine hits each runner alike
+                for k, r in runners.items():
+                    got[k].append(r.window(args.scale_seconds))
+            budgets = runners["proc"].ready[0][1]
+        finally:
+            for r in runners.values():
+                r.close()
 
-        def ratio(a: str, b: str) -> float:
-            return med(x / y for x, y in zip(got[a], got[b]))
+        def ratios(a: str, b: str) -> list[float]:
+            return sorted(x / y for x, y in zip(got[a], got[b]))
 
+        pb = ratios("proc", "bare")
+        q = statistics.quantiles(pb, n=4) if len(pb) > 1 else [pb[0]] * 3
         print(f"{n:>3}{med(got['thr']):9.1f}{med(got['proc']):9.1f}{med(got['bare']):11.1f}{med(got['etx']):13.1f}"
-              f"{ratio('thr', 'bare'):10.2f}{ratio('proc', 'bare'):11.2f}{ratio('proc', 'etx'):10.2f}  {budgets[0]}",
-              flush=True)
+              f"{med(ratios('thr', 'bare')):10.2f}{med(pb):7.2f} [{q[0]:.2f}-{q[2]:.2f}]"
+              f"{med(ratios('proc', 'etx')):10.2f}  {budgets[0]}", flush=True)
 
 
 # -- 3. busy neighbour ----------------------------------------------------------------------------
@@ -610,9 +751,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", default="1,2", help="thread counts for section models")
     ap.add_argument("--sections", default="models,scaling,busy")
     ap.add_argument("--ns", default="1,2,4", help="instance counts for section scaling")
-    ap.add_argument("--scale-seconds", type=float, default=2.0)
-    ap.add_argument("--scale-rounds", type=int, default=3,
-                    help="interleaved rounds per N for section scaling (medians; a 2-vCPU VM's speed moves by 30 %%)")
+    ap.add_argument("--scale-seconds", type=float, default=1.0, help="one runner's window in section scaling")
+    ap.add_argument("--scale-rounds", type=int, default=9,
+                    help="rounds of windows per N for section scaling (medians; a 2-vCPU VM's speed moves by 30-50 %%)")
     ap.add_argument("--busy-seconds", type=float, default=2.0)
     ap.add_argument("--load-rounds", type=int, default=7, help="interleaved rounds for section load")
     ap.add_argument("--cache-dir", default=None)
