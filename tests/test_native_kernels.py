@@ -254,6 +254,89 @@ def test_the_extension_checks_the_buffers_it_is_given() -> None:
         native.conv_f32(x, w, None, out, 2**40, 2**40, 8, 8, 4, 4, 3, 3, 1, 1, 1, 1, 1, 1, 8, 8)
     with pytest.raises(TypeError):  # a read-only out
         native.conv_f32(x, w, None, bytes(1024), 1, 4, 8, 8, 4, 4, 3, 3, 1, 1, 1, 1, 1, 1, 8, 8)
+    # an out on the input it reads late (a depthwise call reads strips as it writes), on the
+    # weight or on the bias: refused, naming what
+    with pytest.raises(ValueError, match="out overlaps"):
+        native.conv_f32(x, w, None, x, 1, 4, 8, 8, 4, 4, 3, 3, 1, 1, 1, 1, 1, 1, 8, 8)
+    wide = np.zeros(1024, np.float32)
+    with pytest.raises(ValueError, match="out overlaps"):
+        native.conv_f32(x, wide[:36].reshape(4, 1, 3, 3), None, wide[:256], 1, 4, 8, 8, 4, 4, 3, 3, 1, 1, 1, 1, 1, 1, 8, 8)
+    with pytest.raises(ValueError, match="out overlaps"):
+        native.conv_f32(x, w, wide[:4], wide[:256], 1, 4, 8, 8, 4, 4, 3, 3, 1, 1, 1, 1, 1, 1, 8, 8)
+
+
+@needs_native
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("case", ["stem", "two images", "two groups"])
+def test_a_direct_convolution_whose_out_lies_on_its_input(case: str, threads: int) -> None:
+    """A plan may put a convolution's result on its input's memory (EfficientNet's stem: the
+    SiLU's output reuses the image's bytes). One image of one group is read whole before any
+    output is written, so the kernel runs in place there (no copy of the input aside, a 602 KB
+    copy per execute on EfficientNet); where it is not, the planned step copies the input
+    first. Either way the result is that of separate arrays, bit for bit."""
+    rng = np.random.default_rng(7)
+    n, c, o, g = {"stem": (1, 3, 32, 1), "two images": (2, 3, 32, 1), "two groups": (1, 8, 16, 2)}[case]
+    h = 64
+    x = rng.standard_normal((n, c, h, h)).astype(np.float32)
+    wt = rng.standard_normal((o, c // g, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(o).astype(np.float32)
+    args = ((2, 2), (1, 1), (1, 1), g)
+    kernels.set_threads(threads)
+    try:
+        run = _conv.plan_conv2d(x.shape, x.dtype, wt, b, *args, "silu")
+        assert run is not None
+        want = np.empty((n, o, h // 2, h // 2), np.float32)
+        assert run(x, want) is want
+        assert np.array_equal(want, _conv.conv2d(x, wt, b, *args, None, act="silu"))
+        # the result's bytes start inside the input's: the first output rows overwrite input rows
+        buf = np.zeros(x.size + want.size, np.float32)
+        xin = buf[: x.size].reshape(x.shape)
+        xin[...] = x
+        out = buf[x.size // 2: x.size // 2 + want.size].reshape(want.shape)
+        assert run(xin, out) is out
+        assert np.array_equal(out, want)
+        assert _conv.conv_reads_input_first(n, g, c // g, o // g) == (case == "stem")
+    finally:
+        kernels.set_threads(1)
+
+
+@needs_native
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape", [(1, 3, 224, 192, 16), (2, 3, 60, 24, 14), (1, 4, 30, 8, 10)])
+def test_a_patch_embedding_is_a_product_of_its_patches(shape: tuple, threads: int) -> None:
+    """A convolution whose stride is its kernel (ViT's 16x16 patches, input sides that leave a
+    remainder too) is planned as the product of its gathered patches by the filter: within
+    float32 rounding of float64, with bias and activation, its out may lie on its input."""
+    n, c, h, o, k = shape
+    rng = np.random.default_rng(k)
+    x = rng.standard_normal((n, c, h, h)).astype(np.float32)
+    wt = (rng.standard_normal((o, c, k, k)) / k).astype(np.float32)
+    b = rng.standard_normal(o).astype(np.float32)
+    args = ((k, k), (0, 0), (1, 1), 1)
+    ho = h // k
+    kernels.set_threads(threads)
+    try:
+        run = _conv.plan_conv2d(x.shape, x.dtype, wt, b, *args, "relu")
+        assert run is not None and run.__name__ == "run_patches"
+        out = np.empty((n, o, ho, ho), np.float32)
+        assert run(x, out) is out
+        x64 = x[:, :, : ho * k, : ho * k].astype(np.float64).reshape(n, c, ho, k, ho, k)
+        want = np.maximum(np.einsum("ncyixj,ocij->noyx", x64, wt.astype(np.float64)) + b[:, None, None], 0)
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(out, _conv.conv2d(x, wt, b, *args, None, act="relu"), rtol=1e-5, atol=1e-5)
+        buf = np.zeros(x.size + out.size, np.float32)
+        xin = buf[: x.size].reshape(x.shape)
+        xin[...] = x
+        on = buf[x.size // 3: x.size // 3 + out.size].reshape(out.shape)
+        assert run(xin, on) is on and np.array_equal(on, out)
+        assert run(x[:, :, :-1], out) is None  # another shape: conv2d then
+    finally:
+        kernels.set_threads(1)
+    # small patches stay direct convolutions (faster there), 1x1 convolutions 1x1 products
+    assert _conv.plan_conv2d((1, 3, 224, 224), x.dtype, np.zeros((64, 3, 4, 4), np.float32), None,
+                             (4, 4), (0, 0), (1, 1), 1, None).__name__ == "run_direct"
+    assert _conv.plan_conv2d((1, 368, 7, 7), x.dtype, np.zeros((368, 368, 1, 1), np.float32), None,
+                             (1, 1), (0, 0), (1, 1), 1, None).__name__ == "run_1x1"
 
 
 @needs_native

@@ -852,6 +852,9 @@ static void depthwise_part(const float *restrict x, const float *restrict w, con
     }
 }
 
+/* whether two buffers share a byte (defined with the products) */
+static int overlaps(const Py_buffer *a, const Py_buffer *b);
+
 /* Releases a call's buffers (the bias only when it was taken) and returns None, or NULL
  * when the call failed (its exception set). */
 static PyObject *release_call(int ok, int have_bias, Py_buffer *b, Py_buffer *x, Py_buffer *w, Py_buffer *out) {
@@ -956,6 +959,16 @@ static PyObject *py_conv_f32(PyObject *self, PyObject *args) {
     const Py_ssize_t cg = ok ? c_ / g_ : 0, og = ok ? o_ / g_ : 0;
     ok = ok && need(&x, prod4(n_, c_, h, wd), "x") && need(&w, prod4(o_, cg, kh, kw), "weight") &&
          need(&out, prod4(n_, o_, ho, wo), "out") && (!have_bias || need(&b, o_, "bias"));
+    /* out may overlap x where the call reads x whole (into the padded planes of its scratch)
+     * before it writes any output: one image of one group, not depthwise (conv_part pads its
+     * one item's planes first, and a call split by rows pads them before any part runs).
+     * Elsewhere an item's planes are padded after another item's outputs were written, and
+     * the caller must copy x aside (conv_reads_input_first in _conv.py says which). */
+    if (ok && (overlaps(&w, &out) || (have_bias && overlaps(&b, &out)) ||
+               (overlaps(&x, &out) && !(n_ == 1 && g_ == 1 && !(cg == 1 && og == 1))))) {
+        PyErr_SetString(PyExc_ValueError, "conv_f32: out overlaps the weight, the bias, or an input it reads late");
+        ok = 0;
+    }
     float *scratch = NULL, *scratch_mem = NULL;
     Py_ssize_t *toff = NULL;
     /* How a non-depthwise call computes: rows wide enough go through conv_tiles (at most a
@@ -1116,7 +1129,6 @@ static inline float lanes_sum(v8f v) {
 }
 
 /* ---- out = a + b (then relu), float32 elementwise: a residual connection ---- */
-static int overlaps(const Py_buffer *a, const Py_buffer *b);
 
 typedef struct {
     const float *a, *b;
