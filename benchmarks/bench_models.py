@@ -436,17 +436,17 @@ def _load_xnnpack(args: argparse.Namespace, rt: Any) -> None:
 
 
 # -- bare processes (no orchestrator) ------------------------------------------------------------
-def _bare(kind: str, pte: str, cache_dir: str | None, threads: int, ready: Any, go: Any, stop: Any, seconds: float,
-          results: Any) -> None:
-    """A bare process: runs one Method in a closed loop from ``go`` for ``seconds`` (or until
-    ``stop``); puts (executes, elapsed s, latencies) on ``results``."""
+def _bare_execute(kind: str, pte: str, cache_dir: str | None, threads: int) -> Callable[[], object]:
+    """In a bare process: one Method of ``pte`` ("orchestra": orchestra's runtime with the
+    orchestrator's BLAS rule for a worker given ``threads``; else ExecuTorch with ``threads``
+    threads) loaded and run twice; returns a call running it once on the model's inputs."""
     _quiet()
     inputs, _ = real_models.load_io(SCALE_MODEL, "portable", cache_dir)
     if kind == "orchestra":
         from orchestra.orchestrator._threads import apply_blas_limit
         from orchestra.runtime import load_program
 
-        apply_blas_limit(threads)  # the orchestrator's rule for a worker process given `threads`
+        apply_blas_limit(threads)
         m = load_program(pte).load_method("forward")
         fn: Callable[[], object] = lambda: m.execute(inputs)  # noqa: E731
     else:
@@ -458,6 +458,14 @@ def _bare(kind: str, pte: str, cache_dir: str | None, threads: int, ready: Any, 
         fn = lambda: em.execute(tin)  # noqa: E731
     fn()
     fn()
+    return fn
+
+
+def _bare(kind: str, pte: str, cache_dir: str | None, threads: int, ready: Any, go: Any, stop: Any, seconds: float,
+          results: Any) -> None:
+    """A bare process: runs one Method in a closed loop from ``go`` for ``seconds`` (or until
+    ``stop``); puts (executes, elapsed s, latencies) on ``results``."""
+    fn = _bare_execute(kind, pte, cache_dir, threads)
     ready.set()
     go.wait()
     perf = time.perf_counter
@@ -564,24 +572,7 @@ def _resident_bare(kind: str, pte: str, cache_dir: str | None, threads: int, con
     """A bare process (no orchestrator) that stays up between windows: loads and warms one
     Method, says ``ready``, then runs one closed-loop window per number of seconds it gets on
     ``conn`` and answers (executes, elapsed s), until it gets None."""
-    _quiet()
-    inputs, _ = real_models.load_io(SCALE_MODEL, "portable", cache_dir)
-    if kind == "orchestra":
-        from orchestra.orchestrator._threads import apply_blas_limit
-        from orchestra.runtime import load_program
-
-        apply_blas_limit(threads)  # the orchestrator's rule for a worker process given `threads`
-        m = load_program(pte).load_method("forward")
-        fn: Callable[[], object] = lambda: m.execute(inputs)  # noqa: E731
-    else:
-        import torch
-
-        _et_threads(threads)
-        em = _et_method(pathlib.Path(pte))
-        tin = [torch.from_numpy(a) for a in inputs]
-        fn = lambda: em.execute(tin)  # noqa: E731
-    fn()
-    fn()
+    fn = _bare_execute(kind, pte, cache_dir, threads)
     conn.send("ready")
     while (seconds := conn.recv()) is not None:
         conn.send(_window(fn, seconds))
