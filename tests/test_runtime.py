@@ -168,6 +168,37 @@ def test_load_method_returns_independent_instances() -> None:
     np.testing.assert_allclose(b.execute(ins)[0], want[0], atol=1e-5)
 
 
+def test_list_values_hold_each_methods_own_tensors() -> None:
+    """A program's list values (a TensorList for cat, an OptionalTensorList with an absent
+    index, a one-item list, an IntList) are built per Method from its own values: two Methods
+    of one program, executed in turn, each read their own inputs."""
+    from orchestra.aot import ProgramBuilder
+
+    b = ProgramBuilder()
+    f = b.method("forward")
+    x = f.input(np.float32, (3, 4))
+    y = f.input(np.float32, (3, 4))
+    idx = f.input(np.int64, (2,))
+    both = f.call("aten::cat.out", [x, y], 0)  # (6, 4)
+    picked = f.call("aten::index.Tensor_out", both, [None, idx])  # columns idx of every row: (6, 2)
+    alone = f.call("aten::cat.out", [picked], 1)
+    f.output(f.call("aten::sum.IntList_out", alone, [0, 1], False))
+    f.output(alone)
+    prog = load_program(b.to_bytes())
+    m1, m2 = prog.load_method(), prog.load_method()
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        runs = []
+        for m in (m1, m2):
+            xs = [rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal((3, 4)).astype(np.float32),
+                  rng.integers(0, 4, 2).astype(np.int64)]
+            runs.append((m.execute(xs), xs))
+        for (total, cols), (xv, yv, iv) in runs:
+            want = np.concatenate([xv, yv], 0)[:, iv]
+            np.testing.assert_array_equal(cols, want)
+            np.testing.assert_allclose(total, want.sum(), rtol=1e-5)
+
+
 def test_two_methods_on_two_threads_give_correct_results_every_time() -> None:
     prog = load_program(FIXTURES / "convnet.pte")
     ref = prog.load_method()

@@ -360,6 +360,20 @@ class _InstructionSteps(Sequence[Step]):
         return (self[k] for k in range(len(self._binds)))
 
 
+def _list_builder(optional: bool, items: tuple[int, ...]) -> Callable[[list[Any]], list[Any]]:
+    """What builds a list value (IntList, TensorList, OptionalTensorList) from a Method's
+    values: a new list each call, ``None`` for an optional list's absent (-1) items."""
+    if optional and -1 in items:
+        return lambda vals: [None if it == -1 else vals[it] for it in items]
+    if not items:
+        return lambda vals: []
+    if len(items) == 1:
+        j = items[0]
+        return lambda vals: [vals[j]]
+    get = operator.itemgetter(*items)
+    return lambda vals: list(get(vals))
+
+
 class CompiledPlan:
     """A method turned into pre-bound steps, once per Program, shared by its Methods.
 
@@ -446,6 +460,10 @@ class CompiledPlan:
                                    for i in self.planned if (s := slots[i]).contiguous)  # type: ignore[union-attr]
         self.planned_strided = tuple(i for i in self.planned if not slots[i].contiguous)  # type: ignore[union-attr]
         self.lists = lists
+        # per list value, what builds its Python list from a Method's values (C-level item
+        # gets: a Method's creation builds every list, some steps rebuild theirs per call)
+        self.list_builders: dict[int, Callable[[list[Any]], list[Any]]] = {
+            i: _list_builder(optional, items) for i, (optional, items) in lists.items()}
         self.input_idx = tuple(plan.inputs)
         self.output_idx = tuple(plan.outputs)
         self.input_slots = tuple(slots[i] for i in plan.inputs)
@@ -952,10 +970,9 @@ class Method:
 
     def _refresh_lists(self, idxs: tuple[int, ...]) -> None:
         vals = self._vals
-        lists = self._lists
+        build = self._cp.list_builders
         for i in idxs:
-            optional, items = lists[i]
-            vals[i] = [None if (optional and it == -1) else vals[it] for it in items]
+            vals[i] = build[i](vals)
 
     # -- public -------------------------------------------------------------------------
     @property
