@@ -199,6 +199,103 @@ def test_list_values_hold_each_methods_own_tensors() -> None:
             np.testing.assert_allclose(total, want.sum(), rtol=1e-5)
 
 
+def test_borrowed_inputs_are_read_in_place_and_given_back() -> None:
+    """execute(borrow_inputs=True) reads a tensor input where it is (the Method's own input
+    memory is not written), gives the same outputs as a copy would, keeps no reference to
+    the caller's array, and a later plain execute copies again. An input the program writes
+    (a delegate may, so its arguments count as written) is copied even when borrowing."""
+    import sys
+    import weakref
+
+    from orchestra.aot import ProgramBuilder
+
+    b = ProgramBuilder()
+    f = b.method("forward")
+    x = f.input(np.float32, (2, 3, 16, 16))
+    y = f.call("aten::mul.Scalar_out", f.call("aten::add.Scalar_out", x, 1.0), 2.0)
+    f.output(f.call("aten::sum.IntList_out", y, [2, 3], False))
+    prog = load_program(b.to_bytes())
+    m = prog.load_method()
+    assert m._cp.borrowable == (True,)
+    idx = m._cp.input_idx[0]
+    own = m._vals[idx]
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((2, 3, 16, 16)).astype(np.float32)
+    want = ((a + 1) * 2).sum(axis=(2, 3))
+    own.fill(np.nan)  # what a copy would overwrite
+    refs = sys.getrefcount(a)
+    got = m.execute([a], borrow_inputs=True)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    assert np.isnan(own).all() and m._vals[idx] is own  # read in place; its own memory back
+    assert sys.getrefcount(a) == refs  # no reference kept
+    alive = weakref.ref(a)
+    c = a.copy()
+    del a
+    assert alive() is None
+    np.testing.assert_allclose(m.execute([c])[0], want, rtol=1e-5)  # plain: copied in again
+    np.testing.assert_array_equal(own, c)
+    # not borrowed: another dtype's array is refused as ever; a strided view is copied
+    with pytest.raises(InvalidArgumentError, match="dtype float64"):
+        m.execute([c.astype(np.float64)], borrow_inputs=True)
+    own.fill(np.nan)
+    wide = np.zeros((2, 3, 16, 32), np.float32)
+    wide[..., ::2] = c
+    np.testing.assert_allclose(m.execute([wide[..., ::2]], borrow_inputs=True)[0], want, rtol=1e-5)
+    np.testing.assert_array_equal(own, c)  # copied
+    assert m._borrowed == []
+
+
+def test_an_input_a_list_value_holds_is_copied_even_when_borrowing() -> None:
+    """A list value (cat's TensorList) holds the Method's own input array from its creation:
+    that input is not borrowable, and borrowing copies it as usual."""
+    from orchestra.aot import ProgramBuilder
+
+    b = ProgramBuilder()
+    f = b.method("forward")
+    x = f.input(np.float32, (4, 8))
+    f.output(f.call("aten::cat.out", [x, x], 0))
+    m = load_program(b.to_bytes()).load_method()
+    assert m._cp.borrowable == (False,)
+    a = np.arange(32, dtype=np.float32).reshape(4, 8)
+    np.testing.assert_array_equal(m.execute([a], borrow_inputs=True)[0], np.concatenate([a, a]))
+    np.testing.assert_array_equal(m._vals[m._cp.input_idx[0]], a)  # copied in
+
+
+def test_an_input_the_plan_also_reads_under_another_name_is_not_borrowed() -> None:
+    """A plan may read an input's bytes through a second value at the same memory (an alias:
+    no instruction writes it, as ExecuTorch leaves a flatten). Such an input is copied even
+    when borrowing, so the alias still sees it; an alias of bytes another value wrote first
+    (the usual flatten of a pooling's result) does not stop borrowing."""
+    from orchestra.aot import ProgramBuilder
+    from orchestra.program import dumps, loads
+
+    b = ProgramBuilder()
+    f = b.method("forward")
+    x = f.input(np.float32, (2, 8))
+    f.output(f.call("aten::add.Scalar_out", x, 1.0))
+    pd = loads(b.to_bytes())
+    plan = pd.execution_plan[0]
+    (k,) = plan.inputs
+    xt = plan.values[k].val
+    flat = dataclasses.replace(xt, sizes=(16,), dim_order=(0,))  # the input's bytes, seen flat
+    values = (*plan.values, dataclasses.replace(plan.values[k], val=flat))
+    w = len(plan.values)
+    (ins,) = plan.chains[0].instructions
+    call = ins.instr_args
+    out = call.args[-1]
+    out_t = plan.values[out].val
+    values = tuple(dataclasses.replace(v, val=dataclasses.replace(out_t, sizes=(16,), dim_order=(0,)))
+                   if i == out else v for i, v in enumerate(values))
+    args = (w, *call.args[1:])  # add reads the alias in place of the input
+    chain = dataclasses.replace(plan.chains[0], instructions=(dataclasses.replace(ins, instr_args=dataclasses.replace(call, args=args)),))
+    pd = dataclasses.replace(pd, execution_plan=(dataclasses.replace(plan, values=values, chains=(chain,)),))
+    m = load_program(dumps(pd)).load_method()
+    assert m._cp.borrowable == (False,)
+    a = np.arange(16, dtype=np.float32).reshape(2, 8)
+    np.testing.assert_array_equal(m.execute([a], borrow_inputs=True)[0], a.reshape(16) + 1)
+    np.testing.assert_array_equal(m.execute([a * 2], borrow_inputs=True)[0], a.reshape(16) * 2 + 1)
+
+
 def test_two_methods_on_two_threads_give_correct_results_every_time() -> None:
     prog = load_program(FIXTURES / "convnet.pte")
     ref = prog.load_method()

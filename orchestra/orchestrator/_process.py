@@ -8,7 +8,8 @@ Tensors cross through one ``multiprocessing.shared_memory`` block with
 :data:`PIPELINE_DEPTH` *slots* (each room for every input and output at its static shape or
 upper bound): the parent copies a request's inputs into a free slot and writes a small
 message (slot, shapes, scalars, per-call overrides) on the request pipe; the child executes
-on views of that slot, copies the outputs into it and answers on the reply pipe. With two
+on views of that slot (reading its tensors in place: ``Method.execute(borrow_inputs=True)``),
+copies the outputs into it and answers on the reply pipe. With two
 slots the next request is already waiting in the pipe when the child finishes one, so the
 child never waits for the parent between executes.
 
@@ -30,6 +31,7 @@ module-level function) to the Orchestrator to register them in each child.
 
 from __future__ import annotations
 
+import functools
 import math
 import multiprocessing as mp
 import os
@@ -48,7 +50,7 @@ import numpy as np
 from .. import errors as _errors
 from ..errors import Error, OrchestraError
 from ..program import dumps
-from ..runtime import MethodMeta, Program, TensorInfo, load_program
+from ..runtime import Method, MethodMeta, Program, TensorInfo, load_program
 from ._methods import Routed, load_for_worker
 from ._threads import apply_blas_limit, worker_blas_env
 
@@ -272,7 +274,9 @@ def _child(requests: Any, replies: Any, program_ref: Any, method_name: str, opti
         return
     reader = _Reader(rfd)
     perf = time.perf_counter
-    execute = m.execute
+    # the request's tensors are read where they are, in the shared block (the parent writes
+    # the next request into the other slot), rather than copied into the Method's memory
+    execute = functools.partial(m.execute, borrow_inputs=True) if type(m) is Method else m.execute
     changed = False
     ins = outs_v = inputs = None
     lock = threading.Lock()  # replies come from this thread and from a preparing one
