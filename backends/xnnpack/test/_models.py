@@ -196,6 +196,24 @@ def _mobilenet() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     return m, (torch.randn(1, 3, 224, 224, generator=_gen(2)),)
 
 
+class PatchEmbed(nn.Module):
+    """ViT's patch embedding (16x16 patches, stride 16) on a 224x224 image, with a relu so the
+    convolution's output clamp is exercised, then a head over the mean of the patches."""
+
+    def __init__(self, d: int = 192) -> None:
+        super().__init__()
+        self.patch = nn.Conv2d(3, d, 16, 16)
+        self.head = nn.Linear(d, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.patch(x)).flatten(2).mean(2))
+
+
+def _patch() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    torch.manual_seed(13)
+    return PatchEmbed().eval(), (torch.randn(1, 3, 224, 224, generator=_gen(14)),)
+
+
 def _vit() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     torch.manual_seed(3)
     return ViTish().eval(), (torch.randn(1, 128, 48, generator=_gen(4)),)
@@ -222,6 +240,7 @@ MODELS: dict[str, Callable[[], tuple[nn.Module, tuple[torch.Tensor, ...]]]] = {
     "dwsep_upsample": _dwsep,
     "ops_zoo": _zoo,
     "effreg_silu_112": _effreg,
+    "patch_embed_224": _patch,
 }
 
 
