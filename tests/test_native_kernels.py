@@ -461,6 +461,41 @@ def test_a_call_split_over_threads_gives_the_same_bits(threads: int) -> None:
         assert np.array_equal(a, c)
 
 
+@needs_native
+def test_rested_pool_threads_take_the_next_calls_parts() -> None:
+    """kernels.rest() between calls (as a worker process does after each execute), also
+    from another Python thread while calls run: every later split call still gets all its
+    parts done, with the bits of a one-thread call, and nothing hangs."""
+    from orchestra.runtime.kernels import _elementwise as ew
+
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((2, 64, 112, 112)).astype(np.float32)
+    dw = rng.standard_normal((64, 1, 3, 3)).astype(np.float32)
+    want = (_conv.conv2d(x, dw, None, (1, 1), (1, 1), (1, 1), 64, None), ew.silu_out(x, np.empty_like(x)))
+    kernels.set_threads(2)
+    stop = threading.Event()
+
+    def rester() -> None:
+        while not stop.is_set():
+            kernels.rest()
+
+    t = threading.Thread(target=rester)
+    try:
+        for _ in range(5):
+            kernels.rest()
+            got = (_conv.conv2d(x, dw, None, (1, 1), (1, 1), (1, 1), 64, None), ew.silu_out(x, np.empty_like(x)))
+            assert all(np.array_equal(a, b) for a, b in zip(got, want))
+        t.start()
+        for _ in range(5):
+            got = (_conv.conv2d(x, dw, None, (1, 1), (1, 1), (1, 1), 64, None), ew.silu_out(x, np.empty_like(x)))
+            assert all(np.array_equal(a, b) for a, b in zip(got, want))
+    finally:
+        stop.set()
+        if t.is_alive():
+            t.join()
+        kernels.set_threads(1)
+
+
 def _silu64(v: np.ndarray) -> np.ndarray:
     return v / (1 + np.exp(-v))
 

@@ -50,7 +50,7 @@ import numpy as np
 from .. import errors as _errors
 from ..errors import Error, OrchestraError
 from ..program import dumps
-from ..runtime import Method, MethodMeta, Program, TensorInfo, load_program
+from ..runtime import Method, MethodMeta, Program, TensorInfo, kernels, load_program
 from ._methods import Routed, load_for_worker
 from ._threads import apply_blas_limit, worker_blas_env
 
@@ -277,6 +277,10 @@ def _child(requests: Any, replies: Any, program_ref: Any, method_name: str, opti
     # the request's tensors are read where they are, in the shared block (the parent writes
     # the next request into the other slot), rather than copied into the Method's memory
     execute = functools.partial(m.execute, borrow_inputs=True) if type(m) is Method else m.execute
+    # After each execute the compiled kernels' pool threads stop spinning (kernels.rest): the
+    # reply wakes the parent, which then finds their CPU free instead of preempting this
+    # thread as it starts the next request (one CPU each, with two compute threads)
+    rest = kernels.rest
     changed = False
     ins = outs_v = inputs = None
     lock = threading.Lock()  # replies come from this thread and from a preparing one
@@ -322,6 +326,7 @@ def _child(requests: Any, replies: Any, program_ref: Any, method_name: str, opti
                     else:
                         fast = False
                         break
+                rest()
                 if fast:
                     send(fast_reply(dt))
                 else:
@@ -345,6 +350,7 @@ def _child(requests: Any, replies: Any, program_ref: Any, method_name: str, opti
                         changed = True
                     reply = _reply(slots[s][1], outs_v, outs, perf() - t0, m if changed else None)
                     changed = False
+                rest()
                 send(frame(reply))
             elif kind == "xm":  # a request for another method of the program instance
                 _, name, s, shapes, scalars, overrides = msg
@@ -363,6 +369,7 @@ def _child(requests: Any, replies: Any, program_ref: Any, method_name: str, opti
                     reply = _reply(out_slots, mouts, outs, perf() - t0, m if changed else None)
                     changed = False
                 minputs = mins = mouts = None
+                rest()
                 send(frame(reply))
             elif kind == "p":  # one backend's init-only change: built on a thread, swapped at a boundary
                 if prep is not None:

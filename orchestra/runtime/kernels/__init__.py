@@ -71,6 +71,17 @@ def set_threads(n: int) -> None:
         _conv._native.set_threads(n)
 
 
+def rest() -> None:
+    """Sends the compiled kernels' pool threads to sleep now instead of at the end of their
+    150 us spin (:func:`set_threads`); the next call that splits wakes them. For a loop that
+    hands the CPU to something else between executes: a worker process calls it before it
+    answers, so that the orchestrating process, woken by the answer, finds their CPU free
+    rather than preempting the thread that starts the next execute. Costs the next split
+    call one wakeup. Does nothing without the compiled kernels."""
+    if _conv._native is not None:
+        _conv._native.pool_rest()
+
+
 def compiled() -> Any:
     """The compiled kernels themselves (the ``_native`` extension module), for a backend that
     binds them into its own steps (the XNNPACK backend's channels-last convolutions, linear
@@ -89,4 +100,4 @@ def threads() -> int:
 
 
 __all__ = ["MAX_THREADS", "NATIVE_KERNELS", "KernelDef", "compiled", "get_kernel", "kernel", "kernel_names",
-           "nearest_kernel_names", "set_threads", "threads"]
+           "nearest_kernel_names", "rest", "set_threads", "threads"]

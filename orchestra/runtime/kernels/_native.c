@@ -60,8 +60,9 @@ static struct {
     int nparts, next, done; /* atomic */
     unsigned long gen;      /* atomic */
     int sleepers, caller_waits, nthreads;
+    int resting; /* atomic: set by pool_rest, cleared by the next call: spinners sleep now */
 } pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER,
-          NULL, NULL, 0, 0, POOL_NO_PARTS, 0, 0, 0, 0, 0};
+          NULL, NULL, 0, 0, POOL_NO_PARTS, 0, 0, 0, 0, 0, 0};
 
 static long pool_now_ns(void) {
     struct timespec ts;
@@ -75,13 +76,13 @@ static inline void pool_relax(void) {
 #endif
 }
 
-/* Spins until *p != v (returns 1) or POOL_SPIN_NS pass (returns 0). */
+/* Spins until *p != v (returns 1) or POOL_SPIN_NS pass or pool_rest is called (returns 0). */
 static int pool_spin_ne_ul(const unsigned long *p, unsigned long v) {
     const long end = pool_now_ns() + POOL_SPIN_NS;
     for (int i = 1;; i++) {
         if (__atomic_load_n(p, __ATOMIC_ACQUIRE) != v) return 1;
         pool_relax();
-        if ((i & 63) == 0 && pool_now_ns() > end) return 0;
+        if ((i & 63) == 0 && (pool_now_ns() > end || __atomic_load_n(&pool.resting, __ATOMIC_RELAXED))) return 0;
     }
 }
 
@@ -157,6 +158,7 @@ static void run_parts(void *(*fn)(void *), void *args, size_t arg_size, int n) {
 #if ORCH_THREADS
     if (n > 1 && max_threads > 1 && pthread_mutex_trylock(&pool.busy) == 0) {
         if (pool_grow(max_threads - 1) > 0) {
+            __atomic_store_n(&pool.resting, 0, __ATOMIC_RELAXED);
             pool.fn = fn;
             pool.args = (char *)args;
             pool.arg_size = arg_size;
@@ -4726,6 +4728,18 @@ static PyObject *py_set_threads(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* Sends the pool's spinning threads to sleep now rather than when their spin ends (the
+ * next call that splits wakes them): between a model's executes, so that a thread waiting
+ * to run (the process's event loop) finds a CPU free instead of preempting the caller. */
+static PyObject *py_pool_rest(PyObject *self, PyObject *args) {
+    (void)self;
+    (void)args;
+#if ORCH_THREADS
+    __atomic_store_n(&pool.resting, 1, __ATOMIC_RELAXED);
+#endif
+    Py_RETURN_NONE;
+}
+
 static PyObject *py_get_threads(PyObject *self, PyObject *args) {
     (void)self;
     (void)args;
@@ -4768,6 +4782,7 @@ static PyMethodDef methods[] = {
      "bias_act_f32(out, bias|None, N, C, inner, act): out[n, c, :] = act(out[n, c, :] + bias[c]) in place, "
      "float32 (act: 0 none, 1 relu, 2 hardswish, 3 silu)."},
     {"set_threads", py_set_threads, METH_VARARGS, "set_threads(n): threads one call may use (1 to 16)."},
+    {"pool_rest", py_pool_rest, METH_NOARGS, "pool_rest(): the pool's spinning threads sleep now (until the next call that splits)."},
     {"get_threads", py_get_threads, METH_NOARGS, "get_threads(): threads one call may use."},
     {"conv_f32", py_conv_f32, METH_VARARGS,
      "conv_f32(x, w, bias|None, out, N, C, H, W, O, groups, kh, kw, sh, sw, ph, pw, dh, dw, Ho, Wo[, act]): "
