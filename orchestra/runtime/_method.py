@@ -1079,7 +1079,7 @@ class Method:
         if len(inputs) != len(infos):
             raise InvalidArgumentError(f"{self._where}: expected {len(infos)} inputs, got {len(inputs)}")
         vals = self._vals
-        borrowable = cp.borrowable
+        borrowable = cp.borrowable if borrow else ()  # (worked out on the first borrowing call)
         for k, (idx, info, slot, x) in enumerate(zip(cp.input_idx, infos, cp.input_slots, inputs)):
             if isinstance(info, TensorInfo):
                 if not isinstance(x, np.ndarray):
