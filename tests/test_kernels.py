@@ -220,7 +220,7 @@ def raises(code: Error, fn: Callable[..., Any], *args: Any) -> OrchestraError:
 def test_public_surface() -> None:
     for name in kernels.__all__:
         assert hasattr(kernels, name)
-    assert set(kernels.__all__) == {"MAX_THREADS", "NATIVE_KERNELS", "KernelDef", "compiled", "set_threads", "threads", "get_kernel", "kernel", "kernel_names", "nearest_kernel_names"}
+    assert set(kernels.__all__) == {"MAX_THREADS", "NATIVE_KERNELS", "KernelDef", "compiled", "rest", "set_threads", "threads", "get_kernel", "kernel", "kernel_names", "nearest_kernel_names"}
 
 
 def test_compiled_is_the_extension_where_it_is_built() -> None:
