@@ -401,15 +401,17 @@ def test_silu_of_an_element_does_not_depend_on_where_it_sits() -> None:
 
 
 @needs_native
-def test_silu_gives_the_same_bits_with_avx512_as_with_avx2(tmp_path: Any) -> None:
-    """The AVX-512 silu (max, scalef and a masked multiply in place of the portable code's
-    selects and exponent bits) computes the same operations: every value, the clamps' edges,
-    the overflow at -88.72, NaN, infinities and subnormals included, has the bits the AVX2
-    copy gives (a child process with ORCHESTRA_NATIVE_ISA=v3)."""
+@pytest.mark.parametrize("kernel", ["silu_f32", "gelu_f32"])
+def test_activations_give_the_same_bits_with_avx512_as_with_avx2(kernel: str, tmp_path: Any) -> None:
+    """The AVX-512 silu and gelu (max / min, scalef and a masked multiply in place of the
+    portable code's selects and exponent bits) compute the same operations: every value, the
+    clamps' edges, silu's overflow at -88.72, gelu's subnormal tail, NaN and infinities
+    included, has the bits the AVX2 copy gives (a child process with ORCHESTRA_NATIVE_ISA=v3)."""
     if native.ISA_LEVEL < 4:
         pytest.skip("this CPU has no AVX-512")
     rng = np.random.default_rng(11)
-    edges = np.array([-88.7228394, -88.72284, -87.0, 87.0, 86.99999, 87.00001, 103.9, -103.9], np.float32)
+    edges = np.array([-88.7228394, -88.72284, -87.0, 87.0, 86.99999, 87.00001, 103.9, -103.9, -13.0, -14.5, -20.0],
+                     np.float32)
     x = np.concatenate([SPECIAL, edges, np.nextafter(edges, np.float32(np.inf)), np.nextafter(edges, np.float32(-np.inf)),
                         np.linspace(-120, 120, 1_000_003, dtype=np.float32),
                         rng.standard_normal(1 << 18).astype(np.float32) * 10,
@@ -417,13 +419,14 @@ def test_silu_gives_the_same_bits_with_avx512_as_with_avx2(tmp_path: Any) -> Non
     src, dst = tmp_path / "x.npy", tmp_path / "v3.npy"
     np.save(src, x)
     code = ("import sys, numpy as np, orchestra.runtime.kernels._native as n; x = np.load(sys.argv[1]); "
-            "o = np.empty_like(x); n.silu_f32(x, o, x.size); np.save(sys.argv[2], o); print(n.ISA_LEVEL)")
+            f"o = np.empty_like(x); n.{kernel}(x, o, x.size); np.save(sys.argv[2], o); print(n.ISA_LEVEL)")
     r = subprocess.run([sys.executable, "-c", code, str(src), str(dst)], capture_output=True, text=True, timeout=120,
                        env=dict(os.environ, ORCHESTRA_NATIVE_ISA="v3"))
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["3"]
     want = np.load(dst)
-    got = native_silu(x)
+    got = np.empty_like(x)
+    getattr(native, kernel)(x, got, x.size)
     same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
     assert same.all(), f"{(~same).sum()} values differ, first x = {x[~same][:5]}"
 

@@ -337,8 +337,8 @@ VEC_ACTS(8, v8f, vi8, )
  * gelu(x) = x Phi(x) (approximate "none"), float32, the fit _elementwise.py documents and its
  * numpy path computes, operation for operation (exp by this exp: within an ulp or two of
  * numpy's): h = |x / 2|, v = 1 / (1 / h + 2K), g = G(v) - 2 h^2, out = x / 2 + h - v e^g. */
-#define VEC_GELU(SUF, VT, VI)                                                                                        \
-    static inline __attribute__((always_inline)) VT exp_wide_##SUF(VT t) {                                           \
+#define VEC_EXP_WIDE(SUF, VT, VI)                                                                                    \
+    static inline __attribute__((always_inline)) VT exp_wide_vec_##SUF(VT t) {                                       \
         const VT zero = {0};                                                                                         \
         t = vsel_##SUF(t < zero - 104.0f, zero - 104.0f, t);                                                         \
         t = vsel_##SUF(t > zero + 88.7228394f, zero + 88.7228394f, t);                                               \
@@ -347,8 +347,9 @@ VEC_ACTS(8, v8f, vi8, )
         const VI k1 = k >> 1, k2 = k - k1;                                                                           \
         const VT s1 = (VT)((k1 + 127) << 23), s2 = (VT)((k2 + 127) << 23);                                           \
         return p * s1 * s2;                                                                                          \
-    }                                                                                                                \
-    static inline __attribute__((always_inline)) VT gelu_##SUF(VT x) {                                               \
+    }
+#define VEC_GELU(SUF, VT, ATTR)                                                                                      \
+    ATTR static inline __attribute__((always_inline)) VT gelu_##SUF(VT x) {                                          \
         const VT zero = {0};                                                                                         \
         VT h = x * 0.5f;                                                                                             \
         h = vsel_##SUF(h < zero, -h, h);                                                                             \
@@ -372,8 +373,37 @@ VEC_ACTS(8, v8f, vi8, )
         return out - g;                                                                                              \
     }
 
-VEC_GELU(16, vf16, vi16)
-VEC_GELU(8, v8f, vi8)
+VEC_EXP_WIDE(16, vf16, vi16)
+VEC_EXP_WIDE(8, v8f, vi8)
+
+static inline __attribute__((always_inline)) v8f exp_wide_8(v8f t) { return exp_wide_vec_8(t); }
+#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && !defined(__clang__)
+/* exp_wide_vec_16 in AVX-512 instructions, bit for bit (checked over all 2^32 inputs of
+ * gelu), as silu_16 above: the clamps are a max and a min (the second operand where either
+ * is NaN), and p * 2^k is one scalef, which rounds once into a subnormal as p * 2^k1 * 2^k2
+ * does. gelu about 1.35x faster. */
+ORCH_V4 static inline __attribute__((always_inline)) vf16 exp_wide_16(vf16 tv) {
+    __m512 t = _mm512_max_ps(_mm512_set1_ps(-104.0f), (__m512)tv);
+    t = _mm512_min_ps(_mm512_set1_ps(88.7228394f), t);
+    const __m512 magic = _mm512_set1_ps(12582912.0f);
+    const __m512 kf = _mm512_sub_ps(_mm512_fmadd_ps(t, _mm512_set1_ps(1.44269504088896341f), magic), magic);
+    __m512 r = _mm512_fnmadd_ps(kf, _mm512_set1_ps(0.693359375f), t);
+    r = _mm512_fnmadd_ps(kf, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return (vf16)_mm512_scalef_ps(p, kf);
+}
+#else
+static inline __attribute__((always_inline)) vf16 exp_wide_16(vf16 t) { return exp_wide_vec_16(t); }
+#endif
+VEC_GELU(16, vf16, ORCH_V4)
+VEC_GELU(8, v8f, )
 
 /* out[i] = silu(x[i] + b) / gelu(x[i]) for i < n, VW floats at a time (out may be x; b =
  * -0.0f adds nothing, -0.0 included). The tail runs through the same vector code
