@@ -298,15 +298,10 @@ VEC_EXP(8, v8f, vi8)
 static inline __attribute__((always_inline)) v8f silu_8(v8f v) { return silu_vec_8(v); }
 #if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && !defined(__clang__)
 #include <immintrin.h>
-/* silu_vec_16's operations in AVX-512 instructions, bit for bit (checked over all 2^32
- * inputs), about 1.35x faster: the clamp at -87 is one max (the second operand where
- * either is NaN, so NaN passes), 2^k scales by scalef (not built in the exponent bits), the
- * upper clamp goes (its lanes are replaced by x * 0 as before, by a masked multiply). Only
- * the AVX-512 copies (target x86-64-v4) use the 16-wide functions. */
 #define ORCH_V4 __attribute__((target("arch=x86-64-v4")))
-ORCH_V4 static inline __attribute__((always_inline)) vf16 silu_16(vf16 v) {
-    const __m512 x = (__m512)v, nx = (__m512)(-v);
-    const __m512 t = _mm512_max_ps(_mm512_set1_ps(-87.0f), nx);
+/* exp_parts_16 on AVX-512 registers: exp(r) for t = k ln2 + r already clamped, k (a whole
+ * float) into *kf; the same operations, so the same bits */
+ORCH_V4 static inline __attribute__((always_inline)) __m512 exp_parts_x16(__m512 t, __m512 *kf_out) {
     const __m512 magic = _mm512_set1_ps(12582912.0f);
     const __m512 kf = _mm512_sub_ps(_mm512_fmadd_ps(t, _mm512_set1_ps(1.44269504088896341f), magic), magic);
     __m512 r = _mm512_fnmadd_ps(kf, _mm512_set1_ps(0.693359375f), t);
@@ -319,6 +314,18 @@ ORCH_V4 static inline __attribute__((always_inline)) vf16 silu_16(vf16 v) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    *kf_out = kf;
+    return p;
+}
+/* silu_vec_16's operations in AVX-512 instructions, bit for bit (checked over all 2^32
+ * inputs), about 1.35x faster: the clamp at -87 is one max (the second operand where
+ * either is NaN, so NaN passes), 2^k scales by scalef (not built in the exponent bits), the
+ * upper clamp goes (its lanes are replaced by x * 0 as before, by a masked multiply). Only
+ * the AVX-512 copies (target x86-64-v4) use the 16-wide functions. */
+ORCH_V4 static inline __attribute__((always_inline)) vf16 silu_16(vf16 v) {
+    const __m512 x = (__m512)v, nx = (__m512)(-v);
+    __m512 kf;
+    const __m512 p = exp_parts_x16(_mm512_max_ps(_mm512_set1_ps(-87.0f), nx), &kf);
     const __m512 res = _mm512_div_ps(x, _mm512_add_ps(_mm512_scalef_ps(p, kf), _mm512_set1_ps(1.0f)));
     const __mmask16 over = _mm512_cmp_ps_mask(nx, _mm512_set1_ps(88.7228394f), _CMP_GT_OQ);
     return (vf16)_mm512_mask_mul_ps(res, over, x, _mm512_setzero_ps());
@@ -385,18 +392,8 @@ static inline __attribute__((always_inline)) v8f exp_wide_8(v8f t) { return exp_
 ORCH_V4 static inline __attribute__((always_inline)) vf16 exp_wide_16(vf16 tv) {
     __m512 t = _mm512_max_ps(_mm512_set1_ps(-104.0f), (__m512)tv);
     t = _mm512_min_ps(_mm512_set1_ps(88.7228394f), t);
-    const __m512 magic = _mm512_set1_ps(12582912.0f);
-    const __m512 kf = _mm512_sub_ps(_mm512_fmadd_ps(t, _mm512_set1_ps(1.44269504088896341f), magic), magic);
-    __m512 r = _mm512_fnmadd_ps(kf, _mm512_set1_ps(0.693359375f), t);
-    r = _mm512_fnmadd_ps(kf, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    __m512 kf;
+    const __m512 p = exp_parts_x16(t, &kf);
     return (vf16)_mm512_scalef_ps(p, kf);
 }
 #else
