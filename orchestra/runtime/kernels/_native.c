@@ -206,6 +206,9 @@ static int parts_for(Py_ssize_t work, Py_ssize_t items) {
 }
 
 #if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && !defined(__clang__)
+/* copies of the kernels per instruction set (AVX-512, AVX2 + FMA, baseline), picked at load */
+#define ORCH_X86_DISPATCH 1
+#include <immintrin.h>
 /* one copy of the loop per instruction set, picked once by the loader (ifunc) */
 #define ORCH_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
@@ -296,8 +299,7 @@ VEC_EXP(16, vf16, vi16)
 VEC_EXP(8, v8f, vi8)
 
 static inline __attribute__((always_inline)) v8f silu_8(v8f v) { return silu_vec_8(v); }
-#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && !defined(__clang__)
-#include <immintrin.h>
+#ifdef ORCH_X86_DISPATCH
 #define ORCH_V4 __attribute__((target("arch=x86-64-v4")))
 /* exp_parts_16 on AVX-512 registers: exp(r) for t = k ln2 + r already clamped, k (a whole
  * float) into *kf; the same operations, so the same bits */
@@ -384,7 +386,7 @@ VEC_EXP_WIDE(16, vf16, vi16)
 VEC_EXP_WIDE(8, v8f, vi8)
 
 static inline __attribute__((always_inline)) v8f exp_wide_8(v8f t) { return exp_wide_vec_8(t); }
-#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && !defined(__clang__)
+#ifdef ORCH_X86_DISPATCH
 /* exp_wide_vec_16 in AVX-512 instructions, bit for bit (checked over all 2^32 inputs of
  * gelu), as silu_16 above: the clamps are a max and a min (the second operand where either
  * is NaN), and p * 2^k is one scalef, which rounds once into a subnormal as p * 2^k1 * 2^k2
@@ -435,8 +437,7 @@ VEC_GELU(8, v8f, )
     }
 
 VEC_SPANS(8, , 8, v8f, 8)
-#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && !defined(__clang__)
-#define ORCH_X86_DISPATCH 1
+#ifdef ORCH_X86_DISPATCH
 VEC_SPANS(v4, __attribute__((target("arch=x86-64-v4"))), 16, vf16, 16)
 VEC_SPANS(v3, __attribute__((target("arch=x86-64-v3"))), 8, v8f, 8)
 #endif
@@ -1695,7 +1696,6 @@ static void qgemm_rows_plain(const qgemm_job *j) {
 }
 
 #ifdef ORCH_X86_DISPATCH
-#include <immintrin.h>
 typedef int32_t qg_word __attribute__((may_alias, aligned(1)));
 
 /* requantizes 16 channels' sums plus corr (the lanes of m) into out: XNNPACK's fp32
