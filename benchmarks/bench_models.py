@@ -37,7 +37,9 @@ in one run; every ratio compares numbers taken in that run.
    ``load_program(path)`` + first ``load_method`` (a fresh Program each round, so nothing
    compiled by an earlier round is reused), against ExecuTorch's ``Runtime.load_program`` +
    ``load_method`` from the path and from bytes already in memory (the bytes read outside
-   the timing), its default verification (InternalConsistency); then orchestra's first and
+   the timing), its default verification (InternalConsistency), and against
+   ExecuTorch+XNNPACK loading the model's XNNPACK-lowered file from its path ('ETx path',
+   'o/ETx': the time to a Method of the speed the execute ratios compare with); then orchestra's first and
    second execute after that load (work moved from load into the first execute shows as a
    first slower than the second) and ExecuTorch's first execute (portable kernels: slow,
    for information only), and a second ``load_method`` on the same program: orchestra makes a new
@@ -316,17 +318,20 @@ def section_load(args: argparse.Namespace) -> None:
     rt = Runtime.get()
     print("== load: median ms to a runnable Method (load_program + first load_method), and the first execute after it;"
           " interleaved rounds, a fresh program each round; ratios orchestra / ExecuTorch (same run)")
-    print("   ('o prog': orchestra's load_program alone, the rest of 'orch' is its first load_method: the plan compiled)")
+    print("   ('o prog': orchestra's load_program alone, the rest of 'orch' is its first load_method: the plan compiled;"
+          " 'ETx path': ExecuTorch+XNNPACK loading the model's XNNPACK-lowered file from its path, the runtime the"
+          " execute ratios compare with; 'o/ETx': orchestra's load of the portable file over it)")
     print(f"{'model':<13}{'MB':>6}{'orch':>8}{'o prog':>8}{'ET path':>9}{'ET bytes':>9}{'o/path':>8}{'o/bytes':>8}"
-          f"{'o 1st ex':>9}{'o 2nd ex':>9}{'ET 1st ex':>10}{'o 2nd lm':>9}{'ET 2nd (cached)':>16}")
+          f"{'ETx path':>9}{'o/ETx':>7}{'o 1st ex':>9}{'o 2nd ex':>9}{'ET 1st ex':>10}{'o 2nd lm':>9}{'ET 2nd (cached)':>16}")
     perf = time.perf_counter
     for name in args.models:
         portable = real_models.export(name, "portable", args.cache_dir)
+        xnn = real_models.export(name, "xnnpack", args.cache_dir)
         inputs, _ = real_models.load_io(name, "portable", args.cache_dir)
         tin = [torch.from_numpy(a) for a in inputs]
         data = portable.read_bytes()
         times: dict[str, list[float]] = {
-            k: [] for k in ("orch", "prog", "path", "bytes", "orch1", "orch2", "et1", "olm2", "elm2")}
+            k: [] for k in ("orch", "prog", "path", "bytes", "xnn", "orch1", "orch2", "et1", "olm2", "elm2")}
 
         def orch() -> None:
             t = perf()
@@ -349,7 +354,7 @@ def section_load(args: argparse.Namespace) -> None:
 
         def et(kind: str) -> None:
             t = perf()
-            prog = rt.load_program(str(portable) if kind == "path" else data)
+            prog = rt.load_program(str(xnn) if kind == "xnn" else str(portable) if kind == "path" else data)
             m = prog.load_method("forward")
             t1 = perf()
             times[kind].append(t1 - t)
@@ -361,17 +366,19 @@ def section_load(args: argparse.Namespace) -> None:
                 times["elm2"].append(perf() - t2)
 
         with threadpool_limits(limits=1):
-            orch(), et("path"), et("bytes")  # warm-up: imports, kernel registries, page cache
+            orch(), et("path"), et("bytes"), et("xnn")  # warm-up: imports, kernel registries, page cache
             for v in times.values():
                 v.clear()
             for _ in range(args.load_rounds):
                 orch()
                 et("path")
                 et("bytes")
+                et("xnn")
                 gc.collect()
         med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
         print(f"{name:<13}{len(data) / 1e6:6.1f}{med['orch']:8.2f}{med['prog']:8.2f}{med['path']:9.2f}{med['bytes']:9.2f}"
-              f"{med['orch'] / med['path']:8.1f}{med['orch'] / med['bytes']:8.1f}{med['orch1']:9.2f}{med['orch2']:9.2f}"
+              f"{med['orch'] / med['path']:8.1f}{med['orch'] / med['bytes']:8.1f}{med['xnn']:9.2f}{med['orch'] / med['xnn']:7.1f}"
+              f"{med['orch1']:9.2f}{med['orch2']:9.2f}"
               f"{med['et1']:10.2f}{med['olm2']:9.2f}{med['elm2']:16.2f}", flush=True)
     if _orch_xnnpack_available():
         _load_xnnpack(args, rt)
