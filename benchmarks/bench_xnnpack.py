@@ -12,7 +12,11 @@ measured for:
       Weights are prepacked once per Program, so the ratio should stay <= 1.1.
   (b) latency: orchestra's XnnpackBackend vs ExecuTorch's own runtime with XNNPACK on the
       same file, in interleaved rounds (the order alternating), median per-execute time of
-      each and their ratio.
+      each and their ratio; and orchestra as it runs without the layout copies between
+      delegates left out (the plan made while the backend's ``delegate_outputs`` answers
+      None: every argument possibly written, every copy runs), in the same rounds: the
+      steps of each plan and the ratio (on a transformer's file, e.g. ``--pte`` the ViT-tiny
+      XNNPACK file that ``bench_models.py`` caches).
 
 Both sides run with ``--threads`` compute threads (default 1): numpy's BLAS pool is limited
 with threadpoolctl (when installed), orchestra's compiled kernels get the same count
@@ -137,23 +141,34 @@ def bench_latency(pte: pathlib.Path, rounds: int, n: int, threads: int) -> None:
           f"ExecuTorch threadpool: {threads}")
     portable_lib._unsafe_reset_threadpool(threads)
 
+    from orchestra.backends.xnnpack import XnnpackBackend
+
     data = pte.read_bytes()
     ours = load_program(data).load_method("forward")
     x = inputs_for(ours)
     et_method = Runtime.get().load_program(data).load_method("forward")
     tx = [torch.from_numpy(a) for a in x]
+    answer = XnnpackBackend.delegate_outputs
+    XnnpackBackend.delegate_outputs = lambda self, *a: None  # type: ignore[method-assign]
+    try:
+        copies = load_program(data).load_method("forward")
+    finally:
+        XnnpackBackend.delegate_outputs = answer  # type: ignore[method-assign]
 
     def run_ours() -> None:
         ours.execute(x)
 
+    def run_copies() -> None:
+        copies.execute(x)
+
     def run_et() -> None:
         et_method.execute(tx)
 
-    for f in (run_ours, run_et):
+    for f in (run_ours, run_copies, run_et):
         f()
-    times: dict[str, list[float]] = {"orchestra": [], "executorch": []}
+    times: dict[str, list[float]] = {"orchestra": [], "copies": [], "executorch": []}
     for r in range(rounds):
-        order = [("orchestra", run_ours), ("executorch", run_et)]
+        order = [("orchestra", run_ours), ("copies", run_copies), ("executorch", run_et)]
         if r % 2:
             order.reverse()
         for name, f in order:
@@ -165,6 +180,11 @@ def bench_latency(pte: pathlib.Path, rounds: int, n: int, threads: int) -> None:
     print(f"(b) latency, {pte.name}, {rounds} interleaved rounds of {n} executes, medians:")
     print(f"    orchestra XnnpackBackend {o * 1e3:.2f} ms, ExecuTorch + XNNPACK {e * 1e3:.2f} ms: "
           f"orchestra takes {o / e:.2f}x ExecuTorch's time")
+    c = statistics.median(times["copies"])
+    left = sum(len(r.instructions) - 1 for r in ours._cp.rewrites if r.kind == "delegate_views")
+    print(f"    copies between delegates left out: {left} ({len(ours._cp.steps)} steps; with every copy "
+          f"{len(copies._cp.steps)}, {c * 1e3:.2f} ms): {o / c:.3f}x the time "
+          f"(median of the rounds' ratios {statistics.median(a / b for a, b in zip(times['orchestra'], times['copies'])):.3f})")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -141,7 +141,15 @@ def _reference_uses(cp: CompiledPlan, instructions: list, rets: list) -> tuple:
                     if i not in lists and (not at or (len(at) == 1 and at[0] in outs)):
                         defines.setdefault(i, set()).add(pc)
         elif isinstance(a, DelegateCall):
-            named = wrote = _expand(a.args, lists)
+            named = _expand(a.args, lists)
+            outs = cp.delegate_outputs[a.delegate_index]
+            if outs is None or any(i in lists for i in a.args):
+                wrote = named  # any argument may be written
+            else:  # its backend writes these, each whole when named once
+                wrote = [i for k, i in enumerate(a.args) if k in outs]
+                for i in wrote:
+                    if list(a.args).count(i) == 1:
+                        defines.setdefault(i, set()).add(pc)
         elif isinstance(a, MoveCall):
             named = wrote = _expand((a.move_from, a.move_to), lists)
         elif isinstance(a, FreeCall):

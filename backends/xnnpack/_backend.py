@@ -20,7 +20,7 @@ from orchestra.errors import BackendError, Error
 from orchestra.program import CompileSpec
 from orchestra.runtime import BackendExecutionContext, BackendInitContext, BackendInterface, OptionSpec
 
-from ._blob import parse_blob
+from ._blob import VALUE_FLAG_EXTERNAL_INPUT, VALUE_FLAG_EXTERNAL_OUTPUT, parse_blob
 from ._compile import Plan, Workspace, compile_graph
 from ._summary import summarize
 
@@ -117,10 +117,13 @@ class XnnpackBackend(BackendInterface):
         if values["num_threads"] < 1:
             raise BackendError(f"{where}: backend {BACKEND_ID!r} option 'num_threads' must be >= 1, got "
                                f"{values['num_threads']}", Error.InvalidArgument)
-        cache = context.program_cache if values["weight_cache_enabled"] else None
+        shared = context.program_cache
+        cache = shared if values["weight_cache_enabled"] else None
         plan = cache.get(_CACHE_KEY) if cache is not None else None
         if plan is None:
-            graph = parse_blob(processed, where)
+            graph = shared.get(_GRAPH_KEY) if shared is not None else None  # parsed by delegate_outputs
+            if graph is None:
+                graph = parse_blob(processed, where)
             packed: dict[Any, np.ndarray] = {}
             plan = compile_graph(graph, where, context.named_data, packed=packed)
             if cache is not None:
@@ -130,6 +133,58 @@ class XnnpackBackend(BackendInterface):
         else:
             graph, packed = cache[_GRAPH_KEY], cache[_PACKED_KEY]
         return XnnpackHandle(plan, where, cache is not None, graph, context.named_data, packed)
+
+    def delegate_outputs(self, context: BackendInitContext, processed: memoryview,
+                         compile_specs: tuple[CompileSpec, ...]) -> frozenset[int] | None:
+        """The graph's external outputs (their ``external_id``: the DelegateCall argument
+        each is), which every execute writes whole; its external inputs it only reads (a
+        node writing one is refused at init). The parsed graph is kept in the program cache
+        for ``init``. None when the blob does not parse or its external ids are not one
+        input or output each."""
+        shared = context.program_cache
+        graph = shared.get(_GRAPH_KEY) if shared is not None else None
+        if graph is None:
+            try:
+                graph = parse_blob(processed, f"delegate {context.delegate_index}")
+            except BackendError:
+                return None  # init reports it, naming the method
+            if shared is not None:
+                graph = shared.setdefault(_GRAPH_KEY, graph)
+        ins: list[int] = []
+        outs: list[int] = []
+        for v in graph.values:
+            if v.flags & VALUE_FLAG_EXTERNAL_INPUT:
+                ins.append(v.external_id)
+            if v.flags & VALUE_FLAG_EXTERNAL_OUTPUT:
+                outs.append(v.external_id)
+        if sorted(ins + outs) != list(range(graph.num_externs)):
+            return None
+        return frozenset(outs)
+
+    def delegate_in_place(self, context: BackendInitContext, processed: memoryview,
+                          compile_specs: tuple[CompileSpec, ...]) -> frozenset[tuple[int, int]]:
+        """The compiled plan's ``in_place`` pairs: an input every step has read before the
+        first step writing an output (external buffers are bound as given, never copied).
+        Compiles the graph as ``init`` would (its result kept in the program cache, so the
+        first ``init`` with the weight cache on takes it as it is); empty when it does not
+        compile."""
+        cache = context.program_cache
+        if cache is None:
+            return frozenset()
+        plan = cache.get(_CACHE_KEY)
+        if plan is None:
+            graph = cache.get(_GRAPH_KEY)
+            where = f"method {context.method_name!r}: delegate {context.delegate_index} ({BACKEND_ID})"
+            try:
+                if graph is None:
+                    graph = cache.setdefault(_GRAPH_KEY, parse_blob(processed, where))
+                packed: dict[Any, np.ndarray] = {}
+                plan = compile_graph(graph, where, context.named_data, packed=packed)
+            except BackendError:
+                return frozenset()  # init reports it
+            cache.setdefault(_PACKED_KEY, packed)
+            plan = cache.setdefault(_CACHE_KEY, plan)
+        return plan.in_place
 
     def _specialised(self, handle: XnnpackHandle, args: list[Any]) -> tuple[Plan, Workspace]:
         """The plan and workspace for the input dims of ``args`` (dynamic shapes)."""

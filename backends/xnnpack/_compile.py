@@ -125,6 +125,9 @@ class Plan:
         node_types: the graph's node type per node (for statistics/inspect).
         activation_bytes: bytes of per-Method buffers (what one Method instance costs).
         prepacked_bytes: bytes of weights re-laid-out once per Program.
+        in_place: (input argument, output argument) pairs where every step reading the
+            input (or a view of it) runs before the first step writing the output (a
+            fused epilogue writes at its producer's step): the two may share memory.
     """
 
     steps: tuple[Step, ...]
@@ -137,6 +140,7 @@ class Plan:
     activation_bytes: int
     prepacked_bytes: int
     num_args: int
+    in_place: frozenset[tuple[int, int]] = frozenset()
 
 
 class Workspace:
@@ -513,7 +517,18 @@ class Compiler:
                                          if b is not None and b[3] < 0),
             prepacked_bytes=self.prepacked_bytes,
             num_args=num_args,
+            in_place=self._in_place(ins, outs),
         )
+
+    def _in_place(self, ins: Mapping[int, TensorInfo], outs: Mapping[int, TensorInfo]) -> frozenset[tuple[int, int]]:
+        """Plan.in_place: from the node positions that touch each external buffer (views
+        count for the buffer they show; the steps run in node order, each node's at its
+        position)."""
+        first, last = self._first, self._last
+        read_until = {e: last.get(i.slot, -1) for e, i in ins.items()}
+        written_from = {e: first.get(self.infos[i.value.id].slot) for e, i in outs.items()}
+        return frozenset((a, b) for a, r in read_until.items() for b, w in written_from.items()
+                         if w is not None and r < w)
 
 
     def _plan_fusion(self) -> None:

@@ -98,6 +98,29 @@ class BackendInterface(abc.ABC):
     def destroy(self, handle: Any) -> None:
         """Releases a handle. Called exactly once per successful ``init``."""
 
+    def delegate_outputs(self, context: BackendInitContext, processed: memoryview,
+                         compile_specs: tuple[CompileSpec, ...]) -> frozenset[int] | None:
+        """The positions in the DelegateCall's ``args`` that ``execute`` writes: each one
+        whole, at every execute, without reading it first; every other argument it only
+        reads (never writes, not even in part). Asked once per Program when its plan is
+        compiled (before any ``init``; ``context.runtime_specs`` holds the defaults), so the
+        runtime may leave copies out around the call (an argument read in place of the copy
+        it was made from). None (the default): unknown, every argument may be read and
+        written. Answer only what holds for every blob this method accepts; raise nothing
+        (a blob ``init`` would reject: return None)."""
+        return None
+
+    def delegate_in_place(self, context: BackendInitContext, processed: memoryview,
+                          compile_specs: tuple[CompileSpec, ...]) -> frozenset[tuple[int, int]]:
+        """Pairs (input position, output position) of the DelegateCall's ``args`` where
+        ``execute`` has read every byte of the input before it writes any byte of the
+        output, at every execute: the two may then share memory (the runtime may pass a
+        view of memory the output is planned on, see :meth:`delegate_outputs`). Asked like
+        ``delegate_outputs``, only when such a pair would help; what a backend computes for
+        it belongs in ``context.program_cache`` for ``init``. Empty (the default): no input
+        may share memory with an output."""
+        return frozenset()
+
 
 @dataclass(frozen=True, slots=True)
 class Backend:

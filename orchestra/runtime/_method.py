@@ -480,10 +480,14 @@ class CompiledPlan:
                 b = self._bind_kernel(a, f"chains[{ci}].instructions[{ii}]") if isinstance(a, KernelCall) else None
                 binds.append(b)
                 rets.append(None if b is None else b[3])
+        # Per delegate: the DelegateCall argument positions its backend writes (the rest it
+        # only reads), when the backend says (BackendInterface.delegate_outputs); None: any.
+        self.delegate_outputs = tuple(self._delegate_outputs(di) for di in range(len(plan.delegates)))
+        self._in_place: dict[int, frozenset[tuple[int, int]]] = {}  # delegate_in_place's answers
+        uses = analyse_uses(self, instructions, rets)
         # List values (IntList: stride, padding...; TensorList) whose members no instruction
         # writes hold the same objects for a Method's whole life: built once when the Method
         # is created, never rebuilt before a kernel call (delegates still get fresh lists).
-        uses = analyse_uses(self, instructions, rets)
         self.static_lists: frozenset[int] = frozenset(
             i for i, (_, items) in lists.items()
             if uses.straight and i not in uses.written and not any(j in uses.written for j in items if j >= 0))
@@ -521,6 +525,44 @@ class CompiledPlan:
         self.instruction_budget = max(len(self.steps), 1) * LOOP_ITERATIONS if self.loops else len(self.steps)
         self._uses = uses
         self._borrowable: tuple[bool, ...] | None = None
+
+    def _ask_backend(self, di: int, question: str) -> Any:
+        """Backend ``question`` (``delegate_outputs`` / ``delegate_in_place``) about delegate
+        ``di``; None where there is no answer: a backend missing or unavailable here, or one
+        that failed to answer (creating a Method reports those; this is for rewrites only)."""
+        d = self.plan.delegates[di]
+        try:
+            backend = get_backend_class(d.id)
+            if not backend.is_available():
+                return None
+            ctx = BackendInitContext(self.plan.name, di, d.id, self.named_data,
+                                     RuntimeSpecs(d.id, tuple(backend.option_specs)), self.delegate_caches[di])
+            with _gc_paused():
+                return getattr(backend, question)(ctx, self.program.delegate_data(d.processed), d.compile_specs)
+        except Exception:  # noqa: BLE001 - an optimisation only: the Method's init reports a bad blob
+            return None
+
+    def _delegate_outputs(self, di: int) -> frozenset[int] | None:
+        """BackendInterface.delegate_outputs of delegate ``di``, checked (None: unknown)."""
+        outs = self._ask_backend(di, "delegate_outputs")
+        try:
+            outs = None if outs is None else frozenset(outs)
+        except TypeError:
+            return None
+        return outs if outs is not None and all(type(k) is int and k >= 0 for k in outs) else None
+
+    def delegate_in_place(self, di: int) -> frozenset[tuple[int, int]]:
+        """BackendInterface.delegate_in_place of delegate ``di`` (asked once, when a rewrite
+        needs it; empty when unknown)."""
+        known = self._in_place.get(di)
+        if known is None:
+            got = self._ask_backend(di, "delegate_in_place")
+            try:
+                known = frozenset((int(a), int(b)) for a, b in got) if got else frozenset()
+            except (TypeError, ValueError):
+                known = frozenset()
+            self._in_place[di] = known
+        return known
 
     @property
     def borrowable(self) -> tuple[bool, ...]:
@@ -677,23 +719,8 @@ class CompiledPlan:
         where = f"chains[{ci}].instructions[{ii}]"
         if isinstance(a, DelegateCall):
             di = a.delegate_index
-            args_idx = tuple(a.args)
-            lists = tuple(i for i in args_idx if i in self.lists)
-            what = f"{where} (delegate {di}, {plan.delegates[di].id})"
-
-            def step(vals: list[Any], m: Method) -> None:
-                if lists:
-                    m._refresh_lists(lists)
-                args = [vals[i] for i in args_idx]
-                before = list(args)
-                backend, handle = m._handles[di]
-                backend.execute(m._ctx[di], handle, args)
-                for i, x, b in zip(args_idx, args, before):
-                    if x is not b:
-                        m._write(i, x, what)
-
-            step.__qualname__ = f"step[{pc}] delegate {plan.delegates[di].id}"
-            return step
+            return self.delegate_step(di, tuple(a.args), f"{where} (delegate {di}, {plan.delegates[di].id})",
+                                      f"step[{pc}] delegate {plan.delegates[di].id}")
         if isinstance(a, MoveCall):
             src, dst = a.move_from, a.move_to
 
@@ -717,6 +744,31 @@ class CompiledPlan:
 
             return step
         raise OrchestraError(f"{self.where}: {where}: unknown instruction {type(a).__name__}", Error.InvalidProgram)
+
+    def delegate_step(self, di: int, args_idx: tuple[int, ...], what: str, label: str,
+                      views: Mapping[int, tuple[int, Callable[[np.ndarray], np.ndarray]]] | None = None) -> Step:
+        """The step calling delegate ``di`` with the values ``args_idx``; argument ``k`` in
+        ``views`` is made at each call as ``f(values[source])`` for ``views[k] == (source,
+        f)`` (a view of a copy's source the delegate only reads, see ``optimize_steps``).
+        Arguments the backend replaced (an output of a new shape) are written back."""
+        lists = tuple(i for i in args_idx if i in self.lists)
+        fns = tuple((k, src, f) for k, (src, f) in (views or {}).items())
+
+        def step(vals: list[Any], m: Method) -> None:
+            if lists:
+                m._refresh_lists(lists)
+            args = [vals[i] for i in args_idx]
+            for k, src, f in fns:
+                args[k] = f(vals[src])
+            before = list(args)
+            backend, handle = m._handles[di]
+            backend.execute(m._ctx[di], handle, args)
+            for i, x, b in zip(args_idx, args, before):
+                if x is not b:
+                    m._write(i, x, what)
+
+        step.__qualname__ = label
+        return step
 
     def _check_dtypes(self, kd: Any, params: tuple[int, ...], where: str) -> None:
         if kd.dtypes is None:

@@ -398,3 +398,28 @@ def test_the_fusion_planner_reads_value_fields_of_hand_made_nodes() -> None:
     assert _value_fields(known) == (("input1_id", "input2_id"), ("output_id",))
     made = XNode(1, "custom.Op", {"input_id": 1, "scale_id": 4, "output_id": 5, "output2_id": 6, "flags": 0})
     assert _value_fields(made) == (("input_id", "scale_id"), ("output_id", "output2_id"))
+
+
+def test_in_place_pairs_follow_the_last_read_of_each_input_through_views() -> None:
+    """Plan.in_place (what ``delegate_in_place`` answers): an input may share memory with an
+    output when every step reading it, through a reshape's view too, runs before the first
+    step writing that output."""
+    from orchestra.backends.xnnpack import XnnpackHandle
+
+    g = Graph()
+    x, y = g.input((2, 3, 5)), g.input((2, 3, 5))
+    c = g.const(RNG.standard_normal((3, 5)))
+    c2 = g.const(RNG.standard_normal((6, 5)))
+    t = g.tensor((2, 3, 5))
+    v = g.tensor((6, 5))
+    out1, out2 = g.output((2, 3, 5)), g.output((6, 5))
+    g.node(S.XNNAdd(x, c, t, 0))  # 0: the last read of x
+    g.node(S.XNNSigmoid(t, out1, 0))  # 1: out1 written
+    g.node(S.XNNStaticReshape(2, [6, 5], y, v, 0))  # 2: v is a view of y
+    g.node(S.XNNAdd(v, c2, out2, 0))  # 3: y read through v, out2 written
+    got = _check_against_executorch(g, [RNG.standard_normal((2, 3, 5)).astype(np.float32) for _ in range(2)])
+    assert len(got) == 2
+    m = load_program(g.program()).load_method("forward")
+    (plan,) = [h.plan for _, h in m._handles if isinstance(h, XnnpackHandle)]
+    # arguments: x 0, y 1, out1 2, out2 3; y is read until node 3, where out2 is written
+    assert plan.in_place == {(0, 2), (0, 3)}

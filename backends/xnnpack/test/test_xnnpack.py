@@ -364,6 +364,58 @@ def test_compiled_and_numpy_steps_both_match_executorch(name: str, native: bool,
             assert fused == []
 
 
+@pytest.mark.executorch
+def test_copies_between_delegates_are_read_in_place_with_the_same_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The backend says which DelegateCall arguments it writes (its graph's external
+    outputs), so the runtime knows the rest are only read: a layout copy feeding a delegate
+    (the exporter's ``expand_copy`` to the same shape between two delegates) is left out
+    and the delegate reads its source in place, where nothing writes the source before the
+    delegate runs and none of the delegate's outputs lies on it. The same bytes reach the
+    delegate: outputs bit-identical to the plan that runs every copy."""
+    pte, inputs = _export("vit_sdpa_128")
+    want = et_helpers.run_executorch(pte, "forward", inputs)
+    prog = load_program(pte)
+    cp = prog._compiled_plan("forward")
+    args = [a for ch in cp.plan.chains for a in (i.instr_args for i in ch.instructions)]
+    for di, outs in enumerate(cp.delegate_outputs):
+        calls = [a for a in args if getattr(a, "delegate_index", None) == di]
+        assert outs and calls and all(max(outs) < len(a.args) for a in calls), (di, outs)
+    views = [r for r in cp.rewrites if r.kind == "delegate_views"]
+    assert views
+    ops = cp.meta.operators
+    for r in views:
+        *copies, reader = r.instructions
+        assert copies and all(ops[args[pc].op_index] == "aten::expand_copy.out" for pc in copies)
+        assert type(args[reader]).__name__ == "DelegateCall"
+    left_out = {pc for r in views for pc in r.instructions[:-1]}
+    assert not any(left_out & set(span) for span in cp.step_spans if len(span) == 1)
+    got = prog.load_method("forward").execute(inputs)
+    # the plan as it was: every argument possibly written, every copy runs
+    monkeypatch.setattr(XnnpackBackend, "delegate_outputs", lambda self, *a: None)
+    plain = load_program(pte)
+    assert not [r for r in plain._compiled_plan("forward").rewrites if r.kind == "delegate_views"]
+    ref = plain.load_method("forward").execute(inputs)
+    for g, p, w in zip(got, ref, want):
+        assert np.array_equal(g, p)
+        np.testing.assert_allclose(g, w, rtol=TOL, atol=TOL)
+
+
+def test_delegate_outputs_are_the_graphs_external_outputs() -> None:
+    """Asked before any init: the fixture's external outputs, as argument positions; a blob
+    that does not parse gives None (unknown; init reports it)."""
+    from orchestra.runtime import BackendInitContext
+
+    blob, _ = delegate_blob((FIXTURES / "xnnpack_convnet.pte").read_bytes())
+    ctx = BackendInitContext("forward", 0, "XnnpackBackend", program_cache={})
+    outs = XnnpackBackend().delegate_outputs(ctx, blob, ())
+    graph = parse_blob(blob, "test")
+    assert outs == frozenset(v.external_id for v in graph.values if v.flags & 2) and outs
+    assert "xnnpack.graph" in ctx.program_cache  # init parses it once
+    assert len(outs) < graph.num_externs
+    assert XnnpackBackend().delegate_outputs(BackendInitContext("forward", 0, "XnnpackBackend"),
+                                              memoryview(b"not a blob at all, too short"), ()) is None
+
+
 # -- orchestra inspect ---------------------------------------------------------------------------
 def test_inspect_shows_xnnpack_node_types_tensors_and_constants(capsys: pytest.CaptureFixture[str]) -> None:
     import json
