@@ -863,6 +863,36 @@ def test_products_split_over_threads_give_the_same_bits(threads: int) -> None:
 
 
 @needs_native
+@pytest.mark.parametrize("trans", [False, True], ids=["w_kn", "w_nk"])
+def test_products_with_narrow_column_blocks_give_the_full_tiles_bits(trans: bool) -> None:
+    """A column block at most half the tile wide (16 outputs, the last 8 of 72) goes through
+    a half-width tile: every output gets the bits the full tile gives it in a wider product
+    (the same weights with more outputs after them), bias and activation included."""
+    rng = np.random.default_rng(31)
+    nr = native.GEMM_COLUMNS
+    for t, k, n in [(3136, 16, 16), (197, 37, 8), (50, 72, 40), (9, 5, 1), (64, 24, 72), (7, 96, nr // 2 + 1)]:
+        wide_n = -(-n // nr) * nr + nr  # every block of the reference a full tile
+        x = rng.standard_normal((t, k)).astype(np.float32)
+        w_full = rng.standard_normal((wide_n, k)).astype(np.float32)  # (outputs, k)
+        b_full = rng.standard_normal(wide_n).astype(np.float32)
+        for act in (0, 2):
+            got = np.empty((t, n), np.float32)
+            ref = np.empty((t, wide_n), np.float32)
+            if trans:
+                native.linear_f32(x, np.ascontiguousarray(w_full[:n]), b_full[:n].copy(), got, 1, t, k, n, False, act,
+                                  True)
+                native.linear_f32(x, w_full, b_full, ref, 1, t, k, wide_n, False, act, True)
+            else:
+                native.linear_f32(x, np.ascontiguousarray(w_full[:n].T), b_full[:n].copy(), got, 1, t, k, n, False,
+                                  act)
+                native.linear_f32(x, np.ascontiguousarray(w_full.T), b_full, ref, 1, t, k, wide_n, False, act)
+            assert np.array_equal(got, ref[:, :n]), (t, k, n, act)
+            want = x.astype(np.float64) @ w_full[:n].T.astype(np.float64) + b_full[:n]
+            if act == 0:
+                np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@needs_native
 def test_the_thread_pool_works_in_a_forked_child() -> None:
     """The pool's threads don't survive a fork: a child forked after the parent used them
     builds its own and computes the same bits."""

@@ -3050,8 +3050,15 @@ typedef void (*gather_tile_fn)(const float *restrict, Py_ssize_t, Py_ssize_t, co
 
 GEMM_TILE(gemm_tile_8, , v8f, 8, 8)
 GATHER_TILE(gather_tile_8, , v8f, 8, 8)
+/* 4 x NR/2 (one vector per row): linear_f32's column blocks at most half the tile wide (a
+ * layer of 16 outputs, a last block of 8 of 72), where the full tile would compute as many
+ * zero columns as real ones. Each output the same operations in the same order: the same
+ * bits as the full tile. */
+TILE_FN(gemm_half_8, , v8f, 8, 8, 1, Py_ssize_t ldb, b + k * ldb)
 #ifdef ORCH_X86_DISPATCH
 GEMM_TILE(gemm_tile_v4, __attribute__((target("arch=x86-64-v4"))), vf16, 16, 16)
+TILE_FN(gemm_half_v4, __attribute__((target("arch=x86-64-v4"))), vf16, 16, 16, 1, Py_ssize_t ldb, b + k * ldb)
+TILE_FN(gemm_half_v3, __attribute__((target("arch=x86-64-v3"))), v8f, 8, 8, 1, Py_ssize_t ldb, b + k * ldb)
 /* 4 x 48 with AVX-512 (12 accumulators of 32 registers): conv1x1_f32's blocks where 48 columns
  * waste less than 32 (a 7x7 map: 48 + 1 rather than 32 + 32) */
 TILE_FN(gemm_tile3_v4, __attribute__((target("arch=x86-64-v4"))), vf16, 16, 16, 3, Py_ssize_t ldb, b + k * ldb)
@@ -3062,6 +3069,7 @@ GATHER_TILE(gather_tile_v3, __attribute__((target("arch=x86-64-v3"))), v8f, 8, 8
 
 static gemm_tile_fn gemm_tile = gemm_tile_8;
 static gemm_tile_fn gemm_tile3 = NULL; /* 4 x 48, where the CPU has AVX-512 */
+static gemm_tile_fn gemm_half = gemm_half_8; /* 4 x gemm_nr / 2 */
 static gather_tile_fn gather_tile = gather_tile_8;
 static Py_ssize_t gemm_nr = 16;
 
@@ -3091,10 +3099,12 @@ static void gemm_pick(int level) {
     if (level == 4) {
         gemm_tile = gemm_tile_v4;
         gemm_tile3 = gemm_tile3_v4;
+        gemm_half = gemm_half_v4;
         gather_tile = gather_tile_v4;
         gemm_nr = 32;
     } else if (level == 3) {
         gemm_tile = gemm_tile_v3;
+        gemm_half = gemm_half_v3;
         gather_tile = gather_tile_v3;
         gemm_nr = 16;
     }
@@ -3477,9 +3487,10 @@ static void *linear_part(void *arg) {
         }
         const float *xb = j->x + bi * T * K;
         float *ob = j->out + bi * T * N;
+        const gemm_tile_fn tile = 2 * nc <= nr ? gemm_half : gemm_tile;
         for (Py_ssize_t t0 = r0; t0 < r1; t0 += 4) {
             const Py_ssize_t rows = r1 - t0 < 4 ? r1 - t0 : 4;
-            gemm_tile(xb + t0 * K, K, 1, panel, nr, K, NULL, cbias, ob + t0 * N + n0, N, nc, rows, j->act);
+            tile(xb + t0 * K, K, 1, panel, nr, K, NULL, cbias, ob + t0 * N + n0, N, nc, rows, j->act);
         }
     }
     PyMem_RawFree(panel);
