@@ -99,9 +99,12 @@ the change can't be observed:
 - **Constant copies folded.** ``_to_dim_order_copy`` / ``_to_copy`` of a constant (literal
   arguments, the identity dim order or none) into a planned static tensor of at most
   ``_CONST_COPY_MAX_SIZE`` elements that only it writes, not a method output, read
-  afterwards only by kernel calls naming it directly: the copy is computed once here (the
-  kernel's own conversion, a read-only array) and doesn't run; its readers read that
-  constant (plain kernel steps rebound, or an elementwise chain's other operand). Its write
+  afterwards only by kernel calls naming it directly, or by delegates whose backend only
+  reads it (``delegate_outputs``: the XNNPACK exporter passes hardsigmoid's 3 and 6 to the
+  delegate as inputs, 18 copies in MobileNetV3-small's lowered file): the copy is computed
+  once here (the kernel's own conversion, a read-only array) and doesn't run; its readers
+  read that constant (plain kernel and delegate steps rebound, or an elementwise chain's
+  other operand). Its write
   is left out under the same memory checks as the rewrites above, and an elementwise chain
   may extend over it: MobileNetV3's 56 scalar conversions go, and each hardswish's division
   joins its chain (the copy of 6 no longer overwrites the chain's input). A readers'
@@ -1662,8 +1665,9 @@ def _constant_copy(mt: _Matcher, pc: int) -> tuple[int, np.ndarray, tuple[int, .
     """(out, value, readers) when instruction ``pc`` converts a constant (``_to_copy`` /
     ``_to_dim_order_copy``, literal non_blocking, no memory format / the identity dim order) into a
     planned static out of at most ``_CONST_COPY_MAX_SIZE`` elements that only it writes,
-    not a method output, read afterwards only by kernel calls naming it directly (not in a
-    list): ``value`` is what the copy writes, computed here, read-only."""
+    not a method output, read afterwards only by kernel calls or delegates naming it directly
+    (not in a list; a delegate then only reads it: nothing else writes out): ``value`` is
+    what the copy writes, computed here, read-only."""
     a = mt.instructions[pc]
     if not isinstance(a, KernelCall) or mt.op_names[a.op_index] not in _CONST_COPIES:
         return None
@@ -1689,7 +1693,13 @@ def _constant_copy(mt: _Matcher, pc: int) -> tuple[int, np.ndarray, tuple[int, .
     readers = tuple(sorted(uses.mentions.get(out, frozenset()) - {pc}))
     for r in readers:
         a = mt.instructions[r]
-        if r < pc or not isinstance(a, KernelCall):
+        if r < pc:
+            return None
+        if isinstance(a, DelegateCall):  # (only the copy writes out: the delegate just reads it)
+            if mt.named_in(r).count(out) != list(a.args).count(out):
+                return None
+            continue
+        if not isinstance(a, KernelCall):
             return None
         kd = get_kernel(mt.op_names[a.op_index])
         if kd is None or mt.named_in(r).count(out) != list(a.args[: kd.num_params]).count(out):
@@ -2100,7 +2110,9 @@ def optimize_steps(
 
     # A constant copy's readers read its value: as plain kernel steps, or as the other
     # operand of an elementwise chain's operation (each substituted in step 3).
-    other_rewritten = set(folds) | {pc + 1 for pc in folds} | set(pools) | set(mms)
+    # (a delegate reading views reads its folded constants too: not in the way)
+    other_rewritten = set(folds) | {pc + 1 for pc in folds} | set(pools) | {pc for pc, c in mms.items()
+                                                                               if c.name != _DELEGATE}
     other_rewritten.update(ln.pc for c in mms.values() for ln_list in c.chains.values() for ln in ln_list)
     in_ew: dict[int, Any] | None = None  # each chained instruction's spec, and the chains' inputs,
     ew_xs: set[int] = set()  # made again when a dropped copy drops chains
@@ -2396,8 +2408,9 @@ def optimize_steps(
                 name = " + ".join(op_name(i) for i in span_t if i != pc) + f" + delegate {d.id} (as views)"
                 what = (", ".join("chains[{}].instructions[{}]".format(*where[i]) for i in span_t)
                         + f" ({name}, delegate {a.delegate_index})")
+                params = [cc_sub.get(i, i) for i in params]  # and the folded constants it reads
                 steps.append(cp.delegate_step(a.delegate_index, tuple(params), what, f"{label} {name}", per_execute))
-                spans.append(span_t)
+                spans.append(with_copies(span_t))
                 rewrites.append(Rewrite("delegate_views", span_t, tuple(consts)))
                 pc += 1
                 continue
@@ -2411,6 +2424,14 @@ def optimize_steps(
                 steps.append(kernel_step(kd.fn, tuple(params), (c.params[-1],), what, f"{label} {name}"))
             spans.append(span_t)
             rewrites.append(Rewrite("matmul_views", span_t, tuple(consts)))
+        elif pc in cc_of and isinstance(instructions[pc], DelegateCall):
+            a = instructions[pc]
+            d = cp.plan.delegates[a.delegate_index]
+            ci, ii = where[pc]
+            steps.append(cp.delegate_step(a.delegate_index, tuple(cc_sub.get(i, i) for i in a.args),
+                                          f"chains[{ci}].instructions[{ii}] (delegate {a.delegate_index}, {d.id})",
+                                          f"{label} delegate {d.id} (constant operands)"))
+            spans.append(with_copies((pc,)))
         elif pc in cc_of:
             a = instructions[pc]
             kd = get_kernel(op_name(pc))

@@ -400,6 +400,24 @@ def test_copies_between_delegates_are_read_in_place_with_the_same_bits(monkeypat
         np.testing.assert_allclose(g, w, rtol=TOL, atol=TOL)
 
 
+@pytest.mark.executorch
+def test_constant_inputs_of_a_delegate_are_read_from_constants(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The exporter passes hardsigmoid's 3 and 6 to the delegate as inputs, each made per
+    execute by a ``_to_dim_order_copy`` of a constant: the delegate only reads them (its
+    backend says so), so it reads the constants, computed once, and those copies don't run."""
+    pte, inputs = _export("mobilenet_se_224")
+    prog = load_program(pte)
+    cp = prog._compiled_plan("forward")
+    folded = [r for r in cp.rewrites if r.kind == "constant_copy"]
+    assert folded and len(cp.steps) == 1, (len(folded), len(cp.steps))
+    got = prog.load_method("forward").execute(inputs)
+    monkeypatch.setattr(XnnpackBackend, "delegate_outputs", lambda self, *a: None)
+    plain = load_program(pte)
+    assert len(plain._compiled_plan("forward").steps) == len(folded) + 1
+    for g, p in zip(got, plain.load_method("forward").execute(inputs)):
+        assert np.array_equal(g, p)
+
+
 def test_delegate_outputs_are_the_graphs_external_outputs() -> None:
     """Asked before any init: the fixture's external outputs, as argument positions; a blob
     that does not parse gives None (unknown; init reports it)."""
