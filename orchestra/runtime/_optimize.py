@@ -1985,6 +1985,16 @@ def optimize_steps(
     cc_skip = frozenset(ccs)
     folded_bytes = 0
 
+    # Values a layout instruction defines, and those on their bytes: the only delegate
+    # arguments with a chain to look for (most are other delegates' outputs).
+    layout_made: set[int] = set()
+    if any(isinstance(a, DelegateCall) for a in instructions):
+        groups = st.same_bytes()
+        for pc_, a in enumerate(instructions):
+            if isinstance(a, KernelCall) and mt.op_names[a.op_index] in _LAYOUT_OPS and a.args:
+                out = a.args[-1]
+                layout_made.update(groups.get(out, (out,)))
+
     def reader_valid(c: _Chains, k: int, skip: frozenset[int]) -> tuple[int, ...]:
         """The lengths of operand ``k``'s chain its reader can read the source of, the
         copies in ``skip`` left out as well."""
@@ -2016,7 +2026,7 @@ def optimize_steps(
                 valid = c.valid[k] = reader_valid(c, k, skip)
                 if valid and valid[-1] > c.use.get(k, 0):
                     c.use[k] = valid[-1]
-                    again = c.name == _DELEGATE
+                    again = c.name == _DELEGATE and len(c.chains) > 1
 
     def rejoin(c: _Chains) -> bool:
         """Each operand's chain cut to what is valid given the others' copies left out
@@ -2075,7 +2085,7 @@ def optimize_steps(
             if outs is not None and not (cp.lists and any(i in cp.lists for i in a.args)):
                 found = _Chains(pc, _DELEGATE, tuple(a.args), {}, {}, {})
                 for k, i in enumerate(a.args):
-                    if k not in outs and mt.static_tensor(i) is not None:
+                    if k not in outs and i in layout_made and mt.static_tensor(i) is not None:
                         links = mt.layout_chain(pc, k)
                         for j, ln in enumerate(links):
                             if ln.pc in claimed:
