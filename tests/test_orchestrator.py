@@ -44,6 +44,7 @@ from orchestra.policies import InstanceView, Move, Pause, Proposal, Resume, Scal
 from orchestra.runtime import (
     Backend,
     BackendInterface,
+    Method,
     OptionSpec,
     get_backend_class,
     load_program,
@@ -593,6 +594,30 @@ async def test_a_cancelled_execute_drops_its_result_and_the_instance_goes_on() -
         assert scope.cancelled_caught
         np.testing.assert_array_equal((await p["c"].execute([X4]))[0], X4 + 2)  # queued behind it, then runs
         assert p["c"].in_flight == 0 and p["c"].statistics().executes == 2
+
+
+@pytest.mark.anyio
+async def test_a_thread_placed_instance_reads_its_inputs_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Thread placement runs the Method on the caller's arrays (``borrow_inputs=True``: no
+    copy into the Method's memory first): the same outputs as a Method that copies them."""
+    path = os.path.join(os.path.dirname(__file__), "fixtures", "cnn.pte")
+    ref = load_program(path).load_method("forward")
+    x = np.random.default_rng(5).standard_normal(ref.meta.inputs[0].shape).astype(np.float32)
+    want = ref.execute([x])
+    seen: list[bool] = []
+    run = Method.execute
+
+    def recording(self: Method, *args: Any, borrow_inputs: bool = False, **kw: Any) -> Any:
+        seen.append(borrow_inputs)
+        return run(self, *args, borrow_inputs=borrow_inputs, **kw)
+
+    monkeypatch.setattr(Method, "execute", recording)
+    async with Orchestrator(period=None) as orch:
+        p = await orch.load(load_program(path), instances=[InstanceSpec("t", placement="thread")])
+        got = await p["t"].execute([x])
+    assert seen == [True]
+    for g, w in zip(got, want):
+        assert np.array_equal(g, w)
 
 
 # -- routing ------------------------------------------------------------------------------

@@ -158,6 +158,10 @@ class Instance:
         with ``detail=True`` an :class:`Execution`: the outputs plus the options this execute
         ran with, the instance and the execute's latency.
 
+        ``inputs`` are read while the execute runs (thread placement reads them in place;
+        process placement copies them into the worker's shared memory when it sends the
+        request): don't change them until the call returns.
+
         ``method`` picks another of the pool's ``methods`` (they share this instance's state);
         default: the pool's method. ``backend_options`` overrides hot options for this call only. On a paused instance
         this waits until it is resumed (wrap it in ``anyio.fail_after`` to bound the wait).

@@ -307,7 +307,11 @@ class Worker(WorkerBase):
             self.current = fut
             t0 = self.started = perf()
             try:
-                out = self.method.execute(inputs, overrides)  # type: ignore[union-attr]
+                m = self.method
+                # A plain Method reads the caller's arrays in place (the caller awaits the
+                # result and must not change them meanwhile, as with the copy made here).
+                out = (m.execute(inputs, overrides, borrow_inputs=True) if type(m) is Method  # type: ignore[union-attr]
+                       else m.execute(inputs, overrides))  # type: ignore[union-attr]
             except Exception as exc:  # noqa: BLE001 - sent to the caller
                 self.started = 0.0
                 self.current = None
