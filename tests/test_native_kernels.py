@@ -893,6 +893,30 @@ def test_products_with_narrow_column_blocks_give_the_full_tiles_bits(trans: bool
 
 
 @needs_native
+@pytest.mark.parametrize("k, n", [(576, 1024), (1024, 1000), (1280, 1000), (96, 24)])
+def test_products_of_one_row_against_large_weights(k: int, n: int) -> None:
+    """A classifier's x @ W.T (W read in place as its rows, which the kernel fetches ahead
+    when they are 1 MB and more): the float64 result within float32 rounding, and the same
+    bits whichever thread sums a column."""
+    rng = np.random.default_rng(37)
+    x = rng.standard_normal((1, k)).astype(np.float32)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    runs = []
+    for threads in (1, 2):
+        kernels.set_threads(threads)
+        try:
+            out = np.full((1, n), np.nan, np.float32)
+            native.linear_f32(x, w, b, out, 1, 1, k, n, False, 0, True)
+            runs.append(out)
+        finally:
+            kernels.set_threads(1)
+    assert np.array_equal(runs[0], runs[1])
+    want = x.astype(np.float64) @ w.T.astype(np.float64) + b
+    np.testing.assert_allclose(runs[0], want, rtol=2e-5, atol=2e-4 * np.sqrt(k))
+
+
+@needs_native
 def test_the_thread_pool_works_in_a_forked_child() -> None:
     """The pool's threads don't survive a fork: a child forked after the parent used them
     builds its own and computes the same bits."""

@@ -14,9 +14,10 @@ __all__: list[str] = []
 _native = load_native()  # orchestra's compiled kernels, or None (numpy/BLAS only)
 
 # A product of fewer rows than this (a classifier's matrix-vector product) goes to the
-# compiled kernel only when it may split over threads: on one, BLAS's sgemv is faster
-# (1 x 1024 x 1000: 52 us against 66); the kernel's column blocks split where BLAS, held to
-# one thread, can't.
+# compiled kernel only when it may split over threads, or when b is a transposed view (the
+# kernel's rows fetch weights ahead): on one thread, with b as it is, BLAS's sgemv is
+# faster (1 x 1024 x 1000: 52 us against 66); the kernel's column blocks split where BLAS,
+# held to one thread, can't.
 _NATIVE_MIN_ROWS = 4
 
 # Products of fewer multiply-adds than this stay with BLAS: below it the checks and the
@@ -43,8 +44,13 @@ def _native_product(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, out: 
         return None
     t, k = a.shape[-2:]
     n = b.shape[-1]
+    bt = b.swapaxes(-1, -2)
+    trans = bt.flags.c_contiguous and not b.flags.c_contiguous
+    # A few rows against a transposed view (a classifier's x @ W.T) go to the kernel at any
+    # thread count: its matrix-vector rows fetch the weights ahead, which BLAS's don't (1 x
+    # 576 x 1024 from memory: 200 us against 339; the same from cache).
     if (nb * t * k * n < _NATIVE_MIN_WORK or b.shape[-2] != k or min(nb, k, n) < 1
-            or (t < _NATIVE_MIN_ROWS and _native.get_threads() == 1)):
+            or (t < _NATIVE_MIN_ROWS and _native.get_threads() == 1 and not trans)):
         return None
     if bias is not None:
         if type(bias) is not np.ndarray or bias.dtype != _F32 or bias.shape not in ((n,), (1, n)):
@@ -60,10 +66,11 @@ def _native_product(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, out: 
         a = a.copy()
     if np.may_share_memory(out, b):
         b = b.copy()
+        bt = b.swapaxes(-1, -2)
+        trans = False
     if bias is not None and np.may_share_memory(out, bias):
         bias = bias.copy()
-    bt = b.swapaxes(-1, -2)
-    if bt.flags.c_contiguous and not b.flags.c_contiguous:
+    if trans:
         # b is a transposed view (a linear layer's W.T, attention's K^T): the kernel reads
         # its rows as columns, no transposing copy
         _native.linear_f32(np.ascontiguousarray(a), bt, bias, out, nb, t, k, n, batched, 0, True)
