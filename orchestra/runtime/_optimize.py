@@ -2028,6 +2028,34 @@ def optimize_steps(
                     c.use[k] = valid[-1]
                     again = c.name == _DELEGATE and len(c.chains) > 1
 
+    def take_chains(found: _Chains, operands: Sequence[int]) -> None:
+        """The layout chains of ``found``'s reader's ``operands`` (up to a copy another
+        reader took), grown to their valid lengths: a candidate when one is in use."""
+        for k in operands:
+            links = mt.layout_chain(found.pc, k)
+            for j, ln in enumerate(links):
+                if ln.pc in claimed:
+                    del links[j:]
+                    break
+            if links:
+                found.chains[k] = links
+        grow(found)
+        if found.use:
+            mms[found.pc] = found
+            claimed.update(ln.pc for k in found.use for ln in found.chains[k])
+
+    def cut_to(c: _Chains, k: int, most: int) -> bool:
+        """Operand ``k``'s chain in use to its longest valid length up to ``most`` (none:
+        out of use); True when that changed it."""
+        m = max((v for v in c.valid[k] if v <= most), default=0)
+        if m == c.use[k]:
+            return False
+        if m:
+            c.use[k] = m
+        else:
+            del c.use[k]
+        return True
+
     def rejoin(c: _Chains) -> bool:
         """Each operand's chain cut to what is valid given the others' copies left out
         (``use``: the lengths in force), until that holds for all; True when one changed.
@@ -2038,14 +2066,9 @@ def optimize_steps(
             again = False
             for k in list(c.use):
                 skip = frozenset(ln.pc for k2, m2 in c.use.items() if k2 != k for ln in c.chains[k2][:m2])
-                valid = c.valid[k] = reader_valid(c, k, skip)
-                m = max((v for v in valid if v <= c.use[k]), default=0)
-                if m != c.use[k]:
+                c.valid[k] = reader_valid(c, k, skip)
+                if cut_to(c, k, c.use[k]):
                     again = changed = True
-                    if m:
-                        c.use[k] = m
-                    else:
-                        del c.use[k]
         return changed
 
     pc = 0
@@ -2083,39 +2106,16 @@ def optimize_steps(
             a = instructions[pc]
             outs = delegate_outputs[a.delegate_index] if a.delegate_index < len(delegate_outputs) else None
             if outs is not None and not (cp.lists and any(i in cp.lists for i in a.args)):
-                found = _Chains(pc, _DELEGATE, tuple(a.args), {}, {}, {})
-                for k, i in enumerate(a.args):
-                    if k not in outs and i in layout_made and mt.static_tensor(i) is not None:
-                        links = mt.layout_chain(pc, k)
-                        for j, ln in enumerate(links):
-                            if ln.pc in claimed:
-                                del links[j:]
-                                break
-                        if links:
-                            found.chains[k] = links
-                grow(found)
-                if found.use:
-                    mms[pc] = found
-                    claimed.update(ln.pc for k in found.use for ln in found.chains[k])
+                take_chains(_Chains(pc, _DELEGATE, tuple(a.args), {}, {}, {}),
+                            [k for k, i in enumerate(a.args)
+                             if k not in outs and i in layout_made and mt.static_tensor(i) is not None])
         elif not st.opaque:
             a = instructions[pc]
             name = cp.meta.operators[a.op_index] if isinstance(a, KernelCall) else ""
             spec = _MATMULS.get(name)
             call = None if spec is None else mt.kernel_call(pc, name, spec[0])
             if call is not None and call[1] == {call[0][-1]}:
-                found = _Chains(pc, name, call[0], {}, {}, {})
-                for k in spec[1]:  # type: ignore[index]
-                    links = mt.layout_chain(pc, k)
-                    for j, ln in enumerate(links):
-                        if ln.pc in claimed:
-                            del links[j:]
-                            break
-                    if links:
-                        found.chains[k] = links
-                grow(found)
-                if found.use:
-                    mms[pc] = found
-                    claimed.update(ln.pc for k in found.use for ln in found.chains[k])
+                take_chains(_Chains(pc, name, call[0], {}, {}, {}), spec[1])  # type: ignore[arg-type]
         pc += 1
 
     # A constant copy's readers read its value: as plain kernel steps, or as the other
@@ -2255,13 +2255,8 @@ def optimize_steps(
                     if not st.drop_unobserved(ln.out, ln.pc, reads, dropped):
                         break
                     ok += 1
-                m = max((v for v in c.valid[k] if v <= ok), default=0)
-                if m != c.use[k]:
+                if cut_to(c, k, ok):
                     changed = cut = True
-                    if m:
-                        c.use[k] = m
-                    else:
-                        del c.use[k]
             if cut:  # an operand's copies run again: the others' sources may be written now
                 rejoin(c)
         if not changed:
