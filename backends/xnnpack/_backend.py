@@ -87,6 +87,11 @@ class XnnpackHandle:
         return f"<XnnpackHandle {self.where} nodes={len(self.plan.node_types)} {state}>"
 
 
+def _where(context: BackendInitContext) -> str:
+    """How errors name the delegate being initialised."""
+    return f"method {context.method_name!r}: delegate {context.delegate_index} ({context.backend_id or BACKEND_ID})"
+
+
 def _values(specs: Mapping[str, Any], option_specs: tuple[OptionSpec, ...]) -> dict[str, Any]:
     values = {s.name: s.default for s in option_specs}
     values.update(specs)
@@ -112,7 +117,7 @@ class XnnpackBackend(BackendInterface):
     )
 
     def init(self, context: BackendInitContext, processed: memoryview, compile_specs: tuple[CompileSpec, ...]) -> XnnpackHandle:
-        where = f"method {context.method_name!r}: delegate {context.delegate_index} ({context.backend_id or BACKEND_ID})"
+        where = _where(context)
         values = _values(context.runtime_specs, self.option_specs)
         if values["num_threads"] < 1:
             raise BackendError(f"{where}: backend {BACKEND_ID!r} option 'num_threads' must be >= 1, got "
@@ -174,7 +179,7 @@ class XnnpackBackend(BackendInterface):
         plan = cache.get(_CACHE_KEY)
         if plan is None:
             graph = cache.get(_GRAPH_KEY)
-            where = f"method {context.method_name!r}: delegate {context.delegate_index} ({BACKEND_ID})"
+            where = _where(context)
             try:
                 if graph is None:
                     graph = cache.setdefault(_GRAPH_KEY, parse_blob(processed, where))

@@ -1990,16 +1990,17 @@ def optimize_steps(
     layout_made: set[int] = set()
     if any(isinstance(a, DelegateCall) for a in instructions):
         groups = st.same_bytes()
-        for pc_, a in enumerate(instructions):
+        for a in instructions:
             if isinstance(a, KernelCall) and mt.op_names[a.op_index] in _LAYOUT_OPS and a.args:
                 out = a.args[-1]
                 layout_made.update(groups.get(out, (out,)))
 
-    def reader_valid(c: _Chains, k: int, skip: frozenset[int]) -> tuple[int, ...]:
-        """The lengths of operand ``k``'s chain its reader can read the source of, the
-        copies in ``skip`` left out as well."""
+    def reader_valid(c: _Chains, k: int) -> tuple[int, ...]:
+        """The lengths of operand ``k``'s chain its reader can read the source of (a
+        delegate's: with the copies of its other arguments' chains in use left out too)."""
         if c.name != _DELEGATE:  # a matmul's operands are judged one at a time
             return mt.chain_sources(c.chains[k], c.pc)
+        skip = frozenset(ln.pc for k2, m2 in c.use.items() if k2 != k for ln in c.chains[k2][:m2])
         valid = mt.chain_sources(c.chains[k], c.pc, skip)
         if not valid:
             return valid
@@ -2022,8 +2023,7 @@ def optimize_steps(
         while again:
             again = False
             for k in c.chains:
-                skip = frozenset(ln.pc for k2, m2 in c.use.items() if k2 != k for ln in c.chains[k2][:m2])
-                valid = c.valid[k] = reader_valid(c, k, skip)
+                valid = c.valid[k] = reader_valid(c, k)
                 if valid and valid[-1] > c.use.get(k, 0):
                     c.use[k] = valid[-1]
                     again = c.name == _DELEGATE and len(c.chains) > 1
@@ -2056,20 +2056,17 @@ def optimize_steps(
             del c.use[k]
         return True
 
-    def rejoin(c: _Chains) -> bool:
+    def rejoin(c: _Chains) -> None:
         """Each operand's chain cut to what is valid given the others' copies left out
-        (``use``: the lengths in force), until that holds for all; True when one changed.
-        Lengths only shrink, so this ends."""
-        changed = False
+        (``use``: the lengths in force), until that holds for all. Lengths only shrink, so
+        this ends."""
         again = True
         while again:
             again = False
             for k in list(c.use):
-                skip = frozenset(ln.pc for k2, m2 in c.use.items() if k2 != k for ln in c.chains[k2][:m2])
-                c.valid[k] = reader_valid(c, k, skip)
+                c.valid[k] = reader_valid(c, k)
                 if cut_to(c, k, c.use[k]):
-                    again = changed = True
-        return changed
+                    again = True
 
     pc = 0
     while pc < n:
