@@ -185,6 +185,11 @@ def test_the_use_analysis_matches_the_plain_one(pte: str) -> None:
         assert uses.writers == {i: frozenset(s) for i, s in writers.items()}
         assert uses.defines == {i: frozenset(s) for i, s in defines.items()}
         assert uses.straight == straight
+        # what a compiled plan keeps of it
+        assert uses.first_mention == {i: min(s) for i, s in mentions.items()}
+        assert uses.first_write == {i: min(s) for i, s in writers.items()}
+        assert uses.first_define == {i: min(s) for i, s in defines.items()}
+        assert cp._uses == uses.firsts()
 
 
 def _plain_producer(mt: object, value: int, reader: int) -> tuple[int, int] | None:

@@ -523,7 +523,8 @@ class CompiledPlan:
         self.loops = any(isinstance(a, JumpFalseCall) and a.destination_instruction <= pc
                          for pc, a in enumerate(instructions))
         self.instruction_budget = max(len(self.steps), 1) * LOOP_ITERATIONS if self.loops else len(self.steps)
-        self._uses = uses
+        # (of the analysis, only what borrowable asks: the steps are built)
+        self._uses = uses.firsts()
         self._borrowable: tuple[bool, ...] | None = None
 
     def _ask_backend(self, di: int, question: str) -> Any:
@@ -580,7 +581,7 @@ class CompiledPlan:
 
     def _borrowable_input(self, i: int, sl: _Slot | None) -> bool:
         uses = self._uses
-        if (sl is None or not sl.contiguous or sl.dynamic or not uses.straight or i in uses.writers
+        if (sl is None or not sl.contiguous or sl.dynamic or not uses.straight or i in uses.first_write
                 or any(i in items for _, items in self.lists.values()) or any(src == i for _, src, _ in self.derived)):
             return False
 
@@ -594,16 +595,17 @@ class CompiledPlan:
         for j, a, b in near:
             if not (a < hi and lo < b):
                 continue
-            first_read = min(uses.mentions.get(j, ()), default=None)
+            first_read = uses.first_mention.get(j)
             if first_read is None:
                 continue
-            first_write = min(uses.writers.get(j, ()), default=None)
+            first_write = uses.first_write.get(j)
+            # (a define is a write: the first write defines j when it is j's first define)
             if first_write is not None and (first_write < first_read or (
-                    first_write == first_read and first_read in uses.defines.get(j, ()))):
+                    first_write == first_read and uses.first_define.get(j) == first_read)):
                 continue  # written before it is read: its own bytes
             # read as it lies: an alias of what another value wrote over all of its bytes
             # before; with nothing written there, of the input's bytes (its copy at the start)
-            if not any(va <= a and b <= vb and min(uses.writers.get(v, (first_read,))) < first_read
+            if not any(va <= a and b <= vb and uses.first_write.get(v, first_read) < first_read
                        for v, va, vb in near if v != j):
                 return False
         return True

@@ -208,7 +208,7 @@ from .kernels._pool import max_pool2d_values_out
 if TYPE_CHECKING:
     from ._method import CompiledPlan, Method, Step
 
-__all__ = ["PlanUses", "Rewrite", "analyse_uses", "optimize_steps"]
+__all__ = ["FirstUses", "PlanUses", "Rewrite", "analyse_uses", "optimize_steps"]
 
 _CONV = "aten::convolution.out"
 _BN = "aten::_native_batch_norm_legit_no_training.out"
@@ -279,6 +279,9 @@ class PlanUses:
         defines: value index -> instructions that write all of it without reading it: a
             kernel's result (of an operator with returns) that its parameters name once, as
             an out parameter, or not at all.
+        first_mention, first_write, first_define: value index -> the first instruction of
+            ``mentions`` / ``writers`` / ``defines`` (plain ints: what a compiled plan keeps
+            of the analysis once its steps are built, see ``FirstUses``).
     """
 
     mentions: Mapping[int, AbstractSet[int]]
@@ -287,6 +290,13 @@ class PlanUses:
     straight: bool
     writers: Mapping[int, AbstractSet[int]] = field(default_factory=dict)
     defines: Mapping[int, AbstractSet[int]] = field(default_factory=dict)
+    first_mention: Mapping[int, int] = field(default_factory=dict)
+    first_write: Mapping[int, int] = field(default_factory=dict)
+    first_define: Mapping[int, int] = field(default_factory=dict)
+
+    def firsts(self) -> FirstUses:
+        """What a compiled plan keeps of this analysis after its steps are built."""
+        return FirstUses(self.straight, self.first_mention, self.first_write, self.first_define)
 
     def only_named_by(self, value: int, pcs: Sequence[int]) -> bool:
         """True when ``value`` is not a method output and no instruction outside ``pcs``
@@ -302,6 +312,20 @@ class PlanUses:
         """The instructions that may read ``value``: those naming it, except where it is
         only defined."""
         return self.mentions.get(value, frozenset()) - self.defines.get(value, frozenset())
+
+
+@dataclass(frozen=True, slots=True)
+class FirstUses:
+    """The first instruction naming, writing and defining each value (``PlanUses.firsts``).
+
+    A compiled plan keeps these plain ints rather than the whole analysis: its thousands of
+    sets, alive as long as the plan, were a quarter of the objects the garbage collector
+    walked after each load."""
+
+    straight: bool
+    first_mention: Mapping[int, int]
+    first_write: Mapping[int, int]
+    first_define: Mapping[int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,6 +376,10 @@ def analyse_uses(cp: CompiledPlan, instructions: Sequence[Any], rets: Sequence[t
     mentions: dict[int, set[int]] = {}
     writers: dict[int, set[int]] = {}
     defines: dict[int, set[int]] = {}
+    # (instructions come in order: the first one added to a set is its least)
+    first_mention: dict[int, int] = {}
+    first_write: dict[int, int] = {}
+    first_define: dict[int, int] = {}
     # Per operator (index): its kernel's parameter count and out parameters, once.
     ops: dict[int, tuple[int, frozenset[int]] | None] = {}
     operators = cp.plan.operators
@@ -379,6 +407,7 @@ def analyse_uses(cp: CompiledPlan, instructions: Sequence[Any], rets: Sequence[t
                     c = params.count(i)
                     if i not in lists and (not c or (c == 1 and params.index(i) in outs)):
                         defines.setdefault(i, set()).add(pc)
+                        first_define.setdefault(i, pc)
             elif op is not None and len(args) > op[0]:
                 # Where each result is named among the parameters: directly, or as a member
                 # of a list parameter (once per occurrence).
@@ -393,6 +422,7 @@ def analyse_uses(cp: CompiledPlan, instructions: Sequence[Any], rets: Sequence[t
                         at.extend([p] * items.count(i))
                     if not at or (len(at) == 1 and at[0] in outs):
                         defines.setdefault(i, set()).add(pc)
+                        first_define.setdefault(i, pc)
         elif isinstance(a, DelegateCall):
             args = a.args
             outs = delegate_outputs[a.delegate_index] if a.delegate_index < len(delegate_outputs) else None
@@ -406,6 +436,7 @@ def analyse_uses(cp: CompiledPlan, instructions: Sequence[Any], rets: Sequence[t
                 for i in wrote:
                     if args.count(i) == 1:
                         defines.setdefault(i, set()).add(pc)
+                        first_define.setdefault(i, pc)
         elif isinstance(a, MoveCall):
             named = wrote = _expand((a.move_from, a.move_to), lists)
         elif isinstance(a, FreeCall):
@@ -420,12 +451,14 @@ def analyse_uses(cp: CompiledPlan, instructions: Sequence[Any], rets: Sequence[t
             ms = mentions.get(i)
             if ms is None:
                 mentions[i] = {pc}
+                first_mention[i] = pc
             else:
                 ms.add(pc)
         for i in wrote:
             ws = writers.get(i)
             if ws is None:
                 writers[i] = {pc}
+                first_write[i] = pc
             else:
                 ws.add(pc)
     written = set(writers) | set(_expand(cp.input_idx, lists))
@@ -438,6 +471,9 @@ def analyse_uses(cp: CompiledPlan, instructions: Sequence[Any], rets: Sequence[t
         straight=straight,
         writers=writers,
         defines=defines,
+        first_mention=first_mention,
+        first_write=first_write,
+        first_define=first_define,
     )
 
 
