@@ -1678,3 +1678,66 @@ def test_the_int8_kernels_check_the_buffers_they_are_given() -> None:
         native.dequantize_qs8(np.empty(7, np.int8), np.empty(8, np.float32), 8, 0, 1.0)
     with pytest.raises(ValueError, match="out holds"):
         native.dequantize_qs8(np.empty(8, np.int8), np.empty(7, np.float32), 8, 0, 1.0)
+
+
+# -- permuted copies (the XNNPACK backend's transposes) -------------------------------------
+_PERMUTES = [
+    ((1, 3, 224, 224), (0, 2, 3, 1)),  # an RGB image, NCHW -> NHWC
+    ((1, 72, 56, 56), (0, 2, 3, 1)),
+    ((1, 56, 56, 72), (0, 3, 1, 2)),  # NHWC -> NCHW
+    ((1, 3, 197, 64), (0, 1, 3, 2)),  # attention keys transposed (ViT)
+    ((1, 3, 197, 64), (0, 2, 1, 3)),  # heads split
+    ((1, 197, 3, 3, 64), (2, 0, 3, 1, 4)),  # q, k, v out of one product
+    ((1, 128, 3, 4, 64), (2, 0, 3, 1, 4)),
+    ((1, 1, 1, 576), (0, 3, 1, 2)),  # only size-1 dims move: one run
+    ((5, 7, 2, 3), (3, 1, 0, 2)),
+]
+
+
+@needs_native
+def test_permute_4b_copies_what_numpy_copies_bit_for_bit() -> None:
+    """Every 4-byte pattern (NaN payloads included) lands where numpy's copy of the
+    transposed view puts it: the models' transposes (the runs, the 16 x 16 tiles with their
+    ragged edges, the 2-4 wide interleave of an image's channels) and random shapes."""
+    rng = np.random.default_rng(7)
+    cases = list(_PERMUTES)
+    for nd in range(1, 7):
+        for _ in range(40):
+            shape = tuple(int(s) for s in rng.integers(1, 7, nd))
+            cases.append((shape, tuple(int(p) for p in rng.permutation(nd))))
+    done = 0
+    for shape, perm in cases:
+        x = rng.integers(0, 2**32, size=shape, dtype=np.uint32).view(np.float32)
+        geo = kernels.permute_geometry(shape, perm)
+        if geo is None:
+            assert x.size < 64, (shape, perm)
+            continue
+        out = np.full(tuple(shape[p] for p in perm), -1, np.int32)
+        native.permute_4b(x, out, geo)
+        assert np.array_equal(out.view(np.uint32), x.view(np.uint32).transpose(perm)), (shape, perm)
+        done += 1
+    assert done > 100
+    # merged: an image's NCHW -> NHWC is one 2-d transpose, size-1 dims left out
+    assert kernels.permute_geometry((1, 3, 224, 224), (0, 2, 3, 1)).tolist() == [224 * 224, 3, 1, 224 * 224]
+    assert kernels.permute_geometry((1, 1, 1, 576), (0, 3, 1, 2)).tolist() == [576, 1]
+    assert kernels.permute_geometry((4, 4), (0, 0)) is None  # not a permutation
+
+
+@needs_native
+def test_permute_4b_checks_its_buffers_before_writing() -> None:
+    x = np.arange(24 * 5, dtype=np.float32).reshape(4, 6, 5)
+    geo = kernels.permute_geometry(x.shape, (2, 0, 1))
+    out = np.zeros((5, 4, 6), np.float32)
+    with pytest.raises(ValueError, match="out holds"):
+        native.permute_4b(x, out.ravel()[:-1], geo)
+    with pytest.raises(ValueError, match="reach"):
+        native.permute_4b(x.ravel()[:-1], out, geo)
+    with pytest.raises(ValueError, match="overlaps"):
+        native.permute_4b(x, x.reshape(out.shape), geo)
+    for bad_geo in (np.array([5, 4], np.int64)[:1], np.array([0, 1], np.int64), np.array([120, -1], np.int64),
+                    np.zeros(18, np.int64), np.array([1 << 41, 1], np.int64)):
+        with pytest.raises(ValueError, match="geometry"):
+            native.permute_4b(x, out, bad_geo)
+    with pytest.raises((ValueError, BufferError), match="contiguous"):  # a strided view is no buffer
+        native.permute_4b(x.transpose(1, 0, 2), out, geo)
+    assert not out.any()

@@ -22,7 +22,8 @@ optional extension ``_native`` (built by ``pip install`` where a C compiler is a
 releases the GIL while it computes): depthwise and narrow grouped convolutions, the float32
 matrix products (1x1 and im2col convolutions, addmm / mm / bmm with at least 8 rows) with
 their bias and activation, silu, hardswish, gelu; channels-last depthwise and grouped
-convolutions, which the XNNPACK backend binds through :func:`compiled`. :data:`NATIVE_KERNELS` says whether it is
+convolutions and permuted copies (:func:`permute_geometry`), which the XNNPACK backend binds
+through :func:`compiled`. :data:`NATIVE_KERNELS` says whether it is
 there. Without it the numpy (BLAS) path runs, with the same results to float rounding.
 """
 
@@ -43,6 +44,7 @@ from . import (  # noqa: F401  (imported to register their kernels)
     _shape,
 )
 from ._registry import KernelDef, get_kernel, kernel, kernel_names, nearest_kernel_names
+from ._shape import permute_geometry
 
 #: True when orchestra's compiled kernels (the ``_native`` extension) were built and load.
 NATIVE_KERNELS: bool = _conv._native is not None
@@ -100,4 +102,4 @@ def threads() -> int:
 
 
 __all__ = ["MAX_THREADS", "NATIVE_KERNELS", "KernelDef", "compiled", "get_kernel", "kernel", "kernel_names",
-           "nearest_kernel_names", "rest", "set_threads", "threads"]
+           "nearest_kernel_names", "permute_geometry", "rest", "set_threads", "threads"]

@@ -4865,6 +4865,125 @@ static void int8_pick(int level) {
 #endif
 }
 
+/* ---- a permuted copy of 4-byte elements (a transpose: NCHW <-> NHWC, attention's heads) ----
+ * out (contiguous, row-major over sizes[0..m)) = the elements of x at sum(i_k * istr[k]): the
+ * caller gives the permutation as m dims, size-1 dims dropped and dims adjacent in both orders
+ * merged (orchestra.runtime.kernels.permute_geometry). numpy copies such a view an element or a
+ * short run at a time (5 GB/s on an RGB image's NCHW -> NHWC); here the output is written in
+ * whole runs: copied runs where the last dim is contiguous in x too, else 16 x 16 tiles of the
+ * two dims that are contiguous in x and in out. Moves bits: any 4-byte dtype. */
+#define PERM_MAX_DIMS 8
+#define PERM_TILE 16
+
+/* out[a * B + b] = x[a + b * xstr] for B (2-4) rows of x: an image's channels interleaved into
+ * its pixels (NCHW -> NHWC of RGB); the fixed B lets the compiler interleave vectors */
+#define PERM_SMALL(B_)                                                                                              \
+    for (Py_ssize_t a = 0; a < A; a++)                                                                              \
+        for (int b = 0; b < (B_); b++) out[a * (B_) + b] = x[a + b * xstr];
+ORCH_CLONES
+static void perm_small(const uint32_t *restrict x, uint32_t *restrict out, Py_ssize_t A, Py_ssize_t B, Py_ssize_t xstr) {
+    if (B == 2) { PERM_SMALL(2) }
+    else if (B == 3) { PERM_SMALL(3) }
+    else { PERM_SMALL(4) }
+}
+
+ORCH_CLONES
+static void perm_tiles(const uint32_t *restrict x, uint32_t *restrict out, Py_ssize_t A, Py_ssize_t B, Py_ssize_t ostr,
+                       Py_ssize_t xstr) {
+    /* out[a * ostr + b] = x[a + b * xstr] for a < A, b < B */
+    for (Py_ssize_t a0 = 0; a0 < A; a0 += PERM_TILE) {
+        const Py_ssize_t amax = A - a0 < PERM_TILE ? A - a0 : PERM_TILE;
+        for (Py_ssize_t b0 = 0; b0 < B; b0 += PERM_TILE) {
+            const Py_ssize_t bmax = B - b0 < PERM_TILE ? B - b0 : PERM_TILE;
+            for (Py_ssize_t a = 0; a < amax; a++) {
+                uint32_t *restrict o = out + (a0 + a) * ostr + b0;
+                const uint32_t *restrict s = x + a0 + a + b0 * xstr;
+                for (Py_ssize_t b = 0; b < bmax; b++) o[b] = s[b * xstr];
+            }
+        }
+    }
+}
+
+/* An odometer over the dims other than the last (and j): a run, a tile block or a strided
+ * row of out per position. */
+static void perm_copy(const uint32_t *x, uint32_t *out, int m, const Py_ssize_t *size, const Py_ssize_t *istr) {
+    Py_ssize_t ostr[PERM_MAX_DIMS], pos[PERM_MAX_DIMS] = {0};
+    ostr[m - 1] = 1;
+    for (int k = m - 2; k >= 0; k--) ostr[k] = ostr[k + 1] * size[k + 1];
+    const int last = m - 1;
+    int j = -1; /* the dim contiguous in x, when it is not out's last */
+    if (istr[last] != 1)
+        for (int k = 0; k < last; k++)
+            if (istr[k] == 1) j = k;
+    /* the dims the odometer walks: all but last (and j) */
+    for (;;) {
+        Py_ssize_t xo = 0, oo = 0;
+        for (int k = 0; k < last; k++) {
+            xo += pos[k] * istr[k];
+            oo += pos[k] * ostr[k];
+        }
+        if (istr[last] == 1) {
+            memcpy(out + oo, x + xo, (size_t)size[last] * sizeof(uint32_t));
+        } else if (j >= 0 && size[last] >= 2 && size[last] <= 4 && ostr[j] == size[last]) {
+            perm_small(x + xo, out + oo, size[j], size[last], istr[last]);
+        } else if (j >= 0) {
+            perm_tiles(x + xo, out + oo, size[j], size[last], ostr[j], istr[last]);
+        } else {
+            const Py_ssize_t n = size[last], st = istr[last];
+            for (Py_ssize_t i = 0; i < n; i++) out[oo + i] = x[xo + i * st];
+        }
+        int k = last - 1;
+        for (; k >= 0; k--) {
+            if (k == j) continue;
+            if (++pos[k] < size[k]) break;
+            pos[k] = 0;
+        }
+        if (k < 0) return;
+    }
+}
+
+static PyObject *py_permute_4b(PyObject *self, PyObject *args) {
+    Py_buffer x, out, geo;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*w*y*", &x, &out, &geo)) return NULL;
+    Py_ssize_t size[PERM_MAX_DIMS], istr[PERM_MAX_DIMS];
+    const Py_ssize_t ng = geo.len / (Py_ssize_t)sizeof(int64_t);
+    const int m = (int)(ng / 2);
+    int ok = geo.len % (Py_ssize_t)(2 * sizeof(int64_t)) == 0 && m >= 1 && m <= PERM_MAX_DIMS;
+    Py_ssize_t total = 1, reach = 1;
+    if (ok) {
+        const int64_t *g = (const int64_t *)geo.buf;
+        const Py_ssize_t lim = (Py_ssize_t)1 << 40;
+        for (int k = 0; k < m && ok; k++) {
+            size[k] = (Py_ssize_t)g[k];
+            istr[k] = (Py_ssize_t)g[m + k];
+            ok = size[k] >= 1 && size[k] <= lim && istr[k] >= 0 && istr[k] <= lim &&
+                 !__builtin_mul_overflow(total, size[k], &total) && total <= lim;
+            if (ok) reach += (size[k] - 1) * istr[k]; /* both factors <= 2^40: no overflow */
+            ok = ok && reach <= lim;
+        }
+    }
+    if (!ok) PyErr_SetString(PyExc_ValueError, "permute_4b: geometry is not 1 to 8 sizes >= 1 and strides >= 0");
+    else if (out.len != total * 4 || x.len / 4 < reach) {
+        PyErr_Format(PyExc_ValueError, "permute_4b: out holds %zd bytes and x %zd: the sizes need %zd and reach %zd",
+                     out.len, x.len, total * 4, reach * 4);
+        ok = 0;
+    } else if (overlaps(&x, &out)) {
+        PyErr_SetString(PyExc_ValueError, "permute_4b: out overlaps x");
+        ok = 0;
+    }
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        perm_copy((const uint32_t *)x.buf, (uint32_t *)out.buf, m, size, istr);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&x);
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&geo);
+    if (!ok) return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"bias_act_f32", py_bias_act_f32, METH_VARARGS,
      "bias_act_f32(out, bias|None, N, C, inner, act): out[n, c, :] = act(out[n, c, :] + bias[c]) in place, "
@@ -4965,6 +5084,9 @@ static PyMethodDef methods[] = {
      "norm's float32 (n) vectors folded into scale = gamma * (1 / sqrt(var + eps)) and shift = (bias - mean) * "
      "scale + beta, computed in float64 one operation at a time (as numpy does) and rounded to float32; whether every "
      "shift is finite."},
+    {"permute_4b", py_permute_4b, METH_VARARGS,
+     "permute_4b(x, out, geo): out (contiguous) = x's 4-byte elements at sum(i_k * stride_k) in row-major order "
+     "of the sizes; geo: int64 [sizes..., strides...] of 1 to 8 dims (see kernels.permute_geometry)."},
     {"scale_planes_f32", py_scale_planes_f32, METH_VARARGS,
      "scale_planes_f32(x, s, out, planes, inner) -> bool: out[i, :] = x[i, :] * s[i] for planes of inner float32; "
      "out may be x. True when every product is finite."},

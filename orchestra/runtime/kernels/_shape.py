@@ -3,6 +3,7 @@ padding, dtype conversion copies."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from types import MappingProxyType
 from typing import Any
@@ -12,7 +13,7 @@ import numpy as np
 from ._registry import kernel
 from ._util import ALL, bad, check_fits, dest, finish, numel, result_dtype, wrap_dim
 
-__all__: list[str] = []
+__all__ = ["permute_geometry"]
 
 _I64 = np.dtype(np.int64)
 # Signed integer itemsize -> the unsigned dtype of the same size (read-only).
@@ -64,6 +65,40 @@ def view_copy_out(self: np.ndarray, size: list[int], out: np.ndarray) -> np.ndar
 @kernel("aten::_unsafe_view.out", dtypes=ALL)
 def unsafe_view_out(self: np.ndarray, size: list[int], out: np.ndarray) -> np.ndarray:
     return _reshape_into("aten::_unsafe_view.out", self, size, out)
+
+
+_PERMUTE_MAX_DIMS = 8  # the compiled copy's limit (after merging)
+_PERMUTE_MIN_ELEMENTS = 64  # below this numpy's copy is as fast as the call
+
+
+def permute_geometry(shape: Sequence[int], perm: Sequence[int]) -> np.ndarray | None:
+    """What the compiled copy ``compiled().permute_4b(x, out, geometry)`` needs to copy
+    ``x.transpose(perm)`` of a C-contiguous ``x`` of ``shape`` (4-byte elements) into a
+    C-contiguous ``out``, bit for bit: int64 ``[sizes..., element strides...]`` of the
+    result's dims, size-1 dims left out and dims adjacent in both orders merged (NCHW ->
+    NHWC of an image is two dims: (H*W, C) read with strides (1, H*W)). Worked out once per
+    shape, when a plan's step is built. None where the copy does not apply: fewer than 64
+    elements (numpy's copy is as fast as the call), more than 8 dims after merging."""
+    n = len(shape)
+    if sorted(perm) != list(range(n)) or math.prod(shape) < _PERMUTE_MIN_ELEMENTS:
+        return None
+    strides = [1] * n
+    for k in range(n - 2, -1, -1):
+        strides[k] = strides[k + 1] * shape[k + 1]
+    dims: list[list[int]] = []
+    for p in perm:
+        size, stride = shape[p], strides[p]
+        if size == 1:
+            continue
+        if dims and dims[-1][1] == stride * size:  # the previous dim is just outside this one in x too
+            dims[-1] = [dims[-1][0] * size, stride]
+        else:
+            dims.append([size, stride])
+    if not dims:
+        dims = [[1, 1]]
+    if len(dims) > _PERMUTE_MAX_DIMS:
+        return None
+    return np.array([d[0] for d in dims] + [d[1] for d in dims], _I64)
 
 
 @kernel("aten::permute_copy.out", dtypes=ALL)
