@@ -893,6 +893,39 @@ def test_products_with_narrow_column_blocks_give_the_full_tiles_bits(trans: bool
 
 
 @needs_native
+@pytest.mark.parametrize("trans", [False, True], ids=["w_kn", "w_nk"])
+def test_products_give_each_row_the_same_bits_in_any_tile(trans: bool) -> None:
+    """With AVX-512 the products take 8 rows per tile (16 sums in registers), the rows past
+    the last multiple of 8 4 at a time: every row gets the bits it gets computed 4 rows at a
+    time (products of 4 rows), full and half-width column blocks, bias and activation
+    included; and conv1x1_f32 (8 output channels per tile) the bits of 4 at a time."""
+    rng = np.random.default_rng(41)
+    for t, k, n in [(3136, 16, 16), (197, 192, 72), (84, 24, 40), (13, 96, 8), (20, 5, 33)]:
+        x = rng.standard_normal((t, k)).astype(np.float32)
+        w = rng.standard_normal((n, k)).astype(np.float32)
+        b = rng.standard_normal(n).astype(np.float32)
+        wk = w if trans else np.ascontiguousarray(w.T)
+        for act in (0, 2):
+            got = np.empty((t, n), np.float32)
+            native.linear_f32(x, wk, b, got, 1, t, k, n, False, act, trans)
+            for r0 in range(0, t, 4):
+                r0 = min(r0, t - 4)  # (fewer than 4 rows are a matrix-vector product per row)
+                four = np.empty((4, n), np.float32)
+                native.linear_f32(np.ascontiguousarray(x[r0:r0 + 4]), wk, b, four, 1, 4, k, n, False, act, trans)
+                assert np.array_equal(got[r0:r0 + 4], four), (t, k, n, act, r0)
+    for m, k, p in [(72, 16, 3136), (20, 40, 196), (12, 24, 49)]:
+        x = rng.standard_normal((1, k, p)).astype(np.float32)
+        w = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal(m).astype(np.float32)
+        got = np.empty((1, m, p), np.float32)
+        native.conv1x1_f32(x, w, b, got, 1, k, p, m, 2)
+        for o0 in range(0, m, 4):
+            four = np.empty((1, min(4, m - o0), p), np.float32)
+            native.conv1x1_f32(x, np.ascontiguousarray(w[o0:o0 + 4]), b[o0:o0 + 4].copy(), four, 1, k, p, four.shape[1], 2)
+            assert np.array_equal(got[:, o0:o0 + 4], four), (m, k, p, o0)
+
+
+@needs_native
 @pytest.mark.parametrize("k, n", [(576, 1024), (1024, 1000), (1280, 1000), (96, 24)])
 def test_products_of_one_row_against_large_weights(k: int, n: int) -> None:
     """A classifier's x @ W.T (W read in place as its rows, which the kernel fetches ahead

@@ -2994,24 +2994,26 @@ static PyObject *py_bias_act_f32(PyObject *self, PyObject *args) {
  * activation are applied before the tile is stored, so the result is written once. NR is
  * 32 with AVX-512 and 16 otherwise (the widest that stays in registers), picked when the
  * module loads (GEMM_COLUMNS); a run of columns short of NR is read from a zero-padded
- * copy (a panel). With AVX-512, conv1x1_f32 also has a 48-column tile for small maps.
+ * copy (a panel). With AVX-512, conv1x1_f32 also has a 48-column tile for small maps, and
+ * both products take 8 rows per tile where 8 are left (the same operations per output: the
+ * same bits as 4 at a time).
  *   conv1x1_f32: out[n] (M x P) = w (M x K) . x[n] (K x P): A = w, B = the input planes.
  *   linear_f32:  out (T x N) = x (T x K) . wt (K x N): A = x, B = the transposed weight
  *                (the plan keeps a C-contiguous copy of it). */
-#define TILE_FN(NAME, ATTR, VT, VW, SUF, NV, BROW_T, BROW)                                                         \
+#define TILE_FN_ROWS(NAME, ATTR, VT, VW, SUF, NV, MR, BROW_T, BROW)                                                         \
     ATTR static void NAME(const float *restrict a, Py_ssize_t ars, Py_ssize_t aks, const float *restrict b,           \
                           BROW_T, Py_ssize_t K, const float *restrict rbias, const float *restrict cbias,             \
                           float *restrict out, Py_ssize_t ldo, Py_ssize_t ncols, Py_ssize_t nrows, int act) {         \
-        VT acc[4][NV];                                                                                               \
-        const float *ar[4]; /* rows past nrows read the last one again (never past A's end) */                      \
-        for (int r = 0; r < 4; r++) {                                                                                \
+        VT acc[MR][NV];                                                                                               \
+        const float *ar[MR]; /* rows past nrows read the last one again (never past A's end) */                      \
+        for (int r = 0; r < MR; r++) {                                                                                \
             ar[r] = a + (r < nrows ? r : nrows - 1) * ars;                                                           \
             for (int v = 0; v < NV; v++) acc[r][v] = (VT){0};                                                        \
         }                                                                                                            \
         for (Py_ssize_t k = 0; k < K; k++) {                                                                         \
             VT xv[NV];                                                                                               \
             for (int v = 0; v < NV; v++) __builtin_memcpy(&xv[v], BROW + v * VW, sizeof xv[v]);                      \
-            for (int r = 0; r < 4; r++) {                                                                            \
+            for (int r = 0; r < MR; r++) {                                                                            \
                 const float w = ar[r][k * aks];                                                                      \
                 for (int v = 0; v < NV; v++) acc[r][v] += w * xv[v];                                                 \
             }                                                                                                        \
@@ -3035,6 +3037,7 @@ static PyObject *py_bias_act_f32(PyObject *self, PyObject *args) {
         }                                                                                                            \
     }
 
+#define TILE_FN(NAME, ATTR, VT, VW, SUF, NV, BROW_T, BROW) TILE_FN_ROWS(NAME, ATTR, VT, VW, SUF, NV, 4, BROW_T, BROW)
 #define GEMM_TILE(NAME, ATTR, VT, VW, SUF) TILE_FN(NAME, ATTR, VT, VW, SUF, 2, Py_ssize_t ldb, b + k * ldb)
 /* The same tile with B's row k at b + koff[k]: a convolution's taps read in place from its
  * padded input planes (an implicit im2col; the row's NR-wide run must be readable). */
@@ -3062,6 +3065,11 @@ TILE_FN(gemm_half_v3, __attribute__((target("arch=x86-64-v3"))), v8f, 8, 8, 1, P
 /* 4 x 48 with AVX-512 (12 accumulators of 32 registers): conv1x1_f32's blocks where 48 columns
  * waste less than 32 (a 7x7 map: 48 + 1 rather than 32 + 32) */
 TILE_FN(gemm_tile3_v4, __attribute__((target("arch=x86-64-v4"))), vf16, 16, 16, 3, Py_ssize_t ldb, b + k * ldb)
+/* 8 x 32 and 8 x 16 with AVX-512 (16 / 8 accumulators of 32 registers): linear_f32's tiles,
+ * each B run loaded once per 8 rows, and 8 independent sums in flight in the 16-wide one (4
+ * left its multiply-adds waiting on each other: 1x1 convolutions of 16 channels) */
+TILE_FN_ROWS(gemm_tile8_v4, __attribute__((target("arch=x86-64-v4"))), vf16, 16, 16, 2, 8, Py_ssize_t ldb, b + k * ldb)
+TILE_FN_ROWS(gemm_half8_v4, __attribute__((target("arch=x86-64-v4"))), vf16, 16, 16, 1, 8, Py_ssize_t ldb, b + k * ldb)
 GEMM_TILE(gemm_tile_v3, __attribute__((target("arch=x86-64-v3"))), v8f, 8, 8)
 GATHER_TILE(gather_tile_v4, __attribute__((target("arch=x86-64-v4"))), vf16, 16, 16)
 GATHER_TILE(gather_tile_v3, __attribute__((target("arch=x86-64-v3"))), v8f, 8, 8)
@@ -3070,6 +3078,7 @@ GATHER_TILE(gather_tile_v3, __attribute__((target("arch=x86-64-v3"))), v8f, 8, 8
 static gemm_tile_fn gemm_tile = gemm_tile_8;
 static gemm_tile_fn gemm_tile3 = NULL; /* 4 x 48, where the CPU has AVX-512 */
 static gemm_tile_fn gemm_half = gemm_half_8; /* 4 x gemm_nr / 2 */
+static gemm_tile_fn gemm_tile8 = NULL, gemm_half8 = NULL; /* 8-row tiles, where the CPU has AVX-512 */
 static gather_tile_fn gather_tile = gather_tile_8;
 static Py_ssize_t gemm_nr = 16;
 
@@ -3100,6 +3109,8 @@ static void gemm_pick(int level) {
         gemm_tile = gemm_tile_v4;
         gemm_tile3 = gemm_tile3_v4;
         gemm_half = gemm_half_v4;
+        gemm_tile8 = gemm_tile8_v4;
+        gemm_half8 = gemm_half8_v4;
         gather_tile = gather_tile_v4;
         gemm_nr = 32;
     } else if (level == 3) {
@@ -3264,7 +3275,12 @@ static void *gemm_part(void *arg) {
             panel_of = blk;
         }
         float *ob = j->out + n * M * P + p0;
-        for (Py_ssize_t o0 = m0; o0 < m1; o0 += 4) {
+        Py_ssize_t o0 = m0;
+        if (nr == gemm_nr && gemm_tile8)
+            for (; o0 + 8 <= m1; o0 += 8)
+                gemm_tile8(j->w + o0 * K, K, 1, panel, nr, K, j->bias ? j->bias + o0 : NULL, NULL, ob + o0 * P, P, nc, 8,
+                           j->act);
+        for (; o0 < m1; o0 += 4) {
             const Py_ssize_t rows = m1 - o0 < 4 ? m1 - o0 : 4;
             tile(j->w + o0 * K, K, 1, panel, nr, K, j->bias ? j->bias + o0 : NULL, NULL, ob + o0 * P, P, nc, rows, j->act);
         }
@@ -3500,7 +3516,12 @@ static void *linear_part(void *arg) {
         const float *xb = j->x + bi * T * K;
         float *ob = j->out + bi * T * N;
         const gemm_tile_fn tile = 2 * nc <= nr ? gemm_half : gemm_tile;
-        for (Py_ssize_t t0 = r0; t0 < r1; t0 += 4) {
+        const gemm_tile_fn tile8 = 2 * nc <= nr ? gemm_half8 : gemm_tile8;
+        Py_ssize_t t0 = r0;
+        if (tile8)
+            for (; t0 + 8 <= r1; t0 += 8)
+                tile8(xb + t0 * K, K, 1, panel, nr, K, NULL, cbias, ob + t0 * N + n0, N, nc, 8, j->act);
+        for (; t0 < r1; t0 += 4) {
             const Py_ssize_t rows = r1 - t0 < 4 ? r1 - t0 : 4;
             tile(xb + t0 * K, K, 1, panel, nr, K, NULL, cbias, ob + t0 * N + n0, N, nc, rows, j->act);
         }
