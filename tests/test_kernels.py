@@ -220,7 +220,7 @@ def raises(code: Error, fn: Callable[..., Any], *args: Any) -> OrchestraError:
 def test_public_surface() -> None:
     for name in kernels.__all__:
         assert hasattr(kernels, name)
-    assert set(kernels.__all__) == {"MAX_THREADS", "NATIVE_KERNELS", "KernelDef", "compiled", "rest", "set_threads", "threads", "get_kernel", "kernel", "kernel_names", "nearest_kernel_names"}
+    assert set(kernels.__all__) == {"MAX_THREADS", "NATIVE_KERNELS", "KernelDef", "compiled", "rest", "set_threads", "threads", "get_kernel", "kernel", "kernel_names", "nearest_kernel_names", "permute_geometry"}
 
 
 def test_compiled_is_the_extension_where_it_is_built() -> None:
@@ -228,7 +228,7 @@ def test_compiled_is_the_extension_where_it_is_built() -> None:
     assert (c is not None) == kernels.NATIVE_KERNELS
     if c is not None:  # what the XNNPACK backend binds
         for fn in ("dwconv_nhwc_f32", "gconv_nhwc_f32", "linear_f32", "silu_f32", "gelu_f32", "softmax_f32",
-                   "hardswish_f32", "add_f32", "bias_act_f32"):
+                   "hardswish_f32", "add_f32", "bias_act_f32", "permute_4b"):
             assert callable(getattr(c, fn)), fn
 
 
