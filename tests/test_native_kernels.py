@@ -926,6 +926,28 @@ def test_products_give_each_row_the_same_bits_in_any_tile(trans: bool) -> None:
 
 
 @needs_native
+def test_convolutions_give_each_output_channel_the_same_bits_in_any_tile() -> None:
+    """conv_f32's im2col convolutions (taps read in place, in row tiles or over the flattened
+    padded map) take 8 output channels per tile with AVX-512: each channel gets the bits it
+    gets 4 at a time (the same convolution with 4 of the filters)."""
+    rng = np.random.default_rng(43)
+    #         C, H, W, O, k, s, p
+    for c, h, w, o, k, s, p in [(3, 224, 224, 16, 3, 2, 1), (3, 20, 20, 24, 3, 1, 1), (8, 40, 40, 12, 3, 1, 1),
+                                (16, 9, 9, 20, 5, 2, 2), (4, 64, 6, 8, 3, 1, 0)]:
+        x = rng.standard_normal((1, c, h, w)).astype(np.float32)
+        wt = rng.standard_normal((o, c, k, k)).astype(np.float32)
+        b = rng.standard_normal(o).astype(np.float32)
+        ho, wo = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
+        got = np.empty((1, o, ho, wo), np.float32)
+        native.conv_f32(x, wt, b, got, 1, c, h, w, o, 1, k, k, s, s, p, p, 1, 1, ho, wo, 2)
+        for o0 in range(0, o, 4):
+            four = np.empty((1, 4, ho, wo), np.float32)
+            native.conv_f32(x, np.ascontiguousarray(wt[o0:o0 + 4]), b[o0:o0 + 4].copy(), four, 1, c, h, w, 4, 1, k, k,
+                            s, s, p, p, 1, 1, ho, wo, 2)
+            assert np.array_equal(got[:, o0:o0 + 4], four), (c, h, w, o, k, s, p, o0)
+
+
+@needs_native
 @pytest.mark.parametrize("k, n", [(576, 1024), (1024, 1000), (1280, 1000), (96, 24)])
 def test_products_of_one_row_against_large_weights(k: int, n: int) -> None:
     """A classifier's x @ W.T (W read in place as its rows, which the kernel fetches ahead

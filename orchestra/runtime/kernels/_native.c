@@ -2995,8 +2995,8 @@ static PyObject *py_bias_act_f32(PyObject *self, PyObject *args) {
  * 32 with AVX-512 and 16 otherwise (the widest that stays in registers), picked when the
  * module loads (GEMM_COLUMNS); a run of columns short of NR is read from a zero-padded
  * copy (a panel). With AVX-512, conv1x1_f32 also has a 48-column tile for small maps, and
- * both products take 8 rows per tile where 8 are left (the same operations per output: the
- * same bits as 4 at a time).
+ * the products and conv_f32's gather tiles take 8 rows per tile where 8 are left (the same
+ * operations per output: the same bits as 4 at a time).
  *   conv1x1_f32: out[n] (M x P) = w (M x K) . x[n] (K x P): A = w, B = the input planes.
  *   linear_f32:  out (T x N) = x (T x K) . wt (K x N): A = x, B = the transposed weight
  *                (the plan keeps a C-contiguous copy of it). */
@@ -3065,13 +3065,15 @@ TILE_FN(gemm_half_v3, __attribute__((target("arch=x86-64-v3"))), v8f, 8, 8, 1, P
 /* 4 x 48 with AVX-512 (12 accumulators of 32 registers): conv1x1_f32's blocks where 48 columns
  * waste less than 32 (a 7x7 map: 48 + 1 rather than 32 + 32) */
 TILE_FN(gemm_tile3_v4, __attribute__((target("arch=x86-64-v4"))), vf16, 16, 16, 3, Py_ssize_t ldb, b + k * ldb)
-/* 8 x 32 and 8 x 16 with AVX-512 (16 / 8 accumulators of 32 registers): linear_f32's tiles,
+/* 8 x 32 and 8 x 16 with AVX-512 (16 / 8 accumulators of 32 registers): the products' tiles,
  * each B run loaded once per 8 rows, and 8 independent sums in flight in the 16-wide one (4
  * left its multiply-adds waiting on each other: 1x1 convolutions of 16 channels) */
 TILE_FN_ROWS(gemm_tile8_v4, __attribute__((target("arch=x86-64-v4"))), vf16, 16, 16, 2, 8, Py_ssize_t ldb, b + k * ldb)
 TILE_FN_ROWS(gemm_half8_v4, __attribute__((target("arch=x86-64-v4"))), vf16, 16, 16, 1, 8, Py_ssize_t ldb, b + k * ldb)
 GEMM_TILE(gemm_tile_v3, __attribute__((target("arch=x86-64-v3"))), v8f, 8, 8)
 GATHER_TILE(gather_tile_v4, __attribute__((target("arch=x86-64-v4"))), vf16, 16, 16)
+TILE_FN_ROWS(gather_tile8_v4, __attribute__((target("arch=x86-64-v4"))), vf16, 16, 16, 2, 8, const Py_ssize_t *restrict koff,
+             b + koff[k])
 GATHER_TILE(gather_tile_v3, __attribute__((target("arch=x86-64-v3"))), v8f, 8, 8)
 #endif
 
@@ -3080,6 +3082,7 @@ static gemm_tile_fn gemm_tile3 = NULL; /* 4 x 48, where the CPU has AVX-512 */
 static gemm_tile_fn gemm_half = gemm_half_8; /* 4 x gemm_nr / 2 */
 static gemm_tile_fn gemm_tile8 = NULL, gemm_half8 = NULL; /* 8-row tiles, where the CPU has AVX-512 */
 static gather_tile_fn gather_tile = gather_tile_8;
+static gather_tile_fn gather_tile8 = NULL; /* 8 rows, where the CPU has AVX-512 */
 static Py_ssize_t gemm_nr = 16;
 
 /* The instruction set the dispatched kernels use: 4 (AVX-512), 3 (AVX2 + FMA) or 0 (the
@@ -3112,6 +3115,7 @@ static void gemm_pick(int level) {
         gemm_tile8 = gemm_tile8_v4;
         gemm_half8 = gemm_half8_v4;
         gather_tile = gather_tile_v4;
+        gather_tile8 = gather_tile8_v4;
         gemm_nr = 32;
     } else if (level == 3) {
         gemm_tile = gemm_tile_v3;
@@ -3137,7 +3141,12 @@ static void conv_tiles(const float *scratch, const Py_ssize_t *koff, const float
         for (Py_ssize_t ox = 0; ox < wo; ox += nr) {
             const Py_ssize_t ncols = wo - ox < nr ? wo - ox : nr;
             const float *b = scratch + oy * sh * row + ox;
-            for (Py_ssize_t o0 = 0; o0 < og; o0 += 4)
+            Py_ssize_t o0 = 0;
+            if (gather_tile8)
+                for (; o0 + 8 <= og; o0 += 8)
+                    gather_tile8(wg + o0 * K, K, 1, b, koff, K, bg ? bg + o0 : NULL, NULL,
+                                 og_out + o0 * plane + oy * wo + ox, plane, ncols, 8, act);
+            for (; o0 < og; o0 += 4)
                 gather_tile(wg + o0 * K, K, 1, b, koff, K, bg ? bg + o0 : NULL, NULL, og_out + o0 * plane + oy * wo + ox,
                             plane, ncols, og - o0 < 4 ? og - o0 : 4, act);
         }
@@ -3152,12 +3161,13 @@ static void conv_tiles(const float *scratch, const Py_ssize_t *koff, const float
 static void conv_flat(const float *scratch, const Py_ssize_t *koff, const float *wg, const float *bg, float *og_out,
                       Py_ssize_t K, Py_ssize_t og, Py_ssize_t row, Py_ssize_t ho, Py_ssize_t wo, int act) {
     const Py_ssize_t nr = gemm_nr, plane = ho * wo, span = (ho - 1) * row + wo;
-    float tmp[4 * 32] __attribute__((aligned(64)));
+    float tmp[8 * 32] __attribute__((aligned(64)));
     for (Py_ssize_t f0 = 0; f0 < span; f0 += nr) {
         const Py_ssize_t ncols = span - f0 < nr ? span - f0 : nr;
-        for (Py_ssize_t o0 = 0; o0 < og; o0 += 4) {
-            const Py_ssize_t rows = og - o0 < 4 ? og - o0 : 4;
-            gather_tile(wg + o0 * K, K, 1, scratch + f0, koff, K, bg ? bg + o0 : NULL, NULL, tmp, nr, ncols, rows, act);
+        for (Py_ssize_t o0 = 0, rows; o0 < og; o0 += rows) {
+            rows = gather_tile8 && og - o0 >= 8 ? 8 : og - o0 < 4 ? og - o0 : 4;
+            (rows == 8 ? gather_tile8 : gather_tile)(wg + o0 * K, K, 1, scratch + f0, koff, K, bg ? bg + o0 : NULL, NULL,
+                                                     tmp, nr, ncols, rows, act);
             for (Py_ssize_t q = 0; q < rows; q++) {
                 float *dst = og_out + (o0 + q) * plane;
                 Py_ssize_t oy = f0 / row, ox = f0 - oy * row, f = f0;
