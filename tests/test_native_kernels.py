@@ -1790,7 +1790,9 @@ def test_permute_4b_checks_its_buffers_before_writing() -> None:
     with pytest.raises(ValueError, match="overlaps"):
         native.permute_4b(x, x.reshape(out.shape), geo)
     for bad_geo in (np.array([5, 4], np.int64)[:1], np.array([0, 1], np.int64), np.array([120, -1], np.int64),
-                    np.zeros(18, np.int64), np.array([1 << 41, 1], np.int64)):
+                    np.zeros(18, np.int64), np.array([1 << 41, 1], np.int64),
+                    np.array([2, 2, 1 << 39, 1 << 39], np.int64),  # reaches past 2^40 elements
+                    np.array([1 << 40, 1 << 40], np.int64)):  # a reach that overflows 64 bits
         with pytest.raises(ValueError, match="geometry"):
             native.permute_4b(x, out, bad_geo)
     with pytest.raises((ValueError, BufferError), match="contiguous"):  # a strided view is no buffer

@@ -4988,10 +4988,11 @@ static PyObject *py_permute_4b(PyObject *self, PyObject *args) {
         for (int k = 0; k < m && ok; k++) {
             size[k] = (Py_ssize_t)g[k];
             istr[k] = (Py_ssize_t)g[m + k];
+            Py_ssize_t span;
             ok = size[k] >= 1 && size[k] <= lim && istr[k] >= 0 && istr[k] <= lim &&
-                 !__builtin_mul_overflow(total, size[k], &total) && total <= lim;
-            if (ok) reach += (size[k] - 1) * istr[k]; /* both factors <= 2^40: no overflow */
-            ok = ok && reach <= lim;
+                 !__builtin_mul_overflow(total, size[k], &total) && total <= lim &&
+                 !__builtin_mul_overflow(size[k] - 1, istr[k], &span) && !__builtin_add_overflow(reach, span, &reach) &&
+                 reach <= lim;
         }
     }
     if (!ok) PyErr_SetString(PyExc_ValueError, "permute_4b: geometry is not 1 to 8 sizes >= 1 and strides >= 0");
