@@ -44,7 +44,11 @@ in one run; every ratio compares numbers taken in that run.
    first slower than the second) and ExecuTorch's first execute (portable kernels: slow,
    for information only), and a second ``load_method`` on the same program: orchestra makes a new
    independent Method sharing the Program's compiled plan; ExecuTorch's Python ``Program``
-   caches the Method it loaded and returns that one again (not like with like). Rounds
+   caches the Method it loaded and returns that one again (not like with like). 'no rw':
+   orchestra's load with its plan rewrites off (the plan as written: what a load costs
+   before the rewrites' analysis, folds and fusions; set here through the runtime's
+   internal ``CompiledPlan(optimize=False)``, for information), 'norw/path' over
+   ExecuTorch's path load. Rounds
    interleaved (``--load-rounds``), medians; 1 BLAS thread. Then the same for the XNNPACK
    ``.pte`` (when ``orchestra.backends.xnnpack`` is importable): orchestra's XNNPACK backend
    against ExecuTorch+XNNPACK loading the same file, each verifying and compiling every
@@ -73,6 +77,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import functools
 import gc
 import multiprocessing as mp
 import os
@@ -80,7 +86,7 @@ import pathlib
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -308,6 +314,20 @@ def section_int8(args: argparse.Namespace) -> None:
 
 
 # -- 4. load -------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def _rewrites_off() -> Iterator[None]:
+    """Programs loaded inside compile their plans as written (no rewrites): the runtime's
+    internal switch, for the load section's 'no rw' column only."""
+    from orchestra.runtime import _method
+
+    compiled = _method.CompiledPlan.__init__
+    _method.CompiledPlan.__init__ = functools.partialmethod(compiled, optimize=False)  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        _method.CompiledPlan.__init__ = compiled  # type: ignore[method-assign]
+
+
 def section_load(args: argparse.Namespace) -> None:
     import torch
     from executorch.runtime import Runtime
@@ -322,7 +342,8 @@ def section_load(args: argparse.Namespace) -> None:
           " 'ETx path': ExecuTorch+XNNPACK loading the model's XNNPACK-lowered file from its path, the runtime the"
           " execute ratios compare with; 'o/ETx': orchestra's load of the portable file over it)")
     print(f"{'model':<13}{'MB':>6}{'orch':>8}{'o prog':>8}{'ET path':>9}{'ET bytes':>9}{'o/path':>8}{'o/bytes':>8}"
-          f"{'ETx path':>9}{'o/ETx':>7}{'o 1st ex':>9}{'o 2nd ex':>9}{'ET 1st ex':>10}{'o 2nd lm':>9}{'ET 2nd (cached)':>16}")
+          f"{'ETx path':>9}{'o/ETx':>7}{'o 1st ex':>9}{'o 2nd ex':>9}{'ET 1st ex':>10}{'o 2nd lm':>9}{'ET 2nd (cached)':>16}"
+          f"{'no rw':>8}{'norw/path':>10}")
     perf = time.perf_counter
     for name in args.models:
         portable = real_models.export(name, "portable", args.cache_dir)
@@ -331,7 +352,14 @@ def section_load(args: argparse.Namespace) -> None:
         tin = [torch.from_numpy(a) for a in inputs]
         data = portable.read_bytes()
         times: dict[str, list[float]] = {
-            k: [] for k in ("orch", "prog", "path", "bytes", "xnn", "orch1", "orch2", "et1", "olm2", "elm2")}
+            k: [] for k in ("orch", "prog", "path", "bytes", "xnn", "orch1", "orch2", "et1", "olm2", "elm2", "norw")}
+
+        def orch_no_rewrites() -> None:
+            with _rewrites_off():
+                t = perf()
+                m = load_program(portable).load_method("forward")
+                times["norw"].append(perf() - t)
+            m.close()
 
         def orch() -> None:
             t = perf()
@@ -366,11 +394,12 @@ def section_load(args: argparse.Namespace) -> None:
                 times["elm2"].append(perf() - t2)
 
         with threadpool_limits(limits=1):
-            orch(), et("path"), et("bytes"), et("xnn")  # warm-up: imports, kernel registries, page cache
+            orch(), et("path"), et("bytes"), et("xnn"), orch_no_rewrites()  # warm-up: imports, registries, page cache
             for v in times.values():
                 v.clear()
             for _ in range(args.load_rounds):
                 orch()
+                orch_no_rewrites()
                 et("path")
                 et("bytes")
                 et("xnn")
@@ -379,7 +408,8 @@ def section_load(args: argparse.Namespace) -> None:
         print(f"{name:<13}{len(data) / 1e6:6.1f}{med['orch']:8.2f}{med['prog']:8.2f}{med['path']:9.2f}{med['bytes']:9.2f}"
               f"{med['orch'] / med['path']:8.1f}{med['orch'] / med['bytes']:8.1f}{med['xnn']:9.2f}{med['orch'] / med['xnn']:7.1f}"
               f"{med['orch1']:9.2f}{med['orch2']:9.2f}"
-              f"{med['et1']:10.2f}{med['olm2']:9.2f}{med['elm2']:16.2f}", flush=True)
+              f"{med['et1']:10.2f}{med['olm2']:9.2f}{med['elm2']:16.2f}{med['norw']:8.2f}{med['norw'] / med['path']:10.1f}",
+              flush=True)
     if _orch_xnnpack_available():
         _load_xnnpack(args, rt)
 
