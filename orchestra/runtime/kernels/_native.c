@@ -3000,41 +3000,41 @@ static PyObject *py_bias_act_f32(PyObject *self, PyObject *args) {
  *   conv1x1_f32: out[n] (M x P) = w (M x K) . x[n] (K x P): A = w, B = the input planes.
  *   linear_f32:  out (T x N) = x (T x K) . wt (K x N): A = x, B = the transposed weight
  *                (the plan keeps a C-contiguous copy of it). */
-#define TILE_FN_ROWS(NAME, ATTR, VT, VW, SUF, NV, MR, BROW_T, BROW)                                                         \
+#define TILE_FN_ROWS(NAME, ATTR, VT, VW, SUF, NV, MR, BROW_T, BROW)                                                   \
     ATTR static void NAME(const float *restrict a, Py_ssize_t ars, Py_ssize_t aks, const float *restrict b,           \
                           BROW_T, Py_ssize_t K, const float *restrict rbias, const float *restrict cbias,             \
                           float *restrict out, Py_ssize_t ldo, Py_ssize_t ncols, Py_ssize_t nrows, int act) {         \
         VT acc[MR][NV];                                                                                               \
-        const float *ar[MR]; /* rows past nrows read the last one again (never past A's end) */                      \
+        const float *ar[MR]; /* rows past nrows read the last one again (never past A's end) */                       \
         for (int r = 0; r < MR; r++) {                                                                                \
-            ar[r] = a + (r < nrows ? r : nrows - 1) * ars;                                                           \
-            for (int v = 0; v < NV; v++) acc[r][v] = (VT){0};                                                        \
-        }                                                                                                            \
-        for (Py_ssize_t k = 0; k < K; k++) {                                                                         \
-            VT xv[NV];                                                                                               \
-            for (int v = 0; v < NV; v++) __builtin_memcpy(&xv[v], BROW + v * VW, sizeof xv[v]);                      \
+            ar[r] = a + (r < nrows ? r : nrows - 1) * ars;                                                            \
+            for (int v = 0; v < NV; v++) acc[r][v] = (VT){0};                                                         \
+        }                                                                                                             \
+        for (Py_ssize_t k = 0; k < K; k++) {                                                                          \
+            VT xv[NV];                                                                                                \
+            for (int v = 0; v < NV; v++) __builtin_memcpy(&xv[v], BROW + v * VW, sizeof xv[v]);                       \
             for (int r = 0; r < MR; r++) {                                                                            \
-                const float w = ar[r][k * aks];                                                                      \
-                for (int v = 0; v < NV; v++) acc[r][v] += w * xv[v];                                                 \
-            }                                                                                                        \
-        }                                                                                                            \
-        VT cv[NV];                                                                                                   \
-        for (int v = 0; v < NV; v++) {                                                                               \
-            cv[v] = (VT){0};                                                                                         \
-            if (cbias) __builtin_memcpy(&cv[v], cbias + v * VW, sizeof cv[v]);                                      \
-        }                                                                                                            \
-        for (Py_ssize_t r = 0; r < nrows; r++) {                                                                     \
-            const float rb = rbias ? rbias[r] : 0.0f;                                                                \
-            VT ov[NV];                                                                                               \
-            for (int v = 0; v < NV; v++) ov[v] = act_##SUF(acc[r][v] + rb + cv[v], act);                            \
-            if (ncols == NV * VW) {                                                                                  \
-                for (int v = 0; v < NV; v++) __builtin_memcpy(out + r * ldo + v * VW, &ov[v], sizeof ov[v]);         \
-            } else {                                                                                                 \
-                float tmp[NV * VW];                                                                                  \
-                for (int v = 0; v < NV; v++) __builtin_memcpy(tmp + v * VW, &ov[v], sizeof ov[v]);                  \
-                __builtin_memcpy(out + r * ldo, tmp, (size_t)ncols * sizeof(float));                                 \
-            }                                                                                                        \
-        }                                                                                                            \
+                const float w = ar[r][k * aks];                                                                       \
+                for (int v = 0; v < NV; v++) acc[r][v] += w * xv[v];                                                  \
+            }                                                                                                         \
+        }                                                                                                             \
+        VT cv[NV];                                                                                                    \
+        for (int v = 0; v < NV; v++) {                                                                                \
+            cv[v] = (VT){0};                                                                                          \
+            if (cbias) __builtin_memcpy(&cv[v], cbias + v * VW, sizeof cv[v]);                                        \
+        }                                                                                                             \
+        for (Py_ssize_t r = 0; r < nrows; r++) {                                                                      \
+            const float rb = rbias ? rbias[r] : 0.0f;                                                                 \
+            VT ov[NV];                                                                                                \
+            for (int v = 0; v < NV; v++) ov[v] = act_##SUF(acc[r][v] + rb + cv[v], act);                              \
+            if (ncols == NV * VW) {                                                                                   \
+                for (int v = 0; v < NV; v++) __builtin_memcpy(out + r * ldo + v * VW, &ov[v], sizeof ov[v]);          \
+            } else {                                                                                                  \
+                float tmp[NV * VW];                                                                                   \
+                for (int v = 0; v < NV; v++) __builtin_memcpy(tmp + v * VW, &ov[v], sizeof ov[v]);                    \
+                __builtin_memcpy(out + r * ldo, tmp, (size_t)ncols * sizeof(float));                                  \
+            }                                                                                                         \
+        }                                                                                                             \
     }
 
 #define TILE_FN(NAME, ATTR, VT, VW, SUF, NV, BROW_T, BROW) TILE_FN_ROWS(NAME, ATTR, VT, VW, SUF, NV, 4, BROW_T, BROW)
@@ -3084,6 +3084,10 @@ static gemm_tile_fn gemm_tile8 = NULL, gemm_half8 = NULL; /* 8-row tiles, where 
 static gather_tile_fn gather_tile = gather_tile_8;
 static gather_tile_fn gather_tile8 = NULL; /* 8 rows, where the CPU has AVX-512 */
 static Py_ssize_t gemm_nr = 16;
+
+/* The rows the next tile takes of ``left``: 8 where there is an 8-row tile and 8 are left,
+ * else up to 4. */
+static inline Py_ssize_t tile_rows(int have8, Py_ssize_t left) { return have8 && left >= 8 ? 8 : left < 4 ? left : 4; }
 
 /* The instruction set the dispatched kernels use: 4 (AVX-512), 3 (AVX2 + FMA) or 0 (the
  * baseline), the best this CPU has, or lower where ORCHESTRA_NATIVE_ISA says "v3" or
@@ -3141,14 +3145,11 @@ static void conv_tiles(const float *scratch, const Py_ssize_t *koff, const float
         for (Py_ssize_t ox = 0; ox < wo; ox += nr) {
             const Py_ssize_t ncols = wo - ox < nr ? wo - ox : nr;
             const float *b = scratch + oy * sh * row + ox;
-            Py_ssize_t o0 = 0;
-            if (gather_tile8)
-                for (; o0 + 8 <= og; o0 += 8)
-                    gather_tile8(wg + o0 * K, K, 1, b, koff, K, bg ? bg + o0 : NULL, NULL,
-                                 og_out + o0 * plane + oy * wo + ox, plane, ncols, 8, act);
-            for (; o0 < og; o0 += 4)
-                gather_tile(wg + o0 * K, K, 1, b, koff, K, bg ? bg + o0 : NULL, NULL, og_out + o0 * plane + oy * wo + ox,
-                            plane, ncols, og - o0 < 4 ? og - o0 : 4, act);
+            for (Py_ssize_t o0 = 0, rows; o0 < og; o0 += rows) {
+                rows = tile_rows(gather_tile8 != NULL, og - o0);
+                (rows == 8 ? gather_tile8 : gather_tile)(wg + o0 * K, K, 1, b, koff, K, bg ? bg + o0 : NULL, NULL,
+                                                         og_out + o0 * plane + oy * wo + ox, plane, ncols, rows, act);
+            }
         }
 }
 
@@ -3165,7 +3166,7 @@ static void conv_flat(const float *scratch, const Py_ssize_t *koff, const float 
     for (Py_ssize_t f0 = 0; f0 < span; f0 += nr) {
         const Py_ssize_t ncols = span - f0 < nr ? span - f0 : nr;
         for (Py_ssize_t o0 = 0, rows; o0 < og; o0 += rows) {
-            rows = gather_tile8 && og - o0 >= 8 ? 8 : og - o0 < 4 ? og - o0 : 4;
+            rows = tile_rows(gather_tile8 != NULL, og - o0);
             (rows == 8 ? gather_tile8 : gather_tile)(wg + o0 * K, K, 1, scratch + f0, koff, K, bg ? bg + o0 : NULL, NULL,
                                                      tmp, nr, ncols, rows, act);
             for (Py_ssize_t q = 0; q < rows; q++) {
@@ -3243,7 +3244,7 @@ static Py_ssize_t col_cost(Py_ssize_t P, Py_ssize_t w) {
 static void *gemm_part(void *arg) {
     product_job *j = (product_job *)arg;
     const Py_ssize_t nr = j->cw, K = j->k_, P = j->p_, M = j->m_;
-    const gemm_tile_fn tile = nr == 48 ? gemm_tile3 : gemm_tile;
+    const gemm_tile_fn tile = nr == 48 ? gemm_tile3 : gemm_tile, tile8 = nr == 48 ? NULL : gemm_tile8;
     float *panel = NULL;
     Py_ssize_t panel_of = -1; /* the (image, pixel block) the panel holds */
     for (Py_ssize_t it = j->i0; it < j->i1; it++) {
@@ -3285,14 +3286,10 @@ static void *gemm_part(void *arg) {
             panel_of = blk;
         }
         float *ob = j->out + n * M * P + p0;
-        Py_ssize_t o0 = m0;
-        if (nr == gemm_nr && gemm_tile8)
-            for (; o0 + 8 <= m1; o0 += 8)
-                gemm_tile8(j->w + o0 * K, K, 1, panel, nr, K, j->bias ? j->bias + o0 : NULL, NULL, ob + o0 * P, P, nc, 8,
-                           j->act);
-        for (; o0 < m1; o0 += 4) {
-            const Py_ssize_t rows = m1 - o0 < 4 ? m1 - o0 : 4;
-            tile(j->w + o0 * K, K, 1, panel, nr, K, j->bias ? j->bias + o0 : NULL, NULL, ob + o0 * P, P, nc, rows, j->act);
+        for (Py_ssize_t o0 = m0, rows; o0 < m1; o0 += rows) {
+            rows = tile_rows(tile8 != NULL, m1 - o0);
+            (rows == 8 ? tile8 : tile)(j->w + o0 * K, K, 1, panel, nr, K, j->bias ? j->bias + o0 : NULL, NULL, ob + o0 * P,
+                                       P, nc, rows, j->act);
         }
     }
     PyMem_RawFree(panel);
@@ -3527,13 +3524,9 @@ static void *linear_part(void *arg) {
         float *ob = j->out + bi * T * N;
         const gemm_tile_fn tile = 2 * nc <= nr ? gemm_half : gemm_tile;
         const gemm_tile_fn tile8 = 2 * nc <= nr ? gemm_half8 : gemm_tile8;
-        Py_ssize_t t0 = r0;
-        if (tile8)
-            for (; t0 + 8 <= r1; t0 += 8)
-                tile8(xb + t0 * K, K, 1, panel, nr, K, NULL, cbias, ob + t0 * N + n0, N, nc, 8, j->act);
-        for (; t0 < r1; t0 += 4) {
-            const Py_ssize_t rows = r1 - t0 < 4 ? r1 - t0 : 4;
-            tile(xb + t0 * K, K, 1, panel, nr, K, NULL, cbias, ob + t0 * N + n0, N, nc, rows, j->act);
+        for (Py_ssize_t t0 = r0, rows; t0 < r1; t0 += rows) {
+            rows = tile_rows(tile8 != NULL, r1 - t0);
+            (rows == 8 ? tile8 : tile)(xb + t0 * K, K, 1, panel, nr, K, NULL, cbias, ob + t0 * N + n0, N, nc, rows, j->act);
         }
     }
     PyMem_RawFree(panel);
