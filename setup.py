@@ -1,12 +1,13 @@
-"""Build configuration beyond pyproject.toml: orchestra's three optional C extensions.
+"""Build configuration beyond pyproject.toml: orchestra's four optional C extensions.
 
-``orchestra.runtime.kernels._native`` (the compiled kernels), ``orchestra.program._decode``
-(the program reader's decoding of values and instructions) and
-``orchestra.backends.xnnpack._xdecode`` (the XNNPACK delegate blob's values, nodes and
-constants) are one C file each, need no numpy headers, and are optional: where no C compiler
-is available the install goes on without them, every kernel runs its numpy path
-(``orchestra.runtime.kernels.NATIVE_KERNELS`` is then False) and the readers decode in Python
-(``orchestra.program._reader._native_decode`` and
+``orchestra.runtime.kernels._native`` (the compiled kernels), ``orchestra.runtime._uses`` (the
+loop of a plan's use analysis), ``orchestra.program._decode`` (the program reader's decoding of
+values and instructions) and ``orchestra.backends.xnnpack._xdecode`` (the XNNPACK delegate
+blob's values, nodes and constants) are one C file each, need no numpy headers, and are
+optional: where no C compiler is available the install goes on without them, every kernel runs
+its numpy path (``orchestra.runtime.kernels.NATIVE_KERNELS`` is then False), the use analysis
+runs its Python loop (``orchestra.runtime._optimize._uses`` is then None) and the readers decode
+in Python (``orchestra.program._reader._native_decode`` and
 ``orchestra.backends.xnnpack._blob._native_xdecode`` are then None)."""
 
 import sys
@@ -23,6 +24,12 @@ setup(
             extra_compile_args=["-O3", "-std=c11", "-ffp-contract=fast", "-Wno-psabi"] + (["-pthread"] if _posix else []),
             extra_link_args=["-pthread"] if _posix else [],
             libraries=["m"] if _posix else [],
+            optional=True,
+        ),
+        Extension(
+            "orchestra.runtime._uses",
+            sources=["orchestra/runtime/_uses.c"],
+            extra_compile_args=["-O3", "-std=c11"],
             optional=True,
         ),
         Extension(

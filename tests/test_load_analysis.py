@@ -10,6 +10,7 @@ import pytest
 
 from orchestra.runtime import load_program
 from orchestra.runtime._method import CompiledPlan
+from orchestra.runtime import _optimize
 from orchestra.runtime._optimize import _Storage, analyse_uses
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
@@ -167,8 +168,31 @@ def _reference_uses(cp: CompiledPlan, instructions: list, rets: list) -> tuple:
     return mentions, writers, defines, straight
 
 
+def _check_uses(cp: object, instructions: list, rets: list) -> None:
+    uses = analyse_uses(cp, instructions, rets)  # type: ignore[arg-type]
+    mentions, writers, defines, straight = _reference_uses(cp, instructions, rets)  # type: ignore[arg-type]
+    assert uses.mentions == {i: frozenset(s) for i, s in mentions.items()}
+    assert uses.writers == {i: frozenset(s) for i, s in writers.items()}
+    assert uses.defines == {i: frozenset(s) for i, s in defines.items()}
+    assert uses.straight == straight
+    # what a compiled plan keeps of it
+    assert uses.first_mention == {i: min(s) for i, s in mentions.items()}
+    assert uses.first_write == {i: min(s) for i, s in writers.items()}
+    assert uses.first_define == {i: min(s) for i, s in defines.items()}
+
+
+@pytest.fixture(params=["compiled", "python"])
+def uses_loop(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The use analysis with its loop compiled (orchestra.runtime._uses), and without."""
+    if request.param == "python":
+        monkeypatch.setattr(_optimize, "_uses", None)
+    elif _optimize._uses is None:
+        pytest.skip("orchestra.runtime._uses was not built (no C compiler)")
+    return request.param
+
+
 @pytest.mark.parametrize("pte", sorted(p.name for p in FIXTURES.rglob("*.pte")))
-def test_the_use_analysis_matches_the_plain_one(pte: str) -> None:
+def test_the_use_analysis_matches_the_plain_one(pte: str, uses_loop: str) -> None:
     path = next(FIXTURES.rglob(pte))
     prog = load_program(path)
     for name in prog.method_names:
@@ -179,17 +203,48 @@ def test_the_use_analysis_matches_the_plain_one(pte: str) -> None:
                 a = ins.instr_args
                 instructions.append(a)
                 rets.append(cp._bind_kernel(a, f"chains[{ci}].instructions[{ii}]")[3] if hasattr(a, "op_index") else None)
-        uses = analyse_uses(cp, instructions, rets)
-        mentions, writers, defines, straight = _reference_uses(cp, instructions, rets)
-        assert uses.mentions == {i: frozenset(s) for i, s in mentions.items()}
-        assert uses.writers == {i: frozenset(s) for i, s in writers.items()}
-        assert uses.defines == {i: frozenset(s) for i, s in defines.items()}
-        assert uses.straight == straight
-        # what a compiled plan keeps of it
-        assert uses.first_mention == {i: min(s) for i, s in mentions.items()}
-        assert uses.first_write == {i: min(s) for i, s in writers.items()}
-        assert uses.first_define == {i: min(s) for i, s in defines.items()}
-        assert cp._uses == uses.firsts()
+        _check_uses(cp, instructions, rets)
+        assert cp._uses == analyse_uses(cp, instructions, rets).firsts()
+
+
+def test_the_use_analysis_of_lists_moves_frees_jumps_and_delegates(uses_loop: str) -> None:
+    """Every kind of instruction, and results named through list values, in one plan (the
+    plan only analysed, never run: each instruction's rules, not a program's)."""
+    from types import SimpleNamespace
+
+    from orchestra.program import DelegateCall, FreeCall, JumpFalseCall, KernelCall, MoveCall, Operator
+
+    ops = [Operator("aten::cat", "out"), Operator("aten::split_with_sizes_copy", "out"),
+           Operator("aten::relu", "out"), Operator("my::unknown", "out"),
+           Operator("aten::max_pool2d_with_indices", "out")]
+    lists = {10: (False, (0, 1)),  # TensorList [x0, x1]
+             11: (False, (0, 5)),  # TensorList [x0, y]: y is both read and written by a cat into y
+             12: (False, (6, 7)),  # TensorList: split's outputs
+             13: (True, (0, -1, 2)),  # OptionalTensorList with a None
+             14: (False, (3, 3))}  # IntList
+    instructions = [
+        KernelCall(0, (10, 3, 5)),  # cat([x0, x1], dim, out=y): y defined
+        KernelCall(0, (11, 3, 5)),  # cat([x0, y], dim, out=y): y named twice, not defined
+        KernelCall(1, (5, 14, 3, 12)),  # split(y, sizes, dim, out=[a, b]): a, b defined
+        KernelCall(2, (6, 6)),  # relu(a, out=a): in place, a named twice
+        KernelCall(3, (6, 13, 8)),  # no kernel: names and writes, defines nothing
+        KernelCall(2, (7, 9)),  # relu(b, out=c) with its results given in rets
+        DelegateCall(0, (0, 8, 9)),  # outputs: argument 2
+        DelegateCall(1, (10, 9)),  # outputs unknown: any argument may be written
+        MoveCall(9, 15),
+        FreeCall(12),
+        JumpFalseCall(4, 0),
+        KernelCall(4, (0, 14, 14, 14, 14, 4, 16, 17, 16, 17)),
+    ]
+    rets = [None] * len(instructions)
+    rets[5] = (9,)
+    rets[2] = ()
+    cp = SimpleNamespace(lists=lists, plan=SimpleNamespace(operators=ops), input_idx=(0, 1), output_idx=(15, 13),
+                         delegate_outputs=(frozenset({2}), None))
+    _check_uses(cp, instructions, rets)
+    straight = [a for a in instructions if not isinstance(a, JumpFalseCall)]
+    _check_uses(cp, straight, rets[: len(straight)])
+    assert analyse_uses(cp, straight, rets[: len(straight)]).straight  # type: ignore[arg-type]
 
 
 def _plain_producer(mt: object, value: int, reader: int) -> tuple[int, int] | None:

@@ -205,6 +205,11 @@ from .kernels._elementwise import GELU_TABLE_MAX_SIZE, add_f32_into, bn_fold_f32
 from .kernels._fused import SE_ADD, SE_CLAMP, SE_DIV, SE_MUL, SE_MULX, SE_SIGMOID, squeeze_excite_available, squeeze_excite_into
 from .kernels._pool import max_pool2d_values_out
 
+try:  # the use analysis' loop, compiled (optional, like the kernels: see setup.py)
+    from . import _uses
+except ImportError:  # pragma: no cover - built without a C compiler
+    _uses = None
+
 if TYPE_CHECKING:
     from ._method import CompiledPlan, Method, Step
 
@@ -376,7 +381,6 @@ def analyse_uses(cp: CompiledPlan, instructions: Sequence[Any], rets: Sequence[t
     mentions: dict[int, set[int]] = {}
     writers: dict[int, set[int]] = {}
     defines: dict[int, set[int]] = {}
-    # (instructions come in order: the first one added to a set is its least)
     first_mention: dict[int, int] = {}
     first_write: dict[int, int] = {}
     first_define: dict[int, int] = {}
@@ -386,7 +390,27 @@ def analyse_uses(cp: CompiledPlan, instructions: Sequence[Any], rets: Sequence[t
     no_list = lists.keys().isdisjoint
     delegate_outputs: Sequence[frozenset[int] | None] = getattr(cp, "delegate_outputs", ())
     straight = True
-    for pc, a in enumerate(instructions):
+
+    def op_of(k: int) -> tuple[int, frozenset[int]] | None:
+        op = ops.get(k, False)
+        if op is False:
+            name = operators[k].qualified_name
+            kd = get_kernel(name)
+            op = ops[k] = None if kd is None else (kd.num_params, _out_params(name))
+        return op
+
+    def define(i: int, pc: int) -> None:
+        defines.setdefault(i, set()).add(pc)
+        if first_define.get(i, pc) >= pc:
+            first_define[i] = pc
+
+    pcs: Iterable[int] = range(len(instructions))
+    if _uses is not None and type(instructions) is list and type(rets) is list:
+        # The kernel calls, moves and frees in C (the same sets); the rest below.
+        mentions, writers, defines, first_mention, first_write, first_define, pcs = _uses.scan(
+            instructions, rets, lists, [op_of(k) for k in range(len(operators))], KernelCall, MoveCall, FreeCall)
+    for pc in pcs:
+        a = instructions[pc]
         wrote: list[int] = []
         if isinstance(a, KernelCall):
             args = a.args
@@ -394,11 +418,7 @@ def analyse_uses(cp: CompiledPlan, instructions: Sequence[Any], rets: Sequence[t
             # Most instructions name no list value: no members to add.
             named = _expand(args, lists) if lists and not no_list(args) else list(args)
             wrote = _expand(out, lists) if lists and not no_list(out) else list(out)
-            op = ops.get(a.op_index, False)
-            if op is False:
-                name = operators[a.op_index].qualified_name
-                kd = get_kernel(name)
-                op = ops[a.op_index] = None if kd is None else (kd.num_params, _out_params(name))
+            op = op_of(a.op_index)
             if op is not None and len(args) > op[0] and (not lists or no_list(args[: op[0]])):
                 # The parameters name no list: where a value is named is where it appears.
                 outs = op[1]
@@ -406,8 +426,7 @@ def analyse_uses(cp: CompiledPlan, instructions: Sequence[Any], rets: Sequence[t
                 for i in wrote:
                     c = params.count(i)
                     if i not in lists and (not c or (c == 1 and params.index(i) in outs)):
-                        defines.setdefault(i, set()).add(pc)
-                        first_define.setdefault(i, pc)
+                        define(i, pc)
             elif op is not None and len(args) > op[0]:
                 # Where each result is named among the parameters: directly, or as a member
                 # of a list parameter (once per occurrence).
@@ -421,8 +440,7 @@ def analyse_uses(cp: CompiledPlan, instructions: Sequence[Any], rets: Sequence[t
                     for p, items in members:
                         at.extend([p] * items.count(i))
                     if not at or (len(at) == 1 and at[0] in outs):
-                        defines.setdefault(i, set()).add(pc)
-                        first_define.setdefault(i, pc)
+                        define(i, pc)
         elif isinstance(a, DelegateCall):
             args = a.args
             outs = delegate_outputs[a.delegate_index] if a.delegate_index < len(delegate_outputs) else None
@@ -435,8 +453,7 @@ def analyse_uses(cp: CompiledPlan, instructions: Sequence[Any], rets: Sequence[t
                 wrote = [i for k, i in enumerate(args) if k in outs]
                 for i in wrote:
                     if args.count(i) == 1:
-                        defines.setdefault(i, set()).add(pc)
-                        first_define.setdefault(i, pc)
+                        define(i, pc)
         elif isinstance(a, MoveCall):
             named = wrote = _expand((a.move_from, a.move_to), lists)
         elif isinstance(a, FreeCall):
@@ -454,6 +471,8 @@ def analyse_uses(cp: CompiledPlan, instructions: Sequence[Any], rets: Sequence[t
                 first_mention[i] = pc
             else:
                 ms.add(pc)
+                if first_mention[i] > pc:
+                    first_mention[i] = pc
         for i in wrote:
             ws = writers.get(i)
             if ws is None:
@@ -461,6 +480,8 @@ def analyse_uses(cp: CompiledPlan, instructions: Sequence[Any], rets: Sequence[t
                 first_write[i] = pc
             else:
                 ws.add(pc)
+                if first_write[i] > pc:
+                    first_write[i] = pc
     written = set(writers) | set(_expand(cp.input_idx, lists))
     # (the sets as they are: nothing changes them from here on, and a copy of each as a
     # frozenset took 2 % of a load)
