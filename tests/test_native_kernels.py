@@ -483,13 +483,72 @@ def test_a_call_split_over_threads_gives_the_same_bits(threads: int) -> None:
         try:
             runs.append((_conv.conv2d(x, dw, b, (1, 1), (2, 2), (1, 1), 64, None),
                          _conv.conv2d(x, grouped, b, (1, 1), (1, 1), (1, 1), 8, None, act="silu"),
-                         # one image, one group (a stem): split over output channels
+                         # one image, one group (a stem): split over output rows
                          _conv.conv2d(rgb, stem, b[:30], (2, 2), (1, 1), (1, 1), 1, None, act="hardswish"),
                          ew.silu_out(x, np.empty_like(x)), ew.hardswish_out(x, np.empty_like(x))))
         finally:
             kernels.set_threads(1)
     for a, c in zip(*runs):
         assert np.array_equal(a, c)
+
+
+# one image of one group, rows wide enough for the product tiles: split by output rows, each
+# part padding the input rows it reads (N, C, O, H, W, kh, kw, stride, padding, dilation)
+BAND_CASES = [
+    (3, 16, 224, 224, 3, 3, (2, 2), (1, 1), (1, 1)),  # MobileNetV3's stem
+    (3, 8, 37, 61, 3, 3, (2, 2), (1, 1), (1, 1)),  # odd sides: rows not a multiple of the parts
+    (8, 40, 60, 70, 5, 5, (1, 1), (2, 2), (1, 1)),
+    (4, 16, 90, 100, 3, 3, (3, 3), (1, 1), (1, 1)),  # stride 3: three column phases
+    (6, 16, 64, 64, 3, 3, (1, 1), (2, 2), (2, 2)),  # dilated
+    (3, 16, 65, 67, 7, 7, (2, 2), (3, 3), (1, 1)),  # bands of padding rows at both ends
+    (5, 33, 48, 96, 3, 1, (1, 1), (1, 0), (1, 1)),
+    (3, 16, 100, 128, 3, 3, (2, 1), (0, 1), (1, 1)),  # no padding rows
+]
+
+
+@needs_native
+@pytest.mark.parametrize("case", BAND_CASES, ids=lambda c: f"{c[0]}to{c[1]}_{c[2]}x{c[3]}_k{c[4]}{c[5]}_s{c[6][0]}{c[6][1]}")
+def test_a_convolution_split_by_rows_pads_its_own_rows(case: tuple) -> None:
+    """Split over threads, each part pads the input rows its outputs read (in parallel, on the
+    core that reads them): the bits of the one-thread call, which pads the whole planes first,
+    for every activation, with and without a bias; and where out lies on x, the same bits too
+    (the planes are then padded whole, before any part writes)."""
+    c, o, h, w, kh, kw, stride, padding, dilation = case
+    rng = np.random.default_rng(h * w + o)
+    x = rng.standard_normal((1, c, h, w)).astype(np.float32)
+    wt = rng.standard_normal((o, c, kh, kw)).astype(np.float32)
+    b = rng.standard_normal(o).astype(np.float32)
+    ho = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+    wo = (w + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+    geo = (1, c, h, w, o, 1, kh, kw, *stride, *padding, *dilation, ho, wo)
+    for act in range(4):
+        for bias in (b, None):
+            runs = []
+            for n in (1, 2, 5):
+                kernels.set_threads(n)
+                try:
+                    out = np.full((1, o, ho, wo), np.nan, np.float32)
+                    native.conv_f32(x, wt, bias, out, *geo, act)
+                    runs.append(out)
+                    if n == 2:  # out on x's bytes
+                        buf = np.zeros(max(x.size, o * ho * wo), np.float32)
+                        buf[: x.size] = x.reshape(-1)
+                        on = buf[: o * ho * wo].reshape(1, o, ho, wo)
+                        native.conv_f32(buf[: x.size].reshape(x.shape), wt, bias, on, *geo, act)
+                        assert np.array_equal(on.view(np.uint32), out.view(np.uint32))
+                finally:
+                    kernels.set_threads(1)
+            assert all(np.array_equal(r.view(np.uint32), runs[0].view(np.uint32)) for r in runs[1:]), act
+    # and they are the convolution, within float32 rounding of float64
+    ref = _conv.conv2d(x.astype(np.float64), wt.astype(np.float64), b.astype(np.float64), stride, padding, dilation, 1,
+                       None)
+    kernels.set_threads(2)
+    try:
+        got = np.empty((1, o, ho, wo), np.float32)
+        native.conv_f32(x, wt, b, got, *geo, 0)
+    finally:
+        kernels.set_threads(1)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * float(np.abs(ref).max()))
 
 
 @needs_native

@@ -524,29 +524,29 @@ static void hardswish_loop(const float *restrict x, float *restrict out, Py_ssiz
 /* The padded-plane scratch: ``plane`` (h x wd) zero-padded by ph rows and pw columns and
  * split into its ``sw`` column phases (phase b holds padded columns b, b + sw, ...), each
  * ``hp`` rows of ``row`` floats (the phase's width plus at least 8 zeros), so every tap of
- * an 8-column output tile is one unaligned 8-float load. */
+ * an 8-column output tile is one unaligned 8-float load. pad_band makes rows [p0, p0 + nrows) of it, in a band of hb rows per phase (band row r holds
+ * padded row p0 + r): all of them (p0 = 0, nrows = hb = hp), or what one part of a call split
+ * by output rows reads, made by that part. */
 ORCH_CLONES
-static void pad_plane(const float *restrict plane, float *restrict scratch, Py_ssize_t h, Py_ssize_t wd,
-                      Py_ssize_t sw, Py_ssize_t ph, Py_ssize_t pw, Py_ssize_t hp, Py_ssize_t row) {
-    const Py_ssize_t phase = hp * row;
-    /* zeros: the padding rows whole, and in the image rows each phase's cells left and right
-     * of the image's columns */
-    for (Py_ssize_t bb = 0; bb < sw; bb++) {
-        float *restrict ph0 = scratch + bb * phase;
-        for (Py_ssize_t k = 0; k < ph * row; k++) ph0[k] = 0.0f;
-        for (Py_ssize_t k = (h + ph) * row; k < hp * row; k++) ph0[k] = 0.0f;
-        /* image columns of phase bb: q in [q0, q1) */
-        const Py_ssize_t q0 = bb >= pw ? 0 : (pw - bb + sw - 1) / sw;
-        const Py_ssize_t q1 = (wd + pw - bb + sw - 1) / sw; /* first q with q * sw + bb >= wd + pw */
-        for (Py_ssize_t y = ph; y < h + ph; y++) {
-            float *restrict r = ph0 + y * row;
+static void pad_band(const float *restrict plane, float *restrict scratch, Py_ssize_t h, Py_ssize_t wd,
+                     Py_ssize_t sw, Py_ssize_t ph, Py_ssize_t pw, Py_ssize_t hb, Py_ssize_t row, Py_ssize_t p0,
+                     Py_ssize_t nrows) {
+    const Py_ssize_t phase = hb * row;
+    for (Py_ssize_t rr = 0; rr < nrows; rr++) {
+        const Py_ssize_t y = p0 + rr - ph; /* the image row */
+        if (y < 0 || y >= h) {
+            for (Py_ssize_t bb = 0; bb < sw; bb++) /* a padding row: zeros in every phase */
+                __builtin_memset(scratch + bb * phase + rr * row, 0, (size_t)row * sizeof(float));
+            continue;
+        }
+        for (Py_ssize_t bb = 0; bb < sw; bb++) { /* each phase's cells left and right of the image's columns */
+            float *restrict r = scratch + bb * phase + rr * row;
+            const Py_ssize_t q0 = bb >= pw ? 0 : (pw - bb + sw - 1) / sw, q1 = (wd + pw - bb + sw - 1) / sw;
             for (Py_ssize_t q = 0; q < q0; q++) r[q] = 0.0f;
             for (Py_ssize_t q = q1 > q0 ? q1 : q0; q < row; q++) r[q] = 0.0f;
         }
-    }
-    for (Py_ssize_t y = 0; y < h; y++) {
         const float *restrict src = plane + y * wd;
-        float *restrict dst = scratch + (y + ph) * row;
+        float *restrict dst = scratch + rr * row;
         if (sw == 1) {
             for (Py_ssize_t xx = 0; xx < wd; xx++) dst[pw + xx] = src[xx];
         } else if (sw == 2) {
@@ -570,6 +570,11 @@ static void pad_plane(const float *restrict plane, float *restrict scratch, Py_s
             }
         }
     }
+}
+
+static void pad_plane(const float *restrict plane, float *restrict scratch, Py_ssize_t h, Py_ssize_t wd,
+                      Py_ssize_t sw, Py_ssize_t ph, Py_ssize_t pw, Py_ssize_t hp, Py_ssize_t row) {
+    pad_band(plane, scratch, h, wd, sw, ph, pw, hp, row, 0, hp);
 }
 
 /* Output channels computed at once by the grouped kernel: each input load feeds OB of them. */
@@ -943,6 +948,8 @@ typedef struct {
     int act;
     const dw_geom *dwg; /* depthwise (cg == og == 1): its sizes; scratch is then depthwise_part's */
     int flat;           /* with koff: conv_flat computes (row has no slack), else conv_tiles */
+    int band;           /* conv_rows_part: pads its own band of hp rows (per phase) into scratch first */
+    Py_ssize_t reach;   /* with band: (kh - 1) dh + 1, the padded rows one output row reads */
 } conv_job;
 
 static void conv_tiles(const float *scratch, const Py_ssize_t *koff, const float *wg, const float *bg, float *og_out,
@@ -984,6 +991,16 @@ static void *conv_part(void *arg) {
  * of every output channel. (conv_part's split is by image and group: one part here.) */
 static void *conv_rows_part(void *arg) {
     const conv_job *j = (const conv_job *)arg;
+    if (j->band) { /* its own rows of the padded planes, then its outputs from them */
+        if (j->i1 <= j->i0) return NULL;
+        const Py_ssize_t p0 = j->i0 * j->sh, nrows = (j->i1 - j->i0 - 1) * j->sh + j->reach;
+        for (Py_ssize_t ci = 0; ci < j->cg; ci++)
+            pad_band(j->x + ci * j->h * j->wd, j->scratch + ci * j->plane_len, j->h, j->wd, j->sw, j->ph, j->pw, j->hp,
+                     j->row, p0, nrows);
+        conv_tiles(j->scratch, j->koff, j->w, j->bias, j->out + j->i0 * j->wo, j->cg * j->taps, j->og, j->sh, j->row,
+                   j->ho, j->wo, 0, j->i1 - j->i0, j->act);
+        return NULL;
+    }
     conv_tiles(j->scratch, j->koff, j->w, j->bias, j->out, j->cg * j->taps, j->og, j->sh, j->row, j->ho, j->wo, j->i0,
                j->i1, j->act);
     return NULL;
@@ -1058,6 +1075,19 @@ static PyObject *py_conv_f32(PyObject *self, PyObject *args) {
      * past a plane's last row by up to gemm_nr - 8; conv_flat's last tile reads its garbage
      * positions past the last plane by up to gemm_nr + (kw - 1) dw */
     Py_ssize_t part_floats = cg * plane_len + 64 + (ok ? kw * dw : 0);
+    /* One image of one group with tile rows: split by output rows, in parts of at most
+     * band_out rows. Each part pads the rows it reads itself (a band of hb rows per phase) so
+     * they are made in parallel, by the core that reads them; where out overlaps x (a call
+     * that reads x whole before it writes) they are padded first, once, by the caller. */
+    const int row_parts = ok && tiles && n_ == 1 && g_ == 1 ? parts_for(prod4(o_, cg, ho * wo, taps), ho) : 1;
+    const int band = row_parts > 1 && !overlaps(&x, &out);
+    const Py_ssize_t band_out = row_parts > 1 ? (ho + row_parts - 1) / row_parts : ho;
+    const Py_ssize_t hb = band ? (band_out - 1) * sh + (kh - 1) * dh + 1 : hp, plane_b = sw * hb * row;
+    int alloc_parts = nparts;
+    if (band) {
+        part_floats = cg * plane_b + 64 + kw * dw;
+        alloc_parts = row_parts;
+    }
     if (ok && depthwise) {
         const Py_ssize_t reach = (kh - 1) * dh + 1, fit = DW_STRIP_FLOATS / (16 * dwg.wp);
         dwg.strip = fit > reach ? (fit - reach) / sh + 1 : 1;
@@ -1067,14 +1097,14 @@ static PyObject *py_conv_f32(PyObject *self, PyObject *args) {
     }
     if (ok) {
         Py_ssize_t floats;
-        if (part_floats < 0 || __builtin_mul_overflow(part_floats + 16, (Py_ssize_t)nparts, &floats) ||
+        if (part_floats < 0 || __builtin_mul_overflow(part_floats + 16, (Py_ssize_t)alloc_parts, &floats) ||
             floats > ((Py_ssize_t)1 << 40)) {
             PyErr_SetString(PyExc_ValueError, "conv_f32: scratch too large");
             ok = 0;
         } else {
             /* each part's share starts 64-byte aligned */
             part_floats = (part_floats + 15) & ~(Py_ssize_t)15;
-            scratch_mem = PyMem_RawMalloc((size_t)(nparts * part_floats + 16) * sizeof(float));
+            scratch_mem = PyMem_RawMalloc((size_t)(alloc_parts * part_floats + 16) * sizeof(float));
             scratch = scratch_mem ? (float *)(((uintptr_t)scratch_mem + 63) & ~(uintptr_t)63) : NULL;
             toff = PyMem_RawMalloc((size_t)(kh * kw) * (size_t)(cg + 1) * sizeof(Py_ssize_t)); /* toff, then koff */
             if (!scratch || !toff) {
@@ -1090,18 +1120,26 @@ static PyObject *py_conv_f32(PyObject *self, PyObject *args) {
         /* wide enough output rows go through conv_tiles (at most a quarter of its columns
          * wasted in a row's last tile); narrow ones through grouped_group's 8-column tiles */
         Py_ssize_t *koff = toff + taps; /* B's row (ci, tap) of conv_tiles' / conv_flat's product */
-        if (tiles || flat)
+        if (band) /* the same taps, over a band of hb rows per phase */
+            for (Py_ssize_t ci = 0; ci < cg; ci++)
+                for (Py_ssize_t i = 0; i < kh; i++)
+                    for (Py_ssize_t jj = 0; jj < kw; jj++)
+                        koff[ci * taps + i * kw + jj] = ci * plane_b + ((jj * dw) % sw) * hb * row + i * dh * row +
+                                                        (jj * dw) / sw;
+        else if (tiles || flat)
             for (Py_ssize_t ci = 0; ci < cg; ci++)
                 for (Py_ssize_t t = 0; t < taps; t++) koff[ci * taps + t] = ci * plane_len + toff[t];
         conv_job jobs[MAX_PARTS];
-        const int row_parts = tiles && n_ == 1 && g_ == 1 ? parts_for(prod4(o_, cg, ho * wo, taps), ho) : 1;
         if (row_parts > 1) {
-            for (Py_ssize_t ci = 0; ci < cg; ci++)
-                pad_plane((const float *)x.buf + ci * h * wd, scratch + ci * plane_len, h, wd, sw, ph, pw, hp, row);
+            if (!band)
+                for (Py_ssize_t ci = 0; ci < cg; ci++)
+                    pad_plane((const float *)x.buf + ci * h * wd, scratch + ci * plane_len, h, wd, sw, ph, pw, hp, row);
             for (int k = 0; k < row_parts; k++) {
                 conv_job j = {(const float *)x.buf, (const float *)w.buf, have_bias ? (const float *)b.buf : NULL,
-                              (float *)out.buf, scratch, toff, koff, ho * k / row_parts, ho * (k + 1) / row_parts,
-                              c_, h, wd, o_, g_, cg, og, taps, sh, sw, ph, pw, ho, wo, hp, row, plane_len, act, NULL};
+                              (float *)out.buf, band ? scratch + k * part_floats : scratch, toff, koff,
+                              ho * k / row_parts, ho * (k + 1) / row_parts, c_, h, wd, o_, g_, cg, og, taps, sh, sw,
+                              ph, pw, ho, wo, band ? hb : hp, row, band ? plane_b : plane_len, act, NULL, 0, band,
+                              (kh - 1) * dh + 1};
                 jobs[k] = j;
             }
             Py_BEGIN_ALLOW_THREADS
