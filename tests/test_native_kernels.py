@@ -302,6 +302,42 @@ def test_a_direct_convolution_whose_out_lies_on_its_input(case: str, threads: in
 
 @needs_native
 @pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("case", [(1, 32, 24, 112, 112, (2, 2)), (2, 24, 56, 57, 55, (2, 2)), (1, 152, 368, 14, 14, (2, 2)),
+                                  (1, 16, 40, 30, 31, (3, 3)), (1, 8, 12, 20, 21, (2, 1))],
+                         ids=lambda c: f"{c[1]}to{c[2]}_{c[3]}x{c[4]}_s{c[5][0]}{c[5][1]}")
+def test_a_strided_1x1_convolution_is_planned(case: tuple, threads: int) -> None:
+    """A 1x1 convolution with a stride (a residual block's downsampling shortcut, RegNetX's and
+    ResNet's) is planned: the pixels it reads gathered, then the 1x1 product. The bits of
+    conv2d's own path, within float32 rounding of float64, its out may lie on its input."""
+    n, c, o, h, w, stride = case
+    rng = np.random.default_rng(c * o + h)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    wt = (rng.standard_normal((o, c, 1, 1)) / c**0.5).astype(np.float32)
+    b = rng.standard_normal(o).astype(np.float32)
+    args = (stride, (0, 0), (1, 1), 1)
+    ho, wo = (h - 1) // stride[0] + 1, (w - 1) // stride[1] + 1
+    kernels.set_threads(threads)
+    try:
+        run = _conv.plan_conv2d(x.shape, x.dtype, wt, b, *args, "relu")
+        assert run is not None and run.__name__ == "run_1x1_strided"
+        out = np.empty((n, o, ho, wo), np.float32)
+        assert run(x, out) is out
+        assert np.array_equal(out, _conv.conv2d(x, wt, b, *args, None, act="relu"))
+        x64 = x[:, :, :: stride[0], :: stride[1]].astype(np.float64)
+        want = np.maximum(np.einsum("nchw,oc->nohw", x64, wt[:, :, 0, 0].astype(np.float64)) + b[:, None, None], 0)
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+        buf = np.zeros(max(x.size, out.size) * 2, np.float32)
+        xin = buf[: x.size].reshape(x.shape)
+        xin[...] = x
+        on = buf[x.size // 3: x.size // 3 + out.size].reshape(out.shape)  # out on x's bytes
+        assert run(xin, on) is on and np.array_equal(on, out)
+        assert run(x[:, :, :-1], out) is None  # another shape: conv2d then
+    finally:
+        kernels.set_threads(1)
+
+
+@needs_native
+@pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("shape", [(1, 3, 224, 192, 16), (2, 3, 60, 24, 14), (1, 4, 30, 8, 10)])
 def test_a_patch_embedding_is_a_product_of_its_patches(shape: tuple, threads: int) -> None:
     """A convolution whose stride is its kernel (ViT's 16x16 patches, input sides that leave a

@@ -500,6 +500,22 @@ def plan_conv2d(
                 _native.bias_act_f32(out, bc, 1, o, hw, code)
             return out
         return run_gemv
+    if (kh == kw == 1 and (sh > 1 or sw > 1) and ph == pw == 0 and dh == dw == 1 and groups == 1
+            and ho * wo >= _NATIVE_MIN_PIXELS):
+        # A strided 1x1 convolution (a residual block's downsampling shortcut): the pixels it
+        # reads gathered into one scratch, then the 1x1 product over them, as conv2d computes it.
+        hw = ho * wo
+        f32_empty = np.empty
+        copyto = np.copyto
+
+        def run_1x1_strided(x: Any, out: Any) -> np.ndarray | None:
+            if _native is None or checked(x, out) is None:
+                return None
+            cols = f32_empty((n, c, ho, wo), f32)
+            copyto(cols, x[:, :, : (ho - 1) * sh + 1 : sh, : (wo - 1) * sw + 1 : sw])
+            _native.conv1x1_f32(cols, wc, bc, out, n, c, hw, o, code)
+            return out
+        return run_1x1_strided
     if kh == kw == sh == sw == 1 and ph == pw == 0 and groups == 1:
         hw = ho * wo
 
