@@ -12,8 +12,9 @@
  * ``rets[pc]`` is what a kernel call writes (a tuple; empty or None: its arguments), ``lists``
  * maps a list value to (optional, items), ``ops[op_index]`` is (number of parameters, frozenset
  * of out parameter positions) or None when the operator has no kernel. Argument indices are
- * Python ints (the program reader checked them); anything of another shape makes the
- * instruction one the caller handles. */
+ * Python ints (the program reader checked them); anything of another shape (an operator entry
+ * or list that is not as described, an index past the operators) makes the instruction one
+ * the caller handles. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -168,11 +169,14 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
             if (PyTuple_Check(a_args) && PyTuple_Check(out) && oi >= 0 && oi < PyList_GET_SIZE(ops) &&
                 (r1 = expand(a_args, lists, have_lists, named)) == 1 && (r2 = expand(out, lists, have_lists, wrote)) == 1) {
                 PyObject *op = PyList_GET_ITEM(ops, oi);
-                handled = 1;
-                if (op != Py_None) {
+                handled = op == Py_None || (PyTuple_Check(op) && PyTuple_GET_SIZE(op) == 2 &&
+                                            PyLong_Check(PyTuple_GET_ITEM(op, 0)) && PyAnySet_Check(PyTuple_GET_ITEM(op, 1)));
+                if (handled && op != Py_None) {
                     Py_ssize_t np_ = PyLong_AsSsize_t(PyTuple_GET_ITEM(op, 0));
-                    if (np_ < 0) { ok = 0; break; }
-                    if (PyTuple_GET_SIZE(a_args) > np_) {
+                    if (np_ < 0 && PyErr_Occurred()) { ok = 0; break; }
+                    if (np_ < 0) {
+                        handled = 0; /* not a parameter count: the caller's loop decides */
+                    } else if (PyTuple_GET_SIZE(a_args) > np_) {
                         tmp = PyTuple_GetSlice(a_args, 0, np_);
                         if (tmp == NULL || kernel_defines(tmp, PyTuple_GET_ITEM(op, 1), wrote, lists, have_lists, defines, fd,
                                                           pc_obj) < 0) { ok = 0; break; }
