@@ -524,9 +524,10 @@ static void hardswish_loop(const float *restrict x, float *restrict out, Py_ssiz
 /* The padded-plane scratch: ``plane`` (h x wd) zero-padded by ph rows and pw columns and
  * split into its ``sw`` column phases (phase b holds padded columns b, b + sw, ...), each
  * ``hp`` rows of ``row`` floats (the phase's width plus at least 8 zeros), so every tap of
- * an 8-column output tile is one unaligned 8-float load. pad_band makes rows [p0, p0 + nrows) of it, in a band of hb rows per phase (band row r holds
- * padded row p0 + r): all of them (p0 = 0, nrows = hb = hp), or what one part of a call split
- * by output rows reads, made by that part. */
+ * an 8-column output tile is one unaligned 8-float load. pad_band makes rows [p0, p0 + nrows)
+ * of it, in a band of hb rows per phase (band row r holds padded row p0 + r): all of them
+ * (pad_plane: p0 = 0, nrows = hb = hp), or what one part of a call split by output rows reads,
+ * made by that part. */
 ORCH_CLONES
 static void pad_band(const float *restrict plane, float *restrict scratch, Py_ssize_t h, Py_ssize_t wd,
                      Py_ssize_t sw, Py_ssize_t ph, Py_ssize_t pw, Py_ssize_t hb, Py_ssize_t row, Py_ssize_t p0,
@@ -986,9 +987,11 @@ static void *conv_part(void *arg) {
     return NULL;
 }
 
-/* A share of a one-image, one-group convolution (a network's stem: 3 input channels): its
- * padded input planes are shared, made once by the caller; the share is output rows [i0, i1)
- * of every output channel. (conv_part's split is by image and group: one part here.) */
+/* A share of a one-image, one-group convolution (a network's stem: 3 input channels): output
+ * rows [i0, i1) of every output channel. With ``band`` it first pads the input rows those
+ * outputs read into its own scratch (so the padding is split over the threads too, each core
+ * writing what it then reads); otherwise the caller padded the planes whole before any part ran
+ * (out lies on x). (conv_part's split is by image and group: one part here.) */
 static void *conv_rows_part(void *arg) {
     const conv_job *j = (const conv_job *)arg;
     if (j->band) { /* its own rows of the padded planes, then its outputs from them */
