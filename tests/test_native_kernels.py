@@ -376,6 +376,36 @@ def test_a_patch_embedding_is_a_product_of_its_patches(shape: tuple, threads: in
 
 
 @needs_native
+@pytest.mark.parametrize("case", ["1x1", "1x1 strided", "1x1 two pixels", "3x3", "1x1 dilated strided"])
+def test_a_planned_convolution_applies_a_scale_per_output_channel(case: str) -> None:
+    """plan_conv2d's ``scale`` (a folded batch norm's): the 1x1 products that scales_in_product
+    names apply it to their sums (within a rounding of the scaled weight's result); every other
+    path plans the scaled weight's copy, the bits of planning that copy."""
+    rng = np.random.default_rng(21)
+    k, stride, dil, hw, c, o = {"1x1": (1, 1, 1, 28, 48, 72), "1x1 strided": (1, 2, 1, 28, 48, 72),
+                                "1x1 two pixels": (1, 1, 1, 1, 48, 72), "3x3": (3, 1, 1, 28, 16, 24),
+                                "1x1 dilated strided": (1, 2, 2, 28, 48, 72)}[case]
+    x = rng.standard_normal((1, c, hw, 2 * hw)).astype(np.float32)
+    wt = rng.standard_normal((o, c, k, k)).astype(np.float32)
+    b, s = rng.standard_normal(o).astype(np.float32), (rng.random(o) + 0.5).astype(np.float32)
+    args = ((stride, stride), (k // 2, k // 2), (dil, dil), 1)
+    in_product = case in ("1x1", "1x1 strided")
+    assert _conv.scales_in_product(x.shape, wt.shape, *args) == in_product
+    run = _conv.plan_conv2d(x.shape, x.dtype, wt, b, *args, "relu", s)
+    folded = _conv.plan_conv2d(x.shape, x.dtype, _conv.scale_weight(wt, s), b, *args, "relu")
+    if run is None:  # no planned path (the dilated strided 1x1): conv2d every time, as without the scale
+        assert folded is None and not in_product
+        return
+    got, want = np.empty_like(ref := _conv.conv2d(x, wt, b, *args, None)), np.empty_like(ref)
+    assert run(x, got) is got and folded(x, want) is want
+    if in_product:
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        assert not np.array_equal(got, want)  # the sums are scaled, not the weight
+    else:
+        assert np.array_equal(got, want)
+
+
+@needs_native
 def test_depthwise_runs_on_several_threads_at_once() -> None:
     """The GIL is released while it computes: concurrent calls on distinct outputs stay exact."""
     rng = np.random.default_rng(5)
@@ -643,14 +673,24 @@ def test_the_compiled_1x1_product_matches_float64(case: tuple, act: int) -> None
     x = rng.standard_normal((n, k, p)).astype(np.float32)
     w = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal(m).astype(np.float32)
+    s = (rng.standard_normal(m) * 3).astype(np.float32)  # a folded batch norm's scale, signs included
     for bias in (b, None):
-        out = np.full((n, m, p), np.nan, np.float32)
-        native.conv1x1_f32(x, w, bias, out, n, k, p, m, act)
-        ref = np.einsum("mk,nkp->nmp", w.astype(np.float64), x.astype(np.float64))
-        if bias is not None:
-            ref += b[:, None]
-        ref = ACT_REF[act](ref)
-        np.testing.assert_allclose(out, ref, rtol=2e-5, atol=2e-5 * np.sqrt(k))
+        for scale in (None, s):
+            out = np.full((n, m, p), np.nan, np.float32)
+            native.conv1x1_f32(x, w, bias, out, n, k, p, m, act, scale)
+            ref = np.einsum("mk,nkp->nmp", w.astype(np.float64), x.astype(np.float64))
+            if scale is not None:
+                ref *= s[:, None]
+            if bias is not None:
+                ref += b[:, None]
+            ref = ACT_REF[act](ref)
+            atol = 2e-5 * np.sqrt(k) * (1 if scale is None else float(np.abs(s).max()))
+            np.testing.assert_allclose(out, ref, rtol=2e-5, atol=atol)
+        # a scale of ones: the sums times 1 are the sums, so the bits of the call without one
+        ones, plain = np.empty((n, m, p), np.float32), np.empty((n, m, p), np.float32)
+        native.conv1x1_f32(x, w, bias, ones, n, k, p, m, act, np.ones(m, np.float32))
+        native.conv1x1_f32(x, w, bias, plain, n, k, p, m, act)
+        assert np.array_equal(ones, plain)
 
 
 @needs_native
@@ -822,6 +862,10 @@ def test_the_products_check_the_buffers_they_are_given() -> None:
         native.conv1x1_f32(x, w, None, out, 2**40, 2**40, 8, 6)
     with pytest.raises(ValueError, match="inconsistent sizes or unknown activation"):
         native.conv1x1_f32(x, w, None, out, 1, 4, 8, 6, 9)
+    with pytest.raises(ValueError, match="scale holds"):
+        native.conv1x1_f32(x, w, None, out, 1, 4, 8, 6, 0, np.ones(5, np.float32))
+    with pytest.raises(ValueError, match="overlaps"):
+        native.conv1x1_f32(x, w, None, out, 1, 4, 8, 6, 0, out.reshape(-1)[:6])
     shared = np.zeros(64, np.float32)
     with pytest.raises(ValueError, match="overlaps"):
         native.conv1x1_f32(shared[:32], w, None, shared[16:], 1, 4, 8, 6)

@@ -124,6 +124,46 @@ def test_conv_batch_norm_is_folded_and_matches_the_unfused_pair(case: str) -> No
     np.testing.assert_allclose(got[0], want[0], rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("case", ["1x1", "1x1_strided", "1x1_few_pixels"])
+def test_a_1x1_convolution_scales_its_sums_rather_than_a_copy_of_its_weight(case: str,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch norm after a 1x1 convolution over enough pixels folds into the planned product's
+    last step (each sum times its channel's scale, then the bias): the weight stays the
+    program's bytes (no copy: a large model's folded weights were most of its load), the fold
+    budget counts only the two vectors, and the result stays within folding's rounding of the
+    unfused pair. A map too small for the product (a matrix-vector product) folds a copy."""
+    from orchestra.runtime import _optimize
+    from orchestra.runtime.kernels import _conv
+
+    cin, cout = 64, 96
+    hw, stride = {"1x1": (56, 1), "1x1_strided": (56, 2), "1x1_few_pixels": (2, 1)}[case]
+    w, cb = randn(cout, cin, 1, 1) * 0.2, randn(cout)
+    gamma, beta, mean, var = bn_params(cout)
+
+    def body(f: MethodBuilder, x: Value) -> None:
+        y = conv(f, x, w, cb, stride, padding=0)
+        out, _, _ = f.call(BN, y, gamma, beta, mean, var, 0.1, 1e-3)
+        f.output(f.call("aten::relu.out", out))
+
+    prog = build(body, (1, cin, hw, hw))
+    scaled = case != "1x1_few_pixels" and _conv._native is not None
+    # room for the two vectors only: a weight the product scales is not a copy the budget counts
+    monkeypatch.setattr(_optimize, "FOLD_BUDGET_BYTES", 2 * cout * 4 if scaled else 1 << 20)
+    with prog.load_method() as m:
+        assert [r.kind for r in m._cp.rewrites] == ["conv_bn", "conv_activation"]
+        consts = m._cp.rewrites[0].constants
+        if scaled:
+            wk, bk, sk = consts
+            assert not wk.flags.owndata and np.array_equal(wk, w)  # a view of the program's bytes
+            assert sk.shape == bk.shape == (cout,) and not sk.flags.writeable
+        else:
+            wk, bk = consts
+            assert wk.flags.owndata and not np.array_equal(wk, w)  # the scaled copy
+    x = randn(1, cin, hw, hw)
+    got, want = run_both(prog, [x])
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+
+
 def test_folded_constants_are_read_only_shared_and_leave_the_program_alone() -> None:
     w, cb = randn(4, 3, 3, 3), randn(4)
     gamma, beta, mean, var = bn_params(4)
@@ -1452,20 +1492,28 @@ def test_the_batch_norm_fold_is_exact_and_refuses_non_finite_weights(compiled: b
     w = rng.standard_normal((64, 32, 3, 3)).astype(np.float32)
     b, gamma, beta, mean = (rng.standard_normal(64).astype(np.float32) for _ in range(4))
     var = rng.random(64).astype(np.float32) + 0.1
-    w2, b2 = _optimize.fold_batch_norm(w, b, gamma, beta, mean, var, 1e-5)
+    w2, b2, none = _optimize.fold_batch_norm(w, b, gamma, beta, mean, var, 1e-5)
     scale = gamma.astype(np.float64) / np.sqrt(var.astype(np.float64) + 1e-5)
     assert np.array_equal(w2, w * scale.astype(np.float32)[:, None, None, None]) and w2.dtype == np.float32
     assert np.array_equal(b2, ((b.astype(np.float64) - mean) * scale + beta).astype(np.float32))
-    assert not w2.flags.writeable and not b2.flags.writeable
+    assert not w2.flags.writeable and not b2.flags.writeable and none is None
+    # Without the copy: the weight itself, the same shift, and the rounded scale the product applies.
+    same, b3, s3 = _optimize.fold_batch_norm(w, b, gamma, beta, mean, var, 1e-5, copy=False)
+    assert same is w and np.array_equal(b3, b2) and np.array_equal(s3, scale.astype(np.float32))
+    assert not b3.flags.writeable and not s3.flags.writeable
     for value in (np.inf, np.nan, 3e38):
         bad = w.copy()
         bad[63, 31, 2, 2] = value
         g = gamma.copy()
         g[63] = 1e3 if value == 3e38 else g[63]  # 3e38 * ~3e3 overflows to inf
         assert _optimize.fold_batch_norm(bad, b, g, beta, mean, var, 1e-5) is None, value
+        # Scaling the sums computes the unfused pair's operations reassociated: a non-finite
+        # weight propagates as it would there, so it is no reason to refuse.
+        assert _optimize.fold_batch_norm(bad, b, g, beta, mean, var, 1e-5, copy=False) is not None, value
     zero_var = var.copy()
     zero_var[0] = 0.0
     assert _optimize.fold_batch_norm(w, b, gamma, beta, mean, zero_var, 0.0) is None  # scale inf
+    assert _optimize.fold_batch_norm(w, b, gamma, beta, mean, zero_var, 0.0, copy=False) is None
     w64 = w.astype(np.float64)  # numpy's multiply
     f64 = _optimize.fold_batch_norm(w64, None, None, None, mean.astype(np.float64), var.astype(np.float64), 1e-5)
     assert f64 is not None and f64[0].dtype == np.float64

@@ -200,7 +200,7 @@ from ..program import (
     numpy_dtype,
 )
 from .kernels import get_kernel
-from .kernels._conv import convolution_act, plan_conv2d
+from .kernels._conv import convolution_act, plan_conv2d, scale_weight, scales_in_product
 from .kernels._elementwise import GELU_TABLE_MAX_SIZE, add_f32_into, bn_fold_f32, clip_ufunc, gelu_fit_f32_into, hardsigmoid_out, hardswish_out, scale_rows_into, silu_out
 from .kernels._fused import SE_ADD, SE_CLAMP, SE_DIV, SE_MUL, SE_MULX, SE_SIGMOID, squeeze_excite_available, squeeze_excite_into
 from .kernels._pool import max_pool2d_values_out
@@ -1095,9 +1095,12 @@ class _Matcher:
             return None
         return params, out
 
-    def batch_norm_fold(self, pc: int, conv_params: tuple[int, ...], y: int) -> tuple[int, np.ndarray, np.ndarray] | None:
-        """(out0, W', b') when instruction ``pc`` is an inference batch norm of the
-        convolution output ``y`` (written by instruction ``pc - 1``) that can be folded."""
+    def batch_norm_fold(self, pc: int, conv_params: tuple[int, ...],
+                        y: int) -> tuple[int, np.ndarray, np.ndarray, np.ndarray | None] | None:
+        """(out0, W', b', None) when instruction ``pc`` is an inference batch norm of the
+        convolution output ``y`` (written by instruction ``pc - 1``) that can be folded;
+        (out0, W, b', scale) where the planned convolution applies the scale to its sums
+        (``scales_in_product``: W is the file's weight, not copied)."""
         call = self.kernel_call(pc, _BN, 10)
         if call is None:
             return None
@@ -1143,7 +1146,11 @@ class _Matcher:
         eps = self.literal(eps_i, (Double, Int))
         if eps is None or isinstance(eps, bool):
             return None
-        folded = fold_batch_norm(w, b, gamma, beta, mean, var, float(eps))  # type: ignore[arg-type]
+        x_meta = self.tensor_meta(conv_params[0])
+        static = _conv_static(self, conv_params)
+        copy = not (dt == np.float32 and x_meta is not None and static is not None
+                    and scales_in_product(x_meta[1], w.shape, *static))
+        folded = fold_batch_norm(w, b, gamma, beta, mean, var, float(eps), copy)  # type: ignore[arg-type]
         return None if folded is None else (o0, *folded)
 
     # -- layout chains into matmuls ---------------------------------------------------------
@@ -1316,13 +1323,20 @@ def fold_batch_norm(
     mean: np.ndarray,
     var: np.ndarray,
     eps: float,
-) -> tuple[np.ndarray, np.ndarray] | None:
-    """(W', b'): the convolution weight and bias with inference batch norm folded in,
+    copy: bool = True,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None] | None:
+    """(W', b', None): the convolution weight and bias with inference batch norm folded in,
     read-only, C-contiguous, new arrays of ``w``'s dtype. The per-channel scale and shift are
     computed in float64 and rounded once to ``w``'s dtype; the weight is multiplied by the
     rounded scale in ``w``'s dtype (as PyTorch's own conv-bn fusion does: within one rounding
     of the float64 product, and a third of its time on a large model's weights). None when a
-    folded value is not finite (inf/NaN would not propagate as in the unfused pair)."""
+    folded value is not finite (inf/NaN would not propagate as in the unfused pair).
+
+    Without ``copy``: (``w`` itself, b', the rounded scale), for a convolution that applies
+    the scale to its sums (``plan_conv2d``'s 1x1 products): no copy of the weight is made
+    (its pages are a large model's load time) and the convolution computes the unfused pair's
+    operations reassociated, so a non-finite weight propagates as there; None when the scale
+    or the shift is not finite."""
     f64 = np.float64
     with np.errstate(all="ignore"):
         # float32 vectors: the compiled kernel computes the same float64 operations in one call
@@ -1340,6 +1354,13 @@ def fold_batch_norm(
             s_w = scale.astype(w.dtype)
             b2 = np.ascontiguousarray(shift.astype(w.dtype))
             shift_finite = bool(np.isfinite(b2).all())
+        if not copy:
+            if not shift_finite or not np.isfinite(s_w).all():
+                return None
+            s_w = np.ascontiguousarray(s_w)
+            s_w.setflags(write=False)
+            b2.setflags(write=False)
+            return w, b2, s_w
         w2 = np.empty(w.shape, w.dtype)
         # The compiled kernel multiplies and checks in one pass over its threads (a large
         # model's fresh weight pages are most of the fold's time); numpy otherwise.
@@ -1352,13 +1373,13 @@ def fold_batch_norm(
         return None
     w2.setflags(write=False)
     b2.setflags(write=False)
-    return w2, b2
+    return w2, b2, None
 
 
 def _conv_bn_step(cp: CompiledPlan, params: tuple[int, ...], out: int, w: np.ndarray, b: np.ndarray | None,
                   what: str, label: str, act: str | None = None,
                   static: tuple[tuple[int, int], tuple[int, int], tuple[int, int], int] | None = None,
-                  spare: int | None = None) -> Step:
+                  spare: int | None = None, scale: np.ndarray | None = None) -> Step:
     """One step running ``aten::convolution.out`` with the (folded) constant weight ``w`` and
     bias ``b`` into value ``out`` (the batch norm's output, or with ``act`` the output of the
     activation that alone reads it). ``static``: the literal (stride, padding, dilation,
@@ -1368,7 +1389,10 @@ def _conv_bn_step(cp: CompiledPlan, params: tuple[int, ...], out: int, w: np.nda
     step (the convolution's own output, left out by the fold): where ``out`` shares memory
     with the input (the plan reuses the input's memory for a later result) and is no larger
     than it, the planned call writes there and the result is copied to ``out``, rather than
-    copying the whole input aside first (a fresh array every execute)."""
+    copying the whole input aside first (a fresh array every execute). ``scale``: the
+    weight's per-output-channel scale, which the planned 1x1 product applies to its sums
+    (``w`` then the file's weight, not a copy); the unplanned kernel gets a scaled copy of
+    ``w``, made the first time it runs."""
     conv = convolution_act  # aten::convolution.out's kernel, with conv2d's activation
     x, _, _, st, pd, dl, tr, op, g, _ = params
     lists = tuple(i for i in params if i in cp.lists)
@@ -1379,6 +1403,7 @@ def _conv_bn_step(cp: CompiledPlan, params: tuple[int, ...], out: int, w: np.nda
     # every execute of a Method; a closed Method's are not kept alive); one tuple, replaced whole
     last: list[Any] = [None]
     ref = weakref.ref
+    scaled: list[np.ndarray] = []  # w times scale, for the unplanned kernel (made once)
 
     def use_spare(xv: np.ndarray, o: Any) -> bool:
         p = last[0]
@@ -1394,7 +1419,7 @@ def _conv_bn_step(cp: CompiledPlan, params: tuple[int, ...], out: int, w: np.nda
         if static is not None and type(xv) is np.ndarray:
             run = planned.get(xv.shape)
             if run is None:
-                run = planned[xv.shape] = plan_conv2d(xv.shape, xv.dtype, w, b, *static, act) or False
+                run = planned[xv.shape] = plan_conv2d(xv.shape, xv.dtype, w, b, *static, act, scale) or False
             if run:
                 if spare is not None and use_spare(xv, o):
                     t = vals[spare]
@@ -1405,7 +1430,10 @@ def _conv_bn_step(cp: CompiledPlan, params: tuple[int, ...], out: int, w: np.nda
                     return
         if lists:
             m._refresh_lists(lists)
-        res = conv(xv, w, b, vals[st], vals[pd], vals[dl], vals[tr], vals[op], vals[g], o, act)
+        if scale is not None and not scaled:
+            scaled.append(scale_weight(w, scale))
+        res = conv(xv, scaled[0] if scaled else w, b, vals[st], vals[pd], vals[dl], vals[tr], vals[op], vals[g], o,
+                   act)
         if res is not o:
             m._write(out, res, what)
 
@@ -2031,7 +2059,8 @@ def optimize_steps(
     delegate_outputs: Sequence[frozenset[int] | None] = getattr(cp, "delegate_outputs", ())
 
     # 1. Candidates: patterns whose own instructions pass the checks.
-    folds: dict[int, tuple[tuple[int, ...], int, np.ndarray, np.ndarray]] = {}  # conv pc -> (conv params, BN out, W', b')
+    # conv pc -> (conv params, BN out, W', b', the scale the convolution applies or None)
+    folds: dict[int, tuple[tuple[int, ...], int, np.ndarray, np.ndarray, np.ndarray | None]] = {}
     pools: dict[int, tuple[tuple[int, ...], int]] = {}  # pc -> (values-only params, out)
     mms: dict[int, _Chains] = {}  # matmul pc -> the layout chains of its operands
     ews: dict[int, _EwChain] = {}  # last pc -> elementwise chain
@@ -2132,8 +2161,10 @@ def optimize_steps(
             fold = mt.batch_norm_fold(pc + 1, *conv)
             # The folded weights are a copy the Program keeps: within FOLD_BUDGET_BYTES only,
             # so a large model's weights stay views into its file (DESIGN: constants are views).
-            if fold is not None and folded_bytes + fold[1].nbytes + fold[2].nbytes <= FOLD_BUDGET_BYTES:
-                folded_bytes += fold[1].nbytes + fold[2].nbytes
+            # A weight its convolution scales as it runs is not copied (only the scale is).
+            kept = 0 if fold is None else fold[2].nbytes + (fold[1] if fold[3] is None else fold[3]).nbytes
+            if fold is not None and folded_bytes + kept <= FOLD_BUDGET_BYTES:
+                folded_bytes += kept
                 folds[pc] = (conv[0], *fold)
                 pc += 2
                 continue
@@ -2200,7 +2231,7 @@ def optimize_steps(
         c = mt.constant(i)
         return c if c is not None else cc_values.get(i)
 
-    for pc, (_, bn_out, _, _) in folds.items():
+    for pc, (_, bn_out, *_) in folds.items():
         q = pc + 2
         while q in ccs:  # a folded constant copy (a hardswish's 3) runs nowhere: look past it
             q += 1
@@ -2393,25 +2424,28 @@ def optimize_steps(
             pc += 1
             continue
         if pc in folds:
-            params, out, w, b = folds[pc]
+            params, out, w, b, scale = folds[pc]
+            consts = (w, b) if scale is None else (w, b, scale)
             (ci, i0), (_, i1) = where[pc], where[pc + 1]
             act = acts.get(pc)
             if act is None:
                 name = f"{_CONV} + {_BN} (folded)"
                 what = f"chains[{ci}].instructions[{i0}..{i1}] ({name})"
                 steps.append(_conv_bn_step(cp, params, out, w, b, what, f"{label} {name}",
-                                           static=_conv_static(mt, params), spare=spare_of(params, out, (pc, pc + 1))))
+                                           static=_conv_static(mt, params), spare=spare_of(params, out, (pc, pc + 1)),
+                                           scale=scale))
                 spans.append((pc, pc + 1))
-                rewrites.append(Rewrite("conv_bn", (pc, pc + 1), (w, b)))
+                rewrites.append(Rewrite("conv_bn", (pc, pc + 1), consts))
             else:
                 kind, act_pcs, act_out = act
                 span = (pc, pc + 1, *act_pcs)
                 name = f"{_CONV} + {_BN} (folded) + {kind}"
                 what = f"chains[{ci}].instructions[{i0}..{where[act_pcs[-1]][1]}] ({name})"
                 steps.append(_conv_bn_step(cp, params, act_out, w, b, what, f"{label} {name}", act=kind,
-                                           static=_conv_static(mt, params), spare=spare_of(params, act_out, span)))
+                                           static=_conv_static(mt, params), spare=spare_of(params, act_out, span),
+                                           scale=scale))
                 spans.append(with_copies(span))
-                rewrites.append(Rewrite("conv_bn", (pc, pc + 1), (w, b)))
+                rewrites.append(Rewrite("conv_bn", (pc, pc + 1), consts))
                 rewrites.append(Rewrite("conv_activation", span))
             pc += 2
             continue

@@ -382,6 +382,31 @@ def _conv2d(
     return res, False
 
 
+def scale_weight(w: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """A read-only copy of weight ``w`` with output channel ``o`` multiplied by ``scale[o]``
+    (in ``w``'s dtype, as a folded batch norm's weight is made)."""
+    out = np.multiply(w, scale.reshape((-1,) + (1,) * (w.ndim - 1)))
+    out.setflags(write=False)
+    return out
+
+
+def scales_in_product(x_shape: tuple[int, ...], w_shape: tuple[int, ...], stride: tuple[int, int],
+                      padding: tuple[int, int], dilation: tuple[int, int], groups: int) -> bool:
+    """Whether :func:`plan_conv2d`'s run for this float32 convolution applies a ``scale`` per
+    output channel in its product's last step (a 1x1 convolution over enough pixels, strided
+    or not), rather than multiplying a copy of the weight by it when it is planned."""
+    if _native is None or len(x_shape) != 4 or len(w_shape) != 4 or min(x_shape) < 1 or w_shape[2:] != (1, 1):
+        return False
+    n, _, h, wd = x_shape
+    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
+    if groups != 1 or ph != 0 or pw != 0 or min(sh, sw, dh, dw) < 1:
+        return False
+    hw = ((h - 1) // sh + 1) * ((wd - 1) // sw + 1)
+    if sh == sw == 1:
+        return n > 1 or hw >= _NATIVE_MIN_PIXELS  # run_1x1 (not run_gemv)
+    return dh == dw == 1 and hw >= _NATIVE_MIN_PIXELS  # run_1x1_strided
+
+
 def plan_conv2d(
     x_shape: tuple[int, ...],
     x_dtype: np.dtype,
@@ -392,19 +417,30 @@ def plan_conv2d(
     dilation: tuple[int, int],
     groups: int,
     act: str | None,
+    scale: np.ndarray | None = None,
 ) -> Callable[[np.ndarray, Any], np.ndarray | None] | None:
     """For a convolution with constant weight and bias and literal arguments, planned once
     (a plan's step): ``run(x, out)`` computing what :func:`conv2d` computes for an input of
     exactly ``x_shape`` / ``x_dtype`` into an ``out`` of the result's shape, with every
     check and choice that depends only on those made here. ``run`` returns None when its
     arguments are not those (the caller then calls :func:`conv2d`). None: no planned path
-    for this convolution (conv2d every time)."""
+    for this convolution (conv2d every time).
+
+    ``scale`` (float32, one per output channel): the convolution's weight is ``w`` with
+    output channel ``o`` multiplied by ``scale[o]`` (a batch norm folded in). Where
+    :func:`scales_in_product` says so the product applies it to each sum before the bias
+    (no copy of ``w``); elsewhere the plan multiplies a copy of ``w`` once."""
     if len(x_shape) != 4 or w.ndim != 4 or x_dtype != np.float32 or w.dtype != np.float32 or _native is None:
         return None
     if bias is not None and (bias.dtype != np.float32 or bias.shape != (w.shape[0],)):
         return None
     if act is not None and act not in _ACTS:
         return None
+    if scale is not None:
+        if scale.dtype != np.float32 or scale.shape != (w.shape[0],):
+            return None
+        if not scales_in_product(x_shape, w.shape, stride, padding, dilation, groups):
+            w, scale = scale_weight(w, scale), None
     n, c, h, wd = x_shape
     o, cg, kh, kw = w.shape
     sh, sw = stride
@@ -421,6 +457,7 @@ def plan_conv2d(
     f32 = np.dtype(np.float32)
     wc = np.ascontiguousarray(w)
     bc = None if bias is None else np.ascontiguousarray(bias)
+    sc = None if scale is None else np.ascontiguousarray(scale)
     code = 0 if act is None else _ACTS[act]
     may_share = np.may_share_memory
     ndarray = np.ndarray
@@ -513,7 +550,7 @@ def plan_conv2d(
                 return None
             cols = f32_empty((n, c, ho, wo), f32)
             copyto(cols, x[:, :, : (ho - 1) * sh + 1 : sh, : (wo - 1) * sw + 1 : sw])
-            _native.conv1x1_f32(cols, wc, bc, out, n, c, hw, o, code)
+            _native.conv1x1_f32(cols, wc, bc, out, n, c, hw, o, code, sc)
             return out
         return run_1x1_strided
     if kh == kw == sh == sw == 1 and ph == pw == 0 and groups == 1:
@@ -525,7 +562,7 @@ def plan_conv2d(
             ok = checked(x, out)
             if ok is None:
                 return None
-            _native.conv1x1_f32(x if ok else x.copy(), wc, bc, out, n, c, hw, o, code)
+            _native.conv1x1_f32(x if ok else x.copy(), wc, bc, out, n, c, hw, o, code, sc)
             return out
         return run_1x1
     return None

@@ -3043,8 +3043,9 @@ static PyObject *py_bias_act_f32(PyObject *self, PyObject *args) {
  *                (the plan keeps a C-contiguous copy of it). */
 #define TILE_FN_ROWS(NAME, ATTR, VT, VW, SUF, NV, MR, BROW_T, BROW)                                                   \
     ATTR static void NAME(const float *restrict a, Py_ssize_t ars, Py_ssize_t aks, const float *restrict b,           \
-                          BROW_T, Py_ssize_t K, const float *restrict rbias, const float *restrict cbias,             \
-                          float *restrict out, Py_ssize_t ldo, Py_ssize_t ncols, Py_ssize_t nrows, int act) {         \
+                          BROW_T, Py_ssize_t K, const float *restrict rbias, const float *restrict rscale,            \
+                          const float *restrict cbias, float *restrict out, Py_ssize_t ldo, Py_ssize_t ncols,          \
+                          Py_ssize_t nrows, int act) {                                                                 \
         VT acc[MR][NV];                                                                                               \
         const float *ar[MR]; /* rows past nrows read the last one again (never past A's end) */                       \
         for (int r = 0; r < MR; r++) {                                                                                \
@@ -3067,7 +3068,12 @@ static PyObject *py_bias_act_f32(PyObject *self, PyObject *args) {
         for (Py_ssize_t r = 0; r < nrows; r++) {                                                                      \
             const float rb = rbias ? rbias[r] : 0.0f;                                                                 \
             VT ov[NV];                                                                                                \
-            for (int v = 0; v < NV; v++) ov[v] = act_##SUF(acc[r][v] + rb + cv[v], act);                              \
+            if (rscale) {                                                                                             \
+                const float rs = rscale[r];                                                                           \
+                for (int v = 0; v < NV; v++) ov[v] = act_##SUF(acc[r][v] * rs + rb + cv[v], act);                     \
+            } else {                                                                                                  \
+                for (int v = 0; v < NV; v++) ov[v] = act_##SUF(acc[r][v] + rb + cv[v], act);                          \
+            }                                                                                                         \
             if (ncols == NV * VW) {                                                                                   \
                 for (int v = 0; v < NV; v++) __builtin_memcpy(out + r * ldo + v * VW, &ov[v], sizeof ov[v]);          \
             } else {                                                                                                  \
@@ -3085,12 +3091,12 @@ static PyObject *py_bias_act_f32(PyObject *self, PyObject *args) {
 #define GATHER_TILE(NAME, ATTR, VT, VW, SUF) TILE_FN(NAME, ATTR, VT, VW, SUF, 2, const Py_ssize_t *restrict koff, b + koff[k])
 
 typedef void (*gemm_tile_fn)(const float *restrict, Py_ssize_t, Py_ssize_t, const float *restrict, Py_ssize_t,
-                             Py_ssize_t, const float *restrict, const float *restrict, float *restrict, Py_ssize_t,
-                             Py_ssize_t, Py_ssize_t, int);
+                             Py_ssize_t, const float *restrict, const float *restrict, const float *restrict,
+                             float *restrict, Py_ssize_t, Py_ssize_t, Py_ssize_t, int);
 
 typedef void (*gather_tile_fn)(const float *restrict, Py_ssize_t, Py_ssize_t, const float *restrict,
                                const Py_ssize_t *restrict, Py_ssize_t, const float *restrict, const float *restrict,
-                               float *restrict, Py_ssize_t, Py_ssize_t, Py_ssize_t, int);
+                               const float *restrict, float *restrict, Py_ssize_t, Py_ssize_t, Py_ssize_t, int);
 
 GEMM_TILE(gemm_tile_8, , v8f, 8, 8)
 GATHER_TILE(gather_tile_8, , v8f, 8, 8)
@@ -3188,7 +3194,7 @@ static void conv_tiles(const float *scratch, const Py_ssize_t *koff, const float
             const float *b = scratch + oy * sh * row + ox;
             for (Py_ssize_t o0 = 0, rows; o0 < og; o0 += rows) {
                 rows = tile_rows(gather_tile8 != NULL, og - o0);
-                (rows == 8 ? gather_tile8 : gather_tile)(wg + o0 * K, K, 1, b, koff, K, bg ? bg + o0 : NULL, NULL,
+                (rows == 8 ? gather_tile8 : gather_tile)(wg + o0 * K, K, 1, b, koff, K, bg ? bg + o0 : NULL, NULL, NULL,
                                                          og_out + o0 * plane + oy * wo + ox, plane, ncols, rows, act);
             }
         }
@@ -3208,7 +3214,7 @@ static void conv_flat(const float *scratch, const Py_ssize_t *koff, const float 
         const Py_ssize_t ncols = span - f0 < nr ? span - f0 : nr;
         for (Py_ssize_t o0 = 0, rows; o0 < og; o0 += rows) {
             rows = tile_rows(gather_tile8 != NULL, og - o0);
-            (rows == 8 ? gather_tile8 : gather_tile)(wg + o0 * K, K, 1, scratch + f0, koff, K, bg ? bg + o0 : NULL, NULL,
+            (rows == 8 ? gather_tile8 : gather_tile)(wg + o0 * K, K, 1, scratch + f0, koff, K, bg ? bg + o0 : NULL, NULL, NULL,
                                                      tmp, nr, ncols, rows, act);
             for (Py_ssize_t q = 0; q < rows; q++) {
                 float *dst = og_out + (o0 + q) * plane;
@@ -3247,6 +3253,7 @@ typedef struct {
     Py_ssize_t i0, i1;
     int act, failed, trans; /* trans: linear's w is B transposed, (N x K) rows */
     Py_ssize_t cw;          /* conv1x1: its column blocks' width, gemm_nr or 48 (gemm_tile3) */
+    const float *scale;     /* conv1x1: a scale per output channel (applied before the bias), or NULL */
 } product_job;
 
 /* Runs fn over ``items`` split in ``nparts`` shares of the job ``proto`` (the GIL released);
@@ -3271,7 +3278,8 @@ static int run_product(void *(*fn)(void *), const product_job *proto, Py_ssize_t
 
 ORCH_CLONES
 static void gemv_rows(const float *restrict x, const float *restrict w, const float *restrict bias,
-                      float *restrict out, Py_ssize_t K, Py_ssize_t c0, Py_ssize_t nc, int act);
+                      const float *restrict scale, float *restrict out, Py_ssize_t K, Py_ssize_t c0, Py_ssize_t nc,
+                      int act);
 
 /* The columns conv1x1_f32 computes for P pixels in blocks of w (see gemm_part). */
 static Py_ssize_t col_cost(Py_ssize_t P, Py_ssize_t w) {
@@ -3303,7 +3311,8 @@ static void *gemm_part(void *arg) {
             for (Py_ssize_t q = 0; q < nc; q++) {
                 const float *src = j->x + n * K * P + p0 + q;
                 for (Py_ssize_t k = 0; k < K; k++) panel[k] = src[k * P];
-                gemv_rows(panel, j->w + m0 * K, j->bias ? j->bias + m0 : NULL, col, K, 0, m1 - m0, j->act);
+                gemv_rows(panel, j->w + m0 * K, j->bias ? j->bias + m0 : NULL, j->scale ? j->scale + m0 : NULL, col, K,
+                          0, m1 - m0, j->act);
                 float *dst = j->out + n * M * P + m0 * P + p0 + q;
                 for (Py_ssize_t i = 0; i < m1 - m0; i++) dst[i * P] = col[i];
             }
@@ -3329,8 +3338,8 @@ static void *gemm_part(void *arg) {
         float *ob = j->out + n * M * P + p0;
         for (Py_ssize_t o0 = m0, rows; o0 < m1; o0 += rows) {
             rows = tile_rows(tile8 != NULL, m1 - o0);
-            (rows == 8 ? tile8 : tile)(j->w + o0 * K, K, 1, panel, nr, K, j->bias ? j->bias + o0 : NULL, NULL, ob + o0 * P,
-                                       P, nc, rows, j->act);
+            (rows == 8 ? tile8 : tile)(j->w + o0 * K, K, 1, panel, nr, K, j->bias ? j->bias + o0 : NULL,
+                                       j->scale ? j->scale + o0 : NULL, NULL, ob + o0 * P, P, nc, rows, j->act);
         }
     }
     PyMem_RawFree(panel);
@@ -3368,10 +3377,12 @@ static void gemv_cols(const float *restrict x, const float *restrict wt, const f
 
 /* gemv_cols with B given transposed, as W (N x K) rows: out[n] = act(bias[n] + W[n, :] . x)
  * for n in [c0, c0 + nc), each a dot product of two contiguous rows: 2 x 8 partial sums per
- * row, four rows at a time (each load of x feeds four of them), then the last K % 16 in order. */
+ * row, four rows at a time (each load of x feeds four of them), then the last K % 16 in order.
+ * With ``scale``: act(scale[n] * (W[n, :] . x) + bias[n]). */
 ORCH_CLONES
 static void gemv_rows(const float *restrict x, const float *restrict w, const float *restrict bias,
-                      float *restrict out, Py_ssize_t K, Py_ssize_t c0, Py_ssize_t nc, int act) {
+                      const float *restrict scale, float *restrict out, Py_ssize_t K, Py_ssize_t c0, Py_ssize_t nc,
+                      int act) {
     const Py_ssize_t k16 = K & ~(Py_ssize_t)15;
     /* Weights of GEMV_PREFETCH_FLOATS and more (a classifier's) come from memory: each
      * execute reads them once, after the rest of the network has been through the caches.
@@ -3403,7 +3414,7 @@ static void gemv_rows(const float *restrict x, const float *restrict w, const fl
         for (int r = 0; r < 4; r++) {
             float acc = lanes_sum(s[r][0] + s[r][1]);
             for (Py_ssize_t k = k16; k < K; k++) acc += wr[r][k] * x[k];
-            out[n + r] = bias ? acc + bias[n + r] : acc;
+            out[n + r] = scale ? acc * scale[n + r] + (bias ? bias[n + r] : 0.0f) : bias ? acc + bias[n + r] : acc;
         }
     }
     for (; n < c0 + nc; n++) { /* the last rows, one at a time, the same sums */
@@ -3420,7 +3431,7 @@ static void gemv_rows(const float *restrict x, const float *restrict w, const fl
         }
         float acc = lanes_sum(s0 + s1);
         for (Py_ssize_t k = k16; k < K; k++) acc += wr[k] * x[k];
-        out[n] = bias ? acc + bias[n] : acc;
+        out[n] = scale ? acc * scale[n] + (bias ? bias[n] : 0.0f) : bias ? acc + bias[n] : acc;
     }
     if (act != ACT_NONE) act_inplace(out + c0, nc, act);
 }
@@ -3431,16 +3442,23 @@ static int overlaps(const Py_buffer *a, const Py_buffer *b) {
 }
 
 static PyObject *py_conv1x1_f32(PyObject *self, PyObject *args) {
-    Py_buffer x, w, b, out;
-    PyObject *bias_obj;
+    Py_buffer x, w, b, out, sc;
+    PyObject *bias_obj, *scale_obj = Py_None;
     Py_ssize_t n_, k_, p_, m_;
     int act = ACT_NONE;
     (void)self;
-    if (!PyArg_ParseTuple(args, "y*y*Ow*nnnn|i", &x, &w, &bias_obj, &out, &n_, &k_, &p_, &m_, &act)) return NULL;
-    int have_bias = bias_obj != Py_None, ok = 1;
+    if (!PyArg_ParseTuple(args, "y*y*Ow*nnnn|iO", &x, &w, &bias_obj, &out, &n_, &k_, &p_, &m_, &act, &scale_obj))
+        return NULL;
+    int have_bias = bias_obj != Py_None, have_scale = scale_obj != Py_None, ok = 1;
     if (have_bias && PyObject_GetBuffer(bias_obj, &b, PyBUF_SIMPLE) < 0) {
         ok = 0;
         have_bias = 0;
+    }
+    if (ok && have_scale && PyObject_GetBuffer(scale_obj, &sc, PyBUF_SIMPLE) < 0) {
+        ok = 0;
+        have_scale = 0;
+    } else if (!ok) {
+        have_scale = 0;
     }
     const Py_ssize_t lim = (Py_ssize_t)1 << 24;
     if (ok && (act < ACT_NONE || act > ACT_SILU || n_ < 1 || k_ < 1 || p_ < 1 || m_ < 1 || n_ > lim || k_ > lim ||
@@ -3449,8 +3467,10 @@ static PyObject *py_conv1x1_f32(PyObject *self, PyObject *args) {
         ok = 0;
     }
     ok = ok && need(&x, prod4(n_, k_, p_, 1), "x") && need(&w, prod4(m_, k_, 1, 1), "weight") &&
-         need(&out, prod4(n_, m_, p_, 1), "out") && (!have_bias || need(&b, m_, "bias"));
-    if (ok && (overlaps(&x, &out) || overlaps(&w, &out) || (have_bias && overlaps(&b, &out)))) {
+         need(&out, prod4(n_, m_, p_, 1), "out") && (!have_bias || need(&b, m_, "bias")) &&
+         (!have_scale || need(&sc, m_, "scale"));
+    if (ok && (overlaps(&x, &out) || overlaps(&w, &out) || (have_bias && overlaps(&b, &out)) ||
+               (have_scale && overlaps(&sc, &out)))) {
         PyErr_SetString(PyExc_ValueError, "conv1x1_f32: out overlaps an operand");
         ok = 0;
     }
@@ -3463,8 +3483,10 @@ static PyObject *py_conv1x1_f32(PyObject *self, PyObject *args) {
         product_job proto = {(const float *)x.buf, (const float *)w.buf, have_bias ? (const float *)b.buf : NULL,
                              (float *)out.buf, m_, k_, p_, nb, nm, 0, 0, 0, 0, 0, 0, 0, act, 0, 0};
         proto.cw = cw;
+        proto.scale = have_scale ? (const float *)sc.buf : NULL;
         ok = run_product(gemm_part, &proto, items, nparts);
     }
+    if (have_scale) PyBuffer_Release(&sc);
     return release_call(ok, have_bias, &b, &x, &w, &out);
 }
 
@@ -3522,7 +3544,7 @@ static void *linear_part(void *arg) {
             const Py_ssize_t nc = N - c0 < GEMV_COLS ? N - c0 : GEMV_COLS;
             for (Py_ssize_t t = 0; t < T; t++) {
                 if (j->trans)
-                    gemv_rows(j->x + (bi * T + t) * K, j->w + bi * j->wstride, j->bias, j->out + (bi * T + t) * N, K,
+                    gemv_rows(j->x + (bi * T + t) * K, j->w + bi * j->wstride, j->bias, NULL, j->out + (bi * T + t) * N, K,
                               c0, nc, j->act);
                 else
                     gemv_cols(j->x + (bi * T + t) * K, j->w + bi * j->wstride, j->bias, j->out + (bi * T + t) * N, K,
@@ -3567,7 +3589,7 @@ static void *linear_part(void *arg) {
         const gemm_tile_fn tile8 = 2 * nc <= nr ? gemm_half8 : gemm_tile8;
         for (Py_ssize_t t0 = r0, rows; t0 < r1; t0 += rows) {
             rows = tile_rows(tile8 != NULL, r1 - t0);
-            (rows == 8 ? tile8 : tile)(xb + t0 * K, K, 1, panel, nr, K, NULL, cbias, ob + t0 * N + n0, N, nc, rows, j->act);
+            (rows == 8 ? tile8 : tile)(xb + t0 * K, K, 1, panel, nr, K, NULL, NULL, cbias, ob + t0 * N + n0, N, nc, rows, j->act);
         }
     }
     PyMem_RawFree(panel);
@@ -4057,7 +4079,7 @@ typedef struct {
 static void *se_dense_part(void *arg) {
     const se_dense_job *j = (const se_dense_job *)arg;
     for (Py_ssize_t n = 0; n < j->N; n++)
-        gemv_rows(j->s + n * j->C, j->w, j->b, j->out + n * j->R, j->C, j->r0, j->r1 - j->r0, ACT_NONE);
+        gemv_rows(j->s + n * j->C, j->w, j->b, NULL, j->out + n * j->R, j->C, j->r0, j->r1 - j->r0, ACT_NONE);
     return NULL;
 }
 
@@ -5062,8 +5084,10 @@ static PyMethodDef methods[] = {
      "NCHW float32 grouped (depthwise included) 2-d convolution into out (C-contiguous buffers), "
      "then act (0 none, 1 relu, 2 hardswish, 3 silu)."},
     {"conv1x1_f32", py_conv1x1_f32, METH_VARARGS,
-     "conv1x1_f32(x, w, bias|None, out, N, K, P, M[, act]): out[n, m, :] = act(bias[m] + sum_k w[m, k] * "
-     "x[n, k, :]) for x (N, K, P), w (M, K) and out (N, M, P), float32, C-contiguous, out not overlapping x."},
+     "conv1x1_f32(x, w, bias|None, out, N, K, P, M[, act, scale|None]): out[n, m, :] = act(bias[m] + sum_k "
+     "w[m, k] * x[n, k, :]) for x (N, K, P), w (M, K) and out (N, M, P), float32, C-contiguous, out not "
+     "overlapping x; with scale (M): act(scale[m] * sum_k w[m, k] * x[n, k, :] + bias[m]) (a batch norm folded "
+     "without a scaled copy of w)."},
     {"linear_f32", py_linear_f32, METH_VARARGS,
      "linear_f32(x, wt, bias|None, out, B, T, K, N[, batched_w, act, trans]): out[b, t, :] = act(bias + sum_k "
      "x[b, t, k] * wt[k, :]) for x (B, T, K), wt (K, N) (trans: wt given as its transpose, (N, K); batched_w: one "
