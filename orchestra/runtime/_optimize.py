@@ -23,6 +23,11 @@ the change can't be observed:
   ``FOLD_BUDGET_BYTES`` (16 MiB) per method: past it batch norms stay separate steps). Results differ from
   the unfused pair by float rounding only. Not folded when a folded value would not be
   finite (a zero ``var + eps``, say): inf/NaN would not propagate as in the unfused pair.
+  A float32 1x1 convolution that ``plan_conv2d`` runs as the compiled product
+  (``scales_in_product``) keeps ``W`` itself (a view of the file, no copy: those copies' fresh
+  pages were most of a large model's fold) and the product computes ``s * (W . x) + b'``
+  per output; only ``s`` and ``b'`` count against the budget, and only they must be finite
+  (a non-finite weight propagates as in the unfused pair's reassociated operations).
   Where the plan puts the step's result on the convolution input's memory (the input is
   dead after it) and the result is no larger than the input, the step computes into the
   convolution's own output, which the fold leaves out, and copies the result over, rather
