@@ -872,6 +872,9 @@ class _Matcher:
         self.uses = uses
         self.storage = _Storage(cp, uses, len(instructions))
         self.op_names = cp.meta.operators  # qualified operator names, by index
+        # constant copies' values by what they copy and how (an exporter copies the same few
+        # scalars, a hardswish's 3 and 6, once per use): each computed once per plan
+        self.copied: dict[tuple[Any, ...], np.ndarray | None] = {}
         self._group_defs: dict[int, list[tuple[int, int, int]]] = {}  # see producer
 
     # -- helpers ----------------------------------------------------------------------------
@@ -1342,13 +1345,13 @@ def fold_batch_norm(
     (its pages are a large model's load time) and the convolution computes the unfused pair's
     operations reassociated, so a non-finite weight propagates as there; None when the scale
     or the shift is not finite."""
-    f64 = np.float64
-    with np.errstate(all="ignore"):
-        # float32 vectors: the compiled kernel computes the same float64 operations in one call
-        folded = bn_fold_f32(var, mean, gamma, beta, b, eps) if w.dtype == np.float32 else None
-        if folded is not None:
-            s_w, b2, shift_finite = folded
-        else:
+    # float32 vectors: the compiled kernel computes the same float64 operations in one call
+    folded = bn_fold_f32(var, mean, gamma, beta, b, eps) if w.dtype == np.float32 else None
+    if folded is not None:
+        s_w, b2, vectors_finite = folded
+    else:
+        f64 = np.float64
+        with np.errstate(all="ignore"):
             scale = 1.0 / np.sqrt(var.astype(f64) + eps)
             if gamma is not None:
                 scale = gamma.astype(f64) * scale
@@ -1358,26 +1361,26 @@ def fold_batch_norm(
                 shift = shift + beta.astype(f64)
             s_w = scale.astype(w.dtype)
             b2 = np.ascontiguousarray(shift.astype(w.dtype))
-            shift_finite = bool(np.isfinite(b2).all())
-        if not copy:
-            if not shift_finite or not np.isfinite(s_w).all():
-                return None
-            s_w = np.ascontiguousarray(s_w)
-            s_w.setflags(write=False)
-            b2.setflags(write=False)
-            return w, b2, s_w
-        w2 = np.empty(w.shape, w.dtype)
-        # The compiled kernel multiplies and checks in one pass over its threads (a large
-        # model's fresh weight pages are most of the fold's time); numpy otherwise.
-        finite = scale_rows_into(w, s_w, w2)
-        if finite is None:
+        vectors_finite = bool(np.isfinite(b2).all() and np.isfinite(s_w).all())
+    # (a scale that is not finite makes its row of W' not finite either: inf, or NaN times 0)
+    if not vectors_finite:
+        return None
+    s_w.setflags(write=False)
+    b2.setflags(write=False)
+    if not copy:
+        return w, b2, s_w
+    w2 = np.empty(w.shape, w.dtype)
+    # The compiled kernel multiplies and checks in one pass over its threads (a large
+    # model's fresh weight pages are most of the fold's time); numpy otherwise.
+    finite = scale_rows_into(w, s_w, w2)
+    if finite is None:
+        with np.errstate(all="ignore"):
             np.multiply(w, s_w.reshape((-1,) + (1,) * (w.ndim - 1)), out=w2)
     # A non-finite element of w makes its product non-finite too (inf * 0 is NaN), so
     # checking w2 checks w.
-    if finite is False or (finite is None and not np.isfinite(w2).all()) or not shift_finite:
+    if finite is False or (finite is None and not np.isfinite(w2).all()):
         return None
     w2.setflags(write=False)
-    b2.setflags(write=False)
     return w2, b2, None
 
 
@@ -1794,19 +1797,33 @@ def _constant_copy(mt: _Matcher, pc: int) -> tuple[int, np.ndarray, tuple[int, .
         kd = get_kernel(mt.op_names[a.op_index])
         if kd is None or mt.named_in(r).count(out) != list(a.args[: kd.num_params]).count(out):
             return None
+    nb_value = mt.cp.template[nb]
+    key = (name, const.dtype.str, const.shape, const.tobytes(), nb_value, None if order is None else tuple(order),
+           meta[0], meta[1])
+    if key in mt.copied:
+        value = mt.copied[key]
+    else:
+        value = mt.copied[key] = _copied_value(name, const, nb_value, order, meta[0], meta[1])
+    return None if value is None else (out, value, readers)
+
+
+def _copied_value(name: str, const: np.ndarray, nb: Any, order: list[int] | None, dtype: np.dtype,
+                  shape: tuple[int, ...]) -> np.ndarray | None:
+    """What constant copy kernel ``name`` writes into an out of ``dtype`` and ``shape``,
+    read-only; None where the kernel refuses (the step as written reports it, at execute)."""
     kd = get_kernel(name)
     assert kd is not None
-    value = np.empty(meta[1], meta[0])
+    value = np.empty(shape, dtype)
     try:
-        res = kd.fn(const, mt.cp.template[nb], order, value)
-    except (OrchestraError, ValueError, TypeError):  # the step as written reports it, at execute
+        res = kd.fn(const, nb, order, value)
+    except (OrchestraError, ValueError, TypeError):
         return None
     if res is not value:
         if not isinstance(res, np.ndarray) or res.shape != value.shape:
             return None
         np.copyto(value, res, casting="unsafe")
     value.setflags(write=False)
-    return out, value, readers
+    return value
 
 
 def _substituted(ew: _EwChain, sub: dict[int, int]) -> _EwChain:

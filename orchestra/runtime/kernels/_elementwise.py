@@ -253,7 +253,7 @@ def scale_rows_into(w: np.ndarray, s: np.ndarray, out: np.ndarray) -> bool | Non
 
 def bn_fold_f32(var: np.ndarray, mean: np.ndarray, gamma: np.ndarray | None, beta: np.ndarray | None,
                 bias: np.ndarray | None, eps: float) -> tuple[np.ndarray, np.ndarray, bool] | None:
-    """An inference batch norm's float32 (scale, shift, every shift finite) for folding into a
+    """An inference batch norm's float32 (scale, shift, every scale and shift finite) for folding into a
     convolution by the compiled kernel: ``gamma * (1 / sqrt(var + eps))`` and ``(bias - mean)
     * scale + beta`` in float64, an operation at a time as numpy computes them, rounded to
     float32. None (the caller computes them with numpy) where the kernel does not apply:

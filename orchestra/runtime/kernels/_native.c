@@ -3974,7 +3974,8 @@ done:
 /* An inference batch norm's per-channel scale and shift for folding into the convolution before it,
  * in float64 as numpy computes them from float32 vectors (each operation rounded on its own: no
  * contraction into fused multiply-adds): scale = gamma * (1 / sqrt(var + eps)), shift = (b - mean) * scale
- * + beta (gamma, beta, b: 1, 0, 0 where None), each then rounded to float32; whether every shift is finite. */
+ * + beta (gamma, beta, b: 1, 0, 0 where None), each then rounded to float32; whether every scale and shift is
+ * finite. */
 __attribute__((optimize("fp-contract=off"))) static PyObject *py_bn_fold_f32(PyObject *self, PyObject *args) {
     PyObject *objs[3];
     Py_buffer var, mean, so, ho, opt[3];
@@ -4015,7 +4016,7 @@ __attribute__((optimize("fp-contract=off"))) static PyObject *py_bn_fold_f32(PyO
             if (be) shift = shift + (double)be[c];
             sc[c] = (float)scale;
             sh[c] = (float)shift;
-            finite &= isfinite(sh[c]) != 0;
+            finite &= isfinite(sh[c]) && isfinite(sc[c]);
         }
     }
     PyBuffer_Release(&var);
@@ -5173,7 +5174,7 @@ static PyMethodDef methods[] = {
      "bn_fold_f32(var, mean, gamma|None, beta|None, bias|None, eps, scale, shift, n) -> bool: an inference batch "
      "norm's float32 (n) vectors folded into scale = gamma * (1 / sqrt(var + eps)) and shift = (bias - mean) * "
      "scale + beta, computed in float64 one operation at a time (as numpy does) and rounded to float32; whether every "
-     "shift is finite."},
+     "scale and shift is finite."},
     {"permute_4b", py_permute_4b, METH_VARARGS,
      "permute_4b(x, out, geo): out (contiguous) = x's 4-byte elements at sum(i_k * stride_k) in row-major order "
      "of the sizes; geo: int64 [sizes..., strides...] of 1 to 8 dims (see kernels.permute_geometry)."},
