@@ -53,7 +53,10 @@ in one run; every ratio compares numbers taken in that run.
    ``.pte`` (when ``orchestra.backends.xnnpack`` is importable): orchestra's XNNPACK backend
    against ExecuTorch+XNNPACK loading the same file, each verifying and compiling every
    delegate blob, and each one's first and second execute after the load (1 thread); the
-   int8 files of section 5 too (rows 'NAME int8').
+   int8 files of section 5 too (rows 'NAME int8'). And the first load of each file in a fresh
+   process (``--cold-rounds`` children per runtime, each warmed on another model's file):
+   orchestra, ExecuTorch (path) and ExecuTorch+XNNPACK (its file), what a deployment starting
+   up pays, fresh memory and all.
 5. ``int8`` (not in the default sections): MobileNetV3-small, EfficientNet-B0 and RegNetX
    PT2E-quantized to static int8 (XNNPACKQuantizer, per-channel weights) and lowered to
    XNNPACK: orchestra's XNNPACK backend on its compiled kernels and on its numpy int8 path,
@@ -64,7 +67,7 @@ in one run; every ratio compares numbers taken in that run.
     python benchmarks/bench_models.py [--models mobilenet_v3,bert] [--seconds 0.4]
         [--sections models,scaling,busy,load,int8] [--ns 1,2,4] [--scale-seconds 1] [--scale-rounds 9]
         [--busy-seconds 2]
-        [--threads 1,2] [--load-rounds 7] [--cache-dir DIR]
+        [--threads 1,2] [--load-rounds 7] [--cold-rounds 5] [--cache-dir DIR]
 
 Needs torch and executorch (the ``export`` extra); exits with a message without them.
 Timings on a shared machine are noisy: read the ratios, and run it twice before believing
@@ -84,6 +87,7 @@ import multiprocessing as mp
 import os
 import pathlib
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -410,8 +414,61 @@ def section_load(args: argparse.Namespace) -> None:
               f"{med['orch1']:9.2f}{med['orch2']:9.2f}"
               f"{med['et1']:10.2f}{med['olm2']:9.2f}{med['elm2']:16.2f}{med['norw']:8.2f}{med['norw'] / med['path']:10.1f}",
               flush=True)
+    if args.cold_rounds:
+        _load_cold(args)
     if _orch_xnnpack_available():
         _load_xnnpack(args, rt)
+
+
+# One child process of _load_cold: the runtime imported and warmed on another model's file,
+# then one timed load of the file under test (ms on stdout).
+_COLD_CHILD = r"""
+import sys, time
+kind, warm, target = sys.argv[1:4]
+if kind == "orch":
+    from orchestra.runtime import load_program
+    def load(path):
+        return load_program(path).load_method("forward")
+else:
+    from executorch.runtime import Runtime
+    rt = Runtime.get()
+    def load(path):
+        return rt.load_program(path).load_method("forward")
+load(warm)
+t = time.perf_counter()
+m = load(target)
+print((time.perf_counter() - t) * 1e3)
+"""
+
+
+def _load_cold(args: argparse.Namespace) -> None:
+    """The first load of each file in a fresh process: what a deployment starting up pays.
+    Each child imports its runtime and loads another model's file of the same kind first
+    (imports, registries and one-time initialisation out of the timing), then times
+    ``load_program`` + ``load_method`` of the file under test once: its weights' pages, the
+    plan's fresh memory and the collector's first pass over the new objects included, which
+    the warm rounds above reuse from the round before."""
+    print(f"== first load in a fresh process: median ms of {args.cold_rounds} interleaved children per runtime, "
+          "each warmed on another model's file; 1 BLAS thread")
+    print(f"{'model':<13}{'orch':>8}{'ET path':>9}{'ETx path':>9}{'o/path':>8}{'o/ETx':>7}")
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    for name in args.models:
+        warm_name = next((m for m in ("bert", *real_models.MODELS) if m != name), name)
+        files = {"orch": ("portable", name), "path": ("portable", name), "xnn": ("xnnpack", name)}
+        times: dict[str, list[float]] = {k: [] for k in files}
+        for _ in range(args.cold_rounds):
+            for kind, (file_kind, model) in files.items():
+                warm = real_models.export(warm_name, file_kind, args.cache_dir)
+                target = real_models.export(model, file_kind, args.cache_dir)
+                r = subprocess.run([sys.executable, "-c", _COLD_CHILD, "orch" if kind == "orch" else "et", str(warm),
+                                    str(target)], capture_output=True, text=True, env=env, timeout=600)
+                lines = r.stdout.split()
+                if r.returncode != 0 or not lines:
+                    raise RuntimeError(f"cold load child ({kind}, {name}) failed: {r.stderr[-2000:]}")
+                times[kind].append(float(lines[-1]))
+        med = {k: statistics.median(v) for k, v in times.items()}
+        print(f"{name:<13}{med['orch']:8.2f}{med['path']:9.2f}{med['xnn']:9.2f}{med['orch'] / med['path']:8.1f}"
+              f"{med['orch'] / med['xnn']:7.1f}", flush=True)
 
 
 def _load_xnnpack(args: argparse.Namespace, rt: Any) -> None:
@@ -784,6 +841,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="rounds of windows per N for section scaling (medians; a 2-vCPU VM's speed moves by 30-50 %%)")
     ap.add_argument("--busy-seconds", type=float, default=2.0)
     ap.add_argument("--load-rounds", type=int, default=7, help="interleaved rounds for section load")
+    ap.add_argument("--cold-rounds", type=int, default=5,
+                    help="fresh processes per runtime and model for section load's first loads (0: none)")
     ap.add_argument("--cache-dir", default=None)
     args = ap.parse_args(argv)
     args.models = [m for m in args.models.split(",") if m]
@@ -798,6 +857,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown section(s) {', '.join(bad)}; known: models, scaling, busy, load, int8")
     if args.load_rounds < 1:
         ap.error("--load-rounds must be at least 1")
+    if args.cold_rounds < 0:
+        ap.error("--cold-rounds must be 0 or more")
     try:
         import executorch  # noqa: F401
         import torch  # noqa: F401
