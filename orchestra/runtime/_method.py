@@ -187,6 +187,10 @@ def _strided_view(flat: np.ndarray, sizes: Sequence[int], dim_order: Sequence[in
     return physical.transpose(np.argsort(dim_order))
 
 
+# ExecuTorch scalar type (a plain int, as the reader gives it) -> numpy dtype
+_NUMPY_DTYPES: dict[int, np.dtype] = {int(k): d for k in ScalarType if (d := numpy_dtype(k)) is not None}
+
+
 class _Slot:
     """Where a planned tensor lives (shared by every Method of a program; the arena is not)."""
 
@@ -424,9 +428,32 @@ class CompiledPlan:
         slots: list[_Slot | None] = [None] * nv
         lists: dict[int, tuple[bool, tuple[int, ...]]] = {}
         runtime: list[int] = []
+        # The common tensors inline (the constants of a constant segment, planned tensors
+        # without an initial value): a model's values number in the thousands. The others,
+        # and every error, through _tensor_value.
+        cs = None if program.constant_buffer else program.constant_segment
+        seg = program.segments[cs.segment_index].data if cs is not None else None
+        offs = cs.offsets if cs is not None else ()
+        frombuffer, prod, dtypes = np.frombuffer, math.prod, _NUMPY_DTYPES
+        static = TensorShapeDynamism.STATIC
         for i, ev in enumerate(plan.values):
             v = ev.val
-            if isinstance(v, Tensor):
+            if type(v) is Tensor:
+                sizes, order = v.sizes, v.dim_order
+                tuples = type(sizes) is tuple and type(order) is tuple  # (as the reader makes them)
+                dtype = dtypes.get(v.scalar_type) if v.extra_tensor_info is None and tuples else None
+                a = v.allocation_info
+                idx = v.data_buffer_idx
+                if dtype is not None and a is None and idx > 0 and seg is not None:
+                    # (the reader checked the constant's bytes lie within its part of the segment)
+                    template[i] = _strided_view(frombuffer(seg, dtype, prod(sizes), offs[idx]), sizes, order)
+                elif dtype is not None and a is not None and idx <= 0:
+                    slots[i] = _Slot(a.memory_id, a.offset, dtype, sizes, order, v.shape_dynamism != static)
+                else:
+                    t, s = template[i], slots[i] = self._tensor_value(i, v)
+                    if t is None and s is None:
+                        runtime.append(i)
+            elif isinstance(v, Tensor):
                 t, s = template[i], slots[i] = self._tensor_value(i, v)
                 if t is None and s is None:
                     runtime.append(i)
