@@ -188,7 +188,8 @@ def _strided_view(flat: np.ndarray, sizes: Sequence[int], dim_order: Sequence[in
 
 
 # ExecuTorch scalar type (a plain int, as the reader gives it) -> numpy dtype
-_NUMPY_DTYPES: dict[int, np.dtype] = {int(k): d for k in ScalarType if (d := numpy_dtype(k)) is not None}
+_NUMPY_DTYPES: Mapping[int, np.dtype] = MappingProxyType(
+    {int(k): d for k in ScalarType if (d := numpy_dtype(k)) is not None})
 
 
 class _Slot:

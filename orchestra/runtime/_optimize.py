@@ -341,8 +341,9 @@ class FirstUses:
 @dataclass(frozen=True, slots=True)
 class Rewrite:
     """One rewrite applied to a plan: its kind, the instructions its step covers, and the
-    constants it computed (``conv_bn``: the folded weight and bias; ``matmul_views``: the
-    operands that are views of constants), read-only."""
+    constants it computed (``conv_bn``: the folded weight and bias, or the file's weight, the
+    folded bias and the scale its 1x1 product applies; ``matmul_views``: the operands that are
+    views of constants), read-only."""
 
     kind: str  # "maxpool_values", "conv_bn", "conv_activation", "conv_planned", "matmul_views",
     # "delegate_views", "elementwise_chain", "gelu_scratch", "constant_copy", "squeeze_excite"
