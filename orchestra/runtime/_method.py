@@ -439,7 +439,7 @@ class CompiledPlan:
         static = TensorShapeDynamism.STATIC
         for i, ev in enumerate(plan.values):
             v = ev.val
-            if type(v) is Tensor:
+            if isinstance(v, Tensor):
                 sizes, order = v.sizes, v.dim_order
                 tuples = type(sizes) is tuple and type(order) is tuple  # (as the reader makes them)
                 dtype = dtypes.get(v.scalar_type) if v.extra_tensor_info is None and tuples else None
@@ -454,10 +454,6 @@ class CompiledPlan:
                     t, s = template[i], slots[i] = self._tensor_value(i, v)
                     if t is None and s is None:
                         runtime.append(i)
-            elif isinstance(v, Tensor):
-                t, s = template[i], slots[i] = self._tensor_value(i, v)
-                if t is None and s is None:
-                    runtime.append(i)
             elif isinstance(v, Int):
                 template[i] = v.int_val
             elif isinstance(v, Bool):
