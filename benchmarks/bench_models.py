@@ -55,8 +55,9 @@ in one run; every ratio compares numbers taken in that run.
    delegate blob, and each one's first and second execute after the load (1 thread); the
    int8 files of section 5 too (rows 'NAME int8'). And the first load of each file in a fresh
    process (``--cold-rounds`` children per runtime, each warmed on another model's file):
-   orchestra, ExecuTorch (path) and ExecuTorch+XNNPACK (its file), what a deployment starting
-   up pays, fresh memory and all.
+   orchestra (the portable file, and its XNNPACK backend on the XNNPACK file), ExecuTorch
+   (path) and ExecuTorch+XNNPACK (its file), what a deployment starting up pays, fresh memory
+   and all.
 5. ``int8`` (not in the default sections): MobileNetV3-small, EfficientNet-B0 and RegNetX
    PT2E-quantized to static int8 (XNNPACKQuantizer, per-channel weights) and lowered to
    XNNPACK: orchestra's XNNPACK backend on its compiled kernels and on its numpy int8 path,
@@ -450,25 +451,28 @@ def _load_cold(args: argparse.Namespace) -> None:
     the warm rounds above reuse from the round before."""
     print(f"== first load in a fresh process: median ms of {args.cold_rounds} interleaved children per runtime, "
           "each warmed on another model's file; 1 BLAS thread")
-    print(f"{'model':<13}{'orch':>8}{'ET path':>9}{'ETx path':>9}{'o/path':>8}{'o/ETx':>7}")
+    print("   ('orch': orchestra on the portable file; 'o xnn': orchestra's XNNPACK backend on the XNNPACK file,"
+          " the same file 'ETx path' loads; 'ox/ETx': that one over ExecuTorch's)")
+    print(f"{'model':<13}{'orch':>8}{'ET path':>9}{'o xnn':>8}{'ETx path':>9}{'o/path':>8}{'o/ETx':>7}{'ox/ETx':>8}")
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     for name in args.models:
         warm_name = next((m for m in ("bert", *real_models.MODELS) if m != name), name)
-        files = {"orch": ("portable", name), "path": ("portable", name), "xnn": ("xnnpack", name)}
+        files = {"orch": ("portable", name), "path": ("portable", name), "oxnn": ("xnnpack", name),
+                 "xnn": ("xnnpack", name)}
         times: dict[str, list[float]] = {k: [] for k in files}
         for _ in range(args.cold_rounds):
             for kind, (file_kind, model) in files.items():
                 warm = real_models.export(warm_name, file_kind, args.cache_dir)
                 target = real_models.export(model, file_kind, args.cache_dir)
-                r = subprocess.run([sys.executable, "-c", _COLD_CHILD, "orch" if kind == "orch" else "et", str(warm),
+                r = subprocess.run([sys.executable, "-c", _COLD_CHILD, "orch" if kind in ("orch", "oxnn") else "et", str(warm),
                                     str(target)], capture_output=True, text=True, env=env, timeout=600)
                 lines = r.stdout.split()
                 if r.returncode != 0 or not lines:
                     raise RuntimeError(f"cold load child ({kind}, {name}) failed: {r.stderr[-2000:]}")
                 times[kind].append(float(lines[-1]))
         med = {k: statistics.median(v) for k, v in times.items()}
-        print(f"{name:<13}{med['orch']:8.2f}{med['path']:9.2f}{med['xnn']:9.2f}{med['orch'] / med['path']:8.1f}"
-              f"{med['orch'] / med['xnn']:7.1f}", flush=True)
+        print(f"{name:<13}{med['orch']:8.2f}{med['path']:9.2f}{med['oxnn']:8.2f}{med['xnn']:9.2f}"
+              f"{med['orch'] / med['path']:8.1f}{med['orch'] / med['xnn']:7.1f}{med['oxnn'] / med['xnn']:8.1f}", flush=True)
 
 
 def _load_xnnpack(args: argparse.Namespace, rt: Any) -> None:
