@@ -877,6 +877,9 @@ class _Matcher:
         # scalars, a hardswish's 3 and 6, once per use): each computed once per plan
         self.copied: dict[tuple[Any, ...], np.ndarray | None] = {}
         self._group_defs: dict[int, list[tuple[int, int, int]]] = {}  # see producer
+        # _conv_static's answer per convolution (asked when a fold is matched and again when
+        # its step is built)
+        self.conv_statics: dict[tuple[int, ...], Any] = {}
 
     # -- helpers ----------------------------------------------------------------------------
     def kernel_call(self, pc: int, name: str, nparams: int) -> tuple[tuple[int, ...], set[int]] | None:
@@ -1453,6 +1456,14 @@ def _conv_bn_step(cp: CompiledPlan, params: tuple[int, ...], out: int, w: np.nda
 def _conv_static(mt: _Matcher, params: tuple[int, ...]) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int], int] | None:
     """The literal (stride, padding, dilation, groups) of 2-d convolution ``params`` (not
     transposed), else None."""
+    known = mt.conv_statics.get(params, False)
+    if known is not False:
+        return known
+    found = mt.conv_statics[params] = _read_conv_static(mt, params)
+    return found
+
+
+def _read_conv_static(mt: _Matcher, params: tuple[int, ...]) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int], int] | None:
     _, w, _, st, pd, dl, tr, _, g, _ = params
     meta = mt.static_tensor(w)
     if meta is None or len(meta[1]) != 4 or mt.literal(tr, (Bool,)) is not False:
