@@ -922,8 +922,11 @@ class Method:
         self._target = self._active = state
         self._ctx = self._contexts(state)
         try:
-            for di in range(len(compiled.plan.delegates)):
-                self._handles.append((backends[compiled.plan.delegates[di].id], self._init_delegate(di, state)))
+            # (one pause for them all: a pause each let the collector pass over the young
+            # objects after every delegate, 62 times for ViT's XNNPACK file)
+            with _gc_paused():
+                for di in range(len(compiled.plan.delegates)):
+                    self._handles.append((backends[compiled.plan.delegates[di].id], self._init_delegate(di, state)))
         except BaseException:
             self._destroy_handles()
             raise
