@@ -512,3 +512,21 @@ def test_compiled_arena_placement_refuses_bad_input() -> None:
         native.arena_place((8,), [0], [0], 64)
     with pytest.raises(TypeError):
         native.arena_place([8.0], [0], [0], 64)
+
+
+def test_shapes_broadcast_as_numpy_broadcasts_them() -> None:
+    """The compiler's own broadcast of two shapes (numpy's builds arrays) gives numpy's
+    answer on every pair of small shapes, zero-sized dims included, and None where numpy
+    refuses."""
+    from itertools import product
+
+    from orchestra.backends.xnnpack._nodes import _broadcast_pair
+
+    shapes = [s for n in range(4) for s in product((0, 1, 2, 3), repeat=n)]
+    for a in shapes:
+        for b in shapes:
+            try:
+                want: tuple[int, ...] | None = tuple(np.broadcast_shapes(a, b))
+            except ValueError:
+                want = None
+            assert _broadcast_pair(a, b) == want, (a, b)
