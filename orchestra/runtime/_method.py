@@ -15,7 +15,6 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -309,20 +308,23 @@ def _named_data_lookup(program: ProgramDef) -> Callable[[str], memoryview]:
     return lookup
 
 
-@contextmanager
-def _gc_paused() -> Iterator[None]:
+class _gc_paused:  # noqa: N801 - used as a function: ``with _gc_paused():``
     """Python's cyclic garbage collector off while a program is decoded, a plan compiled or a
     delegate initialised (an XNNPACK blob compiled): each allocates thousands of small objects
     (values, sets, steps) and none of them in reference cycles the collector would need to
     find, yet the allocations trigger full collections of the whole process's heap (measured:
     80 ms of a 100 ms load_method in a process that had imported torch). Turned back on
-    after, if it was on."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
+    after, if it was on. (A class, not a generator context manager: a load enters it once
+    per delegate question, 160 times for ViT's XNNPACK file.)"""
+
+    __slots__ = ("_was",)
+
+    def __enter__(self) -> None:
+        self._was = gc.isenabled()
+        gc.disable()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._was:
             gc.enable()
 
 
