@@ -370,9 +370,9 @@ class _InstructionSteps(Sequence[Step]):
 class _ListBuilders(dict):
     """CompiledPlan.list_builders: list value -> what builds it (``_list_builder``), each
     made when first asked for. Most list values (a convolution's stride, padding...) are
-    built once, directly, when a Method is created and never again: a
-    builder each (a closure and its cells, kept for the plan's life) cost 1-5 % of a
-    model's load and a fifth of the objects the collector then passes over."""
+    built once, directly, when a Method is created and never again: a builder each (a
+    closure and its cells, kept for the plan's life) was a fifth of the objects a load left
+    for the collector (MobileNetV3: 1,100 of 4,800)."""
 
     __slots__ = ("_lists",)
 
