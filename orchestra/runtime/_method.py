@@ -1051,7 +1051,8 @@ class Method:
         now, on the calling thread (any thread, while the Method keeps executing), so the
         swap at the next execute boundary costs nothing."""
         base, new = self._next_state(backend_id, values)
-        prepared = {di: self._init_delegate(di, new) for di in self._stale(self._active, new)}
+        with _gc_paused():  # one pause for them all, as when the Method was created
+            prepared = {di: self._init_delegate(di, new) for di in self._stale(self._active, new)}
         if prepared:
             new.cell.append(prepared)
         self._publish(base, new)
@@ -1070,10 +1071,11 @@ class Method:
         handles = list(self._handles)
         built: list[int] = []
         try:
-            for di in stale:
-                h = prepared.pop(di) if di in prepared else self._init_delegate(di, new)
-                built.append(di)
-                handles[di] = (handles[di][0], h)
+            with _gc_paused():  # one pause for them all, as when the Method was created
+                for di in stale:
+                    h = prepared.pop(di) if di in prepared else self._init_delegate(di, new)
+                    built.append(di)
+                    handles[di] = (handles[di][0], h)
         except BaseException:
             for di in built:
                 handles[di][0].destroy(handles[di][1])
