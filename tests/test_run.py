@@ -695,6 +695,79 @@ def test_run_in_process_on_plain_asyncio() -> None:
     _check_accounting(summary)
 
 
+FIRST_FRAME = """
+import time
+
+import numpy as np
+
+from orchestra.pipeline import Frame
+
+FIRST = []  # when the first frame was made (time.perf_counter)
+
+
+class Paced:
+    \"\"\"A camera at 50 fps that notes when its first frame was made.\"\"\"
+
+    def __init__(self, name):
+        self.name = name
+
+    async def frames(self):
+        import anyio
+
+        data = np.zeros((1, 3, 16, 16), np.float32)
+        i = 0
+        while True:
+            if not FIRST:
+                FIRST.append(time.perf_counter())
+            yield Frame(self.name, i, data, time.monotonic())
+            i += 1
+            await anyio.sleep(0.02)
+"""
+
+
+def test_the_collector_makes_its_full_pass_after_loading_before_the_first_frame(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The collector's first full pass weighs the whole heap (200-450 ms with torch imported):
+    the run makes it once the instances are loaded and before the first frame, not the
+    collector in the middle of the cameras' first seconds."""
+    import gc
+    import importlib
+    import io
+
+    from orchestra._run import RunOptions, run
+    from orchestra.config import load_config
+    from orchestra.orchestrator import Orchestrator
+
+    (tmp_path / "first_frame_for_test_run.py").write_text(FIRST_FRAME, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    source = importlib.import_module("first_frame_for_test_run")
+    loaded: list[float] = []
+    load = Orchestrator.load
+
+    async def noted_load(self: Orchestrator, *args: object, **kwargs: object) -> object:
+        pool = await load(self, *args, **kwargs)
+        loaded.append(time.perf_counter())
+        return pool
+
+    monkeypatch.setattr(Orchestrator, "load", noted_load)
+    full: list[float] = []
+
+    def note(phase: str, info: dict[str, int]) -> None:
+        if phase == "start" and info["generation"] == 2:
+            full.append(time.perf_counter())
+
+    path = _config(tmp_path, PLAIN_CAMERA.replace("PLAIN", json.dumps(str(EXAMPLES / "models" / "convnet.pte")))
+                   .replace("SOURCE", '{ kind = "first_frame_for_test_run:Paced" }').replace("DROP", "drop_oldest"))
+    gc.callbacks.append(note)
+    try:
+        result = run(load_config(path), RunOptions(duration_s=0.5, use_uvloop=False), out=io.StringIO())
+    finally:
+        gc.callbacks.remove(note)
+    assert result.exit_code == 0, result.problems
+    assert loaded and source.FIRST, (loaded, source.FIRST)
+    assert any(loaded[-1] <= t <= source.FIRST[0] for t in full), (loaded, full, source.FIRST)
+
+
 # -- names from a program (not a validated config) are escaped on the terminal ------------------
 
 

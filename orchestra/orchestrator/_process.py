@@ -32,6 +32,7 @@ module-level function) to the Orchestrator to register them in each child.
 from __future__ import annotations
 
 import functools
+import gc
 import math
 import multiprocessing as mp
 import os
@@ -265,6 +266,9 @@ def _child(requests: Any, replies: Any, program_ref: Any, method_name: str, opti
                      for s, (i, _) in enumerate(slots)]
         static_out = [[(None, None) if sl is None else (views[s][1].get(k, sl[2]), sl[2]) for k, sl in enumerate(o)]
                       for s, (_, o) in enumerate(slots)]
+        # The collector's first full pass over this process's heap (tens of ms), here rather
+        # than in the middle of the first requests (see orchestra._run._collect_before_frames)
+        gc.collect()
         _write_all(wfd, frame(("ready", _in_force(m), blas)))
     except BaseException as exc:  # noqa: BLE001 - reported to the parent
         try:

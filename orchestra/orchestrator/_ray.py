@@ -6,6 +6,7 @@ Ray is the ``ray`` extra and is imported only when a cluster is used (never at i
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import pathlib
 import socket
@@ -279,6 +280,9 @@ class _InstanceActor:
                 initializer()
             self.m = load_for_worker(load_program(memoryview(program)), method_name, methods, options)
             self._sent = self.m.options()
+            # The collector's first full pass over the actor's heap (Ray's own objects
+            # included), here rather than in the middle of the first executes
+            gc.collect()
             return ("ok", ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address(),
                     _plain(self._sent), blas)
         except BaseException as exc:  # noqa: BLE001 - sent to the driver
