@@ -310,8 +310,10 @@ def _storage_answers(cp: CompiledPlan, uses: _optimize.PlanUses, seed: int) -> d
             assert rp.dtype == rlo.dtype == rhi.dtype == own.dtype == np.int64 and has.dtype == bool
             answers[f"{k} mem_reads {m}"] = (rp.tolist(), rlo.tolist(), rhi.tolist(), val)
             answers[f"{k} own_writes {m}"] = (own.tolist(), has.tolist())
-        st.prefetch_covered(queries, reads, dropped)
-        answers[f"{k} known"] = set(st._covered_known[4])  # type: ignore[index]
+        for numpy_from in (-1, 32, 0):  # (which memories prefetch_covered tests)
+            st.numpy_from = numpy_from
+            st.prefetch_covered(queries, reads, dropped)
+            answers[f"{k} {numpy_from} known"] = set(st._covered_known[4])  # type: ignore[index]
         answers[f"{k} drop_unobserved"] = [st.drop_unobserved(v, pc, reads, dropped) for v, pc in queries]
     return answers
 
@@ -368,6 +370,12 @@ def test_the_storage_loops_leave_odd_inputs_to_python() -> None:
     assert u.own_writes([(0, 8, 0)], col.astype(np.int32), col, col, [slot], {}, frozenset(), set()) is None
     assert u.own_writes([(0, 8, 0)], col, col[:1], col, [slot], {}, frozenset(), set()) is None
     assert u.own_writes([(0, 8, 0)], col, col, col, [slot], {0: [1]}, frozenset(), set()) is None
+    regions = {1: (1, 0, 8), 2: (1, 8, 8), 3: (2, 0, 1 << 64)}
+    assert u.group([(1, 4), (2, 4), (5, 4), (1, 6)], regions, {1: [(0, 8, 1)]}, 0) == {1: [(0, 8, 4), (0, 8, 6)]}
+    assert u.group([(1, 4)], regions, {1: [(0, 8, 1)]}, 1) == {}
+    assert u.group([(1, 4)], regions, {}, -1) == {1: [(0, 8, 4)]}  # (len(()) > -1, as in Python)
+    assert u.group([(3, 4)], regions, {}, -1) is None and u.group([[1, 4]], regions, {}, 0) is None
+    assert u.group([(1, 4)], regions, {1: ()}, 0) is None and u.group([(1, 4)], regions, {}, 1 << 64) is None
     known: set = set()
     for qs, size in (([(0, 8, 1 << 61)], 5), ([(0, 8, 1)], 0), ([(0, 8, 1)], 1 << 70), ([[0, 8, 1]], 5)):
         assert u.cover(known, 1, qs, col, col, col + 8, col, yes, size) is False

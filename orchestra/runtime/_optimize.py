@@ -718,12 +718,16 @@ class _Storage:
         array expression per memory instead of a dozen small ones per question, and keeps
         those found covered for drop_unobserved (with these ``reads`` and ``dropped``; it asks
         ``_covered`` about the others, as before)."""
-        by_m: dict[int, list[tuple[int, int, int]]] = {}
-        for value, pc in queries:
-            r = self.regions.get(value)
-            if r is None or r[2] <= r[1] or len(self.by_mem.get(r[0], ())) <= self.numpy_from:
-                continue  # drop_unobserved does not ask _covered about it
-            by_m.setdefault(r[0], []).append((r[1], r[2], pc))
+        by_m: dict[int, list[tuple[int, int, int]]] | None = None
+        if _uses is not None and type(queries) is list:
+            by_m = _uses.group(queries, self.regions, self.by_mem, self.numpy_from)
+        if by_m is None:
+            by_m = {}
+            for value, pc in queries:
+                r = self.regions.get(value)
+                if r is None or r[2] <= r[1] or len(self.by_mem.get(r[0], ())) <= self.numpy_from:
+                    continue  # drop_unobserved does not ask _covered about it
+                by_m.setdefault(r[0], []).append((r[1], r[2], pc))
         known: set[tuple[int, int, int, int]] = set()
         size = self.n + 2
         for m, qs in by_m.items():

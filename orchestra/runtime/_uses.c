@@ -17,7 +17,7 @@
  * the caller handles.
  *
  * The other functions are the hot loops of _optimize._Storage, the memory proofs of the plan
- * rewrites (layout, writes_at, reads, mem_reads, own_writes, cover: see each). Each gives
+ * rewrites (layout, writes_at, reads, mem_reads, own_writes, group, cover: see each). Each gives
  * exactly what its Python counterpart gives, or None (cover: False) when an input is not of
  * the shape that Python code is written for (an int beyond 64 bits, an object of another
  * type): the caller then runs its Python code, which answers (or raises) as it always did.
@@ -710,6 +710,74 @@ static PyObject *own_writes(PyObject *Py_UNUSED(self), PyObject *args) {
     return res;
 }
 
+/* group(queries, regions, by_mem, numpy_from) -> prefetch_covered's questions by memory:
+ * memory id -> [(first byte, end byte, pc)] of each (value, pc) in queries whose value is
+ * planned, of a positive size, in a memory of more than numpy_from values, in the order asked.
+ * None when queries is not a list of pairs, or a region, memory or count not as _Storage makes
+ * them. */
+static PyObject *group(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *queries, *regions, *by_mem, *numpy_from_o;
+    if (!PyArg_ParseTuple(args, "OOOO", &queries, &regions, &by_mem, &numpy_from_o)) return NULL;
+    int64_t numpy_from = 0;
+    int r = get_i64(numpy_from_o, &numpy_from);
+    if (r < 0) return NULL;
+    if (!r || !PyList_CheckExact(queries) || !PyDict_CheckExact(regions) || !PyDict_CheckExact(by_mem)) Py_RETURN_NONE;
+    PyObject *out = PyDict_New();
+    if (out == NULL) return NULL;
+    int state = 1;
+    for (Py_ssize_t k = 0; state == 1 && k < PyList_GET_SIZE(queries); k++) {
+        PyObject *q = PyList_GET_ITEM(queries, k);
+        if (!PyTuple_CheckExact(q) || PyTuple_GET_SIZE(q) != 2) {
+            state = 0;
+            break;
+        }
+        PyObject *reg = PyDict_GetItemWithError(regions, PyTuple_GET_ITEM(q, 0));
+        if (reg == NULL) {
+            if (PyErr_Occurred()) state = -1;
+            continue;
+        }
+        int64_t m, lo, hi;
+        if (!PyTuple_CheckExact(reg) || PyTuple_GET_SIZE(reg) != 3) {
+            state = 0;
+            break;
+        }
+        state = get_i64(PyTuple_GET_ITEM(reg, 0), &m);
+        if (state == 1) state = get_i64(PyTuple_GET_ITEM(reg, 1), &lo);
+        if (state == 1) state = get_i64(PyTuple_GET_ITEM(reg, 2), &hi);
+        if (state != 1 || hi <= lo) continue;
+        PyObject *mem = PyTuple_GET_ITEM(reg, 0), *values = PyDict_GetItemWithError(by_mem, mem);
+        if (values == NULL && PyErr_Occurred()) {
+            state = -1;
+            break;
+        }
+        if (values != NULL && !PyList_CheckExact(values)) {
+            state = 0;
+            break;
+        }
+        if ((values ? PyList_GET_SIZE(values) : 0) <= numpy_from) continue;  /* (none there: len(()) is 0) */
+        PyObject *qs = PyDict_GetItemWithError(out, mem);
+        if (qs == NULL) {
+            if (PyErr_Occurred() || (qs = PyList_New(0)) == NULL) {
+                state = -1;
+                break;
+            }
+            int bad = PyDict_SetItem(out, mem, qs) < 0;
+            Py_DECREF(qs);  /* (out holds it) */
+            if (bad) {
+                state = -1;
+                break;
+            }
+        }
+        PyObject *t = PyTuple_Pack(3, PyTuple_GET_ITEM(reg, 1), PyTuple_GET_ITEM(reg, 2), PyTuple_GET_ITEM(q, 1));
+        if (t == NULL || PyList_Append(qs, t) < 0) state = -1;
+        Py_XDECREF(t);
+    }
+    if (state == 1) return out;
+    Py_DECREF(out);
+    if (state < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
 /* Python's (and numpy's) a % b for b > 0. */
 static inline int64_t floor_mod(int64_t a, int64_t b) {
     int64_t r = a % b;
@@ -806,6 +874,8 @@ static PyMethodDef methods[] = {
      "mem_reads(entries, reads) -> (positions, first bytes, end bytes (int64 bytes), values), or None."},
     {"own_writes", own_writes, METH_VARARGS,
      "own_writes(entries, rp, rlo, rhi, slots, defines, inputs, dropped) -> (int64 bytes, bool bytes), or None."},
+    {"group", group, METH_VARARGS,
+     "group(queries, regions, by_mem, numpy_from) -> memory id -> [(first byte, end byte, pc)], or None."},
     {"cover", cover, METH_VARARGS,
      "cover(known, m, qs, rp, rlo, rhi, own, has, size) -> True when it added the covered queries to known, "
      "False when it left them to the caller."},
