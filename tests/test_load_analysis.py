@@ -271,3 +271,124 @@ def test_the_producer_of_a_value_is_the_plain_ones(pte: str) -> None:
         for value in st.regions:
             for reader in {0, 1, st.n // 2, st.n - 1, st.n, *mt.uses.defines.get(value, ())}:
                 assert mt.producer(value, reader) == _plain_producer(mt, value, reader), (value, reader)
+
+
+# -- _Storage's loops in C (orchestra.runtime._uses) against its Python code ---------------------
+
+def _real_model_files() -> list[pathlib.Path]:
+    """The exported real-size models (portable) where a cache of them is present (not in CI)."""
+    import os
+
+    base = pathlib.Path(os.environ.get("ORCHESTRA_REAL_MODELS", pathlib.Path.home() / ".cache" / "orchestra" / "real_models"))
+    return sorted(base.glob("v1-*/*.portable.pte")) if base.is_dir() else []
+
+
+_STORAGE_PROGRAMS = sorted(FIXTURES.rglob("*.pte")) + _real_model_files()
+
+
+def _storage_answers(cp: CompiledPlan, uses: _optimize.PlanUses, seed: int) -> dict[str, object]:
+    """Everything _Storage answers for ``cp``'s plan (its use analysis ``uses``), made with
+    whichever code ``_optimize._uses`` selects: its layout, reads, and per round of questions
+    (``_question_rounds``, every memory tested as a large one) each memory's reads and own
+    writes, prefetch_covered's known set and drop_unobserved's answers."""
+    st = _Storage(cp, uses, sum(len(chain.instructions) for chain in cp.plan.chains))
+    st.numpy_from = 0
+    # (in order, and reads' sets with their types: the same dicts, not only equal ones)
+    answers: dict[str, object] = {
+        "regions": list(st.regions.items()), "by_mem": list(st.by_mem.items()), "writes_at": st.writes_at,
+        "reads": [(v, type(ps), sorted(ps)) for v, ps in st.reads().items()],
+    }
+    if not st.n:  # no instruction: no question to ask
+        return answers
+    rounds = list(_question_rounds(st, seed))
+    base = st.reads()  # the reads as optimize_steps passes them (frozensets and sets)
+    rounds.append((set(), base, [(v, pc) for v in st.regions for pc in (0, st.n // 3, st.n - 1)]))
+    for k, (dropped, reads, queries) in enumerate(rounds):
+        for m in st.by_mem:
+            rp, rlo, rhi, val = st._mem_reads(m, reads)
+            own, has = st._own_writes(m, reads, dropped)
+            assert rp.dtype == rlo.dtype == rhi.dtype == own.dtype == np.int64 and has.dtype == bool
+            answers[f"{k} mem_reads {m}"] = (rp.tolist(), rlo.tolist(), rhi.tolist(), val)
+            answers[f"{k} own_writes {m}"] = (own.tolist(), has.tolist())
+        for numpy_from in (-1, 32, 0):  # (which memories prefetch_covered tests)
+            st.numpy_from = numpy_from
+            st.prefetch_covered(queries, reads, dropped)
+            answers[f"{k} {numpy_from} known"] = set(st._covered_known[4])  # type: ignore[index]
+        answers[f"{k} drop_unobserved"] = [st.drop_unobserved(v, pc, reads, dropped) for v, pc in queries]
+    return answers
+
+
+@pytest.mark.parametrize("path", _STORAGE_PROGRAMS, ids=lambda p: p.name)
+def test_the_storage_proofs_in_c_give_the_python_answers(path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each answer of _Storage (layout, reads, each memory's reads and own writes, the known
+    set of prefetch_covered, drop_unobserved) and the compiled plan's rewrites and steps are
+    the same made in C and in Python."""
+    if _optimize._uses is None:
+        pytest.skip("orchestra.runtime._uses was not built (no C compiler)")
+    compiled = load_program(path)
+    names = compiled.method_names
+    # One use analysis for both (the compiled scan fills its dicts in another order).
+    uses = [_storage(compiled._compiled_plan(name)).uses for name in names]
+    c_answers = [_storage_answers(compiled._compiled_plan(name), u, 13) for name, u in zip(names, uses)]
+    with monkeypatch.context() as m:
+        m.setattr(_optimize, "_uses", None)
+        py_answers = [_storage_answers(compiled._compiled_plan(name), u, 13) for name, u in zip(names, uses)]
+        python = load_program(path)
+        py_plans = [(python._compiled_plan(name).rewrites, python._compiled_plan(name).step_spans) for name in names]
+    known = 0
+    for c, py in zip(c_answers, py_answers):
+        assert c.keys() == py.keys()
+        for key in c:
+            assert c[key] == py[key], key
+            known += len(c[key]) if key.endswith("known") else 0  # type: ignore[arg-type]
+    assert [(compiled._compiled_plan(name).rewrites, compiled._compiled_plan(name).step_spans) for name in names] == py_plans
+    if path.stem in ("cnn", "convnet", "dwsep", "transformer") or path.name.endswith(".portable.pte"):
+        assert known  # (questions found covered, not only the others)
+
+
+def test_the_storage_loops_leave_odd_inputs_to_python() -> None:
+    """Inputs not of the shape _Storage makes (an int past 64 bits, a list for a set, a
+    position out of range) get None (cover: False, the set untouched) from the C code: the
+    Python code then answers, or raises, as it always did."""
+    u = _optimize._uses
+    if u is None:
+        pytest.skip("orchestra.runtime._uses was not built (no C compiler)")
+    col = np.array([0, 1], np.int64)
+    yes = np.array([True, False])
+    assert u.layout((None,)) is None
+    assert u.writes_at({1: {0, 5}}, 3) is None and u.writes_at({1: {-1}}, 3) is None
+    assert u.writes_at({1: [0]}, 3) is None and u.writes_at({1: {0, 2}, 2: {2}}, 3) == [[1], [], [1, 2]]
+    assert u.reads([], {}, frozenset(), 3) is None and u.reads({}, {}, (1,), 3) is None
+    assert u.mem_reads([(0, 8, 1)], {1: [3]}) is None  # a list of positions
+    assert u.mem_reads([(0, 8, 1)], {1: {1 << 70}}) is None
+    assert u.mem_reads([(0, 1 << 64, 1)], {1: {2}}) is None
+    assert u.mem_reads([[0, 8, 1]], {}) is None
+    assert u.mem_reads([(0, 8, 1)], {}) == (b"", b"", b"", [])
+    slot = type("S", (), {"dynamic": False})()
+    assert u.own_writes([(0, 8, 5)], col, col, col, [slot], {}, frozenset(), set()) is None  # value past the slots
+    assert u.own_writes([(0, 8, 0)], col, col, col, [slot], {0: {1 << 64}}, frozenset(), set()) is None
+    assert u.own_writes([(0, 8, 0)], col.astype(np.int32), col, col, [slot], {}, frozenset(), set()) is None
+    assert u.own_writes([(0, 8, 0)], col, col[:1], col, [slot], {}, frozenset(), set()) is None
+    assert u.own_writes([(0, 8, 0)], col, col, col, [slot], {0: [1]}, frozenset(), set()) is None
+    regions = {1: (1, 0, 8), 2: (1, 8, 8), 3: (2, 0, 1 << 64)}
+    assert u.group([(1, 4), (2, 4), (5, 4), (1, 6)], regions, {1: [(0, 8, 1)]}, 0) == {1: [(0, 8, 4), (0, 8, 6)]}
+    assert u.group([(1, 4)], regions, {1: [(0, 8, 1)]}, 1) == {}
+    assert u.group([(1, 4)], regions, {}, -1) == {1: [(0, 8, 4)]}  # (len(()) > -1, as in Python)
+    assert u.group([(3, 4)], regions, {}, -1) is None and u.group([[1, 4]], regions, {}, 0) is None
+    assert u.group([(1, 4)], regions, {1: ()}, 0) is None and u.group([(1, 4)], regions, {}, 1 << 64) is None
+    known: set = set()
+    for qs, size in (([(0, 8, 1 << 61)], 5), ([(0, 8, 1)], 0), ([(0, 8, 1)], 1 << 70), ([[0, 8, 1]], 5)):
+        assert u.cover(known, 1, qs, col, col, col + 8, col, yes, size) is False
+    assert u.cover(known, 1, [(0, 8, 1)], col, col, col + 8, col, yes.astype(np.int8), 5) is False
+    assert u.cover(known, 1, [(0, 8, 1)], col, col, col + 8, np.array([1 << 61, 0]), yes, 5) is False
+    assert not known
+    # A position past 64 bits in a plan's analysis: the Python code answers (here, raises as
+    # numpy does).
+    cp = load_program(FIXTURES / "cnn.pte")._compiled_plan("forward")
+    st = _storage(cp)
+    m = next(iter(st.by_mem))
+    d = next(v for _, _, v in st.by_mem[m] if st.whole_writes(v) and v in st.uses.defines)
+    st.uses.defines[d].add(1 << 70)  # type: ignore[attr-defined]
+    st._whole_writes.clear()
+    with pytest.raises(OverflowError):
+        st._own_writes(m, {v: {1 << 69} for _, _, v in st.by_mem[m]}, set())

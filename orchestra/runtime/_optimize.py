@@ -210,7 +210,7 @@ from .kernels._elementwise import GELU_TABLE_MAX_SIZE, add_f32_into, bn_fold_f32
 from .kernels._fused import SE_ADD, SE_CLAMP, SE_DIV, SE_MUL, SE_MULX, SE_SIGMOID, squeeze_excite_available, squeeze_excite_into
 from .kernels._pool import max_pool2d_values_out
 
-try:  # the use analysis' loop, compiled (optional, like the kernels: see setup.py)
+try:  # the use analysis' loop and _Storage's, compiled (optional, like the kernels: see setup.py)
     from . import _uses
 except ImportError:  # pragma: no cover - built without a C compiler
     _uses = None
@@ -515,6 +515,10 @@ class _Storage:
     execute, 0..n-1 the instructions, n the caller reading the outputs at its end. Executes
     repeat them in that order, so an interval between two positions may wrap around (a read
     early in the plan sees what the previous execute wrote last).
+
+    Its hot loops run in C where ``orchestra.runtime._uses`` is built (the same answers; the
+    Python code below is what runs without it, and where an input is of a shape the C code
+    leaves to it).
     """
 
     def __init__(self, cp: CompiledPlan, uses: PlanUses, n: int) -> None:
@@ -522,17 +526,21 @@ class _Storage:
         self.uses = uses
         self.n = n
         self.inputs = frozenset(_expand(cp.input_idx, cp.lists))
-        regions: dict[int, _Region] = {}
-        by_mem: dict[int, list[tuple[int, int, int]]] = {}
-        for i, slot in enumerate(cp.slots):
-            if slot is None:
-                continue
-            size = slot.dtype.itemsize * slot.capacity
-            regions[i] = (slot.memory_id, slot.offset, slot.offset + size)
-            if size > 0:
-                by_mem.setdefault(slot.memory_id, []).append((slot.offset, slot.offset + size, i))
-        self.regions = regions
-        self.by_mem = by_mem
+        laid = None if _uses is None else _uses.layout(cp.slots)
+        if laid is not None:
+            regions, by_mem = laid
+        else:
+            regions = {}
+            by_mem = {}
+            for i, slot in enumerate(cp.slots):
+                if slot is None:
+                    continue
+                size = slot.dtype.itemsize * slot.capacity
+                regions[i] = (slot.memory_id, slot.offset, slot.offset + size)
+                if size > 0:
+                    by_mem.setdefault(slot.memory_id, []).append((slot.offset, slot.offset + size, i))
+        self.regions: dict[int, _Region] = regions
+        self.by_mem: dict[int, list[tuple[int, int, int]]] = by_mem
         # A tensor that is neither constant, planned nor an input holds whatever array an
         # instruction gave it (a view op's result, say): it may share memory with anything.
         mentions = uses.mentions
@@ -551,10 +559,13 @@ class _Storage:
         # (memory, first byte, end byte, position) found covered by prefetch_covered, for
         # the reads dict and dropped set it was given (their identities and sizes).
         self._covered_known: tuple[Any, int, Any, int, set[tuple[int, int, int, int]]] | None = None
-        self.writes_at: list[list[int]] = [[] for _ in range(n)]
-        for i, pcs in uses.writers.items():
-            for pc in pcs:
-                self.writes_at[pc].append(i)
+        writes_at = None if _uses is None else _uses.writes_at(uses.writers, n)
+        if writes_at is None:
+            writes_at = [[] for _ in range(n)]
+            for i, pcs in uses.writers.items():
+                for pc in pcs:
+                    writes_at[pc].append(i)
+        self.writes_at: list[list[int]] = writes_at
 
     def static(self, i: int) -> bool:
         """A planned tensor of static shape (a write of it writes all its bytes)."""
@@ -644,6 +655,10 @@ class _Storage:
 
     def reads(self) -> dict[int, frozenset[int]]:
         """value -> positions that may read it, as the plan is written."""
+        if _uses is not None:
+            found = _uses.reads(self.uses.mentions, self.uses.defines, self.uses.outputs, self.n)
+            if found is not None:
+                return found
         defines = self.uses.defines
         out = {i: ms - defines[i] if i in defines else ms for i, ms in self.uses.mentions.items()}  # PlanUses.reads
         end = frozenset((self.n,))
@@ -703,17 +718,23 @@ class _Storage:
         array expression per memory instead of a dozen small ones per question, and keeps
         those found covered for drop_unobserved (with these ``reads`` and ``dropped``; it asks
         ``_covered`` about the others, as before)."""
-        by_m: dict[int, list[tuple[int, int, int]]] = {}
-        for value, pc in queries:
-            r = self.regions.get(value)
-            if r is None or r[2] <= r[1] or len(self.by_mem.get(r[0], ())) <= self.numpy_from:
-                continue  # drop_unobserved does not ask _covered about it
-            by_m.setdefault(r[0], []).append((r[1], r[2], pc))
+        by_m: dict[int, list[tuple[int, int, int]]] | None = None
+        if _uses is not None and type(queries) is list:
+            by_m = _uses.group(queries, self.regions, self.by_mem, self.numpy_from)
+        if by_m is None:
+            by_m = {}
+            for value, pc in queries:
+                r = self.regions.get(value)
+                if r is None or r[2] <= r[1] or len(self.by_mem.get(r[0], ())) <= self.numpy_from:
+                    continue  # drop_unobserved does not ask _covered about it
+                by_m.setdefault(r[0], []).append((r[1], r[2], pc))
         known: set[tuple[int, int, int, int]] = set()
         size = self.n + 2
         for m, qs in by_m.items():
             rp, rlo, rhi, _ = self._mem_reads(m, reads)
             own, has_own = self._own_writes(m, reads, dropped)
+            if _uses is not None and _uses.cover(known, m, qs, rp, rlo, rhi, own, has_own, size):
+                continue  # (the same test, one query and one read at a time, in C)
             q = np.array(qs, np.int64).reshape(-1, 3)
             lo, hi, pc = q[:, 0:1], q[:, 1:2], q[:, 2:3]
             sel = (rlo < hi) & (rhi > lo)
@@ -758,12 +779,17 @@ class _Storage:
 
     def _mem_reads(self, m: int, reads: Mapping[int, AbstractSet[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
         """The reads (``reads``: value -> positions) of planned values of memory ``m`` as
-        arrays: position, first and end byte of the value read, and (a list) the value read;
-        once per ``reads`` dict (a caller changing a dict between calls must change its size)."""
+        arrays (not to be written: shared by the callers): position, first and end byte of the
+        value read, and (a list) the value read; once per ``reads`` dict (a caller changing a
+        dict between calls must change its size)."""
         cached = self._reads
         if cached is None or cached[0] is not reads or cached[1] != len(reads):
             cached = self._reads = (reads, len(reads), {})
         found = cached[2].get(m)
+        got = None if found is not None or _uses is None else _uses.mem_reads(self.by_mem.get(m, []), reads)
+        if got is not None:
+            found = cached[2][m] = (np.frombuffer(got[0], np.int64), np.frombuffer(got[1], np.int64),
+                                    np.frombuffer(got[2], np.int64), got[3])
         if found is None:
             pos: list[int] = []
             lo: list[int] = []
@@ -793,6 +819,13 @@ class _Storage:
                 or cached[3] != len(dropped)):
             cached = self._own = (reads, len(reads), dropped, len(dropped), {})
         found = cached[4].get(m)
+        if found is None and _uses is not None:
+            rp, rlo, rhi, _ = self._mem_reads(m, reads)
+            # (rlo, rhi: each read value's bytes, regions[a][1:] below)
+            got = _uses.own_writes(self.by_mem.get(m, []), rp, rlo, rhi, self.cp.slots, self.uses.defines, self.inputs,
+                                   dropped)
+            if got is not None:
+                found = cached[4][m] = (np.frombuffer(got[0], np.int64), np.frombuffer(got[1], bool))
         if found is None:
             rp, _, _, val = self._mem_reads(m, reads)
             by_region: dict[tuple[int, int], set[int]] = {}

@@ -14,9 +14,19 @@
  * of out parameter positions) or None when the operator has no kernel. Argument indices are
  * Python ints (the program reader checked them); anything of another shape (an operator entry
  * or list that is not as described, an index past the operators) makes the instruction one
- * the caller handles. */
+ * the caller handles.
+ *
+ * The other functions are the hot loops of _optimize._Storage, the memory proofs of the plan
+ * rewrites (layout, writes_at, reads, mem_reads, own_writes, group, cover: see each). Each gives
+ * exactly what its Python counterpart gives, or None (cover: False) when an input is not of
+ * the shape that Python code is written for (an int beyond 64 bits, an object of another
+ * type): the caller then runs its Python code, which answers (or raises) as it always did.
+ * The inputs derive from a .pte file: nothing here indexes with a value it has not checked. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* Up to this many values named by one instruction are handled here (lists expanded). */
 #define MAX_NAMED 4096
@@ -220,13 +230,658 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
     return res;
 }
 
+/* ---- _Storage (orchestra/runtime/_optimize.py) ------------------------------------------- */
+
+/* *v = o when o is an exact int that fits in 64 bits: 1; 0 when it is not (no error set); -1
+ * on an error. */
+static int get_i64(PyObject *o, int64_t *v) {
+    if (!PyLong_CheckExact(o)) return 0;
+    int overflow = 0;
+    long long x = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow) return 0;
+    if (x == -1 && PyErr_Occurred()) return -1;
+    *v = (int64_t)x;
+    return 1;
+}
+
+/* A growing array of int64. */
+typedef struct {
+    int64_t *p;
+    Py_ssize_t n, cap;
+} I64s;
+
+static int i64s_push(I64s *b, int64_t v) {
+    if (b->n == b->cap) {
+        Py_ssize_t cap = b->cap ? b->cap : 64;
+        if (b->cap) {
+            if (cap > PY_SSIZE_T_MAX / 2 / (Py_ssize_t)sizeof(int64_t)) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            cap *= 2;
+        }
+        int64_t *q = PyMem_Realloc(b->p, (size_t)cap * sizeof(int64_t));
+        if (q == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        b->p = q;
+        b->cap = cap;
+    }
+    b->p[b->n++] = v;
+    return 0;
+}
+
+static PyObject *i64s_bytes(const I64s *b) {
+    return PyBytes_FromStringAndSize(b->n ? (const char *)b->p : "", b->n * (Py_ssize_t)sizeof(int64_t));
+}
+
+/* An entry of _Storage.by_mem: (first byte, end byte, value), exact ints of 64 bits. 1, 0 (not
+ * of that shape), -1 error. */
+static int get_entry(PyObject *e, int64_t *lo, int64_t *hi, int64_t *value) {
+    if (!PyTuple_CheckExact(e) || PyTuple_GET_SIZE(e) != 3) return 0;
+    int r = get_i64(PyTuple_GET_ITEM(e, 0), lo);
+    if (r == 1) r = get_i64(PyTuple_GET_ITEM(e, 1), hi);
+    if (r == 1) r = get_i64(PyTuple_GET_ITEM(e, 2), value);
+    return r;
+}
+
+/* A 1-D contiguous buffer of 8-byte signed ints (numpy int64: format 'l' or 'q') when
+ * ``boolean`` is 0, of 1-byte bools (format '?') when it is 1. 1, 0 (another kind of object),
+ * -1 error; on 1 the caller releases ``view``. */
+static int get_column(PyObject *o, Py_buffer *view, int boolean) {
+    if (!PyObject_CheckBuffer(o)) return 0;
+    if (PyObject_GetBuffer(o, view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        if (PyErr_ExceptionMatches(PyExc_BufferError) || PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            return 0;
+        }
+        return -1;
+    }
+    const char *f = view->format ? view->format : "B";
+    if (*f == '@' || *f == '=') f++;
+    int ok = view->ndim == 1 && f[0] != 0 && f[1] == 0 &&
+             (boolean ? view->itemsize == 1 && f[0] == '?'
+                      : view->itemsize == 8 && (f[0] == 'q' || (f[0] == 'l' && sizeof(long) == 8)));
+    if (!ok) {
+        PyBuffer_Release(view);
+        return 0;
+    }
+    return 1;
+}
+
+/* layout(slots) -> (regions, by_mem), _Storage.__init__'s loop over the planned values:
+ * regions[i] = (memory_id, offset, offset + size) for each slot that is not None, with size
+ * = slot.dtype.itemsize * slot.capacity, and by_mem[memory_id] the (offset, offset + size, i)
+ * of those of a positive size, in value order. The arithmetic is Python's (any int), and an
+ * attribute missing raises as the Python loop would. None when slots is not a list. */
+static PyObject *layout(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *slots;
+    if (!PyArg_ParseTuple(args, "O", &slots)) return NULL;
+    if (!PyList_CheckExact(slots)) Py_RETURN_NONE;
+    PyObject *regions = PyDict_New(), *by_mem = PyDict_New(), *zero = PyLong_FromLong(0);
+    PyObject *s_dtype = PyUnicode_InternFromString("dtype"), *s_itemsize = PyUnicode_InternFromString("itemsize");
+    PyObject *s_capacity = PyUnicode_InternFromString("capacity"), *s_memory = PyUnicode_InternFromString("memory_id");
+    PyObject *s_offset = PyUnicode_InternFromString("offset");
+    int ok = regions && by_mem && zero && s_dtype && s_itemsize && s_capacity && s_memory && s_offset;
+    for (Py_ssize_t i = 0; ok && i < PyList_GET_SIZE(slots); i++) {
+        PyObject *slot = PyList_GET_ITEM(slots, i);
+        if (slot == Py_None) continue;
+        Py_INCREF(slot);  /* (the attribute lookups below may run Python code) */
+        PyObject *dtype = NULL, *itemsize = NULL, *capacity = NULL, *size = NULL, *memory = NULL, *offset = NULL;
+        PyObject *end = NULL, *index = NULL, *region = NULL, *entry = NULL;
+        ok = (dtype = PyObject_GetAttr(slot, s_dtype)) && (itemsize = PyObject_GetAttr(dtype, s_itemsize)) &&
+             (capacity = PyObject_GetAttr(slot, s_capacity)) && (size = PyNumber_Multiply(itemsize, capacity)) &&
+             (memory = PyObject_GetAttr(slot, s_memory)) && (offset = PyObject_GetAttr(slot, s_offset)) &&
+             (end = PyNumber_Add(offset, size)) && (index = PyLong_FromSsize_t(i)) &&
+             (region = PyTuple_Pack(3, memory, offset, end)) && PyDict_SetItem(regions, index, region) == 0;
+        int positive = ok ? PyObject_RichCompareBool(size, zero, Py_GT) : 0;
+        if (positive < 0) ok = 0;
+        if (ok && positive) {
+            PyObject *list = PyDict_GetItemWithError(by_mem, memory);
+            if (list == NULL && !PyErr_Occurred()) {
+                list = PyList_New(0);
+                ok = list != NULL && PyDict_SetItem(by_mem, memory, list) == 0;
+                Py_XDECREF(list);  /* (by_mem holds it) */
+            }
+            ok = ok && list != NULL && (entry = PyTuple_Pack(3, offset, end, index)) && PyList_Append(list, entry) == 0;
+        }
+        Py_XDECREF(dtype); Py_XDECREF(itemsize); Py_XDECREF(capacity); Py_XDECREF(size); Py_XDECREF(memory);
+        Py_XDECREF(offset); Py_XDECREF(end); Py_XDECREF(index); Py_XDECREF(region); Py_XDECREF(entry);
+        Py_DECREF(slot);
+    }
+    Py_XDECREF(zero); Py_XDECREF(s_dtype); Py_XDECREF(s_itemsize); Py_XDECREF(s_capacity); Py_XDECREF(s_memory);
+    Py_XDECREF(s_offset);
+    PyObject *res = ok ? PyTuple_Pack(2, regions, by_mem) : NULL;
+    Py_XDECREF(regions);
+    Py_XDECREF(by_mem);
+    return res;
+}
+
+/* writes_at(writers, n) -> [values instruction pc may write, for pc in range(n)], in the order
+ * the Python loop appends them (writers' order, then each set's). None when writers is not a
+ * dict of sets of ints in range(n). */
+static PyObject *writes_at(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *writers;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "On", &writers, &n)) return NULL;
+    if (!PyDict_CheckExact(writers) || n < 0) Py_RETURN_NONE;
+    PyObject *out = PyList_New(n);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t pc = 0; pc < n; pc++) {
+        PyObject *l = PyList_New(0);
+        if (l == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, pc, l);
+    }
+    Py_ssize_t pos = 0;
+    PyObject *i, *pcs;
+    while (PyDict_Next(writers, &pos, &i, &pcs)) {
+        if (!PySet_CheckExact(pcs) && !PyFrozenSet_CheckExact(pcs)) goto other;
+        Py_INCREF(i);
+        Py_INCREF(pcs);
+        PyObject *it = PyObject_GetIter(pcs), *pc;
+        int bad = it == NULL, other = 0;
+        while (!bad && !other && (pc = PyIter_Next(it)) != NULL) {
+            int64_t k = 0;
+            int r = get_i64(pc, &k);
+            Py_DECREF(pc);
+            if (r < 0) bad = 1;
+            else if (r == 0 || k < 0 || k >= n) other = 1;
+            else bad = PyList_Append(PyList_GET_ITEM(out, k), i) < 0;
+        }
+        bad = bad || PyErr_Occurred() != NULL;
+        Py_XDECREF(it);
+        Py_DECREF(pcs);
+        Py_DECREF(i);
+        if (bad) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        if (other) goto other;
+    }
+    return out;
+other:
+    Py_DECREF(out);
+    Py_RETURN_NONE;
+}
+
+/* reads(mentions, defines, outputs, n) -> _Storage.reads(): value -> mentions[value] less
+ * defines[value] (the same objects and types as Python's ``-``), then each output's with n
+ * added (``|``). None when mentions or defines is not a dict, or outputs not a set. */
+static PyObject *reads(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *mentions, *defines, *outputs, *n;
+    if (!PyArg_ParseTuple(args, "OOOO", &mentions, &defines, &outputs, &n)) return NULL;
+    if (!PyDict_CheckExact(mentions) || !PyDict_CheckExact(defines) || !PyAnySet_CheckExact(outputs)) Py_RETURN_NONE;
+    PyObject *out = PyDict_New();
+    if (out == NULL) return NULL;
+    Py_ssize_t pos = 0;
+    PyObject *i, *ms;
+    while (PyDict_Next(mentions, &pos, &i, &ms)) {
+        Py_INCREF(i);
+        Py_INCREF(ms);
+        PyObject *d = PyDict_GetItemWithError(defines, i), *v = NULL;
+        if (d != NULL) v = PyNumber_Subtract(ms, d);
+        else if (!PyErr_Occurred()) v = Py_NewRef(ms);
+        int bad = v == NULL || PyDict_SetItem(out, i, v) < 0;
+        Py_XDECREF(v);
+        Py_DECREF(ms);
+        Py_DECREF(i);
+        if (bad) {
+            Py_DECREF(out);
+            return NULL;
+        }
+    }
+    PyObject *end = NULL, *items = PyTuple_Pack(1, n);
+    if (items != NULL) end = PyFrozenSet_New(items);
+    Py_XDECREF(items);
+    PyObject *it = end ? PyObject_GetIter(outputs) : NULL;
+    if (it == NULL) {
+        Py_XDECREF(end);
+        Py_DECREF(out);
+        return NULL;
+    }
+    int bad = 0;
+    while (!bad && (i = PyIter_Next(it)) != NULL) {
+        PyObject *cur = PyDict_GetItemWithError(out, i), *v = NULL;
+        if (cur != NULL) {
+            v = PyNumber_Or(cur, end);
+        } else if (!PyErr_Occurred()) {
+            PyObject *empty = PyFrozenSet_New(NULL);
+            v = empty ? PyNumber_Or(empty, end) : NULL;
+            Py_XDECREF(empty);
+        }
+        bad = v == NULL || PyDict_SetItem(out, i, v) < 0;
+        Py_XDECREF(v);
+        Py_DECREF(i);
+    }
+    bad = bad || PyErr_Occurred() != NULL;
+    Py_DECREF(it);
+    Py_DECREF(end);
+    if (bad) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* mem_reads(entries, reads) -> (positions, first bytes, end bytes, values): _Storage._mem_reads
+ * of one memory, ``entries`` its by_mem list; the first three as int64 bytes, the values a
+ * list. Each entry's reads in the order its set iterates, as the Python loop extends them. None
+ * when reads is not a dict, an entry or a read position not as _Storage makes them. */
+static PyObject *mem_reads(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *entries, *rd;
+    if (!PyArg_ParseTuple(args, "OO", &entries, &rd)) return NULL;
+    if (!PyList_CheckExact(entries) || !PyDict_CheckExact(rd)) Py_RETURN_NONE;
+    I64s pos = {0}, lo = {0}, hi = {0};
+    PyObject *val = PyList_New(0), *res = NULL;
+    int state = val ? 1 : -1; /* 1 going on, 0 another shape, -1 error */
+    for (Py_ssize_t k = 0; state == 1 && k < PyList_GET_SIZE(entries); k++) {
+        PyObject *e = PyList_GET_ITEM(entries, k);
+        int64_t a_lo, a_hi, a;
+        state = get_entry(e, &a_lo, &a_hi, &a);
+        if (state != 1) break;
+        PyObject *value = PyTuple_GET_ITEM(e, 2);
+        PyObject *ps = PyDict_GetItemWithError(rd, value);
+        if (ps == NULL) {
+            if (PyErr_Occurred()) state = -1;
+            continue;
+        }
+        if (!PySet_CheckExact(ps) && !PyFrozenSet_CheckExact(ps)) {
+            state = 0;
+            break;
+        }
+        Py_INCREF(ps);
+        PyObject *it = PyObject_GetIter(ps), *p;
+        if (it == NULL) state = -1;
+        while (state == 1 && (p = PyIter_Next(it)) != NULL) {
+            int64_t v = 0;
+            state = get_i64(p, &v);
+            if (state == 1) {
+                if (i64s_push(&pos, v) < 0 || i64s_push(&lo, a_lo) < 0 || i64s_push(&hi, a_hi) < 0 ||
+                    PyList_Append(val, value) < 0)
+                    state = -1;
+            }
+            Py_DECREF(p);
+        }
+        if (state == 1 && PyErr_Occurred()) state = -1;
+        Py_XDECREF(it);
+        Py_DECREF(ps);
+    }
+    if (state == 1) {
+        PyObject *b0 = i64s_bytes(&pos), *b1 = i64s_bytes(&lo), *b2 = i64s_bytes(&hi);
+        res = b0 && b1 && b2 ? PyTuple_Pack(4, b0, b1, b2, val) : NULL;
+        Py_XDECREF(b0); Py_XDECREF(b1); Py_XDECREF(b2);
+    } else if (state == 0) {
+        res = Py_NewRef(Py_None);
+    }
+    PyMem_Free(pos.p);
+    PyMem_Free(lo.p);
+    PyMem_Free(hi.p);
+    Py_XDECREF(val);
+    return res;
+}
+
+/* A write of all of a region's bytes: (first byte, end byte, position). */
+typedef struct {
+    int64_t lo, hi, w;
+} Write;
+
+static int write_cmp(const void *a, const void *b) {
+    const Write *x = a, *y = b;
+    if (x->lo != y->lo) return x->lo < y->lo ? -1 : 1;
+    if (x->hi != y->hi) return x->hi < y->hi ? -1 : 1;
+    return x->w < y->w ? -1 : x->w > y->w;
+}
+
+/* A growing array of Writes. */
+typedef struct {
+    Write *p;
+    Py_ssize_t n, cap;
+} Writes;
+
+static int writes_push(Writes *b, Write v) {
+    if (b->n == b->cap) {
+        Py_ssize_t cap = b->cap ? b->cap : 64;
+        if (b->cap) {
+            if (cap > PY_SSIZE_T_MAX / 2 / (Py_ssize_t)sizeof(Write)) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            cap *= 2;
+        }
+        Write *q = PyMem_Realloc(b->p, (size_t)cap * sizeof(Write));
+        if (q == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        b->p = q;
+        b->cap = cap;
+    }
+    b->p[b->n++] = v;
+    return 0;
+}
+
+/* Adds (lo, hi, w) unless (w, value) is in dropped. 1, 0 (w not an int of 64 bits), -1. */
+static int add_write(Writes *ws, int64_t lo, int64_t hi, PyObject *w, PyObject *value, PyObject *dropped) {
+    int64_t wv;
+    int r = get_i64(w, &wv);
+    if (r != 1) return r;
+    PyObject *key = PyTuple_Pack(2, w, value);
+    if (key == NULL) return -1;
+    int gone = PySet_Contains(dropped, key);
+    Py_DECREF(key);
+    if (gone < 0) return -1;
+    if (!gone && writes_push(ws, (Write){lo, hi, wv}) < 0) return -1;
+    return 1;
+}
+
+/* own_writes(entries, rp, rlo, rhi, slots, defines, inputs, dropped) -> (own, has):
+ * _Storage._own_writes of one memory. ``entries`` is its by_mem list, rp / rlo / rhi the
+ * position and bytes of each read (_mem_reads' int64 arrays); the whole writes are
+ * _Storage.whole_writes' (a static planned value's defining instructions, and -1 for an
+ * input), less those in dropped. ``own`` (int64 bytes) is per read the last such write of its
+ * bytes before it, wrapping (-2: none), ``has`` (bool bytes) whether there is one. None when
+ * an input is not of the shape _Storage makes. */
+static PyObject *own_writes(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *entries, *rp_o, *rlo_o, *rhi_o, *slots, *defines, *inputs, *dropped;
+    if (!PyArg_ParseTuple(args, "OOOOOOOO", &entries, &rp_o, &rlo_o, &rhi_o, &slots, &defines, &inputs, &dropped))
+        return NULL;
+    if (!PyList_CheckExact(entries) || !PyList_CheckExact(slots) || !PyDict_CheckExact(defines) ||
+        !PyAnySet_CheckExact(inputs) || !PyAnySet_CheckExact(dropped))
+        Py_RETURN_NONE;
+    Py_buffer cols[3];
+    int got = 0, state = 1;
+    PyObject *objs[3] = {rp_o, rlo_o, rhi_o};
+    for (; got < 3; got++) {
+        state = get_column(objs[got], &cols[got], 0);
+        if (state != 1) break;
+    }
+    Py_ssize_t nr = state == 1 ? cols[0].len / 8 : 0;
+    if (state == 1 && (cols[1].len / 8 != nr || cols[2].len / 8 != nr)) state = 0;
+    Writes ws = {0};
+    PyObject *s_dynamic = state == 1 ? PyUnicode_InternFromString("dynamic") : NULL, *minus1 = NULL;
+    if (state == 1 && (s_dynamic == NULL || (minus1 = PyLong_FromLong(-1)) == NULL)) state = -1;
+    /* The whole writes of the memory's values (whole_writes), less the dropped. */
+    for (Py_ssize_t k = 0; state == 1 && k < PyList_GET_SIZE(entries); k++) {
+        PyObject *e = PyList_GET_ITEM(entries, k);
+        int64_t lo, hi, d;
+        state = get_entry(e, &lo, &hi, &d);
+        if (state != 1) break;
+        if (d < 0 || d >= PyList_GET_SIZE(slots)) {
+            state = 0;
+            break;
+        }
+        PyObject *slot = PyList_GET_ITEM(slots, d), *value = PyTuple_GET_ITEM(e, 2);
+        if (slot == Py_None) continue;
+        Py_INCREF(slot);
+        PyObject *dyn = PyObject_GetAttr(slot, s_dynamic);
+        Py_DECREF(slot);
+        int dynamic = dyn ? PyObject_IsTrue(dyn) : -1;
+        Py_XDECREF(dyn);
+        if (dynamic) {
+            if (dynamic < 0) state = -1;
+            continue;
+        }
+        PyObject *ds = PyDict_GetItemWithError(defines, value);
+        if (ds != NULL) {
+            if (!PySet_CheckExact(ds) && !PyFrozenSet_CheckExact(ds)) {
+                state = 0;
+                break;
+            }
+            Py_INCREF(ds);
+            PyObject *it = PyObject_GetIter(ds), *w;
+            if (it == NULL) state = -1;
+            while (state == 1 && (w = PyIter_Next(it)) != NULL) {
+                state = add_write(&ws, lo, hi, w, value, dropped);
+                Py_DECREF(w);
+            }
+            if (state == 1 && PyErr_Occurred()) state = -1;
+            Py_XDECREF(it);
+            Py_DECREF(ds);
+        } else if (PyErr_Occurred()) {
+            state = -1;
+        }
+        if (state != 1) break;
+        int input = PySet_Contains(inputs, value);
+        if (input < 0) state = -1;
+        else if (input) state = add_write(&ws, lo, hi, minus1, value, dropped);
+    }
+    PyObject *res = NULL;
+    if (state == 1) {
+        /* Sorted by region then position, each (region, position) once: a region's writes
+         * are a run, searched as bisect searches its sorted list. */
+        if (ws.n > 1) qsort(ws.p, (size_t)ws.n, sizeof(Write), write_cmp);
+        Py_ssize_t u = 0;
+        for (Py_ssize_t k = 0; k < ws.n; k++)
+            if (!u || write_cmp(&ws.p[u - 1], &ws.p[k]) != 0) ws.p[u++] = ws.p[k];
+        ws.n = u;
+        const int64_t *rp = cols[0].buf, *rlo = cols[1].buf, *rhi = cols[2].buf;
+        PyObject *own_b = PyBytes_FromStringAndSize(NULL, nr * (Py_ssize_t)sizeof(int64_t));
+        PyObject *has_b = PyBytes_FromStringAndSize(NULL, nr);
+        if (own_b && has_b) {
+            int64_t *own = (int64_t *)PyBytes_AS_STRING(own_b);
+            char *has = PyBytes_AS_STRING(has_b);
+            for (Py_ssize_t r = 0; r < nr; r++) {
+                /* The run of region (rlo, rhi): [a, b). */
+                Py_ssize_t a = 0, b = ws.n;
+                while (a < b) {
+                    Py_ssize_t mid = a + (b - a) / 2;
+                    const Write *x = &ws.p[mid];
+                    if (x->lo < rlo[r] || (x->lo == rlo[r] && x->hi < rhi[r])) a = mid + 1;
+                    else b = mid;
+                }
+                b = a;
+                while (b < ws.n && ws.p[b].lo == rlo[r] && ws.p[b].hi == rhi[r]) b++;
+                /* bisect_left of rp[r] in the run */
+                Py_ssize_t lo_k = a, hi_k = b;
+                while (lo_k < hi_k) {
+                    Py_ssize_t mid = lo_k + (hi_k - lo_k) / 2;
+                    if (ws.p[mid].w < rp[r]) lo_k = mid + 1;
+                    else hi_k = mid;
+                }
+                int found = 0;
+                int64_t w = -2;
+                if (a < b) {
+                    if (lo_k > a) {
+                        w = ws.p[lo_k - 1].w;  /* the last one before the read */
+                        found = 1;
+                    } else if (ws.p[b - 1].w != rp[r]) {
+                        w = ws.p[b - 1].w;  /* none before: the last one of the previous execute */
+                        found = 1;
+                    }
+                }
+                own[r] = found ? w : -2;
+                has[r] = (char)found;
+            }
+            res = PyTuple_Pack(2, own_b, has_b);
+        }
+        Py_XDECREF(own_b);
+        Py_XDECREF(has_b);
+    } else if (state == 0) {
+        res = Py_NewRef(Py_None);
+    }
+    for (int k = 0; k < got; k++) PyBuffer_Release(&cols[k]);
+    PyMem_Free(ws.p);
+    Py_XDECREF(s_dynamic);
+    Py_XDECREF(minus1);
+    return res;
+}
+
+/* group(queries, regions, by_mem, numpy_from) -> prefetch_covered's questions by memory:
+ * memory id -> [(first byte, end byte, pc)] of each (value, pc) in queries whose value is
+ * planned, of a positive size, in a memory of more than numpy_from values, in the order asked.
+ * None when queries is not a list of pairs, or a region, memory or count not as _Storage makes
+ * them. */
+static PyObject *group(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *queries, *regions, *by_mem, *numpy_from_o;
+    if (!PyArg_ParseTuple(args, "OOOO", &queries, &regions, &by_mem, &numpy_from_o)) return NULL;
+    int64_t numpy_from = 0;
+    int r = get_i64(numpy_from_o, &numpy_from);
+    if (r < 0) return NULL;
+    if (!r || !PyList_CheckExact(queries) || !PyDict_CheckExact(regions) || !PyDict_CheckExact(by_mem)) Py_RETURN_NONE;
+    PyObject *out = PyDict_New();
+    if (out == NULL) return NULL;
+    int state = 1;
+    for (Py_ssize_t k = 0; state == 1 && k < PyList_GET_SIZE(queries); k++) {
+        PyObject *q = PyList_GET_ITEM(queries, k);
+        if (!PyTuple_CheckExact(q) || PyTuple_GET_SIZE(q) != 2) {
+            state = 0;
+            break;
+        }
+        PyObject *reg = PyDict_GetItemWithError(regions, PyTuple_GET_ITEM(q, 0));
+        if (reg == NULL) {
+            if (PyErr_Occurred()) state = -1;
+            continue;
+        }
+        int64_t m, lo, hi;
+        if (!PyTuple_CheckExact(reg) || PyTuple_GET_SIZE(reg) != 3) {
+            state = 0;
+            break;
+        }
+        state = get_i64(PyTuple_GET_ITEM(reg, 0), &m);
+        if (state == 1) state = get_i64(PyTuple_GET_ITEM(reg, 1), &lo);
+        if (state == 1) state = get_i64(PyTuple_GET_ITEM(reg, 2), &hi);
+        if (state != 1 || hi <= lo) continue;
+        PyObject *mem = PyTuple_GET_ITEM(reg, 0), *values = PyDict_GetItemWithError(by_mem, mem);
+        if (values == NULL && PyErr_Occurred()) {
+            state = -1;
+            break;
+        }
+        if (values != NULL && !PyList_CheckExact(values)) {
+            state = 0;
+            break;
+        }
+        if ((values ? PyList_GET_SIZE(values) : 0) <= numpy_from) continue;  /* (none there: len(()) is 0) */
+        PyObject *qs = PyDict_GetItemWithError(out, mem);
+        if (qs == NULL) {
+            if (PyErr_Occurred() || (qs = PyList_New(0)) == NULL) {
+                state = -1;
+                break;
+            }
+            int bad = PyDict_SetItem(out, mem, qs) < 0;
+            Py_DECREF(qs);  /* (out holds it) */
+            if (bad) {
+                state = -1;
+                break;
+            }
+        }
+        PyObject *t = PyTuple_Pack(3, PyTuple_GET_ITEM(reg, 1), PyTuple_GET_ITEM(reg, 2), PyTuple_GET_ITEM(q, 1));
+        if (t == NULL || PyList_Append(qs, t) < 0) state = -1;
+        Py_XDECREF(t);
+    }
+    if (state == 1) return out;
+    Py_DECREF(out);
+    if (state < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* Python's (and numpy's) a % b for b > 0. */
+static inline int64_t floor_mod(int64_t a, int64_t b) {
+    int64_t r = a % b;
+    return r < 0 ? r + b : r;
+}
+
+/* Values as large as this never occur as positions; past them the caller's numpy runs. */
+#define POSITION_LIMIT ((int64_t)1 << 60)
+
+/* cover(known, m, qs, rp, rlo, rhi, own, has, size): prefetch_covered's test for memory m.
+ * qs: list of (first byte, end byte, pc); rp / rlo / rhi / own / has: the _mem_reads and
+ * _own_writes arrays. Adds (m, first byte, end byte, pc) to the set known for each query that
+ * every read of its bytes sees its own last write come strictly between pc and the read
+ * (going forward from pc, wrapping at size). True when done; False, with known untouched,
+ * when an input is not of the shape expected (the caller's numpy test then runs). */
+static PyObject *cover(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *known, *m, *qs, *cols_o[5], *size_o;
+    int64_t size = 0;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOO", &known, &m, &qs, &cols_o[0], &cols_o[1], &cols_o[2], &cols_o[3],
+                          &cols_o[4], &size_o))
+        return NULL;
+    int r = get_i64(size_o, &size);
+    if (r < 0) return NULL;
+    if (!r || !PySet_CheckExact(known) || !PyList_CheckExact(qs) || size <= 0 || size > POSITION_LIMIT) Py_RETURN_FALSE;
+    Py_buffer cols[5];
+    int got = 0, state = 1;
+    for (; got < 5; got++) {
+        state = get_column(cols_o[got], &cols[got], got == 4);
+        if (state != 1) break;
+    }
+    Py_ssize_t nr = state == 1 ? cols[0].len / 8 : 0;
+    for (int k = 1; state == 1 && k < 5; k++)
+        if (cols[k].len / cols[k].itemsize != nr) state = 0;
+    int64_t *q = NULL;
+    Py_ssize_t nq = PyList_GET_SIZE(qs);
+    if (state == 1) {
+        /* The queries, and that no position is so large the arithmetic could overflow. */
+        if (nq > PY_SSIZE_T_MAX / 3 / (Py_ssize_t)sizeof(int64_t)) state = 0;
+        else if ((q = PyMem_Malloc((size_t)(nq ? nq : 1) * 3 * sizeof(int64_t))) == NULL) {
+            PyErr_NoMemory();
+            state = -1;
+        }
+        for (Py_ssize_t k = 0; state == 1 && k < nq; k++) {
+            PyObject *t = PyList_GET_ITEM(qs, k);
+            if (!PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) != 3) {
+                state = 0;
+                break;
+            }
+            for (int j = 0; state == 1 && j < 3; j++) state = get_i64(PyTuple_GET_ITEM(t, j), &q[3 * k + j]);
+            if (state == 1 && (q[3 * k + 2] <= -POSITION_LIMIT || q[3 * k + 2] >= POSITION_LIMIT)) state = 0;
+        }
+        const int64_t *rp = cols[0].buf, *own = cols[3].buf;
+        for (Py_ssize_t r = 0; state == 1 && r < nr; r++)
+            if (rp[r] <= -POSITION_LIMIT || rp[r] >= POSITION_LIMIT || own[r] <= -POSITION_LIMIT ||
+                own[r] >= POSITION_LIMIT)
+                state = 0;
+    }
+    if (state == 1) {
+        const int64_t *rp = cols[0].buf, *rlo = cols[1].buf, *rhi = cols[2].buf, *own = cols[3].buf;
+        const char *has = cols[4].buf;
+        for (Py_ssize_t k = 0; state == 1 && k < nq; k++) {
+            const int64_t lo = q[3 * k], hi = q[3 * k + 1], pc = q[3 * k + 2];
+            int covered = 1;
+            for (Py_ssize_t r = 0; covered && r < nr; r++) {
+                if (!(rlo[r] < hi && rhi[r] > lo)) continue;
+                const int64_t kr = floor_mod(rp[r] - (pc + 1), size) + 1;  /* distance from pc, 1..size */
+                const int64_t ko = floor_mod(own[r] - pc, size);
+                covered = has[r] && ko > 0 && ko < kr;
+            }
+            if (!covered) continue;
+            PyObject *t = PyList_GET_ITEM(qs, k);
+            PyObject *key = PyTuple_Pack(4, m, PyTuple_GET_ITEM(t, 0), PyTuple_GET_ITEM(t, 1), PyTuple_GET_ITEM(t, 2));
+            if (key == NULL || PySet_Add(known, key) < 0) state = -1;
+            Py_XDECREF(key);
+        }
+    }
+    for (int k = 0; k < got; k++) PyBuffer_Release(&cols[k]);
+    PyMem_Free(q);
+    if (state < 0) return NULL;
+    return PyBool_FromLong(state == 1);
+}
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS,
      "scan(instructions, rets, lists, ops, KernelCall, MoveCall, FreeCall) -> (mentions, writers, defines, "
      "first_mention, first_write, first_define, pcs left to the caller): a plan's use analysis loop."},
+    {"layout", layout, METH_VARARGS,
+     "layout(slots) -> (regions, by_mem): _Storage's regions and memories of the planned values."},
+    {"writes_at", writes_at, METH_VARARGS,
+     "writes_at(writers, n) -> list of n lists of the values each instruction may write, or None."},
+    {"reads", reads, METH_VARARGS,
+     "reads(mentions, defines, outputs, n) -> value -> positions that may read it, or None."},
+    {"mem_reads", mem_reads, METH_VARARGS,
+     "mem_reads(entries, reads) -> (positions, first bytes, end bytes (int64 bytes), values), or None."},
+    {"own_writes", own_writes, METH_VARARGS,
+     "own_writes(entries, rp, rlo, rhi, slots, defines, inputs, dropped) -> (int64 bytes, bool bytes), or None."},
+    {"group", group, METH_VARARGS,
+     "group(queries, regions, by_mem, numpy_from) -> memory id -> [(first byte, end byte, pc)], or None."},
+    {"cover", cover, METH_VARARGS,
+     "cover(known, m, qs, rp, rlo, rhi, own, has, size) -> True when it added the covered queries to known, "
+     "False when it left them to the caller."},
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_uses", NULL, -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_uses", NULL, -1, methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__uses(void) { return PyModule_Create(&module); }
