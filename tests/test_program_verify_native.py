@@ -1,5 +1,5 @@
-"""``orchestra.program._decode.plain_values`` / ``plain_instructions``: the verifier's fast
-paths in C.
+"""``orchestra.program._decode.plain_values`` / ``plain_instructions`` (the verifier's fast
+paths in C) and ``extra_info_values`` (behind ``orchestra.program.tensors_with_extra_info``).
 
 ``_verify_plan`` checks every value and instruction of a plan. Where the extension is built, C
 first vouches for the values and instructions that pass those checks (a tensor that
@@ -25,7 +25,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from orchestra.program import _reader, _schema as S, dumps, loads
+from orchestra.program import _reader, _schema as S, dumps, loads, tensors_with_extra_info
 from orchestra.program._reader import Limits
 
 _decode = pytest.importorskip("orchestra.program._decode", reason="the optional C extension is not built")
@@ -138,9 +138,18 @@ def _c_vouches(prog: S.ProgramDef, plan: S.ExecutionPlan, limits: Limits) -> set
     return set(range(len(plan.values))) - set(unvouched)
 
 
+def _check_extra_info(prog: S.ProgramDef) -> None:
+    """tensors_with_extra_info finds the same values with and without the extension."""
+    for plan in prog.execution_plan:
+        want = [i for i, ev in enumerate(plan.values) if getattr(ev.val, "extra_tensor_info", None) is not None]
+        for native in _MODES.values():
+            assert _with(native, lambda p=plan: tensors_with_extra_info(p)) == want
+
+
 def _check_vouching(prog: S.ProgramDef, limits: Limits, exact: bool) -> None:
     """C vouches only for values Python's fast path accepts (for every value of a file as
     exported: for exactly those), and only for instructions Python's checks accept."""
+    _check_extra_info(prog)
     for plan in prog.execution_plan:
         c, py = _c_vouches(prog, plan, limits), _python_fast_path(prog, plan, limits)
         assert c <= py, f"C vouches for values {sorted(c - py)[:10]} that Python checks"
@@ -407,5 +416,9 @@ def test_the_entry_points_check_their_arguments() -> None:
     # Objects that are not the schema's: left to Python, not misread.
     assert _decode.plain_values((1, None, S.Tensor, values[0].val), arenas, None, b"\4", (), None) == [0, 1, 2, 3]
     assert _decode.plain_instructions((1, None, plan.values[0]), 10, 10, 10) == [0, 1, 2]
+    named = S.EValue(dataclasses.replace(values[0].val, extra_tensor_info=ET(0, "x", 0)))
+    assert _decode.extra_info_values((values[0], 1, S.EValue(S.Int(3)), named, S.EValue(None), S.EValue(1.5))) == [1, 3, 5]
+    with pytest.raises(TypeError):
+        _decode.extra_info_values(list(values))
     with pytest.raises(TypeError):
         _decode.plain_instructions(list(plan.chains[0].instructions), 1, 1, 1)

@@ -822,8 +822,8 @@ static int plain_tensor(PyObject *t, PyObject *arenas, int capped, long long max
     return nbytes <= avail;
 }
 
-/* Appends i to the list of indices not vouched for. */
-static int refuse(PyObject *todo, Py_ssize_t i) {
+/* Appends index i to the list todo (of indices for Python to look at). */
+static int append_index(PyObject *todo, Py_ssize_t i) {
     PyObject *x = PyLong_FromSsize_t(i);
     if (x == NULL) return -1;
     int r = PyList_Append(todo, x);
@@ -894,7 +894,7 @@ static PyObject *plain_values(PyObject *Py_UNUSED(self), PyObject *args) {
                  type == classes[C_INTLIST].type || type == classes[C_DOUBLELIST].type ||
                  type == classes[C_BOOLLIST].type;
         }
-        if (!ok && refuse(todo, i) < 0) {
+        if (!ok && append_index(todo, i) < 0) {
             Py_DECREF(todo);
             return NULL;
         }
@@ -942,12 +942,48 @@ static PyObject *plain_instructions(PyObject *Py_UNUSED(self), PyObject *args) {
             ok = int_in(slot_of(a, C_JUMPFALSECALL, 0), 0, (long long)nv - 1, &x) == 0 &&
                  int_in(slot_of(a, C_JUMPFALSECALL, 1), 0, (long long)PyTuple_GET_SIZE(ins), &x) == 0;
         }
-        if (!ok && refuse(todo, i) < 0) {
+        if (!ok && append_index(todo, i) < 0) {
             Py_DECREF(todo);
             return NULL;
         }
     }
     return todo;
+}
+
+PyDoc_STRVAR(extra_info_values_doc,
+             "extra_info_values(values) -> list of int\n\n"
+             "The indices of the values (a tuple of EValue) that may be tensors with extra_tensor_info, in order:\n"
+             "exactly those among the schema's objects, and every value that is not one of them (the caller checks\n"
+             "each index it gets).");
+
+static PyObject *extra_info_values(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *values;
+    if (!PyArg_ParseTuple(args, "O!", &PyTuple_Type, &values)) return NULL;
+    if (!ready) {
+        PyErr_SetString(PyExc_RuntimeError, "orchestra.program._decode.setup() has not been called");
+        return NULL;
+    }
+    PyObject *found = PyList_New(0);
+    if (found == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(values); i++) {
+        PyObject *ev = PyTuple_GET_ITEM(values, i);
+        PyObject *v = Py_IS_TYPE(ev, classes[C_EVALUE].type) ? slot_of(ev, C_EVALUE, 0) : NULL;
+        int maybe = 1;
+        if (v == Py_None) {
+            maybe = 0;
+        } else if (v != NULL && Py_IS_TYPE(v, classes[C_TENSOR].type)) {
+            maybe = slot_of(v, C_TENSOR, 9) != Py_None;
+        } else if (v != NULL) {
+            for (int k = C_NULL; k <= C_OPTIONALTENSORLIST; k++) {
+                if (k != C_TENSOR && Py_IS_TYPE(v, classes[k].type)) maybe = 0;
+            }
+        }
+        if (maybe && append_index(found, i) < 0) {
+            Py_DECREF(found);
+            return NULL;
+        }
+    }
+    return found;
 }
 
 static PyMethodDef methods[] = {
@@ -958,6 +994,7 @@ static PyMethodDef methods[] = {
     {"named_data", named_data, METH_VARARGS, named_data_doc},
     {"plain_values", plain_values, METH_VARARGS, plain_values_doc},
     {"plain_instructions", plain_instructions, METH_VARARGS, plain_instructions_doc},
+    {"extra_info_values", extra_info_values, METH_VARARGS, extra_info_values_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -24,7 +24,7 @@ from ..errors import NotFoundError, ProgramError
 from . import _schema as S
 from ._scalar_type import ScalarType
 
-__all__ = ["Limits", "load", "loads"]
+__all__ = ["Limits", "load", "loads", "tensors_with_extra_info"]
 
 FILE_IDENTIFIER = b"ET12"
 EXTENDED_HEADER_MAGIC = b"eh00"
@@ -946,6 +946,16 @@ def _unvouched_instructions(instructions: tuple[S.Instruction, ...], nv: int, no
     if check is None or type(instructions) is not tuple:
         return range(len(instructions))
     return check(instructions, nv, nops, ndel)
+
+
+def tensors_with_extra_info(plan: S.ExecutionPlan) -> list[int]:
+    """The indices, in order, of ``plan``'s values that are tensors with ``extra_tensor_info``
+    (mutable buffers, named or external tensors): a few among thousands of values, found
+    without a Python step per value where the C extension is built."""
+    find = getattr(_native_decode, "extra_info_values", None)
+    values = plan.values
+    candidates = range(len(values)) if find is None or type(values) is not tuple else find(values)
+    return [i for i in candidates if isinstance(v := values[i].val, S.Tensor) and v.extra_tensor_info is not None]
 
 
 def _verify_plan(prog: S.ProgramDef, pi: int, plan: S.ExecutionPlan, limits: Limits, based: bool) -> None:
