@@ -1,5 +1,7 @@
 /* orchestra.program._decode: _Fast.evalues and _Fast.instructions of
- * orchestra/program/_reader.py in C (optional; the Python code is the reference and the fallback).
+ * orchestra/program/_reader.py in C (optional; the Python code is the reference and the fallback),
+ * and the per-value and per-instruction fast paths of its _verify_plan (plain_values,
+ * plain_instructions, see there) and of tensors_with_extra_info (extra_info_values).
  *
  * evalues(buf, end, start, n) and instructions(buf, end, start, n) decode the n tables a vector
  * of offsets at ``start`` points to, exactly as the Python methods do: every check they make
