@@ -2,7 +2,7 @@
 
 ``orchestra.runtime.kernels._native`` (the compiled kernels), ``orchestra.runtime._uses`` (the
 loop of a plan's use analysis), ``orchestra.program._decode`` (the program reader's decoding of
-values and instructions) and ``orchestra.backends.xnnpack._xdecode`` (the XNNPACK delegate
+values and instructions, and its verifier's checks of each) and ``orchestra.backends.xnnpack._xdecode`` (the XNNPACK delegate
 blob's values, nodes and constants) are one C file each, need no numpy headers, and are
 optional: where no C compiler is available the install goes on without them, every kernel runs
 its numpy path (``orchestra.runtime.kernels.NATIVE_KERNELS`` is then False), the use analysis

@@ -32,8 +32,9 @@ FIXTURE_FILES = sorted(FIXTURES.rglob("*.pte")) + sorted(SHARED_FIXTURES.glob("*
 
 
 def _real_model_files() -> list[pathlib.Path]:
-    """Exported real models where a cache of them is present (not in CI)."""
-    dirs = [ROOT.parent / "cache"]
+    """Exported real models where a cache of them is present (not in CI): benchmarks/real_models.py's
+    default cache, ../cache, or $ORCHESTRA_REAL_MODELS."""
+    dirs = [pathlib.Path.home() / ".cache" / "orchestra" / "real_models", ROOT.parent / "cache"]
     if os.environ.get("ORCHESTRA_REAL_MODELS"):
         dirs.append(pathlib.Path(os.environ["ORCHESTRA_REAL_MODELS"]))
     found: set[pathlib.Path] = set()
@@ -45,7 +46,7 @@ def _real_model_files() -> list[pathlib.Path]:
 
 
 def _id(p: pathlib.Path) -> str:
-    return str(p.relative_to(ROOT.parent))
+    return f"{p.parent.name}/{p.name}"
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ Constant and delegate data in a loaded program are ``memoryview``s into the inpu
 is copied.
 """
 
-from ._reader import Limits, load, loads
+from ._reader import Limits, load, loads, tensors_with_extra_info
 from ._scalar_type import ScalarType, numpy_dtype, scalar_type_of
 from ._schema import (
     AllocationDetails,
@@ -96,4 +96,5 @@ __all__ = [
     "loads",
     "numpy_dtype",
     "scalar_type_of",
+    "tensors_with_extra_info",
 ]

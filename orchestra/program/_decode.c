@@ -1,5 +1,7 @@
 /* orchestra.program._decode: _Fast.evalues and _Fast.instructions of
- * orchestra/program/_reader.py in C (optional; the Python code is the reference and the fallback).
+ * orchestra/program/_reader.py in C (optional; the Python code is the reference and the fallback),
+ * and the per-value and per-instruction fast paths of its _verify_plan (plain_values,
+ * plain_instructions, see there) and of tensors_with_extra_info (extra_info_values).
  *
  * evalues(buf, end, start, n) and instructions(buf, end, start, n) decode the n tables a vector
  * of offsets at ``start`` points to, exactly as the Python methods do: every check they make
@@ -22,6 +24,7 @@
 #include <Python.h>
 #include <structmember.h>
 
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -710,12 +713,290 @@ PyDoc_STRVAR(named_data_doc,
 
 static PyObject *named_data(PyObject *Py_UNUSED(self), PyObject *args) { return decode(args, named); }
 
+/* -- the verifier's fast paths (_verify_plan) ------------------------------------------------------
+ *
+ * plain_values and plain_instructions make the checks _verify_plan makes of every value and
+ * instruction of a plan that is well formed (_plain_tensor_ok, the TensorList item range, the
+ * KernelCall and FreeCall index ranges) on the decoded objects, and return the indices of those
+ * they do not vouch for: _verify_plan takes only those through its Python checks, which name
+ * what is wrong. So vouching must be exact where it says yes (everything the Python fast path
+ * accepts would pass the full checks too, with no side effect) and may be timid: anything
+ * unexpected (another class, a field that is not an int, a number past what the arithmetic
+ * here holds) is left to Python. They read the objects, not the bytes, so they check what
+ * either decoder built, and they allocate nothing sized by the file but the list returned. */
+
+/* Field slot i of an instance of class k (NULL when it was never set). */
+static inline PyObject *slot_of(PyObject *o, int k, int i) { return *(PyObject **)((char *)o + classes[k].offset[i]); }
+
+/* *v = the int o when it is exactly an int in [lo, hi]; -1 otherwise (no error left set). */
+static inline int int_in(PyObject *o, long long lo, long long hi, long long *v) {
+    if (o == NULL || !PyLong_CheckExact(o)) return -1;
+    int overflow;
+    long long x = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow || (x == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return -1;
+    }
+    if (x < lo || x > hi) return -1;
+    *v = x;
+    return 0;
+}
+
+#define U32_MAX_LL 0xFFFFFFFFLL
+/* A numel past this is left to Python: numel * itemsize (<= 8 bytes) then fits in 63 bits. */
+#define NUMEL_HELD (INT64_C(1) << 56)
+
+/* The constants a plan's tensors may refer to: constant_data(i) is either constants[i] bytes
+ * long (seglen < 0: the legacy constant_buffer, lengths given) or the slice of a segment of
+ * seglen bytes that ProgramDef.constant_data cuts at constants[i] (the constant_segment's
+ * offsets). */
+typedef struct {
+    PyObject *constants; /* tuple */
+    long long seglen;
+} Consts;
+
+/* *len = len(prog.constant_data(i)) for 0 <= i < len(constants); -1 where not understood. */
+static int const_len(const Consts *k, Py_ssize_t i, long long *len) {
+    long long start, nxt;
+    if (k->seglen < 0) return int_in(PyTuple_GET_ITEM(k->constants, i), 0, LLONG_MAX, len);
+    if (int_in(PyTuple_GET_ITEM(k->constants, i), 0, LLONG_MAX, &start) < 0) return -1;
+    long long end = k->seglen; /* seg[start:end] with end the next offset when it does not precede start */
+    if (i + 1 < PyTuple_GET_SIZE(k->constants)) {
+        if (int_in(PyTuple_GET_ITEM(k->constants, i + 1), 0, LLONG_MAX, &nxt) < 0) return -1;
+        if (nxt >= start) end = nxt;
+    }
+    if (start > k->seglen) start = k->seglen; /* a memoryview slice clamps both ends */
+    if (end > k->seglen) end = k->seglen;
+    *len = end > start ? end - start : 0;
+    return 0;
+}
+
+/* _plain_tensor_ok(t, ...) is True (1), or this does not vouch for it (0). */
+static int plain_tensor(PyObject *t, PyObject *arenas, int capped, long long max_numel,
+                        const unsigned char *itemsizes, Py_ssize_t nitemsizes, const Consts *k) {
+    long long st, x, idx;
+    if (slot_of(t, C_TENSOR, 9) != Py_None) return 0; /* extra_tensor_info */
+    if (int_in(slot_of(t, C_TENSOR, 1), 0, 0, &x) < 0) return 0; /* storage_offset */
+    if (int_in(slot_of(t, C_TENSOR, 8), 0, 2, &x) < 0) return 0; /* shape_dynamism */
+    if (int_in(slot_of(t, C_TENSOR, 0), 0, (long long)nitemsizes - 1, &st) < 0 || itemsizes[st] == 0) return 0;
+    PyObject *sizes = slot_of(t, C_TENSOR, 2), *d = slot_of(t, C_TENSOR, 3);
+    if (sizes == NULL || !PyTuple_CheckExact(sizes) || d == NULL || !PyTuple_CheckExact(d)) return 0;
+    Py_ssize_t ndim = PyTuple_GET_SIZE(sizes), nd = PyTuple_GET_SIZE(d);
+    if (nd) { /* a permutation of range(ndim) */
+        unsigned char seen[256];
+        if (nd != ndim || nd > 256) return 0;
+        memset(seen, 0, (size_t)nd);
+        for (Py_ssize_t j = 0; j < nd; j++) {
+            if (int_in(PyTuple_GET_ITEM(d, j), 0, (long long)nd - 1, &x) < 0 || seen[x]) return 0;
+            seen[x] = 1;
+        }
+    }
+    /* numel; past NUMEL_HELD it is left to Python, unless a later size is 0 */
+    long long numel = 1;
+    int big = 0, zero = 0;
+    for (Py_ssize_t j = 0; j < ndim; j++) {
+        if (int_in(PyTuple_GET_ITEM(sizes, j), 0, LLONG_MAX, &x) < 0) return 0; /* negative: Python names it */
+        if (x == 0) zero = 1;
+        else if (!big && x > NUMEL_HELD / numel) big = 1;
+        else if (!big) numel *= x;
+    }
+    if (zero) numel = 0;
+    else if (big) return 0;
+    if (capped && numel > max_numel) return 0;
+    long long nbytes = numel * (long long)itemsizes[st];
+    if (int_in(slot_of(t, C_TENSOR, 5), 0, LLONG_MAX, &idx) < 0) return 0; /* data_buffer_idx */
+    PyObject *a = slot_of(t, C_TENSOR, 6);
+    if (a == NULL) return 0;
+    if (a != Py_None) { /* planned: in an arena, no initial data */
+        long long mid, lo, hi, size;
+        if (!Py_IS_TYPE(a, classes[C_ALLOCATIONDETAILS].type) || idx != 0) return 0;
+        if (int_in(slot_of(a, C_ALLOCATIONDETAILS, 0), 1, (long long)PyTuple_GET_SIZE(arenas) - 1, &mid) < 0) return 0;
+        if (int_in(slot_of(a, C_ALLOCATIONDETAILS, 1), 0, U32_MAX_LL, &lo) < 0 ||
+            int_in(slot_of(a, C_ALLOCATIONDETAILS, 2), 0, U32_MAX_LL, &hi) < 0)
+            return 0;
+        if (int_in(PyTuple_GET_ITEM(arenas, mid), 0, LLONG_MAX, &size) < 0) return 0;
+        uint64_t offset = (uint64_t)hi << 32 | (uint64_t)lo;
+        return offset <= (uint64_t)size && (uint64_t)nbytes <= (uint64_t)size - offset;
+    }
+    if (idx == 0) return 1; /* no data: an input, or memory the runtime provides */
+    long long avail;
+    if (idx >= PyTuple_GET_SIZE(k->constants) || const_len(k, (Py_ssize_t)idx, &avail) < 0) return 0;
+    return nbytes <= avail;
+}
+
+/* Appends index i to the list todo (of indices for Python to look at). */
+static int append_index(PyObject *todo, Py_ssize_t i) {
+    PyObject *x = PyLong_FromSsize_t(i);
+    if (x == NULL) return -1;
+    int r = PyList_Append(todo, x);
+    Py_DECREF(x);
+    return r;
+}
+
+PyDoc_STRVAR(plain_values_doc,
+             "plain_values(values, arenas, max_numel, itemsizes, constants, segment_len) -> list of int\n\n"
+             "The indices of the values of a plan (a tuple of EValue) that _verify_plan must check in Python:\n"
+             "every other one is a tensor _plain_tensor_ok accepts, a (Optional)TensorList whose items are value\n"
+             "indices (or -1) in range, or a value with nothing to check. arenas: the plan's\n"
+             "non_const_buffer_sizes; max_numel: Limits.max_numel (None: no cap); itemsizes: bytes, the item size\n"
+             "of each scalar type by its number (0: not a type); constants: the byte lengths of the constant_buffer\n"
+             "(segment_len None) or the constant_segment's offsets into a segment of segment_len bytes.");
+
+static PyObject *plain_values(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *values, *arenas, *cap, *itemsizes, *constants, *seglen_obj;
+    if (!PyArg_ParseTuple(args, "O!O!OO!O!O", &PyTuple_Type, &values, &PyTuple_Type, &arenas, &cap, &PyBytes_Type,
+                          &itemsizes, &PyTuple_Type, &constants, &seglen_obj))
+        return NULL;
+    if (!ready) {
+        PyErr_SetString(PyExc_RuntimeError, "orchestra.program._decode.setup() has not been called");
+        return NULL;
+    }
+    int capped = cap != Py_None;
+    long long max_numel = 0;
+    if (capped) {
+        int overflow;
+        if (!PyLong_Check(cap)) {
+            PyErr_SetString(PyExc_TypeError, "max_numel must be an int or None");
+            return NULL;
+        }
+        max_numel = PyLong_AsLongLongAndOverflow(cap, &overflow);
+        if (max_numel == -1 && PyErr_Occurred()) return NULL;
+        if (overflow) max_numel = overflow > 0 ? LLONG_MAX : -1; /* numel here is below 2**56 */
+    }
+    Consts k = {constants, -1};
+    if (seglen_obj != Py_None && int_in(seglen_obj, 0, LLONG_MAX, &k.seglen) < 0) {
+        PyErr_SetString(PyExc_ValueError, "segment_len must be None or a non-negative int");
+        return NULL;
+    }
+    const unsigned char *sizes = (const unsigned char *)PyBytes_AS_STRING(itemsizes);
+    Py_ssize_t nsizes = PyBytes_GET_SIZE(itemsizes);
+    Py_ssize_t nv = PyTuple_GET_SIZE(values);
+    PyObject *todo = PyList_New(0);
+    if (todo == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < nv; i++) {
+        PyObject *ev = PyTuple_GET_ITEM(values, i);
+        int ok = 0;
+        PyObject *v = Py_IS_TYPE(ev, classes[C_EVALUE].type) ? slot_of(ev, C_EVALUE, 0) : NULL;
+        PyTypeObject *type = v == NULL ? NULL : Py_TYPE(v);
+        if (type == NULL) {
+            ok = 0;
+        } else if (type == classes[C_TENSOR].type) {
+            ok = plain_tensor(v, arenas, capped, max_numel, sizes, nsizes, &k);
+        } else if (type == classes[C_TENSORLIST].type || type == classes[C_OPTIONALTENSORLIST].type) {
+            int kind = type == classes[C_TENSORLIST].type ? C_TENSORLIST : C_OPTIONALTENSORLIST;
+            PyObject *items = slot_of(v, kind, 0);
+            long long lo = kind == C_OPTIONALTENSORLIST ? -1 : 0, x;
+            ok = items != NULL && PyTuple_CheckExact(items);
+            for (Py_ssize_t j = 0; ok && j < PyTuple_GET_SIZE(items); j++) {
+                ok = int_in(PyTuple_GET_ITEM(items, j), lo, (long long)nv - 1, &x) == 0;
+            }
+        } else { /* nothing to check (IntList items are literal ints or SymInt indices, checked when used) */
+            ok = v == Py_None || type == classes[C_NULL].type || type == classes[C_INT].type ||
+                 type == classes[C_BOOL].type || type == classes[C_DOUBLE].type || type == classes[C_STRING].type ||
+                 type == classes[C_INTLIST].type || type == classes[C_DOUBLELIST].type ||
+                 type == classes[C_BOOLLIST].type;
+        }
+        if (!ok && append_index(todo, i) < 0) {
+            Py_DECREF(todo);
+            return NULL;
+        }
+    }
+    return todo;
+}
+
+PyDoc_STRVAR(plain_instructions_doc,
+             "plain_instructions(instructions, nv, nops, ndel) -> list of int\n\n"
+             "The indices of the instructions of a chain (a tuple of Instruction) that _verify_plan must check in\n"
+             "Python: every other one passes its checks there (value indices below nv, operator indices below\n"
+             "nops, delegate indices below ndel, none negative; a jump's destination within the chain).");
+
+static PyObject *plain_instructions(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *ins;
+    Py_ssize_t nv, nops, ndel;
+    if (!PyArg_ParseTuple(args, "O!nnn", &PyTuple_Type, &ins, &nv, &nops, &ndel)) return NULL;
+    if (!ready) {
+        PyErr_SetString(PyExc_RuntimeError, "orchestra.program._decode.setup() has not been called");
+        return NULL;
+    }
+    PyObject *todo = PyList_New(0);
+    if (todo == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(ins); i++) {
+        PyObject *in = PyTuple_GET_ITEM(ins, i);
+        PyObject *a = Py_IS_TYPE(in, classes[C_INSTRUCTION].type) ? slot_of(in, C_INSTRUCTION, 0) : NULL;
+        long long x;
+        int ok = 0;
+        if (a == NULL) {
+            ok = 0;
+        } else if (Py_IS_TYPE(a, classes[C_KERNELCALL].type) || Py_IS_TYPE(a, classes[C_DELEGATECALL].type)) {
+            int kind = Py_IS_TYPE(a, classes[C_KERNELCALL].type) ? C_KERNELCALL : C_DELEGATECALL;
+            PyObject *list = slot_of(a, kind, 1);
+            ok = int_in(slot_of(a, kind, 0), 0, (long long)(kind == C_KERNELCALL ? nops : ndel) - 1, &x) == 0 &&
+                 list != NULL && PyTuple_CheckExact(list);
+            for (Py_ssize_t j = 0; ok && j < PyTuple_GET_SIZE(list); j++) {
+                ok = int_in(PyTuple_GET_ITEM(list, j), 0, (long long)nv - 1, &x) == 0;
+            }
+        } else if (Py_IS_TYPE(a, classes[C_FREECALL].type)) {
+            ok = int_in(slot_of(a, C_FREECALL, 0), 0, (long long)nv - 1, &x) == 0;
+        } else if (Py_IS_TYPE(a, classes[C_MOVECALL].type)) {
+            ok = int_in(slot_of(a, C_MOVECALL, 0), 0, (long long)nv - 1, &x) == 0 &&
+                 int_in(slot_of(a, C_MOVECALL, 1), 0, (long long)nv - 1, &x) == 0;
+        } else if (Py_IS_TYPE(a, classes[C_JUMPFALSECALL].type)) {
+            ok = int_in(slot_of(a, C_JUMPFALSECALL, 0), 0, (long long)nv - 1, &x) == 0 &&
+                 int_in(slot_of(a, C_JUMPFALSECALL, 1), 0, (long long)PyTuple_GET_SIZE(ins), &x) == 0;
+        }
+        if (!ok && append_index(todo, i) < 0) {
+            Py_DECREF(todo);
+            return NULL;
+        }
+    }
+    return todo;
+}
+
+PyDoc_STRVAR(extra_info_values_doc,
+             "extra_info_values(values) -> list of int\n\n"
+             "The indices of the values (a tuple of EValue) that may be tensors with extra_tensor_info, in order:\n"
+             "exactly those among the schema's objects, and every value that is not one of them (the caller checks\n"
+             "each index it gets).");
+
+static PyObject *extra_info_values(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *values;
+    if (!PyArg_ParseTuple(args, "O!", &PyTuple_Type, &values)) return NULL;
+    if (!ready) {
+        PyErr_SetString(PyExc_RuntimeError, "orchestra.program._decode.setup() has not been called");
+        return NULL;
+    }
+    PyObject *found = PyList_New(0);
+    if (found == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(values); i++) {
+        PyObject *ev = PyTuple_GET_ITEM(values, i);
+        PyObject *v = Py_IS_TYPE(ev, classes[C_EVALUE].type) ? slot_of(ev, C_EVALUE, 0) : NULL;
+        int maybe = 1;
+        if (v == Py_None) {
+            maybe = 0;
+        } else if (v != NULL && Py_IS_TYPE(v, classes[C_TENSOR].type)) {
+            maybe = slot_of(v, C_TENSOR, 9) != Py_None;
+        } else if (v != NULL) {
+            for (int k = C_NULL; k <= C_OPTIONALTENSORLIST; k++) {
+                if (k != C_TENSOR && Py_IS_TYPE(v, classes[k].type)) maybe = 0;
+            }
+        }
+        if (maybe && append_index(found, i) < 0) {
+            Py_DECREF(found);
+            return NULL;
+        }
+    }
+    return found;
+}
+
 static PyMethodDef methods[] = {
     {"setup", setup, METH_VARARGS, setup_doc},
     {"evalues", evalues, METH_VARARGS, evalues_doc},
     {"instructions", instructions, METH_VARARGS, instructions_doc},
     {"segments", segments, METH_VARARGS, segments_doc},
     {"named_data", named_data, METH_VARARGS, named_data_doc},
+    {"plain_values", plain_values, METH_VARARGS, plain_values_doc},
+    {"plain_instructions", plain_instructions, METH_VARARGS, plain_instructions_doc},
+    {"extra_info_values", extra_info_values, METH_VARARGS, extra_info_values_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -16,7 +16,7 @@ import dataclasses
 import mmap
 import os
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -24,7 +24,7 @@ from ..errors import NotFoundError, ProgramError
 from . import _schema as S
 from ._scalar_type import ScalarType
 
-__all__ = ["Limits", "load", "loads"]
+__all__ = ["Limits", "load", "loads", "tensors_with_extra_info"]
 
 FILE_IDENTIFIER = b"ET12"
 EXTENDED_HEADER_MAGIC = b"eh00"
@@ -915,6 +915,49 @@ def _plain_tensor_ok(t: S.Tensor, limits: Limits, arenas: tuple[int, ...], ncons
     return idx <= 0 or (idx < nconst and nbytes <= len(prog.constant_data(idx)))
 
 
+# The item size of each scalar type by its number, 0 where none: for the C extension.
+_ITEMSIZES = bytes(_ITEMSIZE.get(i, 0) for i in range(max(_ITEMSIZE) + 1))
+
+
+def _unvouched_values(prog: S.ProgramDef, plan: S.ExecutionPlan, limits: Limits) -> Iterable[int]:
+    """The indices of ``plan``'s values that _verify_plan must check: where the C extension is
+    built, those its ``plain_values`` does not vouch for (it makes the checks of the loop's
+    fast path, _plain_tensor_ok and the TensorList item range, on the objects: a program's
+    thousands of values then cost no Python each); otherwise all of them."""
+    check = getattr(_native_decode, "plain_values", None)
+    values = plan.values
+    if check is None or type(values) is not tuple or type(plan.non_const_buffer_sizes) is not tuple:
+        return range(len(values))
+    if prog.constant_buffer:
+        constants, seg_len = tuple(len(b.storage) for b in prog.constant_buffer), None
+    elif prog.constant_segment is not None and prog.constant_segment.offsets:
+        cs = prog.constant_segment  # _verify has checked its segment index
+        constants, seg_len = tuple(cs.offsets), len(prog.segments[cs.segment_index].data)
+    else:
+        constants, seg_len = (), None
+    return check(values, plan.non_const_buffer_sizes, limits.max_numel, _ITEMSIZES, constants, seg_len)
+
+
+def _unvouched_instructions(instructions: tuple[S.Instruction, ...], nv: int, nops: int, ndel: int) -> Iterable[int]:
+    """The indices of a chain's instructions that _verify_plan must check: where the C
+    extension is built, those its ``plain_instructions`` does not vouch for (it vouches for
+    those whose indices are all in range, which pass the checks below); otherwise all."""
+    check = getattr(_native_decode, "plain_instructions", None)
+    if check is None or type(instructions) is not tuple:
+        return range(len(instructions))
+    return check(instructions, nv, nops, ndel)
+
+
+def tensors_with_extra_info(plan: S.ExecutionPlan) -> list[int]:
+    """The indices, in order, of ``plan``'s values that are tensors with ``extra_tensor_info``
+    (mutable buffers, named or external tensors): a few among thousands of values, found
+    without a Python step per value where the C extension is built."""
+    find = getattr(_native_decode, "extra_info_values", None)
+    values = plan.values
+    candidates = range(len(values)) if find is None or type(values) is not tuple else find(values)
+    return [i for i in candidates if isinstance(v := values[i].val, S.Tensor) and v.extra_tensor_info is not None]
+
+
 def _verify_plan(prog: S.ProgramDef, pi: int, plan: S.ExecutionPlan, limits: Limits, based: bool) -> None:
     path = f"execution_plan[{pi}]"
     nv = len(plan.values)
@@ -933,8 +976,9 @@ def _verify_plan(prog: S.ProgramDef, pi: int, plan: S.ExecutionPlan, limits: Lim
         nconst = 0
 
     inputs = frozenset(plan.inputs)
-    for vi, ev in enumerate(plan.values):
-        v = ev.val
+    values = plan.values
+    for vi in _unvouched_values(prog, plan, limits):
+        v = values[vi].val
         if isinstance(v, S.Tensor):
             if _plain_tensor_ok(v, limits, arenas, nconst, prog):
                 continue
@@ -1009,8 +1053,9 @@ def _verify_plan(prog: S.ProgramDef, pi: int, plan: S.ExecutionPlan, limits: Lim
         n = len(c.instructions)
         if c.stacktrace is not None and len(c.stacktrace) != n:
             _fail(cp + ".stacktrace", f"{len(c.stacktrace)} frame lists for {n} instructions")
-        for ii, ins in enumerate(c.instructions):
-            a = ins.instr_args
+        instructions = c.instructions
+        for ii in _unvouched_instructions(instructions, nv, nops, ndel):
+            a = instructions[ii].instr_args
             if (isinstance(a, S.KernelCall) and 0 <= a.op_index < nops and (not a.args or (min(a.args) >= 0 and max(a.args) < nv))) or (
                     isinstance(a, S.FreeCall) and 0 <= a.value_index < nv):
                 continue  # the common cases, checked without building paths

@@ -44,6 +44,7 @@ from ..program import (
     TensorList,
     TensorShapeDynamism,
     numpy_dtype,
+    tensors_with_extra_info,
 )
 from ._backend import BackendExecutionContext, BackendInitContext, get_backend_class
 from ._optimize import Rewrite, analyse_uses, optimize_steps
@@ -270,13 +271,11 @@ class StateLayout:
     def of(cls, program: ProgramDef, where: str) -> StateLayout:
         specs: dict[str, tuple[np.dtype, tuple[int, ...]]] = {}
         for plan in program.execution_plan:
-            for i, ev in enumerate(plan.values):
-                if getattr(ev.val, "extra_tensor_info", None) is None:
-                    continue  # not a tensor with a name (name_of would say None)
+            for i in tensors_with_extra_info(plan):  # (name_of says None for every other value)
                 name = cls.name_of(plan, i)
                 if name is None:
                     continue
-                t = ev.val
+                t = plan.values[i].val
                 dtype = numpy_dtype(t.scalar_type)
                 if dtype is None:
                     continue  # reported, with its value index, when the method is compiled
