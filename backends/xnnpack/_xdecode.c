@@ -3,7 +3,9 @@
  * reference and the fallback).
  *
  * graph(buf, end, root, budget, layouts, makers) decodes the graph's xvalues then its xnodes;
- * constants(buf, end, root, budget, section) its constant_data. Each makes exactly the checks
+ * constants(buf, end, root, budget, section) its constant_data; blob(buf, budget, layouts, makers,
+ * constant_maker) a whole blob with an XH00 header (parse_blob's header checks, the identifier, the root,
+ * version, both vectors, num_externs, the ids and the constants) in one call. Each makes exactly the checks
  * the Python fast path makes (table, vtable and field bounds and alignment, offsets, vector
  * bounds, union tags, dims, null-terminated strict UTF-8 keys, constant ranges) and charges
  * the same object budget (one per table, one per vector element, one per string), and
