@@ -556,6 +556,9 @@ _LAYOUT_CODES = tuple("".join(kind for _, kind in layout) for _, layout in NODE_
 _MAKERS = tuple((cls, tuple(f.name for f in dataclasses.fields(cls))) for cls in (XValue, XNode, QuantParams)) + (
     ("PerChannelQuant", "PerTensorQuant"), tuple((name, names) for name, names, _ in _NODE_LAYOUTS))
 
+# ... and the constants (XH00 blobs: offset, size, named key; never inline bytes).
+_CONSTANT_MAKER = (ConstantRef, tuple(f.name for f in dataclasses.fields(ConstantRef)))
+
 
 def _setup_native_xdecode():  # noqa: ANN202 - the module, or None
     """``orchestra.backends.xnnpack._xdecode`` (optional C extension: ``_Fast``'s decoding of
@@ -581,6 +584,18 @@ def parse_blob(blob: memoryview, where: str, *, max_objects: int = 10_000_000) -
             (DelegateInvalidCompatibility / NotSupported). The message starts with ``where``.
     """
     blob = memoryview(blob).cast("B") if not isinstance(blob, memoryview) or blob.format != "B" else blob
+    native = _native_xdecode
+    if native is not None and blob.c_contiguous and sys.byteorder == "little":
+        # the whole blob in one C call (header, identifier, root, values, nodes, ids,
+        # constants); None for anything the code below would raise for or fall back on, and
+        # for a blob without the XH00 header: that code then decodes it and names the place.
+        got = native.blob(blob, max_objects, _LAYOUT_CODES, _MAKERS, _CONSTANT_MAKER)
+        if got is not None:
+            ident_s, version, values, nodes, num_externs, input_ids, output_ids, consts, cd_off, cd_size = got
+            if num_externs > MAX_EXTERNS:
+                raise _fail(where, f"XNNGraph.num_externs {num_externs} exceeds {MAX_EXTERNS} (corrupt graph?)")
+            return XGraph(ident_s, version, nodes, values, num_externs, input_ids, output_ids, consts,
+                          blob[cd_off:cd_off + cd_size], False)
     hdr = parse_header(blob, where)
     if hdr is None:
         fb, section = blob, blob[0:0]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from operator import itemgetter
@@ -29,7 +30,8 @@ from orchestra.errors import BackendError, Error
 from orchestra.program._schema import _fast_init
 from orchestra.runtime import kernels
 
-from ._blob import INVALID_ID, NODE_VALUE_FIELDS, VALUE_FLAG_EXTERNAL_INPUT, XGraph, XNode, XValue, constant_bytes
+from ._blob import (INVALID_ID, NODE_VALUE_FIELDS, VALUE_FLAG_EXTERNAL_INPUT, VALUE_FLAG_EXTERNAL_OUTPUT, XGraph, XNode, XValue,
+                    constant_bytes)
 
 __all__ = [
     "DATATYPES",
@@ -141,6 +143,9 @@ class Plan:
     prepacked_bytes: int
     num_args: int
     in_place: frozenset[tuple[int, int]] = frozenset()
+
+
+_fast_init(Plan)  # one per delegate
 
 
 class Workspace:
@@ -304,58 +309,72 @@ class Compiler:
         return BackendError(f"{_ValuePath(self.where, v)}: {message}", code)
 
     def _define(self, v: XValue) -> None:
+        # (one call per value of every graph compiled: attributes read once, the common
+        # internal value's slot made inline; the checks and messages are _slot's)
         err = self._value_error
-        if v.id == INVALID_ID:
+        vid, flags, datatype = v.id, v.flags, v.datatype
+        if vid == INVALID_ID:
             raise err(v, "id_out is XNN_INVALID_VALUE_ID", Error.InvalidProgram)
-        if v.id in self.values:
-            raise err(v, f"id {v.id} is defined twice (also by xvalues[{self.values[v.id].index}])",
-                      Error.InvalidProgram)
-        dtype = DATATYPES.get(v.datatype)
-        if dtype is None or (v.quant is not None and v.datatype in (1, 12)):
+        values = self.values
+        if vid in values:
+            raise err(v, f"id {vid} is defined twice (also by xvalues[{values[vid].index}])", Error.InvalidProgram)
+        dtype = _DATATYPES.get(datatype)
+        if dtype is None or (v.quant is not None and datatype in (1, 12)):
             what = f"datatype {v.datatype_name}" + (f" with {v.quant.kind}" if v.quant is not None else "")
             raise err(v, f"{what} is not supported by this backend (supported: "
                          f"{', '.join(sorted(_dt_name(d) for d in DATATYPES))})", Error.NotSupported)
-        if v.dq_datatype and v.dq_datatype not in DATATYPES:
+        if v.dq_datatype and v.dq_datatype not in _DATATYPES:
             raise err(v, f"dq_datatype {_dt_name(v.dq_datatype)} (dynamic quantization) is not supported by this "
                          "backend", Error.NotSupported)
         shape = v.dims  # the decoders' tuple of ints
         if type(shape) is not tuple:
             shape = tuple(map(int, shape))
-        if v.flags & VALUE_FLAG_EXTERNAL_INPUT and v.external_id in self.input_shapes:
+        if flags & VALUE_FLAG_EXTERNAL_INPUT and v.external_id in self.input_shapes:
             given = tuple(map(int, self.input_shapes[v.external_id]))
             if len(given) != len(shape):
                 raise err(v, f"external input {v.external_id} has {len(shape)} dims {list(shape)}, got "
                              f"{len(given)} dims {list(given)}", Error.InvalidArgument)
             shape = given
-        if math.prod(shape) * dtype.itemsize > MAX_WORKSPACE_BYTES:
+        count = math.prod(shape)
+        nbytes = count * dtype.itemsize
+        if nbytes > MAX_WORKSPACE_BYTES:
             raise err(v, f"dims {list(shape)} hold more than {MAX_WORKSPACE_BYTES} bytes (corrupt dims?)",
                       Error.MemoryAllocationFailed)
-        if v.flags & ~0x3:
-            raise err(v, f"flags {v.flags:#x} hold bits other than EXTERNAL_INPUT/EXTERNAL_OUTPUT", Error.InvalidProgram)
-        external = -1
-        if v.flags:
+        if flags & ~0x3:
+            raise err(v, f"flags {flags:#x} hold bits other than EXTERNAL_INPUT/EXTERNAL_OUTPUT", Error.InvalidProgram)
+        cbi = v.constant_buffer_idx
+        if flags:
             if v.external_id >= self.graph.num_externs:
                 raise err(v, f"external_id {v.external_id} is not below num_externs {self.graph.num_externs}",
                           Error.InvalidProgram)
-            if v.constant_buffer_idx:
+            if cbi:
                 raise err(v, "an external value can't be a constant", Error.InvalidProgram)
-            external = v.external_id
-        self.values[v.id] = v
-        if v.constant_buffer_idx:
+            values[vid] = v
+            # external values are bound at execute
+            self.buffers.append(None)
+            info = self.infos[vid] = TensorInfo(v, dtype, shape, len(self.buffers) - 1, v.external_id)
+            self._externals.append(info)
+            return
+        values[vid] = v
+        if cbi:
             raw = constant_bytes(self.graph, v, self.named_data, self.where)
-            need = math.prod(shape) * dtype.itemsize
-            if len(raw) < need:
-                raise err(v, f"constant {v.constant_buffer_idx} holds {len(raw)} bytes, dims {list(shape)} of "
-                             f"{v.datatype_name} need {need}", Error.InvalidProgram)
-            arr = np.frombuffer(raw, dtype=dtype, count=math.prod(shape)).reshape(shape)
+            if len(raw) < nbytes:
+                raise err(v, f"constant {cbi} holds {len(raw)} bytes, dims {list(shape)} of "
+                             f"{v.datatype_name} need {nbytes}", Error.InvalidProgram)
+            arr = np.frombuffer(raw, dtype=dtype, count=count).reshape(shape)
             if arr.flags.writeable:
                 arr = arr.view()
                 arr.flags.writeable = False
-            self.infos[v.id] = TensorInfo(v, dtype, shape, -1, -1, arr)
+            self.infos[vid] = TensorInfo(v, dtype, shape, -1, -1, arr)
             return
-        # external values are bound at execute; others get a per-Method buffer.
-        slot = self._slot(None if external >= 0 else (shape, dtype, None))
-        self.infos[v.id] = TensorInfo(v, dtype, shape, slot, external)
+        # others get a per-Method buffer
+        self.workspace_bytes += nbytes
+        if self.workspace_bytes > MAX_WORKSPACE_BYTES:
+            raise self.fail(f"the delegate's activations would need more than {MAX_WORKSPACE_BYTES} bytes per "
+                            "Method (corrupt dims?)", Error.MemoryAllocationFailed)
+        buffers = self.buffers
+        buffers.append((shape, dtype, None))
+        self.infos[vid] = TensorInfo(v, dtype, shape, len(buffers) - 1, -1)
 
     def info(self, vid: int, role: str, *, optional: bool = False) -> TensorInfo | None:
         """The value a node field refers to. ``optional``: XNN_INVALID_VALUE_ID gives None."""
@@ -449,6 +468,8 @@ class Compiler:
         return spec
 
     def check_dtype(self, info: TensorInfo, role: str, allowed: tuple[Any, ...] = (np.float32,)) -> None:
+        if info.dtype is _F32 and np.float32 in allowed:  # most checks: no dtypes made
+            return
         if info.dtype not in [np.dtype(a) for a in allowed]:
             raise self.fail(f"{role} (value id {info.value.id}) is {info.value.datatype_name}; this node supports "
                             f"{', '.join(np.dtype(a).name for a in allowed)}", Error.NotSupported)
@@ -463,15 +484,16 @@ class Compiler:
     # -- compile --------------------------------------------------------------------------
     def compile(self) -> Plan:
         self._written: dict[int, int] = {}
+        self._externals: list[TensorInfo] = []  # the external values' infos, in value order
+        define = self._define
         for v in self.graph.values:
-            self._define(v)
+            define(v)
         ins: dict[int, TensorInfo] = {}
         outs: dict[int, TensorInfo] = {}
-        for info in self.infos.values():
-            if info.external < 0:
-                continue
-            table = ins if info.value.is_input else outs
-            if info.value.is_input and info.value.is_output:
+        for info in self._externals:
+            flags = info.value.flags
+            table = ins if flags & VALUE_FLAG_EXTERNAL_INPUT else outs
+            if flags == VALUE_FLAG_EXTERNAL_INPUT | VALUE_FLAG_EXTERNAL_OUTPUT:
                 raise BackendError(f"{self.where}: value id {info.value.id} is both an external input and output",
                                    Error.InvalidProgram)
             if info.external in ins or info.external in outs:
@@ -539,6 +561,9 @@ class Compiler:
         node has no output clamp. Values stay what the graph computes; only the unread
         intermediates are never written."""
         nodes = self.graph.nodes
+        types = {n.type for n in nodes}
+        if "XNNHardswish" not in types and "XNNSigmoid" not in types and not (self.lookup and "XNNConvert" in types):
+            return  # nothing to fuse (most of a transformer's graphs): no reader maps made
         readers: dict[int, list[int]] = {}
         producer: dict[int, int] = {}
         for pos, node in enumerate(nodes):
@@ -717,6 +742,7 @@ def _place_python(nbytes: list[int], first: list[int], last: list[int], align: i
 
 _ALIGN = 64
 _F32 = np.dtype(np.float32)
+_DATATYPES = _REGISTRY["datatypes"]  # (DATATYPES without the read-only proxy's lookups)
 # Node types whose float32 builders end with a fused activation (Compiler.fused_output).
 _EPILOGUE_NODES = frozenset({"XNNConv2d", "XNNDepthwiseConv2d", "XNNFullyConnected"})
 # The builder name of a Sigmoid-then-Multiply SiLU run as one step (at the Multiply).
@@ -748,6 +774,10 @@ def _dt_name(d: int) -> str:
     return DATATYPE_NAMES[d] if 0 <= d < len(DATATYPE_NAMES) else f"<{d}>"
 
 
+# The module that, imported, has filled the registries (it imports _nodes first).
+_BUILDERS_MODULE = f"{__package__}._quantized"
+
+
 def compile_graph(graph: XGraph, where: str, named_data: Callable[[str], memoryview] | None,
                   input_shapes: Mapping[int, tuple[int, ...]] | None = None,
                   packed: dict[Any, np.ndarray] | None = None) -> Plan:
@@ -761,8 +791,9 @@ def compile_graph(graph: XGraph, where: str, named_data: Callable[[str], memoryv
         BackendError: an unknown node type or datatype (NotSupported), a bad reference,
             shape or constant (InvalidProgram), naming the node or value and the delegate.
     """
-    from . import _nodes  # noqa: F401  (fills NODE_BUILDERS)
-    from . import _quantized  # noqa: F401  (quantized datatypes and int8 node paths)
+    if _BUILDERS_MODULE not in sys.modules:  # (an import statement per compile cost 7 % of a small graph's)
+        from . import _nodes  # noqa: F401  (fills NODE_BUILDERS)
+        from . import _quantized  # noqa: F401  (quantized datatypes and int8 node paths)
 
     return Compiler(graph, where, named_data, input_shapes, packed).compile()
 

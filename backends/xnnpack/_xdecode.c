@@ -3,7 +3,9 @@
  * reference and the fallback).
  *
  * graph(buf, end, root, budget, layouts, makers) decodes the graph's xvalues then its xnodes;
- * constants(buf, end, root, budget, section) its constant_data. Each makes exactly the checks
+ * constants(buf, end, root, budget, section) its constant_data; blob(buf, budget, layouts, makers,
+ * constant_maker) a whole blob with an XH00 header (parse_blob's header checks, the identifier, the root,
+ * version, both vectors, num_externs, the ids and the constants) in one call. Each makes exactly the checks
  * the Python fast path makes (table, vtable and field bounds and alignment, offsets, vector
  * bounds, union tags, dims, null-terminated strict UTF-8 keys, constant ranges) and charges
  * the same object budget (one per table, one per vector element, one per string), and
@@ -164,6 +166,11 @@ static PyObject *u32_tuple(R *r, const T *t, uint32_t slot, int *bad) {
     do {                \
         *bad = 1;       \
         goto fail;      \
+    } while (0)
+#define FALLBACK_NULL() \
+    do {                \
+        *bad = 1;       \
+        return NULL;    \
     } while (0)
 
 /* _Fast.value */
@@ -492,6 +499,40 @@ done:
     return rc;
 }
 
+/* graph()'s and blob()'s layouts and makers checked: 0, or -1 with an exception (the makers then cleared) */
+static int setup(PyObject *layouts_obj, PyObject *makers, Layouts *l, Maker mk[3], PyObject **kinds,
+                 PyObject **node_types) {
+    l->n = PyTuple_GET_SIZE(layouts_obj);
+    if (l->n > MAX_LAYOUTS) {
+        PyErr_SetString(PyExc_ValueError, "too many node layouts");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < l->n; i++) {
+        l->layouts[i] = PyUnicode_AsUTF8(PyTuple_GET_ITEM(layouts_obj, i));
+        if (!l->layouts[i]) return -1;
+    }
+    static const Py_ssize_t nfields[3] = {9, 5, 8};
+    int ok = PyTuple_GET_SIZE(makers) == 5 && PyTuple_Check(*kinds = PyTuple_GET_ITEM(makers, 3)) &&
+             PyTuple_GET_SIZE(*kinds) == 2 && PyTuple_Check(*node_types = PyTuple_GET_ITEM(makers, 4)) &&
+             PyTuple_GET_SIZE(*node_types) == l->n;
+    for (Py_ssize_t i = 0; ok && i < l->n; i++) {
+        PyObject *t = PyTuple_GET_ITEM(*node_types, i);
+        ok = PyTuple_Check(t) && PyTuple_GET_SIZE(t) == 2 && PyTuple_Check(PyTuple_GET_ITEM(t, 1)) &&
+             PyTuple_GET_SIZE(PyTuple_GET_ITEM(t, 1)) == (Py_ssize_t)strlen(l->layouts[i]);
+    }
+    for (int i = 0; ok && i < 3; i++) {
+        PyObject *pair = PyTuple_GET_ITEM(makers, i);
+        ok = PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) == 2 &&
+             maker_init(&mk[i], PyTuple_GET_ITEM(pair, 0), PyTuple_GET_ITEM(pair, 1)) == 0 && mk[i].n == nfields[i];
+    }
+    if (ok) return 0;
+    if (!PyErr_Occurred())
+        PyErr_SetString(PyExc_TypeError, "makers: ((XValue, its 9 fields), (XNode, 5), (QuantParams, 8), "
+                                         "2 quantization kinds, (node type, field names) per layout)");
+    for (int j = 0; j < 3; j++) maker_clear(&mk[j]);
+    return -1;
+}
+
 PyDoc_STRVAR(graph_doc, "graph(buf, end, root, budget, layouts, makers) -> ((XValue, ...), (XNode, ...), spent) | None\n"
                         "makers: ((XValue, fields), (XNode, fields), (QuantParams, fields), quantization kinds by tag, "
                         "(node type name, field names) by tag): what the items are built as.");
@@ -504,37 +545,9 @@ static PyObject *graph(PyObject *Py_UNUSED(self), PyObject *args) {
                           &makers))
         return NULL;
     Layouts l;
-    l.n = PyTuple_GET_SIZE(layouts_obj);
-    if (l.n > MAX_LAYOUTS) {
-        PyErr_SetString(PyExc_ValueError, "too many node layouts");
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < l.n; i++) {
-        l.layouts[i] = PyUnicode_AsUTF8(PyTuple_GET_ITEM(layouts_obj, i));
-        if (!l.layouts[i]) return NULL;
-    }
     Maker mk[3] = {{NULL, {NULL}, 0}, {NULL, {NULL}, 0}, {NULL, {NULL}, 0}};
+    if (setup(layouts_obj, makers, &l, mk, &kinds, &node_types) < 0) return NULL;
     PyObject *values = NULL, *nodes = NULL, *result = NULL;
-    static const Py_ssize_t nfields[3] = {9, 5, 8};
-    int ok = PyTuple_GET_SIZE(makers) == 5 && PyTuple_Check(kinds = PyTuple_GET_ITEM(makers, 3)) &&
-             PyTuple_GET_SIZE(kinds) == 2 && PyTuple_Check(node_types = PyTuple_GET_ITEM(makers, 4)) &&
-             PyTuple_GET_SIZE(node_types) == l.n;
-    for (Py_ssize_t i = 0; ok && i < l.n; i++) {
-        PyObject *t = PyTuple_GET_ITEM(node_types, i);
-        ok = PyTuple_Check(t) && PyTuple_GET_SIZE(t) == 2 && PyTuple_Check(PyTuple_GET_ITEM(t, 1)) &&
-             PyTuple_GET_SIZE(PyTuple_GET_ITEM(t, 1)) == (Py_ssize_t)strlen(l.layouts[i]);
-    }
-    for (int i = 0; ok && i < 3; i++) {
-        PyObject *pair = PyTuple_GET_ITEM(makers, i);
-        ok = PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) == 2 &&
-             maker_init(&mk[i], PyTuple_GET_ITEM(pair, 0), PyTuple_GET_ITEM(pair, 1)) == 0 && mk[i].n == nfields[i];
-    }
-    if (!ok) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_TypeError, "makers: ((XValue, its 9 fields), (XNode, 5), (QuantParams, 8), "
-                                             "2 quantization kinds, (node type, field names) per layout)");
-        goto out;
-    }
     Py_buffer view;
     R r;
     T rt;
@@ -578,9 +591,116 @@ static PyObject *constants(PyObject *Py_UNUSED(self), PyObject *args) {
     return result;
 }
 
+/* _FlatReader.string of a table's field on the fast path: a new str, "" when absent; NULL with *bad = 1 where
+ * the reader would fail (bounds, alignment, no terminating 0, not strict UTF-8: the caller's checked path then
+ * names it). Charged one object, as the reader charges a string. */
+static PyObject *string(R *r, const T *t, uint32_t slot, int *bad) {
+    int64_t p = field(r, t, slot, 4);
+    if (p < 0) FALLBACK_NULL();
+    if (p == 0) return PyUnicode_FromStringAndSize("", 0);
+    int64_t v = ref(r, (uint64_t)p);
+    if (v < 0 || (v & 3)) FALLBACK_NULL();
+    uint64_t n = u32(r, (uint64_t)v), start = (uint64_t)v + 4;
+    if (start + n > r->end || charge(r, 1) < 0 || start + n >= r->end || r->b[start + n] != 0) FALLBACK_NULL();
+    PyObject *s = PyUnicode_DecodeUTF8((const char *)r->b + start, (Py_ssize_t)n, "strict");
+    if (!s && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+        PyErr_Clear();
+        FALLBACK_NULL();
+    }
+    return s;
+}
+
+#define XH_LENGTH 30
+
+PyDoc_STRVAR(blob_doc,
+             "blob(buf, budget, layouts, makers, constant_maker) -> (identifier, version, values, nodes, num_externs, "
+             "input_ids, output_ids, constants, constant_offset, constant_size) | None\n"
+             "A whole delegate blob with an XH00 header: the header's checks (parse_header), the identifier, the root "
+             "table, version, xvalues, xnodes, num_externs, input_ids, output_ids and constant_data (as ConstantRef "
+             "objects, constant_maker = (ConstantRef, its 4 fields)), charging the budget as _decode's fast path does. "
+             "None wherever parse_blob's own path would raise or fall back, and for a blob without the header.");
+
+static PyObject *blob(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *buf, *layouts_obj, *makers, *cmaker, *kinds = NULL, *node_types = NULL;
+    long long budget;
+    if (!PyArg_ParseTuple(args, "OLO!O!O!", &buf, &budget, &PyTuple_Type, &layouts_obj, &PyTuple_Type, &makers,
+                          &PyTuple_Type, &cmaker))
+        return NULL;
+    Layouts l;
+    Maker mk[3] = {{NULL, {NULL}, 0}, {NULL, {NULL}, 0}, {NULL, {NULL}, 0}}, cm = {NULL, {NULL}, 0};
+    if (setup(layouts_obj, makers, &l, mk, &kinds, &node_types) < 0) return NULL;
+    PyObject *version = NULL, *values = NULL, *nodes = NULL, *ins = NULL, *outs = NULL, *consts = NULL;
+    PyObject *result = NULL;
+    if (PyTuple_GET_SIZE(cmaker) != 2 || maker_init(&cm, PyTuple_GET_ITEM(cmaker, 0), PyTuple_GET_ITEM(cmaker, 1)) < 0 ||
+        cm.n != 4) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "constant_maker: (ConstantRef, its 4 fields)");
+        goto out;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE) < 0) goto out;
+    const uint8_t *b = view.buf;
+    uint64_t n = (uint64_t)view.len;
+    int bad_ = 0, *bad = &bad_;
+    /* parse_header: anything it would raise for, and a blob without the header, go to the Python path */
+    if (n < XH_LENGTH || memcmp(b + 4, "XH00", 4) != 0) FALLBACK();
+    uint16_t length;
+    uint32_t fb_off, fb_size, cd_off;
+    uint64_t cd_size;
+    memcpy(&length, b + 8, 2);
+    memcpy(&fb_off, b + 10, 4);
+    memcpy(&fb_size, b + 14, 4);
+    memcpy(&cd_off, b + 18, 4);
+    memcpy(&cd_size, b + 22, 8);
+    if (length < XH_LENGTH || fb_size < 8 || fb_off > n || fb_size > n - fb_off || cd_off > n || cd_size > n - cd_off ||
+        cd_off < fb_off || cd_off - fb_off < fb_size)
+        FALLBACK();
+    const uint8_t *fb = b + fb_off;
+    if (memcmp(fb + 4, "XN01", 4) != 0 && memcmp(fb + 4, "XN00", 4) != 0) FALLBACK();
+    R r = {fb, fb_size, budget, 0};
+    T rt;
+    uint64_t ne, section = cd_size;
+    if (table(&r, u32(&r, 0), &rt, 1) < 0) FALLBACK(); /* the root, charged as _FlatReader.table charges it */
+    if (!(version = string(&r, &rt, 0, bad))) goto fail;
+    if (!(values = items(&r, &rt, 2, value_item, NULL, bad))) goto fail;
+    if (!(nodes = items(&r, &rt, 1, node_item, &l, bad))) goto fail;
+    if (objects(values, nodes, &mk[0], &mk[1], &mk[2], kinds, node_types) < 0) goto fail;
+    if (scalar(&r, &rt, 3, 4, &ne) < 0) FALLBACK();
+    if (!(ins = u32_tuple(&r, &rt, 4, bad)) || !(outs = u32_tuple(&r, &rt, 5, bad))) goto fail;
+    if (!(consts = items(&r, &rt, 8, constant_item, &section, bad))) goto fail;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(consts); i++) { /* (offset, size, key) -> ConstantRef */
+        PyObject *c = PyTuple_GET_ITEM(consts, i);
+        PyObject *cv[4] = {PyTuple_GET_ITEM(c, 0), PyTuple_GET_ITEM(c, 1), PyTuple_GET_ITEM(c, 2), Py_None};
+        PyObject *o = make(&cm, cv);
+        if (!o) goto fail;
+        PyTuple_SET_ITEM(consts, i, o);
+        Py_DECREF(c);
+    }
+    result = Py_BuildValue("(s#NNNkNNNkK)", (const char *)fb + 4, (Py_ssize_t)4, version, values, nodes,
+                           (unsigned long)(uint32_t)ne, ins, outs, consts, (unsigned long)cd_off,
+                           (unsigned long long)cd_size);
+    version = values = nodes = ins = outs = consts = NULL; /* stolen by N (released by it on failure too) */
+fail:
+    Py_XDECREF(version);
+    Py_XDECREF(values);
+    Py_XDECREF(nodes);
+    Py_XDECREF(ins);
+    Py_XDECREF(outs);
+    Py_XDECREF(consts);
+    PyBuffer_Release(&view);
+    if (!result && *bad && !PyErr_Occurred()) {
+        result = Py_None;
+        Py_INCREF(result);
+    }
+out:
+    for (int j = 0; j < 3; j++) maker_clear(&mk[j]);
+    maker_clear(&cm);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"graph", graph, METH_VARARGS, graph_doc},
     {"constants", constants, METH_VARARGS, constants_doc},
+    {"blob", blob, METH_VARARGS, blob_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -80,9 +80,18 @@ def test_the_fast_blob_decoders_agree_with_the_checked_one(monkeypatch) -> None:
     ways = {}
     if _blob._native_xdecode is not None:
         native_calls = []
+        whole_calls = []
         real = _blob._native_xdecode
 
         class Spy:
+            def __init__(self, whole: bool) -> None:
+                self.whole = whole
+
+            def blob(self, *a):  # noqa: ANN002, ANN202
+                got = real.blob(*a) if self.whole else None
+                whole_calls.append(got is not None)
+                return got
+
             def graph(self, *a):  # noqa: ANN002, ANN202
                 got = real.graph(*a)
                 native_calls.append(got is not None)
@@ -91,8 +100,12 @@ def test_the_fast_blob_decoders_agree_with_the_checked_one(monkeypatch) -> None:
             def constants(self, *a):  # noqa: ANN002, ANN202
                 return real.constants(*a)
 
-        monkeypatch.setattr(_blob, "_native_xdecode", Spy())
-        ways["C"] = [_parse_outcome(b) for b in blobs]
+        monkeypatch.setattr(_blob, "_native_xdecode", Spy(whole=True))
+        ways["C, whole blob"] = [_parse_outcome(b) for b in blobs]
+        # the unmutated blobs and many mutated ones decoded in the one call
+        assert sum(whole_calls) >= len(cases) and sum(whole_calls) < len(blobs)
+        monkeypatch.setattr(_blob, "_native_xdecode", Spy(whole=False))
+        ways["C, values and nodes"] = [_parse_outcome(b) for b in blobs]
         assert sum(native_calls) >= len(cases)  # the C decoder decoded (at least the unmutated blobs)
     monkeypatch.setattr(_blob, "_native_xdecode", None)
     ways["Python fast path"] = [_parse_outcome(b) for b in blobs]
@@ -140,3 +153,64 @@ def test_the_c_decoder_builds_the_blob_classes_and_refuses_makers_that_do_not_fi
     for makers in bad:
         with pytest.raises((TypeError, AttributeError)):
             native.graph(blob, len(blob), root, 10_000_000, _blob._LAYOUT_CODES, makers)
+
+
+def _real_xnnpack_files() -> list[pathlib.Path]:
+    """The committed XNNPACK fixtures, plus the real-size exports of ``benchmarks/real_models.py``
+    where they are cached ($ORCHESTRA_REAL_MODELS, or ~/.cache/orchestra/real_models/*/)."""
+    import os
+
+    files = sorted((ROOT / "tests" / "fixtures").glob("xnnpack_*.pte"))
+    files += sorted((ROOT / "tests" / "fixtures" / "int8").glob("xnnpack_int8_*.pte"))
+    env = os.environ.get("ORCHESTRA_REAL_MODELS")
+    dirs = [pathlib.Path(env)] if env else sorted((pathlib.Path.home() / ".cache" / "orchestra" / "real_models").glob("*"))
+    for d in dirs:
+        files += sorted(d.glob("*.xnnpack*.pte"))
+    return files
+
+
+def test_the_one_call_c_decoder_agrees_on_every_real_xnnpack_file(monkeypatch) -> None:
+    """Every delegate of every XNNPACK file at hand decodes to the same graph (repr: values,
+    nodes, ids, constants, the constant section's bytes) through the C decoder's one call for
+    the whole blob as through the Python decoders."""
+    import pytest
+
+    from orchestra.backends.xnnpack import _blob
+    from orchestra.runtime import load_program
+
+    if _blob._native_xdecode is None:
+        pytest.skip("the C decoder is not built")
+    real = _blob._native_xdecode
+    blobs = []
+    for f in _real_xnnpack_files():
+        d = load_program(f).definition
+        for name in d.method_names:
+            blobs += [d.delegate_data(x.processed) for x in d.plan(name).delegates if x.id == "XnnpackBackend"]
+    assert len(blobs) >= 5
+    whole, parts = [], []
+
+    class Spy:
+        def blob(self, *a):  # noqa: ANN002, ANN202
+            got = real.blob(*a)
+            whole.append(got is not None)
+            return got
+
+        def graph(self, *a):  # noqa: ANN002, ANN202
+            got = real.graph(*a)
+            parts.append(got is not None)
+            return got
+
+        def constants(self, *a):  # noqa: ANN002, ANN202
+            return real.constants(*a)
+
+    def graph(b: memoryview) -> tuple:
+        g = _blob.parse_blob(b, "d")
+        return repr(g), bytes(g.constant_section), g.constants
+
+    monkeypatch.setattr(_blob, "_native_xdecode", Spy())
+    c = [graph(b) for b in blobs]
+    # every one decoded in the one call but those the C decoder leaves to the checked one
+    # (a dynamic int8 fixture's per-token quantization)
+    assert len(whole) == len(blobs) and whole.count(False) == parts.count(False) < len(blobs) // 4
+    monkeypatch.setattr(_blob, "_native_xdecode", None)
+    assert c == [graph(b) for b in blobs]
