@@ -438,14 +438,15 @@ def _need_match() -> None:
 
 @pytest.mark.parametrize("path", _MATCH_PROGRAMS, ids=lambda p: p.name)
 def test_the_matcher_tables_in_c_give_the_python_answers(path: pathlib.Path) -> None:
-    """Every answer the C tables give for a plan's instructions (layout_links: one per
+    """Every answer the C tables give for a plan's instructions (layout_links, ew_ops: one per
     instruction) is what the Python code gives; they leave none of these plans to it."""
     _need_match()
     for mt in _matchers(path):
         n = len(mt.instructions)
-        links = mt.layout_links()
-        assert len(links) == n
+        links, ew_ops = mt.layout_links(), mt.ew_ops()
+        assert len(links) == len(ew_ops) == n
         assert all(links[pc] is not _optimize._ASK and links[pc] == mt.layout_link_py(pc) for pc in range(n))
+        assert all(ew_ops[pc] is not _optimize._ASK and ew_ops[pc] == mt.ew_op_py(pc) for pc in range(n))
 
 
 @pytest.mark.parametrize("path", _MATCH_PROGRAMS, ids=lambda p: p.name)
@@ -527,6 +528,37 @@ def test_the_matcher_tables_leave_odd_inputs_to_python() -> None:
     assert changed(instructions=tuple(_odd_plan()["instructions"])) is None  # type: ignore[arg-type]
     assert changed(written={2}) == _links(_odd_plan())  # (a set or a frozenset)
     assert changed(to_numpy=_optimize._NUMPY_OF.items()) is None
+
+
+def test_the_elementwise_table_leaves_odd_inputs_to_python() -> None:
+    """ew_ops, as layout_links: a relu of value 0 into value 2 (a planned float32 tensor of
+    static shape), then the same with odd inputs."""
+    from orchestra.program import KernelCall
+
+    _need_match()
+    ask = _optimize._ASK
+    slot = type("Slot", (), {"dynamic": False})()
+
+    def ew(slots: object = (None, None, slot), params: object = (("aten::relu.out", 2),), **kw: object) -> object:
+        p = _odd_plan()
+        p.update({"instructions": [KernelCall(0, (0, 2))], **kw})
+        return _optimize._match.ew_ops(p["instructions"], p["rets"], p["lists"], p["values"], p["template"],  # type: ignore[union-attr]
+                                       p["written"], list(slots), list(params), p["to_numpy"], _optimize._FOLD_DTYPES,  # type: ignore[call-overload]
+                                       *p["types"], ask)  # type: ignore[misc]
+
+    assert ew() == [("aten::relu.out", (0, 2), 2)]
+    assert ew(slots=(None, None, None)) == [None] and ew(slots=(None, None)) == [ask]
+    assert ew(slots=(None, None, type("Slot", (), {"dynamic": True})())) == [None]
+    assert ew(slots=(None, None, type("Slot", (), {"dynamic": 0})())) == [ask]
+    assert ew(params=(None,)) == [None] and ew(params=(("aten::relu.out", 1 << 70),)) == [ask]
+    assert ew(params=(("aten::relu.out", 3),)) == [None]  # fewer arguments than parameters
+    assert ew(params=()) == [ask] and ew(params=(("aten::relu.out",),)) == [ask]
+    assert ew(rets=[(2, 0)]) == [None] and ew(rets=[(1 << 70,)]) == [ask]
+    assert ew(instructions=[KernelCall(0, (2, 2))]) == [None]  # out read too
+    assert ew(instructions=[KernelCall(0, (0, 1 << 70))]) == [ask]
+    assert ew(instructions=[KernelCall(0, (0, 1))], rets=[(1,)]) == [None]  # not a tensor
+    assert ew(lists={}) == ew() and ew(to_numpy={}) == [None]  # (no dtype)
+    assert ew(written=[2]) is None
 
 
 def _fuzz_matcher(seed: int) -> _optimize._Matcher:

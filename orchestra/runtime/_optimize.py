@@ -941,6 +941,7 @@ class _Matcher:
         # layout_link's answer per instruction made in C on the first question (_ASK: the
         # Python code's to give), [] without it
         self._links: list[Any] | None = None
+        self._ew_ops: list[Any] | None = None  # ew_op's, the same way
 
     # -- helpers ----------------------------------------------------------------------------
     def kernel_call(self, pc: int, name: str, nparams: int) -> tuple[tuple[int, ...], set[int]] | None:
@@ -1026,7 +1027,36 @@ class _Matcher:
 
     def ew_op(self, pc: int) -> tuple[str, tuple[int, ...], int] | None:
         """(name, params, out) when instruction ``pc`` is an elementwise operation a chain
-        may hold, writing only its planned out of static shape and float32/64 dtype."""
+        may hold, writing only its planned out of static shape and float32/64 dtype.
+
+        Answered for every instruction at once in C where it is built (``ew_ops``: a chain
+        asks of each instruction two or three times)."""
+        found = self._ew_ops
+        if found is None:
+            found = self._ew_ops = self.ew_ops()
+        if 0 <= pc < len(found):
+            op = found[pc]
+            if op is not _ASK:
+                return op
+        return self.ew_op_py(pc)
+
+    def ew_ops(self) -> list[Any]:
+        """ew_op's answers made in C, per instruction (_ASK where the C code leaves the
+        answer to the Python code); [] where the C code isn't built or declines the plan."""
+        if _match is None or type(self.instructions) is not list or type(self.rets) is not list:
+            return []
+        params = []
+        for name in self.op_names:
+            nparams = _EW_UNARY.get(name) or _EW_BINARY.get(name)
+            kd = None if nparams is None else get_kernel(name)
+            params.append(None if kd is None or kd.num_params != nparams else (name, nparams))
+        found = _match.ew_ops(self.instructions, self.rets, self.cp.lists, self.values, self.cp.template,
+                              self.uses.written, self.cp.slots, params, _NUMPY_OF, _FOLD_DTYPES, KernelCall, Tensor, Int,
+                              Null, _ASK)
+        return [] if found is None else found
+
+    def ew_op_py(self, pc: int) -> tuple[str, tuple[int, ...], int] | None:
+        """ew_op's Python code."""
         if pc >= len(self.instructions):
             return None
         a = self.instructions[pc]

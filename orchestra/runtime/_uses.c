@@ -24,7 +24,7 @@
  *
  * The last ones are tables of _optimize._Matcher's answers, made once per plan where the Python
  * matchers would each make a dozen small calls per question (layout_links: layout_link of
- * every instruction). Per instruction they give the Python answer, or the caller's ``ask``
+ * every instruction; ew_ops: ew_op's). Per instruction they give the Python answer, or the caller's ``ask``
  * object where something is not of the shape the Python code makes (then it answers that one).
  * The inputs derive from a .pte file: nothing here indexes with a value it has not checked. */
 #define PY_SSIZE_T_CLEAN
@@ -1070,18 +1070,11 @@ static Py_ssize_t shape_of(PyObject *sizes, int64_t *v) {
     return PyTuple_GET_SIZE(sizes);
 }
 
-/* Layout operator kinds (_optimize._LAYOUT_OPS), as the caller numbers them. */
-enum { L_PERMUTE = 1, L_TRANSPOSE, L_T, L_VIEW, L_SAME, L_SQUEEZE, L_EXPAND, L_SLICE };
-
-/* _Matcher.layout_link(pc) for kernel call ``a`` whose operator is a layout one of kind
- * ``kind`` with ``nparams`` parameters (its kernel's count): 1 with *res (src, out, ops), 0 for
- * None, ASK, -1. */
-static int layout_link(const Plan *p, PyObject *a_args, PyObject *ret, PyObject *regions, long kind,
-                       Py_ssize_t nparams, PyObject **res) {
-    static const Py_ssize_t needs[] = {0, 3, 4, 2, 3, 1, 3, 4, 6};  /* parameters a kind reads, out included */
-    if (!PyTuple_CheckExact(a_args) || kind < L_PERMUTE || kind > L_SLICE || nparams < needs[kind]) return ASK;
-    if (PyTuple_GET_SIZE(a_args) < nparams) return 0;
-    PyObject *src = PyTuple_GET_ITEM(a_args, 0), *out = PyTuple_GET_ITEM(a_args, nparams - 1);
+/* _Matcher.kernel_call's results are {out} (out: parameter nparams - 1 of the call, ``ret``
+ * what it writes) and no other parameter names out, directly or as a list member: 1, 0, ASK,
+ * -1. a_args: a tuple of at least nparams >= 1 items. */
+static int single_out(const Plan *p, PyObject *a_args, PyObject *ret, Py_ssize_t nparams) {
+    PyObject *out = PyTuple_GET_ITEM(a_args, nparams - 1);
     int64_t out_v = 0, v = 0;
     int r = get_i64(out, &out_v);
     if (r != 1) return r < 0 ? -1 : ASK;
@@ -1123,6 +1116,23 @@ static int layout_link(const Plan *p, PyObject *a_args, PyObject *ret, PyObject 
             if (j >= 0 && j == out_v) return 0;
         }
     }
+    return 1;
+}
+
+/* Layout operator kinds (_optimize._LAYOUT_OPS), as the caller numbers them. */
+enum { L_PERMUTE = 1, L_TRANSPOSE, L_T, L_VIEW, L_SAME, L_SQUEEZE, L_EXPAND, L_SLICE };
+
+/* _Matcher.layout_link(pc) for kernel call ``a`` whose operator is a layout one of kind
+ * ``kind`` with ``nparams`` parameters (its kernel's count): 1 with *res (src, out, ops), 0 for
+ * None, ASK, -1. */
+static int layout_link(const Plan *p, PyObject *a_args, PyObject *ret, PyObject *regions, long kind,
+                       Py_ssize_t nparams, PyObject **res) {
+    static const Py_ssize_t needs[] = {0, 3, 4, 2, 3, 1, 3, 4, 6};  /* parameters a kind reads, out included */
+    if (!PyTuple_CheckExact(a_args) || kind < L_PERMUTE || kind > L_SLICE || nparams < needs[kind]) return ASK;
+    if (PyTuple_GET_SIZE(a_args) < nparams) return 0;
+    PyObject *src = PyTuple_GET_ITEM(a_args, 0), *out = PyTuple_GET_ITEM(a_args, nparams - 1);
+    int r = single_out(p, a_args, ret, nparams);
+    if (r != 1) return r;
     int64_t ro[3], rs[3];
     r = region_of(regions, out, ro);
     if (r != 1) return r;
@@ -1354,6 +1364,90 @@ static PyObject *layout_links(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* ew_ops(instructions, rets, lists, values, template, written, slots, op_params, to_numpy,
+ * dtypes, KernelCall, Tensor, Int, Null, ask) -> _Matcher.ew_op(pc) for every pc (a list),
+ * ``ask`` where the Python code is to answer: (name, params, out) when the instruction calls an
+ * elementwise operator ``op_params[op_index] == (name, parameter count)`` (None: another
+ * operator, or its kernel's count differs) writing only out, a planned static tensor (``slots``:
+ * CompiledPlan.slots) of a dtype in ``dtypes``. None when an input is not of the type _Matcher
+ * makes. */
+static PyObject *ew_ops(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *instructions, *rets, *slots, *op_params, *dtypes, *kernel_t, *ask;
+    Plan p = {0};
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOO", &instructions, &rets, &p.lists, &p.values, &p.template_, &p.written,
+                          &slots, &op_params, &p.to_numpy, &dtypes, &kernel_t, &p.tensor_t, &p.int_t, &p.null_t, &ask))
+        return NULL;
+    int state = plan_init(&p);
+    if (state == 1 && (!PyList_CheckExact(instructions) || !PyList_CheckExact(rets) ||
+                       PyList_GET_SIZE(rets) != PyList_GET_SIZE(instructions) || !PyList_CheckExact(slots) ||
+                       !PyList_CheckExact(op_params) || !PyTuple_CheckExact(dtypes) || !PyType_Check(kernel_t)))
+        state = 0;
+    PyObject *s_args = PyUnicode_InternFromString("args"), *s_op = PyUnicode_InternFromString("op_index");
+    PyObject *s_dynamic = PyUnicode_InternFromString("dynamic");
+    Py_ssize_t n = state == 1 ? PyList_GET_SIZE(instructions) : 0;
+    PyObject *out = state == 1 ? PyList_New(n) : NULL;
+    if (s_args == NULL || s_op == NULL || s_dynamic == NULL || (state == 1 && out == NULL)) state = -1;
+    for (Py_ssize_t pc = 0; state == 1 && pc < n; pc++) {
+        PyObject *a = PyList_GET_ITEM(instructions, pc), *res = NULL, *opi = NULL, *a_args = NULL, *dyn = NULL;
+        PyObject *dt = NULL, *sizes = NULL;
+        int r = payload_is(a, kernel_t);
+        if (r == 1) r = (opi = PyObject_GetAttr(a, s_op)) ? 1 : -1;
+        int64_t k = 0, np_ = 0;
+        if (r == 1) {
+            r = get_i64(opi, &k);
+            if (r == 0 || (r == 1 && (k < 0 || k >= PyList_GET_SIZE(op_params)))) r = ASK;
+        }
+        PyObject *entry = r == 1 ? PyList_GET_ITEM(op_params, k) : NULL;
+        if (r == 1 && entry == Py_None) r = 0;
+        if (r == 1) {  /* (name, parameters) */
+            r = PyTuple_CheckExact(entry) && PyTuple_GET_SIZE(entry) == 2 ? get_i64(PyTuple_GET_ITEM(entry, 1), &np_) : 0;
+            if (r == 0 || (r == 1 && (np_ < 1 || np_ > MAX_NAMED))) r = ASK;
+        }
+        if (r == 1) r = (a_args = PyObject_GetAttr(a, s_args)) ? 1 : -1;
+        if (r == 1 && !PyTuple_CheckExact(a_args)) r = ASK;
+        if (r == 1 && PyTuple_GET_SIZE(a_args) < np_) r = 0;
+        if (r == 1) r = single_out(&p, a_args, PyList_GET_ITEM(rets, pc), (Py_ssize_t)np_);
+        PyObject *o = r == 1 ? PyTuple_GET_ITEM(a_args, np_ - 1) : NULL;
+        if (r == 1) {  /* storage.static(out): a planned tensor of static shape */
+            Py_ssize_t i = 0;
+            r = value_index(&p, o, &i);
+            if (r == 1 && i >= PyList_GET_SIZE(slots)) r = ASK;
+            PyObject *slot = r == 1 ? PyList_GET_ITEM(slots, i) : NULL;
+            if (r == 1 && slot == Py_None) r = 0;
+            if (r == 1) r = (dyn = PyObject_GetAttr(slot, s_dynamic)) ? 1 : -1;
+            if (r == 1) r = dyn == Py_False ? 1 : dyn == Py_True ? 0 : ASK;
+        }
+        if (r == 1) r = static_tensor(&p, o, &dt, &sizes);
+        if (r == 1) {
+            int in = PySequence_Contains(dtypes, dt);
+            r = in < 0 ? -1 : in ? 1 : 0;
+        }
+        if (r == 1) {
+            PyObject *params = PyTuple_GetSlice(a_args, 0, (Py_ssize_t)np_);
+            res = params ? PyTuple_Pack(3, PyTuple_GET_ITEM(entry, 0), params, o) : NULL;
+            Py_XDECREF(params);
+            if (res == NULL) r = -1;
+        }
+        Py_XDECREF(opi);
+        Py_XDECREF(a_args);
+        Py_XDECREF(dyn);
+        Py_XDECREF(sizes);
+        if (r < 0) {
+            state = -1;
+            break;
+        }
+        PyList_SET_ITEM(out, pc, r == 1 ? res : Py_NewRef(r == 0 ? Py_None : ask));
+    }
+    Py_XDECREF(s_args);
+    Py_XDECREF(s_op);
+    Py_XDECREF(s_dynamic);
+    plan_clear(&p);
+    if (state == 1) return out;
+    Py_XDECREF(out);
+    if (state < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS,
      "scan(instructions, rets, lists, ops, KernelCall, MoveCall, FreeCall) -> (mentions, writers, defines, "
@@ -1376,6 +1470,9 @@ static PyMethodDef methods[] = {
     {"layout_links", layout_links, METH_VARARGS,
      "layout_links(instructions, rets, lists, values, template, written, regions, op_kinds, to_numpy, KernelCall, "
      "Tensor, Int, Null, ask) -> _Matcher.layout_link of every instruction (ask: the Python code's), or None."},
+    {"ew_ops", ew_ops, METH_VARARGS,
+     "ew_ops(instructions, rets, lists, values, template, written, slots, op_params, to_numpy, dtypes, KernelCall, "
+     "Tensor, Int, Null, ask) -> _Matcher.ew_op of every instruction (ask: the Python code's), or None."},
     {NULL, NULL, 0, NULL},
 };
 
