@@ -447,6 +447,13 @@ def test_the_matcher_tables_in_c_give_the_python_answers(path: pathlib.Path) -> 
         assert len(links) == len(ew_ops) == n
         assert all(links[pc] is not _optimize._ASK and links[pc] == mt.layout_link_py(pc) for pc in range(n))
         assert all(ew_ops[pc] is not _optimize._ASK and ew_ops[pc] == mt.ew_op_py(pc) for pc in range(n))
+        st = mt.storage
+        groups = _optimize._match.same_bytes(st.regions, mt.cp.slots)  # type: ignore[union-attr]
+        st._same_bytes = None
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(_optimize, "_match", None)
+            assert groups == st.same_bytes() and list(groups) == list(st.same_bytes())
+        assert all(groups[j] is groups[g[0]] for j, g in groups.items())  # one list per group
 
 
 @pytest.mark.parametrize("path", _MATCH_PROGRAMS, ids=lambda p: p.name)
@@ -559,6 +566,22 @@ def test_the_elementwise_table_leaves_odd_inputs_to_python() -> None:
     assert ew(instructions=[KernelCall(0, (0, 1))], rets=[(1,)]) == [None]  # not a tensor
     assert ew(lists={}) == ew() and ew(to_numpy={}) == [None]  # (no dtype)
     assert ew(written=[2]) is None
+
+
+def test_same_bytes_leaves_odd_inputs_to_python() -> None:
+    """_uses.same_bytes: None for a value not an int in range of the slots, or inputs of
+    another type; Python's comparisons otherwise (a dim order given as a list is not the
+    identity tuple)."""
+    _need_match()
+    u = _optimize._match
+    plain = type("Slot", (), {"dynamic": False, "dim_order": (0, 1), "bound": (2, 3), "dtype": np.dtype(np.float32)})
+    other = type("Slot", (), {"dynamic": False, "dim_order": [0, 1], "bound": (2, 3), "dtype": np.dtype(np.float32)})
+    regions = {0: (0, 0, 24), 1: (0, 0, 24), 2: (0, 0, 24), 3: (0, 24, 24)}
+    found = u.same_bytes(regions, [plain(), plain(), other(), plain()])  # type: ignore[union-attr]
+    assert found == {0: [0, 1], 1: [0, 1]} and found[0] is found[1]
+    assert u.same_bytes({**regions, 9: (0, 0, 24)}, [plain()] * 4) is None  # type: ignore[union-attr]
+    assert u.same_bytes({-1: (0, 0, 24)}, [plain()]) is None and u.same_bytes({0: [0, 0, 24]}, [plain()]) is None  # type: ignore[union-attr]
+    assert u.same_bytes(regions, (plain(),) * 4) is None  # type: ignore[union-attr]
 
 
 def _fuzz_matcher(seed: int) -> _optimize._Matcher:

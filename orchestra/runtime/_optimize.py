@@ -629,6 +629,8 @@ class _Storage:
         element count, all static and laid out contiguously; only values in a group of two or
         more. Made once per plan."""
         found = self._same_bytes
+        if found is None and _match is not None:  # (the loop below in C: 3 % of a transformer's load)
+            found = self._same_bytes = _match.same_bytes(self.regions, self.cp.slots)
         if found is None:
             # (region, dtype) -> the plain values there.
             groups: dict[tuple[_Region, np.dtype], list[int]] = {}

@@ -1448,6 +1448,90 @@ static PyObject *ew_ops(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* same_bytes(regions, slots) -> _Storage.same_bytes(): value -> its group (one list shared by
+ * the group) of the plain values (slot of static shape, no dim order or the identity one) with
+ * one region of a positive size and one dtype, for groups of two or more. The comparisons are
+ * Python's (any objects); None when regions is not a dict or slots not a list, or a value is not
+ * an int in range of slots. */
+static PyObject *same_bytes(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *regions, *slots;
+    if (!PyArg_ParseTuple(args, "OO", &regions, &slots)) return NULL;
+    if (!PyDict_CheckExact(regions) || !PyList_CheckExact(slots)) Py_RETURN_NONE;
+    PyObject *groups = PyDict_New(), *found = NULL;
+    PyObject *s_dynamic = PyUnicode_InternFromString("dynamic"), *s_order = PyUnicode_InternFromString("dim_order");
+    PyObject *s_bound = PyUnicode_InternFromString("bound"), *s_dtype = PyUnicode_InternFromString("dtype");
+    int state = groups && s_dynamic && s_order && s_bound && s_dtype ? 1 : -1;
+    Py_ssize_t pos = 0;
+    PyObject *j, *r;
+    while (state == 1 && PyDict_Next(regions, &pos, &j, &r)) {
+        Py_INCREF(j);
+        Py_INCREF(r);
+        PyObject *dyn = NULL, *order = NULL, *bound = NULL, *ident = NULL, *dtype = NULL, *key = NULL;
+        int64_t k = 0;
+        int plain = 0;
+        if (!PyTuple_CheckExact(r) || PyTuple_GET_SIZE(r) != 3) state = 0;
+        if (state == 1) {
+            plain = PyObject_RichCompareBool(PyTuple_GET_ITEM(r, 2), PyTuple_GET_ITEM(r, 1), Py_GT);
+            if (plain < 0) state = -1;
+        }
+        if (state == 1 && plain) {  /* _Storage._plain(j) */
+            state = get_i64(j, &k);
+            if (state == 1 && (k < 0 || k >= PyList_GET_SIZE(slots))) state = 0;
+            PyObject *slot = state == 1 ? PyList_GET_ITEM(slots, k) : NULL;
+            plain = slot != NULL && slot != Py_None;
+            if (plain && (dyn = PyObject_GetAttr(slot, s_dynamic)) == NULL) state = -1;
+            if (plain && state == 1) {
+                int t = PyObject_IsTrue(dyn);
+                if (t < 0) state = -1;
+                plain = t == 0;
+            }
+            if (plain && state == 1 && (order = PyObject_GetAttr(slot, s_order)) == NULL) state = -1;
+            if (plain && state == 1) {
+                int t = PyObject_IsTrue(order);
+                if (t < 0) state = -1;
+                else if (t) {  /* dim_order == tuple(range(len(bound))) */
+                    Py_ssize_t nb = (bound = PyObject_GetAttr(slot, s_bound)) ? PyObject_Length(bound) : -1;
+                    ident = nb >= 0 ? PyTuple_New(nb) : NULL;
+                    for (Py_ssize_t q = 0; ident && q < nb; q++) {
+                        PyObject *x = PyLong_FromSsize_t(q);
+                        if (x == NULL) Py_CLEAR(ident);
+                        else PyTuple_SET_ITEM(ident, q, x);
+                    }
+                    int eq = ident ? PyObject_RichCompareBool(order, ident, Py_EQ) : -1;
+                    if (eq < 0) state = -1;
+                    plain = eq == 1;
+                }
+            }
+            if (plain && state == 1) {
+                PyObject *list = NULL;
+                state = (dtype = PyObject_GetAttr(slot, s_dtype)) && (key = PyTuple_Pack(2, r, dtype)) ? 1 : -1;
+                if (state == 1 && (list = PyDict_GetItemWithError(groups, key)) == NULL) {
+                    state = !PyErr_Occurred() && (list = PyList_New(0)) && PyDict_SetItem(groups, key, list) == 0 ? 1 : -1;
+                    Py_XDECREF(list);  /* (groups holds it) */
+                }
+                if (state == 1 && PyList_Append(list, j) < 0) state = -1;
+            }
+        }
+        Py_XDECREF(dyn); Py_XDECREF(order); Py_XDECREF(bound); Py_XDECREF(ident); Py_XDECREF(dtype); Py_XDECREF(key);
+        Py_DECREF(r);
+        Py_DECREF(j);
+    }
+    if (state == 1 && (found = PyDict_New()) == NULL) state = -1;
+    pos = 0;
+    PyObject *g;
+    while (state == 1 && PyDict_Next(groups, &pos, &j, &g)) {
+        if (PyList_GET_SIZE(g) < 2) continue;
+        for (Py_ssize_t q = 0; state == 1 && q < PyList_GET_SIZE(g); q++)
+            if (PyDict_SetItem(found, PyList_GET_ITEM(g, q), g) < 0) state = -1;
+    }
+    Py_XDECREF(groups);
+    Py_XDECREF(s_dynamic); Py_XDECREF(s_order); Py_XDECREF(s_bound); Py_XDECREF(s_dtype);
+    if (state == 1) return found;
+    Py_XDECREF(found);
+    if (state < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS,
      "scan(instructions, rets, lists, ops, KernelCall, MoveCall, FreeCall) -> (mentions, writers, defines, "
@@ -1473,6 +1557,8 @@ static PyMethodDef methods[] = {
     {"ew_ops", ew_ops, METH_VARARGS,
      "ew_ops(instructions, rets, lists, values, template, written, slots, op_params, to_numpy, dtypes, KernelCall, "
      "Tensor, Int, Null, ask) -> _Matcher.ew_op of every instruction (ask: the Python code's), or None."},
+    {"same_bytes", same_bytes, METH_VARARGS,
+     "same_bytes(regions, slots) -> value -> its group of values with the same bytes and dtype, or None."},
     {NULL, NULL, 0, NULL},
 };
 
