@@ -392,3 +392,324 @@ def test_the_storage_loops_leave_odd_inputs_to_python() -> None:
     st._whole_writes.clear()
     with pytest.raises(OverflowError):
         st._own_writes(m, {v: {1 << 69} for _, _, v in st.by_mem[m]}, set())
+
+
+# -- _Matcher's tables in C (_optimize._match) against its Python code --------------------------
+
+def _all_model_files() -> list[pathlib.Path]:
+    """Every exported real-size model (portable and XNNPACK) where a cache of them is present."""
+    return sorted({p for f in _real_model_files() for p in f.parent.glob("*.pte")})
+
+
+_MATCH_PROGRAMS = sorted(FIXTURES.rglob("*.pte")) + _all_model_files()
+
+
+def _matchers(path: pathlib.Path) -> Iterator[_optimize._Matcher]:
+    """A _Matcher over each straight-line plan of the program at ``path``."""
+    prog = load_program(path)
+    for name in prog.method_names:
+        cp = prog._compiled_plan(name)
+        instructions = [ins.instr_args for chain in cp.plan.chains for ins in chain.instructions]
+        rets = [cp._bind_kernel(a, "")[3] if hasattr(a, "op_index") else None for a in instructions]
+        uses = analyse_uses(cp, instructions, rets)
+        if uses.straight:
+            yield _optimize._Matcher(cp, instructions, rets, uses)
+
+
+def _compiled(path: pathlib.Path) -> list[tuple[object, ...]]:
+    """What compiling each method of ``path`` made: rewrites (with their constants), step spans,
+    derived values (constants' bytes; a view's source)."""
+    prog = load_program(path)
+    found: list[tuple[object, ...]] = []
+    for name in prog.method_names:
+        cp = prog._compiled_plan(name)
+        nv = len(cp.plan.values)
+        consts = [(r, [(c.dtype.str, c.shape, c.tobytes()) for c in r.constants]) for r in cp.rewrites]
+        extra = [None if x is None else (x.dtype.str, x.shape, x.tobytes()) if isinstance(x, np.ndarray) else x
+                 for x in cp.template[nv:]]
+        found.append((consts, cp.step_spans, extra, [(i, src) for i, src, _ in cp.derived]))
+    return found
+
+
+def _need_match() -> None:
+    if _optimize._match is None:
+        pytest.skip("orchestra.runtime._uses was not built (no C compiler)")
+
+
+@pytest.mark.parametrize("path", _MATCH_PROGRAMS, ids=lambda p: p.name)
+def test_the_matcher_tables_in_c_give_the_python_answers(path: pathlib.Path) -> None:
+    """Every answer the C tables give for a plan's instructions (layout_links, ew_ops: one per
+    instruction) is what the Python code gives; they leave none of these plans to it."""
+    _need_match()
+    for mt in _matchers(path):
+        n = len(mt.instructions)
+        links, ew_ops = mt.layout_links(), mt.ew_ops()
+        assert len(links) == len(ew_ops) == n
+        assert all(links[pc] is not _optimize._ASK and links[pc] == mt.layout_link_py(pc) for pc in range(n))
+        assert all(ew_ops[pc] is not _optimize._ASK and ew_ops[pc] == mt.ew_op_py(pc) for pc in range(n))
+        st = mt.storage
+        groups = _optimize._match.same_bytes(st.regions, mt.cp.slots)  # type: ignore[union-attr]
+        st._same_bytes = None
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(_optimize, "_match", None)
+            assert groups == st.same_bytes() and list(groups) == list(st.same_bytes())
+        assert all(groups[j] is groups[g[0]] for j, g in groups.items())  # one list per group
+
+
+@pytest.mark.parametrize("path", _MATCH_PROGRAMS, ids=lambda p: p.name)
+def test_plans_are_compiled_the_same_with_the_matcher_tables_off(path: pathlib.Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rewrites, step spans and derived values of every method are the same with the C
+    tables (_optimize._match) and without them."""
+    _need_match()
+    on = _compiled(path)
+    monkeypatch.setattr(_optimize, "_match", None)
+    assert _compiled(path) == on
+
+
+def _odd_plan() -> dict[str, object]:
+    """The inputs of _uses.layout_links for one permute_copy of a (2, 3) float tensor (value 0)
+    into value 2 by dims value 1 = [3, 4] = [1, 0]."""
+    from orchestra.program import EValue, Int, IntList, KernelCall, Null, Tensor
+
+    values = (EValue(Tensor(6, 0, (2, 3), (0, 1))), EValue(IntList((3, 4))), EValue(Tensor(6, 0, (3, 2), (0, 1))),
+              EValue(Int(1)), EValue(Int(0)))
+    return {"instructions": [KernelCall(0, (0, 1, 2))], "rets": [(2,)], "lists": {1: (False, (3, 4))},
+            "values": values, "template": [None, None, None, 1, 0], "written": frozenset({2}),
+            "regions": {2: (0, 0, 24)}, "kinds": [(1, 3)], "to_numpy": dict(_optimize._NUMPY_OF),
+            "types": (KernelCall, Tensor, Int, Null)}
+
+
+def _links(plan: dict[str, object]) -> object:
+    p = plan
+    return _optimize._match.layout_links(p["instructions"], p["rets"], p["lists"], p["values"], p["template"],  # type: ignore[union-attr]
+                                         p["written"], p["regions"], p["kinds"], p["to_numpy"], *p["types"],  # type: ignore[misc]
+                                         _optimize._ASK)
+
+
+def test_the_matcher_tables_leave_odd_inputs_to_python() -> None:
+    """An instruction or value of a shape the Python code doesn't make (an int past 64 bits, a
+    subclass, an index out of range, a list flag not a bool) gets _ASK from the C table (the
+    Python code then answers, or raises, as it always did); inputs of another type, None."""
+    from orchestra.program import EValue, KernelCall, Tensor
+
+    _need_match()
+    ask = _optimize._ASK
+    assert _links(_odd_plan()) == [(0, 2, (("T", (1, 0)),))]
+
+    def changed(**kw: object) -> object:
+        plan = _odd_plan()
+        plan.update(kw)
+        return _links(plan)
+
+    values = _odd_plan()["values"]
+    assert changed(template=[None, None, None, 1, True]) == [None]  # a bool: not a literal int
+    assert changed(template=[None, None, None, 1, 1 << 70]) == [ask]
+    assert changed(template=[None, None, None, 1, 1.0]) == [ask]
+    assert changed(written=frozenset({2, 4})) == [None]
+    assert changed(regions={}) == [None] and changed(regions={2: (0, 0, 1 << 64)}) == [ask]
+    assert changed(regions={0: (0, 8, 32), 2: (0, 0, 24)}) == [None]  # src overlaps out
+    assert changed(lists={1: (0, (3, 4))}) == [ask] and changed(lists={1: (False, [3, 4])}) == [ask]
+    assert changed(lists={1: (True, (3, 4))}) == [None]
+    for out in (9, -1):  # a value past the plan's (Python indexes from the end)
+        assert changed(instructions=[KernelCall(0, (0, 1, out))], rets=[(out,)], regions={out: (0, 0, 24)}) == [ask]
+    assert changed(instructions=[KernelCall(-1, (0, 1, 2))]) == [ask]  # (Python indexes from the end)
+    assert changed(instructions=[KernelCall(1, (0, 1, 2))]) == [ask]
+    assert changed(instructions=[KernelCall(0, (0, 1))]) == [None]  # fewer arguments than parameters
+    assert changed(instructions=[KernelCall(0, [0, 1, 2])]) == [ask]
+    sub = type("SubCall", (KernelCall,), {})
+    assert changed(instructions=[sub(0, (0, 1, 2))]) == [ask]
+    assert changed(instructions=[object()]) == [None]
+    assert changed(kinds=[None]) == [None] and changed(kinds=[(1, 1 << 70)]) == [ask] and changed(kinds=[(9, 3)]) == [ask]
+    assert changed(kinds=[(1, 2)]) == [ask]  # fewer parameters than a permute reads
+    assert changed(rets=[(2, 1 << 70)]) == [ask] and changed(rets=[[2]]) == [ask] and changed(rets=[()]) == [None]
+    assert changed(rets=[(2, 0)]) == [None]
+    big = EValue(Tensor(6, 0, (2, 1 << 70), (0, 1)))
+    assert changed(values=(big, *values[1:])) == [ask]  # type: ignore[index]
+    dynamic = EValue(Tensor(6, 0, (2, 3), (0, 1), shape_dynamism=1))
+    assert changed(values=(dynamic, *values[1:])) == [None]  # type: ignore[index]
+    tsub = type("SubTensor", (Tensor,), {})
+    assert changed(values=(EValue(tsub(6, 0, (2, 3), (0, 1))), *values[1:])) == [ask]  # type: ignore[index]
+    assert changed(values=(EValue(Tensor(99, 0, (2, 3), (0, 1))), *values[1:])) == [None]  # no numpy dtype
+    assert changed(values=list(values)) is None  # type: ignore[arg-type]
+    assert changed(instructions=tuple(_odd_plan()["instructions"])) is None  # type: ignore[arg-type]
+    assert changed(written={2}) == _links(_odd_plan())  # (a set or a frozenset)
+    assert changed(to_numpy=_optimize._NUMPY_OF.items()) is None
+
+
+def test_the_elementwise_table_leaves_odd_inputs_to_python() -> None:
+    """ew_ops, as layout_links: a relu of value 0 into value 2 (a planned float32 tensor of
+    static shape), then the same with odd inputs."""
+    from orchestra.program import KernelCall
+
+    _need_match()
+    ask = _optimize._ASK
+    slot = type("Slot", (), {"dynamic": False})()
+
+    def ew(slots: object = (None, None, slot), params: object = (("aten::relu.out", 2),), **kw: object) -> object:
+        p = _odd_plan()
+        p.update({"instructions": [KernelCall(0, (0, 2))], **kw})
+        return _optimize._match.ew_ops(p["instructions"], p["rets"], p["lists"], p["values"], p["template"],  # type: ignore[union-attr]
+                                       p["written"], list(slots), list(params), p["to_numpy"], _optimize._FOLD_DTYPES,  # type: ignore[call-overload]
+                                       *p["types"], ask)  # type: ignore[misc]
+
+    assert ew() == [("aten::relu.out", (0, 2), 2)]
+    assert ew(slots=(None, None, None)) == [None] and ew(slots=(None, None)) == [ask]
+    assert ew(slots=(None, None, type("Slot", (), {"dynamic": True})())) == [None]
+    assert ew(slots=(None, None, type("Slot", (), {"dynamic": 0})())) == [ask]
+    assert ew(params=(None,)) == [None] and ew(params=(("aten::relu.out", 1 << 70),)) == [ask]
+    assert ew(params=(("aten::relu.out", 3),)) == [None]  # fewer arguments than parameters
+    assert ew(params=()) == [ask] and ew(params=(("aten::relu.out",),)) == [ask]
+    assert ew(rets=[(2, 0)]) == [None] and ew(rets=[(1 << 70,)]) == [ask]
+    assert ew(instructions=[KernelCall(0, (2, 2))]) == [None]  # out read too
+    assert ew(instructions=[KernelCall(0, (0, 1 << 70))]) == [ask]
+    assert ew(instructions=[KernelCall(0, (0, 1))], rets=[(1,)]) == [None]  # not a tensor
+    assert ew(lists={}) == ew() and ew(to_numpy={}) == [None]  # (no dtype)
+    assert ew(written=[2]) is None
+
+
+def test_same_bytes_leaves_odd_inputs_to_python() -> None:
+    """_uses.same_bytes: None for a value not an int in range of the slots, or inputs of
+    another type; Python's comparisons otherwise (a dim order given as a list is not the
+    identity tuple)."""
+    _need_match()
+    u = _optimize._match
+    plain = type("Slot", (), {"dynamic": False, "dim_order": (0, 1), "bound": (2, 3), "dtype": np.dtype(np.float32)})
+    other = type("Slot", (), {"dynamic": False, "dim_order": [0, 1], "bound": (2, 3), "dtype": np.dtype(np.float32)})
+    regions = {0: (0, 0, 24), 1: (0, 0, 24), 2: (0, 0, 24), 3: (0, 24, 24)}
+    found = u.same_bytes(regions, [plain(), plain(), other(), plain()])  # type: ignore[union-attr]
+    assert found == {0: [0, 1], 1: [0, 1]} and found[0] is found[1]
+    assert u.same_bytes({**regions, 9: (0, 0, 24)}, [plain()] * 4) is None  # type: ignore[union-attr]
+    assert u.same_bytes({-1: (0, 0, 24)}, [plain()]) is None and u.same_bytes({0: [0, 0, 24]}, [plain()]) is None  # type: ignore[union-attr]
+    assert u.same_bytes(regions, (plain(),) * 4) is None  # type: ignore[union-attr]
+
+
+def _fuzz_matcher(seed: int) -> _optimize._Matcher:
+    """A _Matcher (made without a program: only what layout_link reads) over random layout
+    instructions of every kind: random shapes and literal arguments, most of them what the
+    operator needs (an out of the shape it makes), many not (bad dims, bools, None, a written
+    literal, a dynamic or overlapping tensor, another dtype)."""
+    from types import SimpleNamespace
+
+    from orchestra.program import Bool, EValue, Int, IntList, KernelCall, Null, Tensor
+
+    rng = np.random.default_rng(seed)
+    names = list(_optimize._LAYOUT_OPS)
+    values: list[EValue] = []
+    template: list[object] = []
+    lists: dict[int, tuple[bool, tuple[int, ...]]] = {}
+    written: set[int] = set()
+    regions: dict[int, tuple[int, int, int]] = {}
+    instructions: list[object] = []
+    rets: list[tuple[int, ...] | None] = []
+
+    def add(val: object, obj: object = None) -> int:
+        values.append(EValue(val))
+        template.append(obj)
+        return len(values) - 1
+
+    def lit(v: object) -> int:
+        if v is None:
+            return add(Null())
+        k = add(Bool(v) if isinstance(v, bool) else Int(v), v)  # type: ignore[arg-type]
+        if rng.random() < 0.03:
+            written.add(k)
+        return k
+
+    def int_list(items: list[object]) -> int:
+        members = tuple(lit(v) for v in items)
+        k = add(IntList(members))
+        lists[k] = (bool(rng.random() < 0.03), members)
+        return k
+
+    def odd(v: int) -> object:
+        """v, or now and then something else in its place."""
+        r = rng.random()
+        return v if r > 0.15 else True if r < 0.03 else None if r < 0.06 else v + int(rng.integers(-3, 4))
+
+    def tensor(shape: tuple[int, ...], planned: bool) -> int:
+        st = 6 if rng.random() > 0.05 else 4
+        k = add(Tensor(st, 0, tuple(shape), tuple(range(len(shape))), shape_dynamism=int(rng.random() < 0.04)))
+        if planned:
+            regions[k] = (0, 1000 * k, 1000 * k + 4 * int(np.prod(shape)))
+        return k
+
+    for _ in range(600):
+        name = names[int(rng.integers(len(names)))]
+        ndim = int(rng.integers(0, 5))
+        shape = tuple(int(d) for d in rng.integers(1, 4, ndim))
+        x = np.zeros(shape)
+        src = tensor(shape, rng.random() < 0.7)
+        args: list[int] = []
+        y = x
+        try:
+            if name == "aten::permute_copy.out":
+                dims = [int(d) - (ndim if rng.random() < 0.3 else 0) for d in rng.permutation(ndim)]
+                y = x.transpose([d % ndim for d in dims]) if ndim else x
+                args = [int_list([odd(d) for d in dims])]
+            elif name == "aten::transpose_copy.int_out":
+                d0, d1 = (int(d) for d in rng.integers(-ndim - 1, ndim + 1, 2))
+                y = np.swapaxes(x, d0, d1) if ndim else x
+                args = [lit(odd(d0)), lit(odd(d1))]
+            elif name == "aten::t_copy.out":
+                y = x.T
+            elif name in ("aten::view_copy.out", "aten::_unsafe_view.out"):
+                y = x.reshape(tuple(rng.permutation(shape)) if ndim else ())
+                size = list(y.shape)
+                if size and rng.random() < 0.4:
+                    size[int(rng.integers(len(size)))] = -1
+                args = [int_list([odd(d) for d in size])]
+            elif name in ("aten::squeeze_copy.dims_out", "aten::squeeze_copy.dim_out", "aten::unsqueeze_copy.out"):
+                y = x.reshape(tuple(d for d in shape if d != 1 or rng.random() < 0.5) + (1,) * int(rng.integers(0, 2)))
+                args = [int_list([0]) if name.endswith("dims_out") else lit(0)]
+            elif name == "aten::expand_copy.out":
+                args = [int_list([odd(d) for d in shape]), lit(False)]
+            elif name == "aten::slice_copy.Tensor_out":
+                dim = int(rng.integers(-ndim - 1, ndim + 1))
+                start = None if rng.random() < 0.3 else int(rng.integers(-4, 5))
+                end = None if rng.random() < 0.3 else (1 << 63) - 1 if rng.random() < 0.3 else int(rng.integers(-4, 5))
+                step = int(rng.integers(-1, 4))
+                y = x[(slice(None),) * (dim % ndim) + (slice(start, end, step),)] if ndim else x
+                args = [lit(odd(dim)), lit(start), lit(end), lit(odd(step))]
+            elif name == "aten::clone.out":
+                args = [lit(None)]
+            elif name == "dim_order_ops::_clone_dim_order.out":
+                args = [lit(False), lit(None)]
+        except (ValueError, IndexError, TypeError, ZeroDivisionError, np.exceptions.AxisError):
+            pass
+        out_shape = tuple(y.shape) if rng.random() > 0.1 else tuple(int(d) for d in rng.integers(1, 4, ndim))
+        out = tensor(out_shape, rng.random() < 0.95)
+        if src in regions and out in regions and rng.random() < 0.05:
+            regions[src] = regions[out]  # the same bytes
+        nparams = _optimize._LAYOUT_OPS[name]
+        args = (args + [lit(0) for _ in range(nparams)])[: nparams - 2]
+        if args and rng.random() < 0.05:  # out named as another argument too, or in a list there
+            k = int(rng.integers(len(args)))
+            if args[k] in lists and rng.random() < 0.5:
+                lists[args[k]] = (False, (*lists[args[k]][1], out))
+            else:
+                args[k] = out
+        instructions.append(KernelCall(names.index(name), (src, *args, out)))
+        rets.append((out,) if rng.random() > 0.05 else (out, src))
+    plan = SimpleNamespace(values=tuple(values))
+    cp = SimpleNamespace(lists=lists, template=template, plan=plan)
+    mt = object.__new__(_optimize._Matcher)
+    mt.cp, mt.values, mt.instructions, mt.rets, mt.op_names = cp, plan.values, instructions, rets, tuple(names)
+    mt.uses = _optimize.PlanUses(mentions={}, written=frozenset(written), outputs=frozenset(), straight=True)
+    mt.storage = object.__new__(_Storage)
+    mt.storage.regions = regions
+    mt._links = None
+    return mt
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_layout_links_in_c_are_the_python_ones_on_random_plans(seed: int) -> None:
+    """Random layout instructions of every kind (most of them links, many not): the C table's
+    answer is the Python code's for each, and it leaves none to it."""
+    _need_match()
+    mt = _fuzz_matcher(seed)
+    links = mt.layout_links()
+    answers = [mt.layout_link_py(pc) for pc in range(len(mt.instructions))]
+    assert links == answers
+    kinds = {mt.op_names[a.op_index] for a, found in zip(mt.instructions, answers) if found is not None}
+    assert kinds == set(_optimize._LAYOUT_OPS) and answers.count(None) > 20

@@ -200,6 +200,7 @@ from ..program import (
     KernelCall,
     MoveCall,
     Null,
+    ScalarType,
     String,
     Tensor,
     numpy_dtype,
@@ -214,6 +215,11 @@ try:  # the use analysis' loop and _Storage's, compiled (optional, like the kern
     from . import _uses
 except ImportError:  # pragma: no cover - built without a C compiler
     _uses = None
+# _Matcher's tables made in C (the same module; None: its Python code answers everything, as
+# without the extension; tests and benchmarks switch it off alone).
+_match = _uses
+# A matcher's answer the C table leaves to the Python code.
+_ASK = object()
 
 if TYPE_CHECKING:
     from ._method import CompiledPlan, Method, Step
@@ -251,6 +257,25 @@ _LAYOUT_OPS = MappingProxyType({
     "aten::expand_copy.out": 4,  # only when it expands nothing
     "aten::slice_copy.Tensor_out": 6,
 })
+# Each layout operator's kind, as _uses.layout_links numbers them.
+_LAYOUT_KINDS = MappingProxyType({
+    "aten::permute_copy.out": 1,
+    "aten::transpose_copy.int_out": 2,
+    "aten::t_copy.out": 3,
+    "aten::view_copy.out": 4,
+    "aten::_unsafe_view.out": 4,
+    "aten::clone.out": 5,
+    "aten::alias_copy.out": 5,
+    "dim_order_ops::_clone_dim_order.out": 5,
+    "aten::squeeze_copy.dims_out": 6,
+    "aten::squeeze_copy.dim_out": 6,
+    "aten::unsqueeze_copy.out": 6,
+    "aten::expand_copy.out": 7,
+    "aten::slice_copy.Tensor_out": 8,
+})
+# scalar type -> numpy dtype, as numpy_dtype answers for an int (for the C tables, which take
+# a dict; never changed).
+_NUMPY_OF: dict[int, np.dtype] = {int(t): dt for t in ScalarType if (dt := numpy_dtype(t)) is not None}
 _MAX_LINKS = 8  # copies followed back from one matmul operand
 # Elementwise operators an elementwise chain may hold: name -> parameters (out last).
 _EW_UNARY = MappingProxyType({
@@ -604,6 +629,8 @@ class _Storage:
         element count, all static and laid out contiguously; only values in a group of two or
         more. Made once per plan."""
         found = self._same_bytes
+        if found is None and _match is not None:  # (the loop below in C: 3 % of a transformer's load)
+            found = self._same_bytes = _match.same_bytes(self.regions, self.cp.slots)
         if found is None:
             # (region, dtype) -> the plain values there.
             groups: dict[tuple[_Region, np.dtype], list[int]] = {}
@@ -913,6 +940,10 @@ class _Matcher:
         # _conv_static's answer per convolution (asked when a fold is matched and again when
         # its step is built)
         self.conv_statics: dict[tuple[int, ...], Any] = {}
+        # layout_link's answer per instruction made in C on the first question (_ASK: the
+        # Python code's to give), [] without it
+        self._links: list[Any] | None = None
+        self._ew_ops: list[Any] | None = None  # ew_op's, the same way
 
     # -- helpers ----------------------------------------------------------------------------
     def kernel_call(self, pc: int, name: str, nparams: int) -> tuple[tuple[int, ...], set[int]] | None:
@@ -998,7 +1029,36 @@ class _Matcher:
 
     def ew_op(self, pc: int) -> tuple[str, tuple[int, ...], int] | None:
         """(name, params, out) when instruction ``pc`` is an elementwise operation a chain
-        may hold, writing only its planned out of static shape and float32/64 dtype."""
+        may hold, writing only its planned out of static shape and float32/64 dtype.
+
+        Answered for every instruction at once in C where it is built (``ew_ops``: a chain
+        asks of each instruction two or three times)."""
+        found = self._ew_ops
+        if found is None:
+            found = self._ew_ops = self.ew_ops()
+        if 0 <= pc < len(found):
+            op = found[pc]
+            if op is not _ASK:
+                return op
+        return self.ew_op_py(pc)
+
+    def ew_ops(self) -> list[Any]:
+        """ew_op's answers made in C, per instruction (_ASK where the C code leaves the
+        answer to the Python code); [] where the C code isn't built or declines the plan."""
+        if _match is None or type(self.instructions) is not list or type(self.rets) is not list:
+            return []
+        params = []
+        for name in self.op_names:
+            nparams = _EW_UNARY.get(name) or _EW_BINARY.get(name)
+            kd = None if nparams is None else get_kernel(name)
+            params.append(None if kd is None or kd.num_params != nparams else (name, nparams))
+        found = _match.ew_ops(self.instructions, self.rets, self.cp.lists, self.values, self.cp.template,
+                              self.uses.written, self.cp.slots, params, _NUMPY_OF, _FOLD_DTYPES, KernelCall, Tensor, Int,
+                              Null, _ASK)
+        return [] if found is None else found
+
+    def ew_op_py(self, pc: int) -> tuple[str, tuple[int, ...], int] | None:
+        """ew_op's Python code."""
         if pc >= len(self.instructions):
             return None
         a = self.instructions[pc]
@@ -1222,7 +1282,36 @@ class _Matcher:
 
     def layout_link(self, pc: int) -> tuple[int, int, tuple[tuple[str, tuple[int, ...]], ...]] | None:
         """(src, out, ops) when instruction ``pc`` only rearranges ``src`` into its planned
-        ``out`` (same dtype, static shapes, literal arguments): ``ops`` turn src into out."""
+        ``out`` (same dtype, static shapes, literal arguments): ``ops`` turn src into out.
+
+        Answered for every instruction at once in C where it is built (``layout_links``:
+        a transformer asks a few hundred times, each a dozen Python calls here)."""
+        links = self._links
+        if links is None:
+            links = self._links = self.layout_links()
+        if 0 <= pc < len(links):
+            found = links[pc]
+            if found is not _ASK:
+                return found
+        return self.layout_link_py(pc)
+
+    def layout_links(self) -> list[Any]:
+        """layout_link's answers made in C, per instruction (_ASK where the C code leaves the
+        answer to the Python code); [] where the C code isn't built or declines the plan."""
+        if _match is None or type(self.instructions) is not list or type(self.rets) is not list:
+            return []
+        kinds = []
+        for name in self.op_names:
+            nparams = _LAYOUT_OPS.get(name)
+            kd = None if nparams is None else get_kernel(name)
+            kinds.append(None if kd is None or kd.num_params != nparams else (_LAYOUT_KINDS[name], nparams))
+        found = _match.layout_links(self.instructions, self.rets, self.cp.lists, self.values, self.cp.template,
+                                    self.uses.written, self.storage.regions, kinds, _NUMPY_OF, KernelCall, Tensor, Int,
+                                    Null, _ASK)
+        return [] if found is None else found
+
+    def layout_link_py(self, pc: int) -> tuple[int, int, tuple[tuple[str, tuple[int, ...]], ...]] | None:
+        """layout_link's Python code."""
         a = self.instructions[pc] if pc < len(self.instructions) else None
         if not isinstance(a, KernelCall):
             return None

@@ -21,6 +21,11 @@
  * exactly what its Python counterpart gives, or None (cover: False) when an input is not of
  * the shape that Python code is written for (an int beyond 64 bits, an object of another
  * type): the caller then runs its Python code, which answers (or raises) as it always did.
+ *
+ * The last ones are tables of _optimize._Matcher's answers, made once per plan where the Python
+ * matchers would each make a dozen small calls per question (layout_links: layout_link of
+ * every instruction; ew_ops: ew_op's). Per instruction they give the Python answer, or the caller's ``ask``
+ * object where something is not of the shape the Python code makes (then it answers that one).
  * The inputs derive from a .pte file: nothing here indexes with a value it has not checked. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -860,6 +865,673 @@ static PyObject *cover(PyObject *Py_UNUSED(self), PyObject *args) {
     return PyBool_FromLong(state == 1);
 }
 
+/* ---- _Matcher (orchestra/runtime/_optimize.py) ------------------------------------------- */
+
+/* What the matchers read of a plan: its values (EValue objects, ``.val`` the payload), the
+ * literals' Python objects (CompiledPlan.template), the values some instruction writes, the
+ * list values ((optional, items)), scalar type -> numpy dtype, and the payload types. */
+typedef struct {
+    PyObject *values, *template_, *written, *lists, *to_numpy, *tensor_t, *int_t, *null_t;
+    PyObject *s_val, *s_sizes, *s_dyn, *s_st;
+} Plan;
+
+/* A matcher's answer left to the Python code (the input is not of the shape it expects). */
+#define ASK 2
+/* Elements of one int list or shape handled here. */
+#define MAX_DIMS 64
+
+/* value index i as a C index into the plan's values: 1, ASK (not an exact int in range), -1. */
+static int value_index(const Plan *p, PyObject *i, Py_ssize_t *k) {
+    int64_t v = 0;
+    int r = get_i64(i, &v);
+    if (r != 1) return r < 0 ? -1 : ASK;
+    if (v < 0 || v >= PyTuple_GET_SIZE(p->values) || v >= PyList_GET_SIZE(p->template_)) return ASK;
+    *k = (Py_ssize_t)v;
+    return 1;
+}
+
+/* *val = values[i].val (a new reference): 1, ASK, -1. */
+static int payload(const Plan *p, PyObject *i, PyObject **val) {
+    Py_ssize_t k = 0;
+    int r = value_index(p, i, &k);
+    if (r != 1) return r;
+    *val = PyObject_GetAttr(PyTuple_GET_ITEM(p->values, k), p->s_val);
+    return *val ? 1 : -1;
+}
+
+/* Whether val is of payload type t: 1 exactly, 0 not at all, ASK (a subclass), -1. */
+static int payload_is(PyObject *val, PyObject *t) {
+    if ((PyObject *)Py_TYPE(val) == t) return 1;
+    int r = PyObject_IsInstance(val, t);
+    return r < 0 ? -1 : r ? ASK : 0;
+}
+
+/* _Matcher.static_tensor(i): 1 with *dt (borrowed from to_numpy) and *sizes (a new reference,
+ * a tuple of exact non-negative ints of 64 bits, at most MAX_DIMS), 0 for None, ASK, -1. */
+static int static_tensor(const Plan *p, PyObject *i, PyObject **dt, PyObject **sizes) {
+    PyObject *val = NULL, *dyn = NULL, *st = NULL, *sz = NULL;
+    int r = payload(p, i, &val);
+    if (r == 1) r = payload_is(val, p->tensor_t);
+    if (r == 1) r = (dyn = PyObject_GetAttr(val, p->s_dyn)) ? 1 : -1;
+    if (r == 1) {  /* shape_dynamism != 0: None */
+        if (!PyLong_Check(dyn)) {
+            r = ASK;
+        } else {
+            int overflow = 0;
+            long long d = PyLong_AsLongLongAndOverflow(dyn, &overflow);
+            if (d == -1 && PyErr_Occurred()) r = -1;
+            else if (overflow || d != 0) r = 0;
+        }
+    }
+    if (r == 1) r = (st = PyObject_GetAttr(val, p->s_st)) ? 1 : -1;
+    if (r == 1) {
+        *dt = PyLong_Check(st) ? PyDict_GetItemWithError(p->to_numpy, st) : NULL;
+        r = *dt ? 1 : PyErr_Occurred() ? -1 : 0;
+    }
+    if (r == 1) r = (sz = PyObject_GetAttr(val, p->s_sizes)) ? 1 : -1;
+    if (r == 1) {
+        if (!PyTuple_CheckExact(sz) || PyTuple_GET_SIZE(sz) > MAX_DIMS) r = ASK;
+        for (Py_ssize_t k = 0; r == 1 && k < PyTuple_GET_SIZE(sz); k++) {
+            int64_t d = 0;
+            r = get_i64(PyTuple_GET_ITEM(sz, k), &d);
+            if (r == 0 || (r == 1 && d < 0)) r = ASK;
+        }
+    }
+    Py_XDECREF(val);
+    Py_XDECREF(dyn);
+    Py_XDECREF(st);
+    if (r == 1) *sizes = sz;
+    else Py_XDECREF(sz);
+    return r;
+}
+
+/* _Matcher.literal(i, (Int,)) taken as a usable int (not None, not a bool): 1 with *obj
+ * (borrowed, an exact int of 64 bits) and *v, 0 when Python's would be None or a bool, ASK, -1. */
+static int literal_int(const Plan *p, PyObject *i, PyObject **obj, int64_t *v) {
+    PyObject *val = NULL;
+    Py_ssize_t k = 0;
+    int r = value_index(p, i, &k);
+    if (r == 1) r = payload(p, i, &val);
+    if (r == 1) r = payload_is(val, p->int_t);
+    Py_XDECREF(val);
+    if (r == 1) {
+        int w = PySet_Contains(p->written, i);
+        r = w < 0 ? -1 : w ? 0 : 1;
+    }
+    if (r != 1) return r;
+    PyObject *t = PyList_GET_ITEM(p->template_, k);
+    if (t == Py_None || PyBool_Check(t)) return 0;
+    r = get_i64(t, v);
+    if (r == 1) *obj = t;
+    return r == 0 ? ASK : r;
+}
+
+/* _Matcher.is_none(i): 1, 0, ASK, -1. */
+static int is_none(const Plan *p, PyObject *i) {
+    PyObject *val = NULL;
+    int r = payload(p, i, &val);
+    if (r == 1) r = payload_is(val, p->null_t);
+    Py_XDECREF(val);
+    if (r == 1) {
+        int w = PySet_Contains(p->written, i);
+        r = w < 0 ? -1 : w ? 0 : 1;
+    }
+    return r;
+}
+
+/* _Matcher.optional_int(i) as usable: 1 with *obj Py_None (a literal None) or an int (then
+ * *v), 0 when Python's is False, ASK, -1. */
+static int optional_int(const Plan *p, PyObject *i, PyObject **obj, int64_t *v) {
+    int r = is_none(p, i);
+    if (r == 1) {
+        *obj = Py_None;
+        return 1;
+    }
+    return r == 0 ? literal_int(p, i, obj, v) : r;
+}
+
+/* lists[i] when it is (bool, tuple of exact ints): 1 with *items (borrowed) and *optional; 0
+ * when i is not a list value; ASK; -1. */
+static int list_items(const Plan *p, PyObject *i, PyObject **items, int *optional) {
+    PyObject *lst = PyDict_GetItemWithError(p->lists, i);
+    if (lst == NULL) return PyErr_Occurred() ? -1 : 0;
+    if (!PyTuple_CheckExact(lst) || PyTuple_GET_SIZE(lst) != 2 || !PyBool_Check(PyTuple_GET_ITEM(lst, 0)) ||
+        !PyTuple_CheckExact(PyTuple_GET_ITEM(lst, 1)))
+        return ASK;
+    *items = PyTuple_GET_ITEM(lst, 1);
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(*items); k++) {
+        int64_t v = 0;
+        int r = get_i64(PyTuple_GET_ITEM(*items, k), &v);
+        if (r != 1) return r < 0 ? -1 : ASK;
+    }
+    *optional = PyTuple_GET_ITEM(lst, 0) == Py_True;
+    return 1;
+}
+
+/* _Matcher.int_list(i): 1 with v[0..*n), 0 for None, ASK, -1. */
+static int int_list(const Plan *p, PyObject *i, int64_t *v, Py_ssize_t *n) {
+    PyObject *items = NULL;
+    int optional = 0;
+    int r = list_items(p, i, &items, &optional);
+    if (r != 1) return r;
+    if (optional) return 0;
+    r = PySet_Contains(p->written, i);
+    if (r) return r < 0 ? -1 : 0;
+    if (PyTuple_GET_SIZE(items) > MAX_DIMS) return ASK;
+    *n = PyTuple_GET_SIZE(items);
+    for (Py_ssize_t k = 0; k < *n; k++) {
+        PyObject *j = PyTuple_GET_ITEM(items, k), *obj = NULL;
+        if (PyLong_AsLongLong(j) < 0) return 0;
+        r = literal_int(p, j, &obj, &v[k]);
+        if (r != 1) return r;
+    }
+    return 1;
+}
+
+/* prod(v[0..n)) into *out: 1, ASK when it does not fit in 64 bits (v >= 0 or -1s excluded). */
+static int product(const int64_t *v, Py_ssize_t n, int64_t skip, int64_t *out) {
+    int64_t x = 1;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        if (v[k] == skip) continue;
+        if (v[k] < 0) return ASK;
+        if (v[k] && x > INT64_MAX / v[k]) return ASK;
+        x *= v[k];
+    }
+    *out = x;
+    return 1;
+}
+
+/* regions[i] as three ints of 64 bits: 1, 0 (not planned), ASK, -1. */
+static int region_of(PyObject *regions, PyObject *i, int64_t r3[3]) {
+    PyObject *reg = PyDict_GetItemWithError(regions, i);
+    if (reg == NULL) return PyErr_Occurred() ? -1 : 0;
+    if (!PyTuple_CheckExact(reg) || PyTuple_GET_SIZE(reg) != 3) return ASK;
+    for (int k = 0; k < 3; k++) {
+        int r = get_i64(PyTuple_GET_ITEM(reg, k), &r3[k]);
+        if (r != 1) return r < 0 ? -1 : ASK;
+    }
+    return 1;
+}
+
+/* A tuple of ints from v[0..n). */
+static PyObject *int_tuple(const int64_t *v, Py_ssize_t n) {
+    PyObject *t = PyTuple_New(n);
+    for (Py_ssize_t k = 0; t && k < n; k++) {
+        PyObject *x = PyLong_FromLongLong(v[k]);
+        if (x == NULL) Py_CLEAR(t);
+        else PyTuple_SET_ITEM(t, k, x);
+    }
+    return t;
+}
+
+/* The sizes tuple as int64s (checked by static_tensor). */
+static Py_ssize_t shape_of(PyObject *sizes, int64_t *v) {
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(sizes); k++) v[k] = PyLong_AsLongLong(PyTuple_GET_ITEM(sizes, k));
+    return PyTuple_GET_SIZE(sizes);
+}
+
+/* _Matcher.kernel_call's results are {out} (out: parameter nparams - 1 of the call, ``ret``
+ * what it writes) and no other parameter names out, directly or as a list member: 1, 0, ASK,
+ * -1. a_args: a tuple of at least nparams >= 1 items. */
+static int single_out(const Plan *p, PyObject *a_args, PyObject *ret, Py_ssize_t nparams) {
+    PyObject *out = PyTuple_GET_ITEM(a_args, nparams - 1);
+    int64_t out_v = 0, v = 0;
+    int r = get_i64(out, &out_v);
+    if (r != 1) return r < 0 ? -1 : ASK;
+    /* kernel_call's results == {out} */
+    if (ret != Py_None && !PyTuple_CheckExact(ret)) return ASK;
+    Py_ssize_t nres = 0;
+    int other = 0;
+    for (Py_ssize_t k = 0; ret != Py_None && k < PyTuple_GET_SIZE(ret); k++) {
+        PyObject *x = PyTuple_GET_ITEM(ret, k), *items = NULL;
+        int optional = 0;
+        r = get_i64(x, &v);
+        if (r == 1) r = list_items(p, x, &items, &optional);
+        else if (r == 0) r = ASK;
+        if (r == ASK || r < 0) return r;
+        if (r == 0) {
+            nres++;
+            other |= v != out_v;
+            continue;
+        }
+        for (Py_ssize_t q = 0; q < PyTuple_GET_SIZE(items); q++) {
+            int64_t j = PyLong_AsLongLong(PyTuple_GET_ITEM(items, q));
+            if (j < 0) continue;
+            nres++;
+            other |= j != out_v;
+        }
+    }
+    if (!nres || other) return 0;
+    /* out named among the other parameters (list members too) */
+    for (Py_ssize_t k = 0; k + 1 < nparams; k++) {
+        PyObject *x = PyTuple_GET_ITEM(a_args, k), *items = NULL;
+        int optional = 0;
+        r = get_i64(x, &v);
+        if (r != 1) return r < 0 ? -1 : ASK;
+        if (v == out_v) return 0;
+        r = list_items(p, x, &items, &optional);
+        if (r == ASK || r < 0) return r;
+        for (Py_ssize_t q = 0; r == 1 && q < PyTuple_GET_SIZE(items); q++) {
+            int64_t j = PyLong_AsLongLong(PyTuple_GET_ITEM(items, q));
+            if (j >= 0 && j == out_v) return 0;
+        }
+    }
+    return 1;
+}
+
+/* Layout operator kinds (_optimize._LAYOUT_OPS), as the caller numbers them. */
+enum { L_PERMUTE = 1, L_TRANSPOSE, L_T, L_VIEW, L_SAME, L_SQUEEZE, L_EXPAND, L_SLICE };
+
+/* _Matcher.layout_link(pc) for kernel call ``a`` whose operator is a layout one of kind
+ * ``kind`` with ``nparams`` parameters (its kernel's count): 1 with *res (src, out, ops), 0 for
+ * None, ASK, -1. */
+static int layout_link(const Plan *p, PyObject *a_args, PyObject *ret, PyObject *regions, long kind,
+                       Py_ssize_t nparams, PyObject **res) {
+    static const Py_ssize_t needs[] = {0, 3, 4, 2, 3, 1, 3, 4, 6};  /* parameters a kind reads, out included */
+    if (!PyTuple_CheckExact(a_args) || kind < L_PERMUTE || kind > L_SLICE || nparams < needs[kind]) return ASK;
+    if (PyTuple_GET_SIZE(a_args) < nparams) return 0;
+    PyObject *src = PyTuple_GET_ITEM(a_args, 0), *out = PyTuple_GET_ITEM(a_args, nparams - 1);
+    int r = single_out(p, a_args, ret, nparams);
+    if (r != 1) return r;
+    int64_t ro[3], rs[3];
+    r = region_of(regions, out, ro);
+    if (r != 1) return r;
+    PyObject *sdt = NULL, *odt = NULL, *ssz = NULL, *osz = NULL, *ops = NULL;
+    int rs_ = static_tensor(p, src, &sdt, &ssz);
+    int ro_ = rs_ < 0 ? -1 : static_tensor(p, out, &odt, &osz);
+    if (rs_ < 0 || ro_ < 0) r = -1;
+    else if (rs_ == ASK || ro_ == ASK) r = ASK;
+    else if (rs_ == 0 || ro_ == 0) r = 0;
+    else {
+        int ne = PyObject_RichCompareBool(sdt, odt, Py_NE);
+        r = ne < 0 ? -1 : ne ? 0 : 1;
+    }
+    if (r == 1) {  /* storage.overlap(src, out) */
+        int got = region_of(regions, src, rs);
+        if (got < 0 || got == ASK) r = got;
+        else if (got == 1 && rs[0] == ro[0] && rs[1] < ro[2] && ro[1] < rs[2]) r = 0;
+    }
+    int64_t shape[MAX_DIMS], oshape[MAX_DIMS], arg[MAX_DIMS];
+    Py_ssize_t ndim = 0, ond = 0, narg = 0;
+    if (r == 1) {
+        ndim = shape_of(ssz, shape);
+        ond = shape_of(osz, oshape);
+    }
+    /* The operation as ops: 'T' (axes in arg), 'R' (sizes in arg), 'S' or none. */
+    char op = 0;
+    PyObject *s_start = NULL, *s_end = NULL;
+    int64_t s_dim = 0, s_step = 0;
+    PyObject *s_step_o = NULL;
+    if (r == 1 && kind == L_PERMUTE) {
+        r = int_list(p, PyTuple_GET_ITEM(a_args, 1), arg, &narg);
+        if (r == 1 && narg != ndim) r = 0;
+        unsigned char seen[MAX_DIMS] = {0};
+        for (Py_ssize_t k = 0; r == 1 && k < narg; k++) {
+            if (!(-ndim <= arg[k] && arg[k] < ndim)) r = 0;
+            else {
+                arg[k] = floor_mod(arg[k], ndim);
+                if (seen[arg[k]]++) r = 0;
+            }
+        }
+        op = 'T';
+    } else if (r == 1 && kind == L_TRANSPOSE) {
+        PyObject *o0 = NULL, *o1 = NULL;
+        int64_t d0 = 0, d1 = 0;
+        int r0 = literal_int(p, PyTuple_GET_ITEM(a_args, 1), &o0, &d0);
+        int r1 = r0 < 0 ? -1 : literal_int(p, PyTuple_GET_ITEM(a_args, 2), &o1, &d1);
+        r = r0 < 0 || r1 < 0 ? -1 : r0 == ASK || r1 == ASK ? ASK : r0 == 0 || r1 == 0 ? 0 : 1;
+        if (r == 1 && ndim) {
+            if (!(-ndim <= d0 && d0 < ndim && -ndim <= d1 && d1 < ndim)) r = 0;
+            for (Py_ssize_t k = 0; k < ndim; k++) arg[k] = k;
+            if (r == 1) {
+                int64_t a0 = floor_mod(d0, ndim), a1 = floor_mod(d1, ndim);
+                arg[a0] = a1;
+                arg[a1] = a0;
+                narg = ndim;
+                op = 'T';
+            }
+        }
+    } else if (r == 1 && kind == L_T) {
+        if (ndim > 2) r = 0;
+        for (Py_ssize_t k = 0; k < ndim; k++) arg[k] = ndim - 1 - k;
+        narg = ndim;
+        op = 'T';
+    } else if (r == 1 && kind == L_SQUEEZE) {
+        Py_ssize_t a = 0, b = 0;
+        for (;;) {
+            while (a < ndim && shape[a] == 1) a++;
+            while (b < ond && oshape[b] == 1) b++;
+            if (a == ndim || b == ond) break;
+            if (shape[a++] != oshape[b++]) {
+                r = 0;
+                break;
+            }
+        }
+        if (a != ndim || b != ond) r = 0;
+        memcpy(arg, oshape, (size_t)ond * sizeof(int64_t));
+        narg = ond;
+        op = 'R';
+    } else if (r == 1 && kind == L_EXPAND) {
+        if (ndim != ond || memcmp(shape, oshape, (size_t)ndim * sizeof(int64_t))) r = 0;
+        else r = int_list(p, PyTuple_GET_ITEM(a_args, 1), arg, &narg);
+        narg = 0;
+    } else if (r == 1 && kind == L_SLICE) {
+        PyObject *o = NULL;
+        int64_t e = 0, sv = 0;
+        int rd = literal_int(p, PyTuple_GET_ITEM(a_args, 1), &o, &s_dim);
+        int rp = rd < 0 ? -1 : literal_int(p, PyTuple_GET_ITEM(a_args, 4), &s_step_o, &s_step);
+        int ra = rp < 0 ? -1 : optional_int(p, PyTuple_GET_ITEM(a_args, 2), &s_start, &sv);
+        int rb = ra < 0 ? -1 : optional_int(p, PyTuple_GET_ITEM(a_args, 3), &s_end, &e);
+        r = rd < 0 || rp < 0 || ra < 0 || rb < 0 ? -1
+            : rd == ASK || rp == ASK || ra == ASK || rb == ASK ? ASK
+            : rd == 0 || rp == 0 || ra == 0 || rb == 0 ? 0 : 1;
+        if (r == 1 && (s_step <= 0 || !ndim || !(-ndim <= s_dim && s_dim < ndim))) r = 0;
+        op = 'S';
+    } else if (r == 1 && kind == L_VIEW) {
+        r = int_list(p, PyTuple_GET_ITEM(a_args, 1), arg, &narg);
+        int64_t n = 0, known = 0;
+        if (r == 1) r = product(shape, ndim, -2, &n);
+        Py_ssize_t holes = 0;
+        for (Py_ssize_t k = 0; r == 1 && k < narg; k++) {
+            holes += arg[k] == -1;
+            if (arg[k] < -1) r = 0;
+        }
+        if (r == 1 && holes > 1) r = 0;
+        if (r == 1) r = product(arg, narg, -1, &known);
+        if (r == 1 && holes) {
+            if (known == 0 || n % known) r = 0;
+            for (Py_ssize_t k = 0; r == 1 && k < narg; k++)
+                if (arg[k] == -1) arg[k] = n / known;
+        }
+        op = 'R';
+    } else if (r == 1 && kind != L_SAME) {
+        r = ASK;
+    }
+    /* _apply_shape(shape, ops) == out's sizes */
+    int64_t now[MAX_DIMS];
+    Py_ssize_t nnow = ndim;
+    if (r == 1) {
+        memcpy(now, shape, (size_t)ndim * sizeof(int64_t));
+        if (op == 'T') {
+            for (Py_ssize_t k = 0; k < narg; k++) now[k] = shape[arg[k]];
+        } else if (op == 'R') {
+            int64_t a = 0, b = 0;
+            r = product(arg, narg, -2, &a);
+            if (r == 1) r = product(shape, ndim, -2, &b);
+            if (r == 1 && a != b) r = 0;
+            memcpy(now, arg, (size_t)narg * sizeof(int64_t));
+            nnow = narg;
+        } else if (op == 'S') {
+            PyObject *sl = PySlice_New(s_start, s_end, s_step_o);
+            Py_ssize_t start = 0, stop = 0, step = 0;
+            if (sl == NULL || PySlice_Unpack(sl, &start, &stop, &step) < 0) r = -1;
+            else now[floor_mod(s_dim, ndim)] = PySlice_AdjustIndices((Py_ssize_t)shape[floor_mod(s_dim, ndim)], &start, &stop, step);
+            Py_XDECREF(sl);
+        }
+        if (r == 1 && (nnow != ond || memcmp(now, oshape, (size_t)ond * sizeof(int64_t)))) r = 0;
+    }
+    if (r == 1) {  /* ops */
+        PyObject *one = NULL;
+        if (op == 'T' || op == 'R') {
+            PyObject *t = int_tuple(arg, narg);
+            one = t ? Py_BuildValue("(sN)", op == 'T' ? "T" : "R", t) : NULL;
+        } else if (op == 'S') {
+            one = Py_BuildValue("(s(NOOO))", "S", PyLong_FromLongLong(floor_mod(s_dim, ndim)), s_start, s_end, s_step_o);
+        }
+        ops = op ? (one ? PyTuple_Pack(1, one) : NULL) : PyTuple_New(0);
+        Py_XDECREF(one);
+        *res = ops ? PyTuple_Pack(3, src, out, ops) : NULL;
+        Py_XDECREF(ops);
+        if (*res == NULL) r = -1;
+    }
+    Py_XDECREF(ssz);
+    Py_XDECREF(osz);
+    return r;
+}
+
+/* Reads a plan for the matchers: 1, 0 when an input is not of the shape _Matcher makes. */
+static int plan_init(Plan *p) {
+    p->s_val = PyUnicode_InternFromString("val");
+    p->s_sizes = PyUnicode_InternFromString("sizes");
+    p->s_dyn = PyUnicode_InternFromString("shape_dynamism");
+    p->s_st = PyUnicode_InternFromString("scalar_type");
+    if (!p->s_val || !p->s_sizes || !p->s_dyn || !p->s_st) return -1;
+    return PyDict_CheckExact(p->lists) && PyTuple_CheckExact(p->values) && PyList_CheckExact(p->template_) &&
+           PyAnySet_CheckExact(p->written) && PyDict_CheckExact(p->to_numpy) && PyType_Check(p->tensor_t) &&
+           PyType_Check(p->int_t) && PyType_Check(p->null_t);
+}
+
+static void plan_clear(Plan *p) {
+    Py_XDECREF(p->s_val);
+    Py_XDECREF(p->s_sizes);
+    Py_XDECREF(p->s_dyn);
+    Py_XDECREF(p->s_st);
+}
+
+/* layout_links(instructions, rets, lists, values, template, written, regions, op_kinds,
+ * to_numpy, KernelCall, Tensor, Int, Null, ask) -> _Matcher.layout_link(pc) for every pc (a
+ * list), ``ask`` where the Python code is to answer. ``op_kinds[op_index]``: (kind, parameter
+ * count) of a layout operator whose kernel has that count, else None. None when an input is not
+ * a list / dict / tuple / set as _Matcher makes them. */
+static PyObject *layout_links(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *instructions, *rets, *regions, *op_kinds, *kernel_t, *ask;
+    Plan p = {0};
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOO", &instructions, &rets, &p.lists, &p.values, &p.template_, &p.written,
+                          &regions, &op_kinds, &p.to_numpy, &kernel_t, &p.tensor_t, &p.int_t, &p.null_t, &ask))
+        return NULL;
+    int state = plan_init(&p);
+    if (state == 1 && (!PyList_CheckExact(instructions) || !PyList_CheckExact(rets) ||
+                       PyList_GET_SIZE(rets) != PyList_GET_SIZE(instructions) || !PyDict_CheckExact(regions) ||
+                       !PyList_CheckExact(op_kinds) || !PyType_Check(kernel_t)))
+        state = 0;
+    PyObject *s_args = PyUnicode_InternFromString("args"), *s_op = PyUnicode_InternFromString("op_index");
+    Py_ssize_t n = state == 1 ? PyList_GET_SIZE(instructions) : 0;
+    PyObject *out = state == 1 ? PyList_New(n) : NULL;
+    if (s_args == NULL || s_op == NULL || (state == 1 && out == NULL)) state = -1;
+    for (Py_ssize_t pc = 0; state == 1 && pc < n; pc++) {
+        PyObject *a = PyList_GET_ITEM(instructions, pc), *res = NULL, *opi = NULL, *a_args = NULL;
+        int r = payload_is(a, kernel_t);
+        if (r == 1) r = (opi = PyObject_GetAttr(a, s_op)) ? 1 : -1;
+        int64_t k = 0;
+        if (r == 1) r = get_i64(opi, &k);
+        if (r == 1 && (k < 0 || k >= PyList_GET_SIZE(op_kinds))) r = ASK;
+        else if (r == 0 && opi != NULL) r = ASK;
+        PyObject *kind = r == 1 ? PyList_GET_ITEM(op_kinds, k) : NULL;
+        if (r == 1 && kind == Py_None) r = 0;
+        if (r == 1 && !(PyTuple_CheckExact(kind) && PyTuple_GET_SIZE(kind) == 2)) r = ASK;
+        int64_t code = 0, np_ = 0;
+        if (r == 1) {  /* (kind, parameters), ints in range */
+            r = get_i64(PyTuple_GET_ITEM(kind, 0), &code);
+            if (r == 1) r = get_i64(PyTuple_GET_ITEM(kind, 1), &np_);
+            if (r == 0 || (r == 1 && (code < L_PERMUTE || code > L_SLICE || np_ < 0 || np_ > MAX_NAMED))) r = ASK;
+        }
+        if (r == 1) r = (a_args = PyObject_GetAttr(a, s_args)) ? 1 : -1;
+        if (r == 1) r = layout_link(&p, a_args, PyList_GET_ITEM(rets, pc), regions, (long)code, (Py_ssize_t)np_, &res);
+        Py_XDECREF(opi);
+        Py_XDECREF(a_args);
+        if (r < 0) {
+            state = -1;
+            break;
+        }
+        PyList_SET_ITEM(out, pc, r == 1 ? res : Py_NewRef(r == 0 ? Py_None : ask));
+    }
+    Py_XDECREF(s_args);
+    Py_XDECREF(s_op);
+    plan_clear(&p);
+    if (state == 1) return out;
+    Py_XDECREF(out);
+    if (state < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* ew_ops(instructions, rets, lists, values, template, written, slots, op_params, to_numpy,
+ * dtypes, KernelCall, Tensor, Int, Null, ask) -> _Matcher.ew_op(pc) for every pc (a list),
+ * ``ask`` where the Python code is to answer: (name, params, out) when the instruction calls an
+ * elementwise operator ``op_params[op_index] == (name, parameter count)`` (None: another
+ * operator, or its kernel's count differs) writing only out, a planned static tensor (``slots``:
+ * CompiledPlan.slots) of a dtype in ``dtypes``. None when an input is not of the type _Matcher
+ * makes. */
+static PyObject *ew_ops(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *instructions, *rets, *slots, *op_params, *dtypes, *kernel_t, *ask;
+    Plan p = {0};
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOO", &instructions, &rets, &p.lists, &p.values, &p.template_, &p.written,
+                          &slots, &op_params, &p.to_numpy, &dtypes, &kernel_t, &p.tensor_t, &p.int_t, &p.null_t, &ask))
+        return NULL;
+    int state = plan_init(&p);
+    if (state == 1 && (!PyList_CheckExact(instructions) || !PyList_CheckExact(rets) ||
+                       PyList_GET_SIZE(rets) != PyList_GET_SIZE(instructions) || !PyList_CheckExact(slots) ||
+                       !PyList_CheckExact(op_params) || !PyTuple_CheckExact(dtypes) || !PyType_Check(kernel_t)))
+        state = 0;
+    PyObject *s_args = PyUnicode_InternFromString("args"), *s_op = PyUnicode_InternFromString("op_index");
+    PyObject *s_dynamic = PyUnicode_InternFromString("dynamic");
+    Py_ssize_t n = state == 1 ? PyList_GET_SIZE(instructions) : 0;
+    PyObject *out = state == 1 ? PyList_New(n) : NULL;
+    if (s_args == NULL || s_op == NULL || s_dynamic == NULL || (state == 1 && out == NULL)) state = -1;
+    for (Py_ssize_t pc = 0; state == 1 && pc < n; pc++) {
+        PyObject *a = PyList_GET_ITEM(instructions, pc), *res = NULL, *opi = NULL, *a_args = NULL, *dyn = NULL;
+        PyObject *dt = NULL, *sizes = NULL;
+        int r = payload_is(a, kernel_t);
+        if (r == 1) r = (opi = PyObject_GetAttr(a, s_op)) ? 1 : -1;
+        int64_t k = 0, np_ = 0;
+        if (r == 1) {
+            r = get_i64(opi, &k);
+            if (r == 0 || (r == 1 && (k < 0 || k >= PyList_GET_SIZE(op_params)))) r = ASK;
+        }
+        PyObject *entry = r == 1 ? PyList_GET_ITEM(op_params, k) : NULL;
+        if (r == 1 && entry == Py_None) r = 0;
+        if (r == 1) {  /* (name, parameters) */
+            r = PyTuple_CheckExact(entry) && PyTuple_GET_SIZE(entry) == 2 ? get_i64(PyTuple_GET_ITEM(entry, 1), &np_) : 0;
+            if (r == 0 || (r == 1 && (np_ < 1 || np_ > MAX_NAMED))) r = ASK;
+        }
+        if (r == 1) r = (a_args = PyObject_GetAttr(a, s_args)) ? 1 : -1;
+        if (r == 1 && !PyTuple_CheckExact(a_args)) r = ASK;
+        if (r == 1 && PyTuple_GET_SIZE(a_args) < np_) r = 0;
+        if (r == 1) r = single_out(&p, a_args, PyList_GET_ITEM(rets, pc), (Py_ssize_t)np_);
+        PyObject *o = r == 1 ? PyTuple_GET_ITEM(a_args, np_ - 1) : NULL;
+        if (r == 1) {  /* storage.static(out): a planned tensor of static shape */
+            Py_ssize_t i = 0;
+            r = value_index(&p, o, &i);
+            if (r == 1 && i >= PyList_GET_SIZE(slots)) r = ASK;
+            PyObject *slot = r == 1 ? PyList_GET_ITEM(slots, i) : NULL;
+            if (r == 1 && slot == Py_None) r = 0;
+            if (r == 1) r = (dyn = PyObject_GetAttr(slot, s_dynamic)) ? 1 : -1;
+            if (r == 1) r = dyn == Py_False ? 1 : dyn == Py_True ? 0 : ASK;
+        }
+        if (r == 1) r = static_tensor(&p, o, &dt, &sizes);
+        if (r == 1) {
+            int in = PySequence_Contains(dtypes, dt);
+            r = in < 0 ? -1 : in ? 1 : 0;
+        }
+        if (r == 1) {
+            PyObject *params = PyTuple_GetSlice(a_args, 0, (Py_ssize_t)np_);
+            res = params ? PyTuple_Pack(3, PyTuple_GET_ITEM(entry, 0), params, o) : NULL;
+            Py_XDECREF(params);
+            if (res == NULL) r = -1;
+        }
+        Py_XDECREF(opi);
+        Py_XDECREF(a_args);
+        Py_XDECREF(dyn);
+        Py_XDECREF(sizes);
+        if (r < 0) {
+            state = -1;
+            break;
+        }
+        PyList_SET_ITEM(out, pc, r == 1 ? res : Py_NewRef(r == 0 ? Py_None : ask));
+    }
+    Py_XDECREF(s_args);
+    Py_XDECREF(s_op);
+    Py_XDECREF(s_dynamic);
+    plan_clear(&p);
+    if (state == 1) return out;
+    Py_XDECREF(out);
+    if (state < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* same_bytes(regions, slots) -> _Storage.same_bytes(): value -> its group (one list shared by
+ * the group) of the plain values (slot of static shape, no dim order or the identity one) with
+ * one region of a positive size and one dtype, for groups of two or more. The comparisons are
+ * Python's (any objects); None when regions is not a dict or slots not a list, or a value is not
+ * an int in range of slots. */
+static PyObject *same_bytes(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *regions, *slots;
+    if (!PyArg_ParseTuple(args, "OO", &regions, &slots)) return NULL;
+    if (!PyDict_CheckExact(regions) || !PyList_CheckExact(slots)) Py_RETURN_NONE;
+    PyObject *groups = PyDict_New(), *found = NULL;
+    PyObject *s_dynamic = PyUnicode_InternFromString("dynamic"), *s_order = PyUnicode_InternFromString("dim_order");
+    PyObject *s_bound = PyUnicode_InternFromString("bound"), *s_dtype = PyUnicode_InternFromString("dtype");
+    int state = groups && s_dynamic && s_order && s_bound && s_dtype ? 1 : -1;
+    Py_ssize_t pos = 0;
+    PyObject *j, *r;
+    while (state == 1 && PyDict_Next(regions, &pos, &j, &r)) {
+        Py_INCREF(j);
+        Py_INCREF(r);
+        PyObject *dyn = NULL, *order = NULL, *bound = NULL, *ident = NULL, *dtype = NULL, *key = NULL;
+        int64_t k = 0;
+        int plain = 0;
+        if (!PyTuple_CheckExact(r) || PyTuple_GET_SIZE(r) != 3) state = 0;
+        if (state == 1) {
+            plain = PyObject_RichCompareBool(PyTuple_GET_ITEM(r, 2), PyTuple_GET_ITEM(r, 1), Py_GT);
+            if (plain < 0) state = -1;
+        }
+        if (state == 1 && plain) {  /* _Storage._plain(j) */
+            state = get_i64(j, &k);
+            if (state == 1 && (k < 0 || k >= PyList_GET_SIZE(slots))) state = 0;
+            PyObject *slot = state == 1 ? PyList_GET_ITEM(slots, k) : NULL;
+            plain = slot != NULL && slot != Py_None;
+            if (plain && (dyn = PyObject_GetAttr(slot, s_dynamic)) == NULL) state = -1;
+            if (plain && state == 1) {
+                int t = PyObject_IsTrue(dyn);
+                if (t < 0) state = -1;
+                plain = t == 0;
+            }
+            if (plain && state == 1 && (order = PyObject_GetAttr(slot, s_order)) == NULL) state = -1;
+            if (plain && state == 1) {
+                int t = PyObject_IsTrue(order);
+                if (t < 0) state = -1;
+                else if (t) {  /* dim_order == tuple(range(len(bound))) */
+                    Py_ssize_t nb = (bound = PyObject_GetAttr(slot, s_bound)) ? PyObject_Length(bound) : -1;
+                    ident = nb >= 0 ? PyTuple_New(nb) : NULL;
+                    for (Py_ssize_t q = 0; ident && q < nb; q++) {
+                        PyObject *x = PyLong_FromSsize_t(q);
+                        if (x == NULL) Py_CLEAR(ident);
+                        else PyTuple_SET_ITEM(ident, q, x);
+                    }
+                    int eq = ident ? PyObject_RichCompareBool(order, ident, Py_EQ) : -1;
+                    if (eq < 0) state = -1;
+                    plain = eq == 1;
+                }
+            }
+            if (plain && state == 1) {
+                PyObject *list = NULL;
+                state = (dtype = PyObject_GetAttr(slot, s_dtype)) && (key = PyTuple_Pack(2, r, dtype)) ? 1 : -1;
+                if (state == 1 && (list = PyDict_GetItemWithError(groups, key)) == NULL) {
+                    state = !PyErr_Occurred() && (list = PyList_New(0)) && PyDict_SetItem(groups, key, list) == 0 ? 1 : -1;
+                    Py_XDECREF(list);  /* (groups holds it) */
+                }
+                if (state == 1 && PyList_Append(list, j) < 0) state = -1;
+            }
+        }
+        Py_XDECREF(dyn); Py_XDECREF(order); Py_XDECREF(bound); Py_XDECREF(ident); Py_XDECREF(dtype); Py_XDECREF(key);
+        Py_DECREF(r);
+        Py_DECREF(j);
+    }
+    if (state == 1 && (found = PyDict_New()) == NULL) state = -1;
+    pos = 0;
+    PyObject *g;
+    while (state == 1 && PyDict_Next(groups, &pos, &j, &g)) {
+        if (PyList_GET_SIZE(g) < 2) continue;
+        for (Py_ssize_t q = 0; state == 1 && q < PyList_GET_SIZE(g); q++)
+            if (PyDict_SetItem(found, PyList_GET_ITEM(g, q), g) < 0) state = -1;
+    }
+    Py_XDECREF(groups);
+    Py_XDECREF(s_dynamic); Py_XDECREF(s_order); Py_XDECREF(s_bound); Py_XDECREF(s_dtype);
+    if (state == 1) return found;
+    Py_XDECREF(found);
+    if (state < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS,
      "scan(instructions, rets, lists, ops, KernelCall, MoveCall, FreeCall) -> (mentions, writers, defines, "
@@ -879,6 +1551,14 @@ static PyMethodDef methods[] = {
     {"cover", cover, METH_VARARGS,
      "cover(known, m, qs, rp, rlo, rhi, own, has, size) -> True when it added the covered queries to known, "
      "False when it left them to the caller."},
+    {"layout_links", layout_links, METH_VARARGS,
+     "layout_links(instructions, rets, lists, values, template, written, regions, op_kinds, to_numpy, KernelCall, "
+     "Tensor, Int, Null, ask) -> _Matcher.layout_link of every instruction (ask: the Python code's), or None."},
+    {"ew_ops", ew_ops, METH_VARARGS,
+     "ew_ops(instructions, rets, lists, values, template, written, slots, op_params, to_numpy, dtypes, KernelCall, "
+     "Tensor, Int, Null, ask) -> _Matcher.ew_op of every instruction (ask: the Python code's), or None."},
+    {"same_bytes", same_bytes, METH_VARARGS,
+     "same_bytes(regions, slots) -> value -> its group of values with the same bytes and dtype, or None."},
     {NULL, NULL, 0, NULL},
 };
 
