@@ -8,6 +8,7 @@ import dataclasses
 import importlib.util
 import os
 import pathlib
+import re
 import sys
 from typing import Any
 
@@ -21,6 +22,8 @@ from orchestra.program import (
     ExtraTensorInfo,
     Int,
     IntList,
+    JumpFalseCall,
+    KernelCall,
     OptionalTensorList,
     ProgramDef,
     ScalarType,
@@ -30,6 +33,7 @@ from orchestra.program import (
 )
 from orchestra.runtime import _method, load_program
 from orchestra.runtime._method import CompiledPlan, Method, _Slot
+from orchestra.runtime._optimize import analyse_uses
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -296,3 +300,43 @@ def test_a_methods_loops_in_c_stop_at_what_they_do_not_know() -> None:
     lists = {1: (False, (2, 0)), 2: (True, (np.int64(1),)), 0: (False, ())}
     assert NATIVE.lists(vals, lists) == 1
     assert vals[1][0] == 6 and vals[1][1] is vals[0] and vals[2] == 6
+
+
+# -- the instruction loop ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", PROGRAMS, ids=lambda p: p.name)
+def test_each_kernel_call_is_bound_as_bind_kernel_binds_it(path: pathlib.Path) -> None:
+    """The loop binds a call of an operator it has bound before without _bind_kernel: the same
+    (name, kernel, parameters, results); static_lists and loops as written plainly."""
+    prog = load_program(path)
+    for name in prog.method_names:
+        cp = prog._compiled_plan(name)
+        instructions = [ins.instr_args for chain in cp.plan.chains for ins in chain.instructions]
+        binds = [cp._bind_kernel(a, "") if isinstance(a, KernelCall) else None for a in instructions]
+        assert list(cp.instruction_steps._binds) == binds
+        uses = analyse_uses(cp, instructions, [None if b is None else b[3] for b in binds])
+        assert cp.static_lists == frozenset(
+            i for i, (_, items) in cp.lists.items()
+            if uses.straight and i not in uses.written and not any(j in uses.written for j in items if j >= 0))
+        assert cp.loops == any(isinstance(a, JumpFalseCall) and a.destination_instruction <= pc
+                               for pc, a in enumerate(instructions))
+
+
+def _edit_instruction(prog: ProgramDef, fn: Any) -> Any:
+    plan = prog.plan("forward")
+    chains = tuple(dataclasses.replace(c, instructions=tuple(
+        dataclasses.replace(ins, instr_args=fn(ci, ii, ins.instr_args)) for ii, ins in enumerate(c.instructions)))
+        for ci, c in enumerate(plan.chains))
+    return dataclasses.replace(plan, chains=chains)
+
+
+def test_a_later_call_of_a_bound_operator_with_too_few_arguments_is_named() -> None:
+    prog = load_program(FIXTURES / "transformer.pte")._def
+    instructions = [ins.instr_args for ins in prog.plan("forward").chains[0].instructions]
+    ops = [a.op_index if isinstance(a, KernelCall) else None for a in instructions]
+    later = next(ii for ii, op in enumerate(ops) if op is not None and op in ops[:ii])  # a second call of an operator
+    plan = _edit_instruction(prog, lambda ci, ii, a: dataclasses.replace(a, args=a.args[:1]) if ii == later else a)
+    name = prog.plan("forward").operators[ops[later]].name
+    with pytest.raises(OrchestraError, match=rf"^w: chains\[0\]\.instructions\[{later}\]: {re.escape(name)}\S* takes \d+ "
+                                             r"arguments, the program passes 1$"):
+        CompiledPlan(prog, plan, "w")

@@ -307,6 +307,12 @@ class StateLayout:
 Step = Callable[[list[Any], "Method"], "int | None"]
 
 
+def _at(where: str | tuple[int, int]) -> str:
+    """``where`` in an error message: a (chain, index) pair as ``chains[c].instructions[i]``
+    (made only when an error needs it: a load checks every instruction)."""
+    return where if isinstance(where, str) else f"chains[{where[0]}].instructions[{where[1]}]"
+
+
 def _named_data_lookup(program: ProgramDef) -> Callable[[str], memoryview]:
     """``program.named_data_bytes`` through an index made once (a delegate asks for hundreds of
     keys: each a scan of the whole table before)."""
@@ -485,12 +491,16 @@ class CompiledPlan:
         # Tensors neither constant nor planned: an input without planned memory, or a view
         # some instruction makes (their memory is known only at run time).
         self.runtime_tensors = tuple(runtime)
-        self.planned = tuple(i for i, s in enumerate(slots) if s is not None)
         # How a Method views them: (value, shape, dtype, memory id, offset) of those laid out
         # in order (one numpy call each), and the others (a transposed view)
-        self.planned_views = tuple((i, s.bound, s.dtype, s.memory_id, s.offset)
-                                   for i in self.planned if (s := slots[i]).contiguous)  # type: ignore[union-attr]
-        self.planned_strided = tuple(i for i in self.planned if not slots[i].contiguous)  # type: ignore[union-attr]
+        got = _plan.planned(slots) if _plan is not None else None
+        if got is not None:
+            self.planned, self.planned_views, self.planned_strided = got
+        else:
+            self.planned = tuple(i for i, s in enumerate(slots) if s is not None)
+            self.planned_views = tuple((i, s.bound, s.dtype, s.memory_id, s.offset)
+                                       for i in self.planned if (s := slots[i]).contiguous)  # type: ignore[union-attr]
+            self.planned_strided = tuple(i for i in self.planned if not slots[i].contiguous)  # type: ignore[union-attr]
         self.lists = lists
         # per list value, what builds its Python list from a Method's values (C-level item
         # gets: a Method's creation builds every list, some steps rebuild theirs per call)
@@ -503,14 +513,30 @@ class CompiledPlan:
         where_of: list[tuple[int, int]] = []
         rets: list[tuple[int, ...] | None] = []
         binds: list[tuple[str, Any, tuple[int, ...], tuple[int, ...]] | None] = []  # _bind_kernel's, reused by instruction_steps
+        jumps: list[int] = []
+        # (operator index -> its name, kernel and parameter count, once _bind_kernel took a
+        # call of it: a call passing more arguments than that is then bound here the same way)
+        kernels: dict[int, tuple[str, Any, int]] = {}
         for ci, chain in enumerate(plan.chains):
             for ii, ins in enumerate(chain.instructions):
                 a = ins.instr_args
+                if isinstance(a, KernelCall):
+                    k, args = kernels.get(a.op_index), a.args
+                    if k is not None and len(args) > k[2]:
+                        n = k[2]
+                        b = (k[0], k[1], tuple(args[:n]), tuple(args[n:]))
+                    else:
+                        b = self._bind_kernel(a, (ci, ii))
+                        kernels[a.op_index] = (b[0], b[1], b[1].num_params)
+                    rets.append(b[3])
+                else:
+                    b = None
+                    rets.append(None)
+                    if isinstance(a, JumpFalseCall):
+                        jumps.append(len(instructions))
                 instructions.append(a)
                 where_of.append((ci, ii))
-                b = self._bind_kernel(a, f"chains[{ci}].instructions[{ii}]") if isinstance(a, KernelCall) else None
                 binds.append(b)
-                rets.append(None if b is None else b[3])
         # Per delegate: the DelegateCall argument positions its backend writes (the rest it
         # only reads), when the backend says (BackendInterface.delegate_outputs); None: any.
         self.delegate_outputs = tuple(self._delegate_outputs(di) for di in range(len(plan.delegates)))
@@ -519,19 +545,25 @@ class CompiledPlan:
         # List values (IntList: stride, padding...; TensorList) whose members no instruction
         # writes hold the same objects for a Method's whole life: built once when the Method
         # is created, never rebuilt before a kernel call (delegates still get fresh lists).
-        self.static_lists: frozenset[int] = frozenset(
-            i for i, (_, items) in lists.items()
-            if uses.straight and i not in uses.written and not any(j in uses.written for j in items if j >= 0))
+        written = uses.written
+        if not uses.straight:
+            self.static_lists: frozenset[int] = frozenset()
+        elif -1 in written:  # (not from a program the reader took: then items' -1s are not values)
+            self.static_lists = frozenset(i for i, (_, items) in lists.items()
+                                          if i not in written and not any(j in written for j in items if j >= 0))
+        else:
+            self.static_lists = frozenset(i for i, (_, items) in lists.items()
+                                          if i not in written and written.isdisjoint(items))
         # One step per instruction, as the program is written (executors that replace the
         # steps of single instructions start from these; see step_spans). A kernel call's is
         # checked here and made when first asked for: most are replaced by rewritten steps.
         built: dict[int, Step] = {}
-        for pc, ((ci, ii), a) in enumerate(zip(where_of, instructions)):
-            b = binds[pc]
+        for pc, b in enumerate(binds):
             if b is None:
-                built[pc] = self._step(ci, ii, a, pc)
-            else:
-                self._check_dtypes(b[1], b[2], f"chains[{ci}].instructions[{ii}]")
+                ci, ii = where_of[pc]
+                built[pc] = self._step(ci, ii, instructions[pc], pc)
+            elif b[1].dtypes is not None:
+                self._check_dtypes(b[1], b[2], where_of[pc])
         plain = self.instruction_steps = _InstructionSteps(built, where_of, binds, weakref.WeakMethod(self._kernel_step))
         derived: list[tuple[int, Any]] = []
         if optimize:
@@ -551,8 +583,7 @@ class CompiledPlan:
         self.step_spans = tuple(spans)
         self.rewrites: tuple[Rewrite, ...] = tuple(rewrites)
         # A backward JumpFalse makes a loop: such a plan gets an instruction budget per execute.
-        self.loops = any(isinstance(a, JumpFalseCall) and a.destination_instruction <= pc
-                         for pc, a in enumerate(instructions))
+        self.loops = any(instructions[pc].destination_instruction <= pc for pc in jumps)
         self.instruction_budget = max(len(self.steps), 1) * LOOP_ITERATIONS if self.loops else len(self.steps)
         # (of the analysis, only what borrowable asks: the steps are built)
         self._uses = uses.firsts()
@@ -730,17 +761,19 @@ class CompiledPlan:
                                t.shape_dynamism != TensorShapeDynamism.STATIC)
         return None, None  # filled at run time (an input without planned memory, or a view)
 
-    def _bind_kernel(self, a: KernelCall, where: str) -> tuple[str, Any, tuple[int, ...], tuple[int, ...]]:
-        """(operator name, kernel, parameter values, result values) of a KernelCall."""
+    def _bind_kernel(self, a: KernelCall, where: str | tuple[int, int]) -> tuple[str, Any, tuple[int, ...], tuple[int, ...]]:
+        """(operator name, kernel, parameter values, result values) of a KernelCall;
+        ``where`` names it in errors (``(chain, index)``: ``chains[c].instructions[i]``)."""
         name = self.meta.operators[a.op_index]
         kd = get_kernel(name)
         if kd is None:
             near = nearest_kernel_names(name)
             hint = f" (nearest registered: {', '.join(near)})" if near else ""
-            raise OperatorMissingError(f"{self.where}: {where}: operator {name} has no kernel{hint}")
+            raise OperatorMissingError(f"{self.where}: {_at(where)}: operator {name} has no kernel{hint}")
         n = kd.num_params
         if len(a.args) < n:
-            raise OrchestraError(f"{self.where}: {where}: {name} takes {n} arguments, the program passes {len(a.args)}", Error.InvalidProgram)
+            raise OrchestraError(f"{self.where}: {_at(where)}: {name} takes {n} arguments, the program passes {len(a.args)}",
+                                 Error.InvalidProgram)
         params, rets = tuple(a.args[:n]), tuple(a.args[n:])
         if not rets:
             # Schemas returning () (split_with_sizes_copy.out, et_copy_index) still
@@ -853,7 +886,7 @@ class CompiledPlan:
         step.__qualname__ = label
         return step
 
-    def _check_dtypes(self, kd: Any, params: tuple[int, ...], where: str) -> None:
+    def _check_dtypes(self, kd: Any, params: tuple[int, ...], where: str | tuple[int, int]) -> None:
         if kd.dtypes is None:
             return
         for i in params:
@@ -865,7 +898,7 @@ class CompiledPlan:
                 dt = dtype.name  # numpy computes a dtype's name in Python: only when needed
                 if dt not in kd.dtypes and dt != "bool":
                     raise OperatorMissingError(
-                        f"{self.where}: {where}: operator {kd.name} has no kernel for dtype {dt} "
+                        f"{self.where}: {_at(where)}: operator {kd.name} has no kernel for dtype {dt} "
                         f"(supported: {', '.join(sorted(kd.dtypes))})")
                 return
 

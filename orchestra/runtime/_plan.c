@@ -465,6 +465,74 @@ fail:
     return NULL;
 }
 
+PyDoc_STRVAR(planned_doc,
+             "planned(slots) -> (planned, planned_views, planned_strided) or None\n\n"
+             "CompiledPlan's tuples of its planned tensors from its slots (a list of _Slot or None): their value\n"
+             "indices, (value, bound, dtype, memory_id, offset) of the contiguous ones, the value indices of the\n"
+             "others. None when an entry is neither None nor exactly a _Slot with every field set: the caller\n"
+             "then makes them in Python.");
+
+static PyObject *planned(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *slots;
+    if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &slots)) return NULL;
+    if (!ready) {
+        PyErr_SetString(PyExc_RuntimeError, "orchestra.runtime._plan.setup() has not been called");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(slots), np = 0, nc = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *s = PyList_GET_ITEM(slots, i);
+        if (s == Py_None) continue;
+        if (!Py_IS_TYPE(s, slot_type)) Py_RETURN_NONE;
+        for (int f = 0; f < NSLOT; f++) {
+            if (*(PyObject **)((char *)s + slot_offset[f]) == NULL) Py_RETURN_NONE;
+        }
+        np++;
+    }
+    PyObject *all = PyTuple_New(np), *views = NULL, *strided = NULL, *tmp = NULL;
+    if (all == NULL) return NULL;
+    Py_ssize_t k = 0;
+    for (Py_ssize_t i = 0; i < n && k < np; i++) {
+        PyObject *s = PyList_GET_ITEM(slots, i);
+        if (s == Py_None) continue;
+        PyObject *x = PyLong_FromSsize_t(i);
+        if (x == NULL) goto fail;
+        PyTuple_SET_ITEM(all, k++, x);
+        int c = PyObject_IsTrue(*(PyObject **)((char *)s + slot_offset[S_CONTIGUOUS]));
+        if (c < 0) goto fail;
+        nc += c;
+    }
+    views = PyTuple_New(nc);
+    strided = PyTuple_New(np - nc);
+    if (views == NULL || strided == NULL) goto fail;
+    Py_ssize_t kv = 0, ks = 0;
+    for (k = 0; k < np; k++) {
+        PyObject *x = PyTuple_GET_ITEM(all, k);
+        PyObject *s = PyList_GET_ITEM(slots, PyLong_AsSsize_t(x));
+#define FIELD(f) (*(PyObject **)((char *)s + slot_offset[f]))
+        int c = PyObject_IsTrue(FIELD(S_CONTIGUOUS));
+        if (c < 0) goto fail;
+        if (c && kv < nc) {
+            tmp = PyTuple_Pack(5, x, FIELD(S_BOUND), FIELD(S_DTYPE), FIELD(S_MEMORY_ID), FIELD(S_OFFSET));
+            if (tmp == NULL) goto fail;
+            PyTuple_SET_ITEM(views, kv++, tmp);
+        } else if (!c && ks < np - nc) {
+            Py_INCREF(x);
+            PyTuple_SET_ITEM(strided, ks++, x);
+        } else {
+            PyErr_SetString(PyExc_RuntimeError, "a _Slot's contiguous changed while read");
+            goto fail;
+        }
+#undef FIELD
+    }
+    return Py_BuildValue("(NNN)", all, views, strided);
+fail:
+    Py_XDECREF(all);
+    Py_XDECREF(views);
+    Py_XDECREF(strided);
+    return NULL;
+}
+
 /* -- Method.__init__ ------------------------------------------------------------------------- */
 
 PyDoc_STRVAR(views_doc,
@@ -536,6 +604,7 @@ static PyObject *lists(PyObject *Py_UNUSED(self), PyObject *args) {
 static PyMethodDef methods[] = {
     {"setup", setup, METH_VARARGS, setup_doc},
     {"values", values, METH_VARARGS, values_doc},
+    {"planned", planned, METH_VARARGS, planned_doc},
     {"views", views, METH_VARARGS, views_doc},
     {"lists", lists, METH_VARARGS, lists_doc},
     {NULL, NULL, 0, NULL},
