@@ -468,7 +468,7 @@ def _same_checks(c: object, py: object) -> bool:
 
 def _check_conv_folds(mt: _optimize._Matcher) -> None:
     """conv_folds' tables are conv's, _read_conv_static's and bn_fold_checks' Python answers for
-    every instruction, none left to the Python code."""
+    every instruction, and const_copies' are copy_checks', none left to the Python code."""
     convs, statics, folds = mt.conv_folds()
     assert len(convs) == len(statics) == len(folds) == len(mt.instructions)
     for pc in range(len(mt.instructions)):
@@ -479,6 +479,10 @@ def _check_conv_folds(mt: _optimize._Matcher) -> None:
             continue
         assert statics[pc] is not _optimize._ASK and statics[pc] == _optimize._read_conv_static(mt, conv[0]), pc
         assert folds[pc] is not _optimize._ASK and _same_checks(folds[pc], mt.bn_fold_checks_py(pc + 1, *conv)), pc
+    copies = mt.const_copies()
+    assert len(copies) == len(mt.instructions)
+    assert all(copies[pc] is not _optimize._ASK and _same_checks(copies[pc], _optimize._copy_checks_py(mt, pc))
+               for pc in range(len(mt.instructions)))
 
 
 @pytest.mark.parametrize("switch", ["_match", "_match_folds"])
@@ -942,3 +946,146 @@ def test_the_conv_fold_tables_leave_odd_inputs_to_python() -> None:
     assert tables(instructions=bad)[2][pc] is ask
     bad[pc] = type("SubCall", (KernelCall,), {})(0, mt.instructions[pc].args)
     assert [t[pc] for t in tables(instructions=bad)] == [ask, ask, ask]  # type: ignore[union-attr]
+
+
+def _fuzz_copy_matcher(seed: int) -> _optimize._Matcher:
+    """A _Matcher (made without a program: only what _constant_copy reads) over random constant
+    copies (_to_copy, _to_dim_order_copy) and their readers: most of them foldable, many not (a
+    source not constant, a non_blocking not a literal bool, a dim order not the identity or not
+    literal, an out dynamic, not planned, too large, an output or input, written elsewhere, read
+    before the copy, in a list, past a kernel's parameters or by a move)."""
+    from types import SimpleNamespace
+
+    from orchestra.program import Bool, DelegateCall, EValue, Int, IntList, KernelCall, MoveCall, Null, Tensor
+
+    rng = np.random.default_rng(seed)
+    values: list[EValue] = []
+    template: list[object] = []
+    slots: list[object] = []
+    lists: dict[int, tuple[bool, tuple[int, ...]]] = {}
+    written: set[int] = set()
+    outputs: set[int] = set()
+    inputs: set[int] = set()
+    instructions: list[object] = []
+    rets: list[tuple[int, ...] | None] = []
+    extra_writes: list[tuple[int, int]] = []
+
+    def p(prob: float) -> bool:
+        return bool(rng.random() < prob)
+
+    def add(val: object, obj: object = None, slot: object = None) -> int:
+        values.append(EValue(val))
+        template.append(obj)
+        slots.append(slot)
+        return len(values) - 1
+
+    def lit(v: object) -> int:
+        k = add(Null()) if v is None else add(Bool(v) if isinstance(v, bool) else Int(v), v)  # type: ignore[arg-type]
+        if p(0.02):
+            written.add(k)
+        return k
+
+    for _ in range(200):
+        ndim = int(rng.integers(0, 4))
+        shape = tuple(int(d) for d in rng.integers(1, 4, ndim)) if p(0.95) else (70, 70)
+        if p(0.9):
+            arr = np.full(shape, 3.0, np.float32 if p(0.5) else np.float64)
+            src = add(Tensor(6, 0, shape, tuple(range(len(shape)))), arr, None if p(0.97) else SimpleNamespace())
+        else:
+            src = add(Tensor(6, 0, shape, tuple(range(len(shape)))), None, SimpleNamespace(dynamic=False))
+        nb = lit(False if p(0.9) else None if p(0.5) else 1)
+        op = int(rng.integers(2))
+        if p(0.6):
+            fmt = lit(None)
+        else:
+            dims = list(range(ndim)) if p(0.7) else list(range(ndim))[::-1] if p(0.6) else list(range(ndim + 1))
+            fmt = add(IntList(tuple(lit(int(d)) for d in dims))) if p(0.9) else lit(0)
+            if fmt not in lists and isinstance(values[fmt].val, IntList):
+                lists[fmt] = (p(0.05), values[fmt].val.items)  # type: ignore[union-attr]
+        dyn = False if p(0.9) else True if p(0.5) else 0
+        out = add(Tensor(6, 0, shape, tuple(range(len(shape)))), None, None if p(0.05) else SimpleNamespace(dynamic=dyn))
+        if p(0.03):
+            outputs.add(out)
+        if p(0.03):
+            inputs.add(out)
+        pc = len(instructions)
+        instructions.append(KernelCall(op, (src, nb, fmt, out)))
+        rets.append((out,) if p(0.95) else (out, src) if p(0.5) else ())
+        if p(0.03):
+            extra_writes.append((out, pc + 1))
+        for _ in range(int(rng.integers(0, 3))):
+            other = add(Tensor(6, 0, shape, tuple(range(len(shape)))))
+            kind = rng.random()
+            if kind < 0.6:
+                args = [out, other, lit(1), other]
+                if p(0.05):
+                    lst = add(IntList((out,)))
+                    lists[lst] = (False, (out,))
+                    args[1] = lst
+                if p(0.05):
+                    args.append(out)  # past the kernel's parameters
+                instructions.append(KernelCall(2, tuple(args)))
+                rets.append((other,))
+            elif kind < 0.9:
+                args = [other, out]
+                if p(0.1):
+                    lst = add(IntList((out,)))
+                    lists[lst] = (False, (out,))
+                    args.append(lst)
+                instructions.append(DelegateCall(0, tuple(args)))
+                rets.append(None)
+            else:
+                instructions.append(MoveCall(out, other))
+                rets.append(None)
+        if p(0.03) and pc:  # read before the copy
+            extra_writes.append((-1, pc - 1))
+            instructions[pc - 1] = KernelCall(3, (out,))
+    mentions: dict[int, set[int]] = {}
+    writers: dict[int, set[int]] = {}
+    for pc, a in enumerate(instructions):
+        args = (a.move_from, a.move_to) if isinstance(a, MoveCall) else a.args  # type: ignore[attr-defined]
+        for i in _optimize._expand(args, lists):
+            mentions.setdefault(i, set()).add(pc)
+        for i in rets[pc] or ():
+            writers.setdefault(i, set()).add(pc)
+    for v, pc in extra_writes:
+        if v >= 0:
+            writers.setdefault(v, set()).add(pc)
+    plan = SimpleNamespace(values=tuple(values))
+    cp = SimpleNamespace(lists=lists, template=template, plan=plan, slots=slots)
+    mt = object.__new__(_optimize._Matcher)
+    mt.cp, mt.values, mt.instructions, mt.rets = cp, plan.values, instructions, rets
+    mt.op_names = ("dim_order_ops::_to_dim_order_copy.out", "aten::_to_copy.out", "aten::add.out", "aten::relu.out")
+    mt.uses = _optimize.PlanUses(mentions=mentions, written=frozenset(written), outputs=frozenset(outputs),
+                                 straight=True, writers=writers)
+    mt.storage = object.__new__(_Storage)
+    mt.storage.cp, mt.storage.inputs = cp, frozenset(inputs)
+    mt.copied, mt._copies = {}, None
+    return mt
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_constant_copy_table_in_c_is_the_python_one_on_random_plans(seed: int) -> None:
+    """Random constant copies and readers (most foldable, many not): const_copies' answer is the
+    Python code's for each instruction, and it leaves to it only the odd ones (a slot's dynamic
+    flag not a bool)."""
+    _need_match()
+    ask = _optimize._ASK
+    mt = _fuzz_copy_matcher(seed)
+    copies = mt.const_copies()
+    answers = [_optimize._copy_checks_py(mt, pc) for pc in range(len(mt.instructions))]
+    assert all(c is ask or _same_checks(c, py) for c, py in zip(copies, answers, strict=True))
+    for pc in (pc for pc, c in enumerate(copies) if c is ask):
+        assert mt.cp.slots[mt.instructions[pc].args[3]].dynamic is 0  # type: ignore[attr-defined]  # noqa: F632
+    passed = [c for c in answers if c is not None]
+    assert len(passed) > 40 and sum(c is None for c in answers[: len(answers) // 2]) > 40
+    assert {c[0] for c in passed} == {"dim_order_ops::_to_dim_order_copy.out", "aten::_to_copy.out"}
+    assert any(c[3] is not None for c in passed) and any(c[7] for c in passed)
+    # the odd inputs: of another type, None; an instruction or operator entry of another shape, _ASK
+    from orchestra.program import KernelCall
+
+    assert _optimize._match.const_copies(*([None] * 21), _optimize._ASK) is None  # type: ignore[union-attr]
+    pc = next(pc for pc, c in enumerate(answers) if c is not None)
+    mt.instructions[pc] = KernelCall(0, list(mt.instructions[pc].args))  # type: ignore[attr-defined]
+    mt._copies = None
+    assert mt.const_copies()[pc] is _optimize._ASK

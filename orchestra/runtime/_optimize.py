@@ -218,8 +218,8 @@ except ImportError:  # pragma: no cover - built without a C compiler
 # _Matcher's tables made in C (the same module; None: its Python code answers everything, as
 # without the extension; tests and benchmarks switch it off alone).
 _match = _uses
-# Its tables of the folds (convolutions with their batch norms), on only where _match is too: a
-# switch of their own for tests and benchmarks.
+# Its tables of the folds (convolutions with their batch norms, constant copies), on only where
+# _match is too: a switch of their own for tests and benchmarks.
 _match_folds = _uses
 # A matcher's answer the C table leaves to the Python code.
 _ASK = object()
@@ -949,6 +949,7 @@ class _Matcher:
         self._ew_ops: list[Any] | None = None  # ew_op's, the same way
         # conv_folds' tables (conv, _read_conv_static, batch_norm_fold's checks), the same way
         self._folds: tuple[list[Any], list[Any], list[Any]] | None = None
+        self._copies: list[Any] | None = None  # const_copies', the same way
 
     # -- helpers ----------------------------------------------------------------------------
     def kernel_call(self, pc: int, name: str, nparams: int) -> tuple[tuple[int, ...], set[int]] | None:
@@ -1232,6 +1233,50 @@ class _Matcher:
                                         _FOLD_DTYPES, _NUMPY_OF, np.ndarray, KernelCall, Tensor, Int, Null, Bool, Double,
                                         _ASK)
         return ([], [], []) if found is None else found
+
+    def copy_checks(self, pc: int) -> tuple[Any, ...] | None:
+        """What _constant_copy checks before it computes the copy's value: (operator name, the
+        constant, non_blocking's literal, the dim order (None or a list), out, out's dtype and
+        sizes, the instructions reading out), or None.
+
+        Answered for every instruction at once in C where it is built (``const_copies``)."""
+        found = self._copies
+        if found is None:
+            found = self._copies = self.const_copies()
+        if 0 <= pc < len(found):
+            c = found[pc]
+            if c is not _ASK:
+                return c
+        return _copy_checks_py(self, pc)
+
+    def copy_candidates(self) -> Iterable[int]:
+        """The instructions copy_checks may pass (all where the C table is not built)."""
+        found = self._copies
+        if found is None:
+            found = self._copies = self.const_copies()
+        if not found:
+            return range(len(self.instructions))
+        return [pc for pc, c in enumerate(found) if c is not None]
+
+    def const_copies(self) -> list[Any]:
+        """copy_checks' answers made in C, per instruction (_ASK where the C code leaves the
+        answer to the Python code); [] where the C code isn't built or declines the plan."""
+        if (_match is None or _match_folds is None or type(self.instructions) is not list
+                or type(self.rets) is not list):
+            return []
+        copy_ops: list[tuple[str, bool] | None] = []
+        nparams: list[int | None] = []
+        for name in self.op_names:
+            kd = get_kernel(name)
+            nparams.append(None if kd is None else kd.num_params)
+            ok = name in _CONST_COPIES and kd is not None and kd.num_params == 4
+            copy_ops.append((name, name == "aten::_to_copy.out") if ok else None)
+        uses = self.uses
+        found = _match_folds.const_copies(self.instructions, self.rets, self.cp.lists, self.values, self.cp.template,
+                                          uses.written, self.cp.slots, uses.mentions, uses.writers, uses.outputs,
+                                          self.storage.inputs, copy_ops, nparams, _NUMPY_OF, np.ndarray, KernelCall,
+                                          DelegateCall, Tensor, Int, Null, Bool, _ASK)
+        return [] if found is None else found
 
     def conv_py(self, pc: int) -> tuple[tuple[int, ...], int] | None:
         """conv's Python code."""
@@ -1962,6 +2007,21 @@ def _constant_copy(mt: _Matcher, pc: int) -> tuple[int, np.ndarray, tuple[int, .
     not a method output, read afterwards only by kernel calls or delegates naming it directly
     (not in a list; a delegate then only reads it: nothing else writes out): ``value`` is
     what the copy writes, computed here, read-only."""
+    found = mt.copy_checks(pc)
+    if found is None:
+        return None
+    name, const, nb_value, order, out, dtype, sizes, readers = found
+    key = (name, const.dtype.str, const.shape, const.tobytes(), nb_value, None if order is None else tuple(order),
+           dtype, sizes)
+    if key in mt.copied:
+        value = mt.copied[key]
+    else:
+        value = mt.copied[key] = _copied_value(name, const, nb_value, order, dtype, sizes)
+    return None if value is None else (out, value, readers)
+
+
+def _copy_checks_py(mt: _Matcher, pc: int) -> tuple[Any, ...] | None:
+    """_Matcher.copy_checks' Python code."""
     a = mt.instructions[pc]
     if not isinstance(a, KernelCall) or mt.op_names[a.op_index] not in _CONST_COPIES:
         return None
@@ -1998,14 +2058,7 @@ def _constant_copy(mt: _Matcher, pc: int) -> tuple[int, np.ndarray, tuple[int, .
         kd = get_kernel(mt.op_names[a.op_index])
         if kd is None or mt.named_in(r).count(out) != list(a.args[: kd.num_params]).count(out):
             return None
-    nb_value = mt.cp.template[nb]
-    key = (name, const.dtype.str, const.shape, const.tobytes(), nb_value, None if order is None else tuple(order),
-           meta[0], meta[1])
-    if key in mt.copied:
-        value = mt.copied[key]
-    else:
-        value = mt.copied[key] = _copied_value(name, const, nb_value, order, meta[0], meta[1])
-    return None if value is None else (out, value, readers)
+    return name, const, mt.cp.template[nb], order, out, meta[0], meta[1], readers
 
 
 def _copied_value(name: str, const: np.ndarray, nb: Any, order: list[int] | None, dtype: np.dtype,
@@ -2289,7 +2342,7 @@ def optimize_steps(
     ews: dict[int, _EwChain] = {}  # last pc -> elementwise chain
     claimed: set[int] = set()
     # Constant copies folded to constants their readers read instead (the copies don't run).
-    ccs = {} if st.opaque else {pc: c for pc in range(n) if (c := _constant_copy(mt, pc)) is not None}
+    ccs = {} if st.opaque else {pc: c for pc in mt.copy_candidates() if (c := _constant_copy(mt, pc)) is not None}
     claimed.update(ccs)
     cc_skip = frozenset(ccs)
     folded_bytes = 0

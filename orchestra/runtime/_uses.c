@@ -25,7 +25,7 @@
  * The last ones are tables of _optimize._Matcher's answers, made once per plan where the Python
  * matchers would each make a dozen small calls per question (layout_links: layout_link of
  * every instruction; ew_ops: ew_op's; conv_folds: conv's, with the convolution's literals and the
- * checks of the batch norm after it). Per instruction they give the Python answer, or the caller's ``ask``
+ * checks of the batch norm after it; const_copies: _constant_copy's checks). Per instruction they give the Python answer, or the caller's ``ask``
  * object where something is not of the shape the Python code makes (then it answers that one).
  * The inputs derive from a .pte file: nothing here indexes with a value it has not checked. */
 #define PY_SSIZE_T_CLEAN
@@ -1905,6 +1905,234 @@ static PyObject *conv_folds(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* ---- constant copies (the checks of _optimize._constant_copy) ------------------------------ */
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The instructions other than pc that name out, sorted (sorted(mentions.get(out, ()) - {pc})),
+ * each a reader _constant_copy accepts: one at or after pc, a kernel call naming out among its
+ * parameters as often as with list members counted (nparams[op_index]: its kernel's count, None
+ * without one), or a delegate call naming it only directly. 1 with *res (a tuple of ints), 0,
+ * ASK, -1. */
+static int copy_readers(const Plan *p, const Extra *e, PyObject *instructions, PyObject *nparams,
+                        PyObject *kernel_t, PyObject *delegate_t, PyObject *s_op, PyObject *s_args, PyObject *out,
+                        Py_ssize_t pc, PyObject **res) {
+    int64_t o = 0;
+    int r = get_i64(out, &o);
+    if (r != 1) return r < 0 ? -1 : ASK;
+    PyObject *s = PyDict_GetItemWithError(e->mentions, out);
+    if (s == NULL && PyErr_Occurred()) return -1;
+    if (s != NULL && !PyAnySet_CheckExact(s)) return ASK;
+    Py_ssize_t n = s == NULL ? 0 : PySet_GET_SIZE(s), m = 0;
+    int64_t *rs = PyMem_Malloc(sizeof(int64_t) * (size_t)(n ? n : 1));
+    PyObject *it = s == NULL ? NULL : PyObject_GetIter(s), *x = NULL;
+    if (rs == NULL || (s != NULL && it == NULL)) r = -1;
+    while (r == 1 && it != NULL && (x = PyIter_Next(it)) != NULL) {
+        int64_t v = 0;
+        r = get_i64(x, &v);
+        if (r == 0) r = ASK;
+        if (r == 1 && v != pc && m < n) rs[m++] = v;
+        Py_DECREF(x);
+    }
+    if (r == 1 && PyErr_Occurred()) r = -1;
+    Py_XDECREF(it);
+    if (r == 1) qsort(rs, (size_t)m, sizeof(int64_t), cmp_i64);
+    Py_ssize_t ni = PyList_GET_SIZE(instructions);
+    for (Py_ssize_t k = 0; r == 1 && k < m; k++) {
+        if (rs[k] < 0 || rs[k] >= ni) {
+            r = ASK;
+            break;
+        }
+        if (rs[k] < pc) {
+            r = 0;
+            break;
+        }
+        PyObject *a = PyList_GET_ITEM(instructions, rs[k]), *a_args = NULL, *opi = NULL;
+        int isd = payload_is(a, delegate_t), isk = isd == 0 ? payload_is(a, kernel_t) : 0;
+        Py_ssize_t all = 0, direct = 0, upto = 0;
+        int64_t op = 0;
+        if (isd < 0 || isk < 0) r = -1;
+        else if (isd == ASK || isk == ASK) r = ASK;
+        else if (!isd && !isk) r = 0;
+        if (r == 1) r = (a_args = PyObject_GetAttr(a, s_args)) ? 1 : -1;
+        if (r == 1 && !PyTuple_CheckExact(a_args)) r = ASK;
+        if (r == 1) upto = PyTuple_GET_SIZE(a_args);
+        if (r == 1 && isk) {
+            r = (opi = PyObject_GetAttr(a, s_op)) ? get_i64(opi, &op) : -1;
+            if (r == 0 || (r == 1 && (op < 0 || op >= PyList_GET_SIZE(nparams)))) r = ASK;
+            PyObject *np_ = r == 1 ? PyList_GET_ITEM(nparams, op) : NULL;
+            int64_t c = 0;
+            if (r == 1 && np_ == Py_None) r = 0;
+            if (r == 1) r = get_i64(np_, &c);
+            if (r == 0 && np_ != Py_None) r = ASK;
+            if (r == 1 && c < 0) r = ASK;
+            if (r == 1 && c < upto) upto = (Py_ssize_t)c;
+        }
+        Py_XDECREF(opi);
+        if (r == 1) r = count_named(p, a_args, PyTuple_GET_SIZE(a_args), o, &all);
+        for (Py_ssize_t q = 0; r == 1 && q < upto; q++) {
+            int64_t v = 0;
+            r = get_i64(PyTuple_GET_ITEM(a_args, q), &v);  /* (count_named checked them) */
+            direct += v == o;
+        }
+        if (r == 1) r = all == direct;
+        Py_XDECREF(a_args);
+    }
+    if (r == 1) *res = int_tuple(rs, m);
+    if (r == 1 && *res == NULL) r = -1;
+    PyMem_Free(rs);
+    return r;
+}
+
+/* _constant_copy's checks of kernel call ``a`` (see const_copies): 1 with *res, 0, ASK, -1. */
+static int copy_checks(const Plan *p, const Extra *e, PyObject *instructions, Py_ssize_t pc, PyObject *ret,
+                       PyObject *copy_ops, PyObject *nparams, PyObject *kernel_t, PyObject *delegate_t,
+                       PyObject *writers, PyObject *inputs, PyObject *s_op, PyObject *s_args, PyObject *s_dynamic,
+                       PyObject **res) {
+    PyObject *a = PyList_GET_ITEM(instructions, pc), *opi = NULL, *a_args = NULL, *entry = NULL;
+    int64_t k = 0;
+    int r = payload_is(a, kernel_t);
+    if (r == 1) r = (opi = PyObject_GetAttr(a, s_op)) ? get_i64(opi, &k) : -1;
+    if (r == 0 && opi != NULL) r = ASK;
+    if (r == 1 && (k < 0 || k >= PyList_GET_SIZE(copy_ops))) r = ASK;
+    Py_XDECREF(opi);
+    if (r == 1) {
+        entry = PyList_GET_ITEM(copy_ops, k);  /* (name, is aten::_to_copy.out) */
+        if (entry == Py_None) r = 0;
+        else if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2 || !PyBool_Check(PyTuple_GET_ITEM(entry, 1)))
+            r = ASK;
+    }
+    if (r == 1) r = (a_args = PyObject_GetAttr(a, s_args)) ? 1 : -1;
+    if (r == 1 && !PyTuple_CheckExact(a_args)) r = ASK;
+    if (r == 1 && PyTuple_GET_SIZE(a_args) < 4) r = 0;
+    PyObject *src = r == 1 ? PyTuple_GET_ITEM(a_args, 0) : NULL, *nb = r == 1 ? PyTuple_GET_ITEM(a_args, 1) : NULL;
+    PyObject *fmt = r == 1 ? PyTuple_GET_ITEM(a_args, 2) : NULL, *out = r == 1 ? PyTuple_GET_ITEM(a_args, 3) : NULL;
+    PyObject *cst = NULL, *dt = NULL, *sizes = NULL, *nbv = NULL, *order = NULL, *readers = NULL, *dyn = NULL;
+    int64_t o = 0, sz[MAX_DIMS], ord[MAX_DIMS], count = 0;
+    Py_ssize_t nb_k = 0, nord = 0;
+    if (r == 1) r = constant(p, e, src, &cst);
+    if (r == 1) r = static_tensor(p, out, &dt, &sizes);
+    if (r == 1) {
+        r = get_i64(out, &o);
+        if (r == 0) r = ASK;
+    }
+    if (r == 1) {  /* kernel_call's results == {out} */
+        r = results_within(p, ret, &o, 1);
+        if (r == 1) r = ret != Py_None && PyTuple_GET_SIZE(ret) > 0;  /* (a list value of no members: Python's ask) */
+        if (r == 1 && PyTuple_GET_SIZE(ret) > 1) r = ASK;
+        if (r == 1 && PyDict_Contains(p->lists, PyTuple_GET_ITEM(ret, 0))) r = ASK;
+    }
+    if (r == 1) r = literal_of(p, nb, e->bool_t, NULL, &nb_k);
+    if (r == 1) r = (nbv = PyList_GET_ITEM(p->template_, nb_k)) != Py_None;
+    if (r == 1) {  /* no memory format / dim order, or the identity dim order */
+        r = is_none(p, fmt);
+        if (r == 1) order = Py_None;
+        else if (r == 0 && PyTuple_GET_ITEM(entry, 1) == Py_True) r = 0;
+        else if (r == 0) {
+            r = int_list(p, fmt, ord, &nord);
+            if (r == 0) {
+                order = Py_None;
+                r = 1;
+            } else if (r == 1) {
+                r = nord == PyTuple_GET_SIZE(sizes);
+                for (Py_ssize_t q = 0; r == 1 && q < nord; q++) r = ord[q] == q;
+            }
+        }
+    }
+    if (r == 1) {  /* storage.static(out) */
+        Py_ssize_t i = 0;
+        r = value_index(p, out, &i);
+        if (r == 1 && i >= PyList_GET_SIZE(e->slots)) r = ASK;
+        PyObject *slot = r == 1 ? PyList_GET_ITEM(e->slots, i) : NULL;
+        if (r == 1 && slot == Py_None) r = 0;
+        if (r == 1) r = (dyn = PyObject_GetAttr(slot, s_dynamic)) ? 1 : -1;
+        if (r == 1) r = dyn == Py_False ? 1 : dyn == Py_True ? 0 : ASK;
+    }
+    if (r == 1) r = PySet_Contains(e->outputs, out) ? (PyErr_Occurred() ? -1 : 0) : 1;
+    if (r == 1) r = PySet_Contains(inputs, out) ? (PyErr_Occurred() ? -1 : 0) : 1;
+    if (r == 1) {  /* writers.get(out) == frozenset({pc}) */
+        PyObject *w = PyDict_GetItemWithError(writers, out);
+        if (w == NULL) r = PyErr_Occurred() ? -1 : 0;
+        else if (!PyAnySet_CheckExact(w)) r = ASK;
+        else if (PySet_GET_SIZE(w) != 1) r = 0;
+        else {
+            PyObject *pc_o = PyLong_FromSsize_t(pc);
+            r = pc_o ? PySet_Contains(w, pc_o) : -1;
+            Py_XDECREF(pc_o);
+        }
+    }
+    if (r == 1) r = product(sz, shape_of(sizes, sz), -2, &count);
+    if (r == 1) r = count <= 4096;
+    if (r == 1) r = copy_readers(p, e, instructions, nparams, kernel_t, delegate_t, s_op, s_args, out, pc, &readers);
+    if (r == 1 && order != Py_None) r = (order = int_tuple(ord, nord)) ? 1 : -1;
+    if (r == 1) {
+        PyObject *lst = order == Py_None ? Py_NewRef(Py_None) : PySequence_List(order);
+        *res = lst ? PyTuple_Pack(8, PyTuple_GET_ITEM(entry, 0), cst, nbv, lst, out, dt, sizes, readers) : NULL;
+        Py_XDECREF(lst);
+        if (*res == NULL) r = -1;
+    }
+    if (order != Py_None) Py_XDECREF(order);
+    Py_XDECREF(readers);
+    Py_XDECREF(sizes);
+    Py_XDECREF(dyn);
+    Py_XDECREF(a_args);
+    return r;
+}
+
+/* const_copies(instructions, rets, lists, values, template, written, slots, mentions, writers,
+ * outputs, inputs, copy_ops, nparams, to_numpy, ndarray, KernelCall, DelegateCall, Tensor, Int,
+ * Null, Bool, ask) -> the checks of _optimize._constant_copy for every instruction (a list;
+ * ``ask`` where the Python code is to answer): (name, the constant, non_blocking's literal, the
+ * dim order (None or a list), out, its dtype, its sizes, the readers) where they pass, else
+ * None. ``copy_ops[op_index]``: (name, whether it is aten::_to_copy.out) for the two constant
+ * copy operators whose kernels have 4 parameters, else None; ``nparams[op_index]``: the
+ * operator's kernel's parameter count, None without a kernel. None when an input is not of the
+ * type _Matcher makes. */
+static PyObject *const_copies(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *instructions, *rets, *writers, *inputs, *copy_ops, *nparams, *kernel_t, *delegate_t, *ask;
+    Plan p = {0};
+    Extra e = {0};
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOOOOOOOOO", &instructions, &rets, &p.lists, &p.values, &p.template_,
+                          &p.written, &e.slots, &e.mentions, &writers, &e.outputs, &inputs, &copy_ops, &nparams,
+                          &p.to_numpy, &e.ndarray_t, &kernel_t, &delegate_t, &p.tensor_t, &p.int_t, &p.null_t,
+                          &e.bool_t, &ask))
+        return NULL;
+    int state = plan_init(&p);
+    if (state == 1 && (!PyList_CheckExact(instructions) || !PyList_CheckExact(rets) ||
+                       PyList_GET_SIZE(rets) != PyList_GET_SIZE(instructions) || !PyList_CheckExact(e.slots) ||
+                       !PyDict_CheckExact(e.mentions) || !PyDict_CheckExact(writers) ||
+                       !PyAnySet_CheckExact(e.outputs) || !PyAnySet_CheckExact(inputs) ||
+                       !PyList_CheckExact(copy_ops) || !PyList_CheckExact(nparams) || !PyType_Check(e.ndarray_t) ||
+                       !PyType_Check(kernel_t) || !PyType_Check(delegate_t) || !PyType_Check(e.bool_t)))
+        state = 0;
+    PyObject *s_args = PyUnicode_InternFromString("args"), *s_op = PyUnicode_InternFromString("op_index");
+    PyObject *s_dynamic = PyUnicode_InternFromString("dynamic");
+    Py_ssize_t n = state == 1 ? PyList_GET_SIZE(instructions) : 0;
+    PyObject *out = state == 1 ? PyList_New(n) : NULL;
+    if (!s_args || !s_op || !s_dynamic || (state == 1 && out == NULL)) state = -1;
+    for (Py_ssize_t pc = 0; state == 1 && pc < n; pc++) {
+        PyObject *res = NULL;
+        int r = copy_checks(&p, &e, instructions, pc, PyList_GET_ITEM(rets, pc), copy_ops, nparams, kernel_t,
+                            delegate_t, writers, inputs, s_op, s_args, s_dynamic, &res);
+        if (r < 0) {
+            state = -1;
+            break;
+        }
+        PyList_SET_ITEM(out, pc, r == 1 ? res : Py_NewRef(r == 0 ? Py_None : ask));
+    }
+    Py_XDECREF(s_args);
+    Py_XDECREF(s_op);
+    Py_XDECREF(s_dynamic);
+    plan_clear(&p);
+    if (state == 1) return out;
+    Py_XDECREF(out);
+    if (state < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
 /* same_bytes(regions, slots) -> _Storage.same_bytes(): value -> its group (one list shared by
  * the group) of the plain values (slot of static shape, no dim order or the identity one) with
  * one region of a positive size and one dtype, for groups of two or more. The comparisons are
@@ -2018,6 +2246,10 @@ static PyMethodDef methods[] = {
      "conv_folds(instructions, rets, lists, values, template, written, slots, mentions, outputs, op_codes, dtypes, "
      "to_numpy, ndarray, KernelCall, Tensor, Int, Null, Bool, Double, ask) -> (convs, statics, folds): _Matcher.conv, "
      "_read_conv_static and batch_norm_fold's checks of every instruction (ask: the Python code's), or None."},
+    {"const_copies", const_copies, METH_VARARGS,
+     "const_copies(instructions, rets, lists, values, template, written, slots, mentions, writers, outputs, inputs, "
+     "copy_ops, nparams, to_numpy, ndarray, KernelCall, DelegateCall, Tensor, Int, Null, Bool, ask) -> the checks of "
+     "_constant_copy for every instruction (ask: the Python code's), or None."},
     {"same_bytes", same_bytes, METH_VARARGS,
      "same_bytes(regions, slots) -> value -> its group of values with the same bytes and dtype, or None."},
     {NULL, NULL, 0, NULL},
