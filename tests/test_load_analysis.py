@@ -454,16 +454,47 @@ def test_the_matcher_tables_in_c_give_the_python_answers(path: pathlib.Path) -> 
             m.setattr(_optimize, "_match", None)
             assert groups == st.same_bytes() and list(groups) == list(st.same_bytes())
         assert all(groups[j] is groups[g[0]] for j, g in groups.items())  # one list per group
+        _check_conv_folds(mt)
 
 
+def _same_checks(c: object, py: object) -> bool:
+    """Two answers of bn_fold_checks: the same constants (the very arrays), the same values."""
+    if c is None or py is None:
+        return c is py
+    return len(c) == len(py) and all(  # type: ignore[arg-type]
+        (x is y) if isinstance(x, np.ndarray) or isinstance(y, np.ndarray) else (type(x) is type(y) and x == y)
+        for x, y in zip(c, py))  # type: ignore[call-overload]
+
+
+def _check_conv_folds(mt: _optimize._Matcher) -> None:
+    """conv_folds' tables are conv's, _read_conv_static's and bn_fold_checks' Python answers for
+    every instruction, and const_copies' are copy_checks', none left to the Python code."""
+    convs, statics, folds = mt.conv_folds()
+    assert len(convs) == len(statics) == len(folds) == len(mt.instructions)
+    for pc in range(len(mt.instructions)):
+        conv = mt.conv_py(pc)
+        assert convs[pc] is not _optimize._ASK and convs[pc] == conv, pc
+        if conv is None:
+            assert statics[pc] is None and folds[pc] is None
+            continue
+        assert statics[pc] is not _optimize._ASK and statics[pc] == _optimize._read_conv_static(mt, conv[0]), pc
+        assert folds[pc] is not _optimize._ASK and _same_checks(folds[pc], mt.bn_fold_checks_py(pc + 1, *conv)), pc
+    copies = mt.const_copies()
+    assert len(copies) == len(mt.instructions)
+    assert all(copies[pc] is not _optimize._ASK and _same_checks(copies[pc], _optimize._copy_checks_py(mt, pc))
+               for pc in range(len(mt.instructions)))
+
+
+@pytest.mark.parametrize("switch", ["_match", "_match_folds"])
 @pytest.mark.parametrize("path", _MATCH_PROGRAMS, ids=lambda p: p.name)
-def test_plans_are_compiled_the_same_with_the_matcher_tables_off(path: pathlib.Path,
+def test_plans_are_compiled_the_same_with_the_matcher_tables_off(path: pathlib.Path, switch: str,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """The rewrites, step spans and derived values of every method are the same with the C
-    tables (_optimize._match) and without them."""
+    """The rewrites (their constants' bytes included), step spans and derived values of every
+    method are the same with the C tables (_optimize._match; _match_folds: the fold tables
+    alone) and without them."""
     _need_match()
     on = _compiled(path)
-    monkeypatch.setattr(_optimize, "_match", None)
+    monkeypatch.setattr(_optimize, switch, None)
     assert _compiled(path) == on
 
 
@@ -713,3 +744,348 @@ def test_the_layout_links_in_c_are_the_python_ones_on_random_plans(seed: int) ->
     assert links == answers
     kinds = {mt.op_names[a.op_index] for a, found in zip(mt.instructions, answers) if found is not None}
     assert kinds == set(_optimize._LAYOUT_OPS) and answers.count(None) > 20
+
+
+def _fuzz_conv_matcher(seed: int) -> _optimize._Matcher:
+    """A _Matcher (made without a program: only what conv, _read_conv_static and batch_norm_fold
+    read) over random convolution + batch norm pairs: most of them foldable, many not (a
+    constant of another dtype, rank or length, a literal None, bool or written, a transposed or
+    non-literal convolution, an out named again, read elsewhere, not planned or of other
+    sizes, results beyond the outs, a value past the plan, a subclass of a payload type)."""
+    from types import SimpleNamespace
+
+    from orchestra.program import Bool, Double, EValue, Int, IntList, KernelCall, Null, Tensor
+
+    rng = np.random.default_rng(seed)
+    values: list[EValue] = []
+    template: list[object] = []
+    slots: list[object] = []
+    lists: dict[int, tuple[bool, tuple[int, ...]]] = {}
+    written: set[int] = set()
+    outputs: set[int] = set()
+    instructions: list[object] = []
+    rets: list[tuple[int, ...] | None] = []
+    f32, f64 = np.dtype(np.float32), np.dtype(np.float64)
+    sub_tensor = type("SubTensor", (Tensor,), {})
+    sub_bool = type("SubBool", (Bool,), {"__slots__": ()})
+
+    def p(prob: float) -> bool:
+        return bool(rng.random() < prob)
+
+    def add(val: object, obj: object = None, slot: object = None) -> int:
+        values.append(EValue(val))
+        template.append(obj)
+        slots.append(slot)
+        return len(values) - 1
+
+    def lit(v: object) -> int:
+        if v is None:
+            return add(Null())
+        if isinstance(v, bool):
+            k = add(sub_bool(v) if p(0.01) else Bool(v), v)
+        elif isinstance(v, float):
+            k = add(Double(v), v)
+        else:
+            k = add(Int(v), v)  # type: ignore[arg-type]
+        if p(0.02):
+            written.add(k)
+        return k
+
+    def int_list(items: list[object]) -> int:
+        k = add(IntList(tuple(lit(v) for v in items)))
+        lists[k] = (p(0.02), values[k].val.items)  # type: ignore[union-attr]
+        if p(0.02):
+            written.add(k)
+        return k
+
+    def tensor(shape: tuple[int, ...], dt: np.dtype, planned: bool) -> int:
+        st = {f32: 6, f64: 7}.get(dt, 4)
+        kind = sub_tensor if p(0.01) else Tensor
+        return add(kind(st, 0, shape, tuple(range(len(shape))), shape_dynamism=int(p(0.03))), None,
+                   SimpleNamespace(dynamic=False) if planned else None)
+
+    def const(shape: tuple[int, ...], dt: np.dtype) -> int:
+        if p(0.03):
+            return lit(None)
+        arr = np.ones(shape, dt)
+        arr.setflags(write=False)
+        k = add(Tensor(6 if dt == f32 else 7, 0, shape, tuple(range(len(shape)))), arr,
+                SimpleNamespace(dynamic=False) if p(0.02) else None)
+        if p(0.02):
+            written.add(k)
+        return k
+
+    for _ in range(300):
+        dt = f32 if p(0.6) else f64 if p(0.7) else np.dtype(np.float16)
+        oc, ic = int(rng.integers(0, 4)) if p(0.05) else int(rng.integers(1, 4)), int(rng.integers(1, 4))
+        rank = 4 if p(0.85) else int(rng.integers(1, 6))
+        xshape = (1, ic, 5, 5)[:rank] + (3,) * (rank - 4)
+        yshape = (1, oc if p(0.95) else oc + 1, 5, 5)[:rank] + (3,) * (rank - 4)
+        x = tensor(xshape, dt if p(0.95) else f64, p(0.8))
+        w = const((oc, ic, 1, 1)[:rank] + (1,) * (rank - 4) if p(0.95) else (oc, ic), dt if p(0.97) else f32)
+        b = const((oc,) if p(0.95) else (oc + 1,), dt) if p(0.7) else lit(None)
+        two = [1, 1] if p(0.9) else [1]
+        conv_args = [x, w, b, int_list(two), int_list([0, 0] if p(0.9) else [0, True]), int_list(two),
+                     lit(False if p(0.95) else True if p(0.5) else None), int_list([0, 0]),
+                     lit(1 if p(0.95) else True if p(0.5) else 1 << 70)]
+        y = tensor(yshape, dt if p(0.97) else f64, p(0.95))
+        if p(0.03):
+            conv_args[int(rng.integers(9))] = y  # out read too
+        elif p(0.02):
+            lists[conv_args[3]] = (False, (*lists[conv_args[3]][1], y))
+        instructions.append(KernelCall(0, (*conv_args, y)))
+        rets.append((y,) if p(0.9) else () if p(0.3) else None if p(0.3) else (y, x))
+        if p(0.1):  # no batch norm after it
+            continue
+        vec = lambda: const((oc,) if p(0.95) else (oc, 1), dt if p(0.97) else f32)  # noqa: E731
+        o0 = tensor(yshape if p(0.95) else yshape[:-1], dt, p(0.95))
+        o1, o2 = tensor((oc,), dt, p(0.5)), tensor((oc,), dt, p(0.5))
+        gamma, beta = (vec() if p(0.9) else lit(None)), (vec() if p(0.9) else lit(None))
+        eps = lit(1e-5 if p(0.8) else 1 if p(0.3) else True if p(0.3) else None)
+        bn_args = [y if p(0.97) else x, gamma, beta, vec(), vec(), lit(0.1), eps, o0, o1, o2]
+        if p(0.02):
+            bn_args[int(rng.integers(1, 10))] = y  # y named twice
+        elif p(0.04):  # ... where nothing else looks: the momentum, or a list there
+            if p(0.5):
+                bn_args[5] = y
+            else:
+                bn_args[5] = add(IntList((y,)))
+                lists[bn_args[5]] = (False, (y,))
+        if p(0.02):
+            bn_args[int(rng.integers(7, 10))] = bn_args[int(rng.integers(7, 10))]  # outs not distinct
+        instructions.append(KernelCall(1, tuple(bn_args)))
+        rets.append((o0, o1, o2) if p(0.95) else (o0, o1, o2, x) if p(0.5) else None)
+        if p(0.05):
+            outputs.add((y, o1, o2)[int(rng.integers(3))])
+        if p(0.05):  # another instruction names one of them
+            instructions.append(KernelCall(2, ((y, o0, o1, o2)[int(rng.integers(4))],)))
+            rets.append(None)
+    if p(0.5):  # a last convolution with nothing after it
+        instructions.append(instructions[0])
+        rets.append(rets[0])
+    mentions: dict[int, set[int]] = {}
+    for pc, a in enumerate(instructions):
+        for i in _optimize._expand(a.args, lists):  # type: ignore[attr-defined]
+            mentions.setdefault(i, set()).add(pc)
+    plan = SimpleNamespace(values=tuple(values))
+    cp = SimpleNamespace(lists=lists, template=template, plan=plan, slots=slots)
+    mt = object.__new__(_optimize._Matcher)
+    mt.cp, mt.values, mt.instructions, mt.rets = cp, plan.values, instructions, rets
+    mt.op_names = (_optimize._CONV, _optimize._BN, "aten::relu.out")
+    mt.uses = _optimize.PlanUses(mentions=mentions, written=frozenset(written), outputs=frozenset(outputs), straight=True)
+    mt.conv_statics, mt._folds = {}, None
+    return mt
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_conv_fold_tables_in_c_are_the_python_ones_on_random_plans(seed: int) -> None:
+    """Random convolution + batch norm pairs (most foldable, many not): conv_folds' answers are
+    the Python code's for each instruction, and the odd ones (a subclass, an int past 64 bits)
+    are left to it."""
+    _need_match()
+    mt = _fuzz_conv_matcher(seed)
+    convs, statics, folds = mt.conv_folds()
+    ask = _optimize._ASK
+    asked = 0
+    for pc in range(len(mt.instructions)):
+        conv = mt.conv_py(pc)
+        if convs[pc] is ask:
+            asked += 1
+            assert statics[pc] is ask and folds[pc] is ask
+            continue
+        assert convs[pc] == conv, pc
+        if conv is None:
+            assert statics[pc] is None and folds[pc] is None
+            continue
+        if statics[pc] is not ask:
+            assert statics[pc] == _optimize._read_conv_static(mt, conv[0]), pc
+        if folds[pc] is not ask:
+            assert _same_checks(folds[pc], mt.bn_fold_checks_py(pc + 1, *conv)), pc
+        # (the constants are finite: a fold where the checks pass)
+        assert (mt.batch_norm_fold(pc + 1, *conv) is None) == (mt.bn_fold_checks_py(pc + 1, *conv) is None), pc
+    answered = [c for c in folds if c is not None and c is not ask]
+    assert len(answered) > 30 and sum(c is None for c in folds) > 30 and asked < len(convs) // 4
+
+
+def test_the_conv_fold_tables_leave_odd_inputs_to_python() -> None:
+    """conv_folds, as layout_links: inputs of another type give None; an operator code, a
+    mention set or an instruction of a shape the Python code doesn't make gives _ASK where it is
+    read (the Python code then answers, or raises, as it always did)."""
+    from orchestra.program import KernelCall
+
+    _need_match()
+    ask = _optimize._ASK
+    mt = _fuzz_conv_matcher(0)
+    convs, _, folds = mt.conv_folds()
+    pc = next(pc for pc, f in enumerate(folds) if f is not None and f is not ask)
+    y, o1 = convs[pc][1], mt.instructions[pc + 1].args[8]
+
+    def tables(**kw: object) -> object:
+        from orchestra.program import Bool, Double, Int, Null, Tensor
+
+        args = {"instructions": mt.instructions, "rets": mt.rets, "lists": mt.cp.lists, "values": mt.values,
+                "template": mt.cp.template, "written": mt.uses.written, "slots": mt.cp.slots,
+                "mentions": mt.uses.mentions, "outputs": mt.uses.outputs, "codes": [1, 2, None],
+                "dtypes": _optimize._FOLD_DTYPES, "to_numpy": _optimize._NUMPY_OF, "ndarray": np.ndarray}
+        args.update(kw)
+        return _optimize._match.conv_folds(*args.values(), KernelCall, Tensor, Int, Null, Bool, Double, ask)  # type: ignore[union-attr]
+
+    assert tables() == (convs, *mt.conv_folds()[1:])
+    for odd in ({"mentions": list(mt.uses.mentions.items())}, {"written": list(mt.uses.written)},
+                {"outputs": list(mt.uses.outputs)}, {"codes": (1, 2, None)}, {"slots": tuple(mt.cp.slots)},
+                {"dtypes": list(_optimize._FOLD_DTYPES)}, {"ndarray": None}, {"rets": mt.rets[:-1]}):
+        assert tables(**odd) is None, odd
+    assert set(tables(codes=[1 << 70, 2, None])[0]) <= {None, ask}  # type: ignore[index]
+    assert tables(codes=[1])[2][pc] is ask  # (the batch norm's operator past the codes)
+    assert tables(mentions={**mt.uses.mentions, y: sorted(mt.uses.mentions[y])})[2][pc] is ask
+    assert tables(mentions={**mt.uses.mentions, o1: {pc + 1, pc + 5}})[2][pc] is None  # o1 read elsewhere
+    bad = list(mt.instructions)
+    bad[pc + 1] = KernelCall(1, list(bad[pc + 1].args))
+    assert tables(instructions=bad)[2][pc] is ask
+    bad[pc + 1] = KernelCall(1, (*mt.instructions[pc + 1].args[:9], 1 << 70))
+    assert tables(instructions=bad)[2][pc] is ask
+    bad[pc] = type("SubCall", (KernelCall,), {})(0, mt.instructions[pc].args)
+    assert [t[pc] for t in tables(instructions=bad)] == [ask, ask, ask]  # type: ignore[union-attr]
+
+
+def _fuzz_copy_matcher(seed: int) -> _optimize._Matcher:
+    """A _Matcher (made without a program: only what _constant_copy reads) over random constant
+    copies (_to_copy, _to_dim_order_copy) and their readers: most of them foldable, many not (a
+    source not constant, a non_blocking not a literal bool, a dim order not the identity or not
+    literal, an out dynamic, not planned, too large, an output or input, written elsewhere, read
+    before the copy, in a list, past a kernel's parameters or by a move)."""
+    from types import SimpleNamespace
+
+    from orchestra.program import Bool, DelegateCall, EValue, Int, IntList, KernelCall, MoveCall, Null, Tensor
+
+    rng = np.random.default_rng(seed)
+    values: list[EValue] = []
+    template: list[object] = []
+    slots: list[object] = []
+    lists: dict[int, tuple[bool, tuple[int, ...]]] = {}
+    written: set[int] = set()
+    outputs: set[int] = set()
+    inputs: set[int] = set()
+    instructions: list[object] = []
+    rets: list[tuple[int, ...] | None] = []
+    extra_writes: list[tuple[int, int]] = []
+
+    def p(prob: float) -> bool:
+        return bool(rng.random() < prob)
+
+    def add(val: object, obj: object = None, slot: object = None) -> int:
+        values.append(EValue(val))
+        template.append(obj)
+        slots.append(slot)
+        return len(values) - 1
+
+    def lit(v: object) -> int:
+        k = add(Null()) if v is None else add(Bool(v) if isinstance(v, bool) else Int(v), v)  # type: ignore[arg-type]
+        if p(0.02):
+            written.add(k)
+        return k
+
+    for _ in range(200):
+        ndim = int(rng.integers(0, 4))
+        shape = tuple(int(d) for d in rng.integers(1, 4, ndim)) if p(0.95) else (70, 70)
+        if p(0.9):
+            arr = np.full(shape, 3.0, np.float32 if p(0.5) else np.float64)
+            src = add(Tensor(6, 0, shape, tuple(range(len(shape)))), arr, None if p(0.97) else SimpleNamespace())
+        else:
+            src = add(Tensor(6, 0, shape, tuple(range(len(shape)))), None, SimpleNamespace(dynamic=False))
+        nb = lit(False if p(0.9) else None if p(0.5) else 1)
+        op = int(rng.integers(2))
+        if p(0.6):
+            fmt = lit(None)
+        else:
+            dims = list(range(ndim)) if p(0.7) else list(range(ndim))[::-1] if p(0.6) else list(range(ndim + 1))
+            fmt = add(IntList(tuple(lit(int(d)) for d in dims))) if p(0.9) else lit(0)
+            if fmt not in lists and isinstance(values[fmt].val, IntList):
+                lists[fmt] = (p(0.05), values[fmt].val.items)  # type: ignore[union-attr]
+        dyn = False if p(0.9) else True if p(0.5) else 0
+        out = add(Tensor(6, 0, shape, tuple(range(len(shape)))), None, None if p(0.05) else SimpleNamespace(dynamic=dyn))
+        if p(0.03):
+            outputs.add(out)
+        if p(0.03):
+            inputs.add(out)
+        pc = len(instructions)
+        instructions.append(KernelCall(op, (src, nb, fmt, out)))
+        rets.append((out,) if p(0.95) else (out, src) if p(0.5) else ())
+        if p(0.03):
+            extra_writes.append((out, pc + 1))
+        for _ in range(int(rng.integers(0, 3))):
+            other = add(Tensor(6, 0, shape, tuple(range(len(shape)))))
+            kind = rng.random()
+            if kind < 0.6:
+                args = [out, other, lit(1), other]
+                if p(0.05):
+                    lst = add(IntList((out,)))
+                    lists[lst] = (False, (out,))
+                    args[1] = lst
+                if p(0.05):
+                    args.append(out)  # past the kernel's parameters
+                instructions.append(KernelCall(2, tuple(args)))
+                rets.append((other,))
+            elif kind < 0.9:
+                args = [other, out]
+                if p(0.1):
+                    lst = add(IntList((out,)))
+                    lists[lst] = (False, (out,))
+                    args.append(lst)
+                instructions.append(DelegateCall(0, tuple(args)))
+                rets.append(None)
+            else:
+                instructions.append(MoveCall(out, other))
+                rets.append(None)
+        if p(0.03) and pc:  # read before the copy
+            extra_writes.append((-1, pc - 1))
+            instructions[pc - 1] = KernelCall(3, (out,))
+    mentions: dict[int, set[int]] = {}
+    writers: dict[int, set[int]] = {}
+    for pc, a in enumerate(instructions):
+        args = (a.move_from, a.move_to) if isinstance(a, MoveCall) else a.args  # type: ignore[attr-defined]
+        for i in _optimize._expand(args, lists):
+            mentions.setdefault(i, set()).add(pc)
+        for i in rets[pc] or ():
+            writers.setdefault(i, set()).add(pc)
+    for v, pc in extra_writes:
+        if v >= 0:
+            writers.setdefault(v, set()).add(pc)
+    plan = SimpleNamespace(values=tuple(values))
+    cp = SimpleNamespace(lists=lists, template=template, plan=plan, slots=slots)
+    mt = object.__new__(_optimize._Matcher)
+    mt.cp, mt.values, mt.instructions, mt.rets = cp, plan.values, instructions, rets
+    mt.op_names = ("dim_order_ops::_to_dim_order_copy.out", "aten::_to_copy.out", "aten::add.out", "aten::relu.out")
+    mt.uses = _optimize.PlanUses(mentions=mentions, written=frozenset(written), outputs=frozenset(outputs),
+                                 straight=True, writers=writers)
+    mt.storage = object.__new__(_Storage)
+    mt.storage.cp, mt.storage.inputs = cp, frozenset(inputs)
+    mt.copied, mt._copies = {}, None
+    return mt
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_constant_copy_table_in_c_is_the_python_one_on_random_plans(seed: int) -> None:
+    """Random constant copies and readers (most foldable, many not): const_copies' answer is the
+    Python code's for each instruction, and it leaves to it only the odd ones (a slot's dynamic
+    flag not a bool)."""
+    _need_match()
+    ask = _optimize._ASK
+    mt = _fuzz_copy_matcher(seed)
+    copies = mt.const_copies()
+    answers = [_optimize._copy_checks_py(mt, pc) for pc in range(len(mt.instructions))]
+    assert all(c is ask or _same_checks(c, py) for c, py in zip(copies, answers, strict=True))
+    for pc in (pc for pc, c in enumerate(copies) if c is ask):
+        assert mt.cp.slots[mt.instructions[pc].args[3]].dynamic is 0  # type: ignore[attr-defined]  # noqa: F632
+    passed = [c for c in answers if c is not None]
+    assert len(passed) > 40 and sum(c is None for c in answers[: len(answers) // 2]) > 40
+    assert {c[0] for c in passed} == {"dim_order_ops::_to_dim_order_copy.out", "aten::_to_copy.out"}
+    assert any(c[3] is not None for c in passed) and any(c[7] for c in passed)
+    # the odd inputs: of another type, None; an instruction or operator entry of another shape, _ASK
+    from orchestra.program import KernelCall
+
+    assert _optimize._match.const_copies(*([None] * 21), _optimize._ASK) is None  # type: ignore[union-attr]
+    pc = next(pc for pc, c in enumerate(answers) if c is not None)
+    mt.instructions[pc] = KernelCall(0, list(mt.instructions[pc].args))  # type: ignore[attr-defined]
+    mt._copies = None
+    assert mt.const_copies()[pc] is _optimize._ASK

@@ -218,6 +218,9 @@ except ImportError:  # pragma: no cover - built without a C compiler
 # _Matcher's tables made in C (the same module; None: its Python code answers everything, as
 # without the extension; tests and benchmarks switch it off alone).
 _match = _uses
+# Its tables of the folds (convolutions with their batch norms, constant copies), on only where
+# _match is too: a switch of their own for tests and benchmarks.
+_match_folds = _uses
 # A matcher's answer the C table leaves to the Python code.
 _ASK = object()
 
@@ -944,6 +947,9 @@ class _Matcher:
         # Python code's to give), [] without it
         self._links: list[Any] | None = None
         self._ew_ops: list[Any] | None = None  # ew_op's, the same way
+        # conv_folds' tables (conv, _read_conv_static, batch_norm_fold's checks), the same way
+        self._folds: tuple[list[Any], list[Any], list[Any]] | None = None
+        self._copies: list[Any] | None = None  # const_copies', the same way
 
     # -- helpers ----------------------------------------------------------------------------
     def kernel_call(self, pc: int, name: str, nparams: int) -> tuple[tuple[int, ...], set[int]] | None:
@@ -1188,7 +1194,92 @@ class _Matcher:
         return v
 
     def conv(self, pc: int) -> tuple[tuple[int, ...], int] | None:
-        """(params, out) when instruction ``pc`` is a convolution writing only its planned out."""
+        """(params, out) when instruction ``pc`` is a convolution writing only its planned out.
+
+        Answered for every instruction at once in C where it is built (``conv_folds``: asked
+        of every instruction, twice)."""
+        convs = self._conv_tables()[0]
+        if 0 <= pc < len(convs):
+            found = convs[pc]
+            if found is not _ASK:
+                return found
+        return self.conv_py(pc)
+
+    def _conv_tables(self) -> tuple[list[Any], list[Any], list[Any]]:
+        found = self._folds
+        if found is None:
+            found = self._folds = self.conv_folds()
+            # _conv_static's answers, for the convolutions the table answers
+            for conv, static in zip(found[0], found[1]):
+                if conv is not None and conv is not _ASK and static is not _ASK:
+                    self.conv_statics[conv[0]] = static
+        return found
+
+    def conv_folds(self) -> tuple[list[Any], list[Any], list[Any]]:
+        """(conv's answers, _read_conv_static's for those convolutions' params, batch_norm_fold's
+        checks (``bn_fold_checks``) of the next instruction with them), made in C, per
+        instruction (_ASK where the C code leaves the answer to the Python code; None where
+        there is no convolution); ([], [], []) where the C code isn't built or declines the plan."""
+        if (_match is None or _match_folds is None or type(self.instructions) is not list
+                or type(self.rets) is not list):
+            return [], [], []
+        codes = []
+        for name in self.op_names:
+            code = 1 if name == _CONV else 2 if name == _BN else None
+            kd = None if code is None else get_kernel(name)
+            codes.append(None if kd is None or kd.num_params != 10 else code)
+        found = _match_folds.conv_folds(self.instructions, self.rets, self.cp.lists, self.values, self.cp.template,
+                                        self.uses.written, self.cp.slots, self.uses.mentions, self.uses.outputs, codes,
+                                        _FOLD_DTYPES, _NUMPY_OF, np.ndarray, KernelCall, Tensor, Int, Null, Bool, Double,
+                                        _ASK)
+        return ([], [], []) if found is None else found
+
+    def copy_checks(self, pc: int) -> tuple[Any, ...] | None:
+        """What _constant_copy checks before it computes the copy's value: (operator name, the
+        constant, non_blocking's literal, the dim order (None or a list), out, out's dtype and
+        sizes, the instructions reading out), or None.
+
+        Answered for every instruction at once in C where it is built (``const_copies``)."""
+        found = self._copies
+        if found is None:
+            found = self._copies = self.const_copies()
+        if 0 <= pc < len(found):
+            c = found[pc]
+            if c is not _ASK:
+                return c
+        return _copy_checks_py(self, pc)
+
+    def copy_candidates(self) -> Iterable[int]:
+        """The instructions copy_checks may pass (all where the C table is not built)."""
+        found = self._copies
+        if found is None:
+            found = self._copies = self.const_copies()
+        if not found:
+            return range(len(self.instructions))
+        return [pc for pc, c in enumerate(found) if c is not None]
+
+    def const_copies(self) -> list[Any]:
+        """copy_checks' answers made in C, per instruction (_ASK where the C code leaves the
+        answer to the Python code); [] where the C code isn't built or declines the plan."""
+        if (_match is None or _match_folds is None or type(self.instructions) is not list
+                or type(self.rets) is not list):
+            return []
+        copy_ops: list[tuple[str, bool] | None] = []
+        nparams: list[int | None] = []
+        for name in self.op_names:
+            kd = get_kernel(name)
+            nparams.append(None if kd is None else kd.num_params)
+            ok = name in _CONST_COPIES and kd is not None and kd.num_params == 4
+            copy_ops.append((name, name == "aten::_to_copy.out") if ok else None)
+        uses = self.uses
+        found = _match_folds.const_copies(self.instructions, self.rets, self.cp.lists, self.values, self.cp.template,
+                                          uses.written, self.cp.slots, uses.mentions, uses.writers, uses.outputs,
+                                          self.storage.inputs, copy_ops, nparams, _NUMPY_OF, np.ndarray, KernelCall,
+                                          DelegateCall, Tensor, Int, Null, Bool, _ASK)
+        return [] if found is None else found
+
+    def conv_py(self, pc: int) -> tuple[tuple[int, ...], int] | None:
+        """conv's Python code."""
         call = self.kernel_call(pc, _CONV, 10)
         if call is None:
             return None
@@ -1206,6 +1297,31 @@ class _Matcher:
         convolution output ``y`` (written by instruction ``pc - 1``) that can be folded;
         (out0, W, b', scale) where the planned convolution applies the scale to its sums
         (``scales_in_product``: W is the file's weight, not copied)."""
+        checked = self.bn_fold_checks(pc, conv_params, y)
+        if checked is None:
+            return None
+        o0, w, b, gamma, beta, mean, var, eps, x_sizes = checked
+        static = _conv_static(self, conv_params)
+        copy = not (w.dtype == np.float32 and static is not None and scales_in_product(x_sizes, w.shape, *static))
+        folded = fold_batch_norm(w, b, gamma, beta, mean, var, float(eps), copy)
+        return None if folded is None else (o0, *folded)
+
+    def bn_fold_checks(self, pc: int, conv_params: tuple[int, ...], y: int) -> tuple[Any, ...] | None:
+        """What batch_norm_fold checks before its arithmetic: (out0, W, b, gamma, beta, mean,
+        var, eps, the convolution input's sizes) (constants, None for an absent vector), or None.
+
+        From conv_folds' table where it answers for convolution ``pc - 1`` with these params."""
+        convs, _, folds = self._conv_tables()
+        if 1 <= pc <= len(convs):
+            conv = convs[pc - 1]
+            if conv is not None and conv is not _ASK and conv[0] == conv_params and conv[1] == y:
+                found = folds[pc - 1]
+                if found is not _ASK:
+                    return found
+        return self.bn_fold_checks_py(pc, conv_params, y)
+
+    def bn_fold_checks_py(self, pc: int, conv_params: tuple[int, ...], y: int) -> tuple[Any, ...] | None:
+        """bn_fold_checks' Python code."""
         call = self.kernel_call(pc, _BN, 10)
         if call is None:
             return None
@@ -1251,12 +1367,8 @@ class _Matcher:
         eps = self.literal(eps_i, (Double, Int))
         if eps is None or isinstance(eps, bool):
             return None
-        x_meta = self.tensor_meta(conv_params[0])
-        static = _conv_static(self, conv_params)
-        copy = not (dt == np.float32 and x_meta is not None and static is not None
-                    and scales_in_product(x_meta[1], w.shape, *static))
-        folded = fold_batch_norm(w, b, gamma, beta, mean, var, float(eps), copy)  # type: ignore[arg-type]
-        return None if folded is None else (o0, *folded)
+        x_meta = self.tensor_meta(conv_params[0])  # (a tensor: its dtype is dt)
+        return o0, w, b, gamma, beta, mean, var, eps, x_meta[1]  # type: ignore[index]
 
     # -- layout chains into matmuls ---------------------------------------------------------
     def int_list(self, i: int) -> list[int] | None:
@@ -1895,6 +2007,21 @@ def _constant_copy(mt: _Matcher, pc: int) -> tuple[int, np.ndarray, tuple[int, .
     not a method output, read afterwards only by kernel calls or delegates naming it directly
     (not in a list; a delegate then only reads it: nothing else writes out): ``value`` is
     what the copy writes, computed here, read-only."""
+    found = mt.copy_checks(pc)
+    if found is None:
+        return None
+    name, const, nb_value, order, out, dtype, sizes, readers = found
+    key = (name, const.dtype.str, const.shape, const.tobytes(), nb_value, None if order is None else tuple(order),
+           dtype, sizes)
+    if key in mt.copied:
+        value = mt.copied[key]
+    else:
+        value = mt.copied[key] = _copied_value(name, const, nb_value, order, dtype, sizes)
+    return None if value is None else (out, value, readers)
+
+
+def _copy_checks_py(mt: _Matcher, pc: int) -> tuple[Any, ...] | None:
+    """_Matcher.copy_checks' Python code."""
     a = mt.instructions[pc]
     if not isinstance(a, KernelCall) or mt.op_names[a.op_index] not in _CONST_COPIES:
         return None
@@ -1931,14 +2058,7 @@ def _constant_copy(mt: _Matcher, pc: int) -> tuple[int, np.ndarray, tuple[int, .
         kd = get_kernel(mt.op_names[a.op_index])
         if kd is None or mt.named_in(r).count(out) != list(a.args[: kd.num_params]).count(out):
             return None
-    nb_value = mt.cp.template[nb]
-    key = (name, const.dtype.str, const.shape, const.tobytes(), nb_value, None if order is None else tuple(order),
-           meta[0], meta[1])
-    if key in mt.copied:
-        value = mt.copied[key]
-    else:
-        value = mt.copied[key] = _copied_value(name, const, nb_value, order, meta[0], meta[1])
-    return None if value is None else (out, value, readers)
+    return name, const, mt.cp.template[nb], order, out, meta[0], meta[1], readers
 
 
 def _copied_value(name: str, const: np.ndarray, nb: Any, order: list[int] | None, dtype: np.dtype,
@@ -2222,7 +2342,7 @@ def optimize_steps(
     ews: dict[int, _EwChain] = {}  # last pc -> elementwise chain
     claimed: set[int] = set()
     # Constant copies folded to constants their readers read instead (the copies don't run).
-    ccs = {} if st.opaque else {pc: c for pc in range(n) if (c := _constant_copy(mt, pc)) is not None}
+    ccs = {} if st.opaque else {pc: c for pc in mt.copy_candidates() if (c := _constant_copy(mt, pc)) is not None}
     claimed.update(ccs)
     cc_skip = frozenset(ccs)
     folded_bytes = 0

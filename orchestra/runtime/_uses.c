@@ -24,7 +24,8 @@
  *
  * The last ones are tables of _optimize._Matcher's answers, made once per plan where the Python
  * matchers would each make a dozen small calls per question (layout_links: layout_link of
- * every instruction; ew_ops: ew_op's). Per instruction they give the Python answer, or the caller's ``ask``
+ * every instruction; ew_ops: ew_op's; conv_folds: conv's, with the convolution's literals and the
+ * checks of the batch norm after it; const_copies: _constant_copy's checks). Per instruction they give the Python answer, or the caller's ``ask``
  * object where something is not of the shape the Python code makes (then it answers that one).
  * The inputs derive from a .pte file: nothing here indexes with a value it has not checked. */
 #define PY_SSIZE_T_CLEAN
@@ -1448,6 +1449,690 @@ static PyObject *ew_ops(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* ---- convolutions and their batch norms (_Matcher.conv, _read_conv_static, the checks of
+ * _Matcher.batch_norm_fold) ------------------------------------------------------------------ */
+
+/* What the convolution table reads beyond a Plan: CompiledPlan.slots, PlanUses.mentions /
+ * outputs, the dtypes a fold takes, numpy's ndarray and the Bool / Double payload types. */
+typedef struct {
+    PyObject *slots, *mentions, *outputs, *dtypes, *ndarray_t, *bool_t, *double_t;
+    PyObject *s_dtype, *s_shape, *s_dim_order;
+} Extra;
+
+/* Every result of a kernel call (``ret``: None or a tuple of ints, a list value counting as its
+ * members >= 0) is one of allowed[0..na): 1, 0, ASK, -1. */
+static int results_within(const Plan *p, PyObject *ret, const int64_t *allowed, int na) {
+    if (ret == Py_None) return 1;
+    if (!PyTuple_CheckExact(ret)) return ASK;
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(ret); k++) {
+        PyObject *x = PyTuple_GET_ITEM(ret, k), *items = NULL;
+        int64_t v = 0;
+        int optional = 0, r = get_i64(x, &v);
+        if (r != 1) return r < 0 ? -1 : ASK;
+        r = list_items(p, x, &items, &optional);
+        if (r == ASK || r < 0) return r;
+        Py_ssize_t m = r == 1 ? PyTuple_GET_SIZE(items) : 1;
+        for (Py_ssize_t q = 0; q < m; q++) {
+            int64_t j = r == 1 ? PyLong_AsLongLong(PyTuple_GET_ITEM(items, q)) : v;
+            if (r == 1 && j < 0) continue;
+            int in = 0;
+            for (int a = 0; a < na; a++) in |= j == allowed[a];
+            if (!in) return 0;
+        }
+    }
+    return 1;
+}
+
+/* How many times value v is named among args[0..upto) with each list value's members (>= 0)
+ * after it (_expand(args[:upto], lists).count(v)): 1 with *count, ASK, -1. */
+static int count_named(const Plan *p, PyObject *a_args, Py_ssize_t upto, int64_t v, Py_ssize_t *count) {
+    *count = 0;
+    for (Py_ssize_t k = 0; k < upto; k++) {
+        PyObject *x = PyTuple_GET_ITEM(a_args, k), *items = NULL;
+        int64_t i = 0;
+        int optional = 0, r = get_i64(x, &i);
+        if (r != 1) return r < 0 ? -1 : ASK;
+        *count += i == v;
+        r = list_items(p, x, &items, &optional);
+        if (r == ASK || r < 0) return r;
+        for (Py_ssize_t q = 0; r == 1 && q < PyTuple_GET_SIZE(items); q++) {
+            int64_t j = PyLong_AsLongLong(PyTuple_GET_ITEM(items, q));
+            *count += j >= 0 && j == v;
+        }
+    }
+    return 1;
+}
+
+/* pc in mentions.get(value, ()): 1, 0, ASK (not a set), -1. */
+static int mentioned_at(const Extra *e, PyObject *value, PyObject *pc) {
+    PyObject *s = PyDict_GetItemWithError(e->mentions, value);
+    if (s == NULL) return PyErr_Occurred() ? -1 : 0;
+    return PyAnySet_CheckExact(s) ? PySet_Contains(s, pc) : ASK;
+}
+
+/* PlanUses.only_named_by(value, (pc0, pc1)) for distinct instruction numbers (pc1 may be NULL):
+ * 1, 0, ASK, -1. */
+static int only_named_by(const Extra *e, PyObject *value, PyObject *pc0, PyObject *pc1) {
+    int r = PySet_Contains(e->outputs, value);
+    if (r) return r < 0 ? -1 : 0;
+    PyObject *s = PyDict_GetItemWithError(e->mentions, value);
+    if (s == NULL) return PyErr_Occurred() ? -1 : 1;
+    if (!PyAnySet_CheckExact(s)) return ASK;
+    Py_ssize_t in = 0;
+    PyObject *pcs[2] = {pc0, pc1};
+    for (int k = 0; k < 2 && pcs[k]; k++) {
+        r = PySet_Contains(s, pcs[k]);
+        if (r < 0) return -1;
+        in += r;
+    }
+    return PySet_GET_SIZE(s) == in;
+}
+
+/* _Matcher.planned(i) (slots[i] is not None): 1, 0, ASK, -1. */
+static int planned(const Plan *p, const Extra *e, PyObject *i) {
+    Py_ssize_t k = 0;
+    int r = value_index(p, i, &k);
+    if (r != 1) return r;
+    if (k >= PyList_GET_SIZE(e->slots)) return ASK;
+    return PyList_GET_ITEM(e->slots, k) != Py_None;
+}
+
+/* values[i].val when it is a Tensor (a new reference in *val): 1, 0 (another payload), ASK, -1. */
+static int tensor_of(const Plan *p, PyObject *i, PyObject **val) {
+    int r = payload(p, i, val);
+    if (r == 1) r = payload_is(*val, p->tensor_t);
+    if (r != 1) Py_CLEAR(*val);
+    return r;
+}
+
+/* _Matcher.tensor_meta(a) == tensor_meta(b) (scalar type, sizes, dim order, shape dynamism;
+ * None for a value not a tensor): 1, 0, ASK, -1. */
+static int same_meta(const Plan *p, const Extra *e, PyObject *a, PyObject *b) {
+    PyObject *va = NULL, *vb = NULL;
+    int ra = tensor_of(p, a, &va), rb = ra < 0 ? -1 : tensor_of(p, b, &vb);
+    int r = ra < 0 || rb < 0 ? -1 : ra == ASK || rb == ASK ? ASK : ra == 0 || rb == 0 ? ra == rb : 1;
+    if (r == 1 && va != NULL) {
+        PyObject *names[4] = {p->s_st, p->s_sizes, e->s_dim_order, p->s_dyn};
+        for (int k = 0; r == 1 && k < 4; k++) {
+            PyObject *x = PyObject_GetAttr(va, names[k]), *y = x ? PyObject_GetAttr(vb, names[k]) : NULL;
+            if (y == NULL) r = -1;
+            else if ((k == 1 || k == 2) && !(PyTuple_CheckExact(x) && PyTuple_CheckExact(y))) r = ASK;  /* tuple() of them */
+            else r = PyObject_RichCompareBool(x, y, Py_EQ);
+            Py_XDECREF(x);
+            Py_XDECREF(y);
+        }
+    }
+    Py_XDECREF(va);
+    Py_XDECREF(vb);
+    return r;
+}
+
+/* _Matcher.dtype(i): 1 with *dt (borrowed from to_numpy; NULL for None), ASK, -1. */
+static int tensor_dtype(const Plan *p, PyObject *i, PyObject **dt) {
+    PyObject *val = NULL, *st = NULL;
+    *dt = NULL;
+    int r = tensor_of(p, i, &val);
+    if (r == 0) return 1;
+    if (r == 1) r = (st = PyObject_GetAttr(val, p->s_st)) ? 1 : -1;
+    if (r == 1 && PyLong_Check(st)) {
+        *dt = PyDict_GetItemWithError(p->to_numpy, st);
+        if (*dt == NULL && PyErr_Occurred()) r = -1;
+    }
+    Py_XDECREF(val);
+    Py_XDECREF(st);
+    return r;
+}
+
+/* tuple(values[i].val.sizes) of a tensor (a new reference, the tuple itself): 1, 0 (not a
+ * tensor), ASK (sizes not a tuple), -1. */
+static int tensor_sizes(const Plan *p, PyObject *i, PyObject **sizes) {
+    PyObject *val = NULL;
+    int r = tensor_of(p, i, &val);
+    if (r == 1) r = (*sizes = PyObject_GetAttr(val, p->s_sizes)) ? 1 : -1;
+    if (r == 1 && !PyTuple_CheckExact(*sizes)) {
+        Py_CLEAR(*sizes);
+        r = ASK;
+    }
+    Py_XDECREF(val);
+    return r;
+}
+
+/* Whether values[i].val's payload is exactly one of t0, t1 (t1 may be NULL), not written:
+ * 1 with *k its index, 0, ASK (a subclass, an index out of range), -1. */
+static int literal_of(const Plan *p, PyObject *i, PyObject *t0, PyObject *t1, Py_ssize_t *k) {
+    PyObject *val = NULL;
+    int r = value_index(p, i, k);
+    if (r == 1) r = payload(p, i, &val);
+    if (r == 1) {
+        r = payload_is(val, t0);
+        if (r == 0 && t1 != NULL) r = payload_is(val, t1);
+    }
+    Py_XDECREF(val);
+    if (r == 1) {
+        int w = PySet_Contains(p->written, i);
+        r = w < 0 ? -1 : w ? 0 : 1;
+    }
+    return r;
+}
+
+/* _Matcher.literal(i, (Bool,)) is False: 1, 0, ASK, -1. */
+static int literal_false(const Plan *p, const Extra *e, PyObject *i) {
+    Py_ssize_t k = 0;
+    int r = literal_of(p, i, e->bool_t, NULL, &k);
+    return r == 1 ? PyList_GET_ITEM(p->template_, k) == Py_False : r;
+}
+
+/* _Matcher.literal(i, (Double, Int)) as a number (not None, not a bool): 1 with *obj
+ * (borrowed), 0, ASK, -1. */
+static int literal_number(const Plan *p, const Extra *e, PyObject *i, PyObject **obj) {
+    Py_ssize_t k = 0;
+    int r = literal_of(p, i, e->double_t, p->int_t, &k);
+    if (r != 1) return r;
+    *obj = PyList_GET_ITEM(p->template_, k);
+    return *obj != Py_None && !PyBool_Check(*obj);
+}
+
+/* _Matcher.constant(i): 1 with *arr (borrowed from the template), 0 for None, ASK, -1. */
+static int constant(const Plan *p, const Extra *e, PyObject *i, PyObject **arr) {
+    Py_ssize_t k = 0;
+    int r = value_index(p, i, &k);
+    if (r != 1) return r;
+    PyObject *t = PyList_GET_ITEM(p->template_, k);
+    r = PyObject_IsInstance(t, e->ndarray_t);
+    if (r <= 0) return r;
+    if (k >= PyList_GET_SIZE(e->slots)) return ASK;
+    if (PyList_GET_ITEM(e->slots, k) != Py_None) return 0;
+    r = PySet_Contains(p->written, i);
+    if (r) return r < 0 ? -1 : 0;
+    *arr = t;
+    return 1;
+}
+
+/* arr.dtype and arr.shape (new references; shape an exact tuple): 1, ASK, -1. */
+static int array_meta(const Extra *e, PyObject *arr, PyObject **dt, PyObject **shape) {
+    *dt = PyObject_GetAttr(arr, e->s_dtype);
+    *shape = *dt ? PyObject_GetAttr(arr, e->s_shape) : NULL;
+    if (*shape == NULL) {
+        Py_CLEAR(*dt);
+        return -1;
+    }
+    if (PyTuple_CheckExact(*shape)) return 1;
+    Py_CLEAR(*dt);
+    Py_CLEAR(*shape);
+    return ASK;
+}
+
+/* batch_norm_fold's vec(i, optional): 1 with *c (a constant of dtype dt and shape (oc,),
+ * borrowed; Py_None for a literal None where optional), 0 (Python's False), ASK, -1. */
+static int fold_vec(const Plan *p, const Extra *e, PyObject *i, int optional, PyObject *dt, PyObject *oc,
+                    PyObject **c) {
+    int r = optional ? is_none(p, i) : 0;
+    if (r == 1) {
+        *c = Py_None;
+        return 1;
+    }
+    if (r == 0) r = constant(p, e, i, c);
+    if (r != 1) return r;
+    PyObject *cdt = NULL, *shape = NULL;
+    r = array_meta(e, *c, &cdt, &shape);
+    if (r == 1) r = PyObject_RichCompareBool(cdt, dt, Py_EQ);
+    if (r == 1) r = PyTuple_GET_SIZE(shape) == 1 ? PyObject_RichCompareBool(PyTuple_GET_ITEM(shape, 0), oc, Py_EQ) : 0;
+    Py_XDECREF(cdt);
+    Py_XDECREF(shape);
+    return r;
+}
+
+/* _read_conv_static(params) (params: a convolution's ten arguments, a tuple): 1 with *res
+ * ((s0, s1), (p0, p1), (d0, d1), groups), 0 for None, ASK, -1. */
+static int conv_static(const Plan *p, const Extra *e, PyObject *params, PyObject **res) {
+    PyObject *dt = NULL, *sizes = NULL, *g = NULL;
+    int r = static_tensor(p, PyTuple_GET_ITEM(params, 1), &dt, &sizes);
+    if (r == 1) r = PyTuple_GET_SIZE(sizes) == 4;
+    Py_XDECREF(sizes);
+    if (r == 1) r = literal_false(p, e, PyTuple_GET_ITEM(params, 6));
+    int64_t v[3][MAX_DIMS], gv = 0;
+    for (int k = 0; r == 1 && k < 3; k++) {
+        Py_ssize_t n = 0;
+        r = int_list(p, PyTuple_GET_ITEM(params, 3 + k), v[k], &n);
+        if (r == 1) r = n == 2;
+    }
+    if (r == 1) r = literal_int(p, PyTuple_GET_ITEM(params, 8), &g, &gv);
+    if (r == 1) {
+        PyObject *a = int_tuple(v[0], 2), *b = int_tuple(v[1], 2), *c = int_tuple(v[2], 2);
+        *res = a && b && c ? PyTuple_Pack(4, a, b, c, g) : NULL;
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        Py_XDECREF(c);
+        if (*res == NULL) r = -1;
+    }
+    return r;
+}
+
+/* The arguments (a new reference, a tuple of at least ``nparams``) of kernel call ``a`` when
+ * its operator's code in ``codes`` is ``want``: 1, 0, ASK, -1. */
+static int kernel_args(PyObject *a, PyObject *kernel_t, PyObject *codes, long want, Py_ssize_t nparams,
+                       PyObject *s_op, PyObject *s_args, PyObject **a_args) {
+    PyObject *opi = NULL;
+    int64_t k = 0, code = 0;
+    int r = payload_is(a, kernel_t);
+    if (r == 1) r = (opi = PyObject_GetAttr(a, s_op)) ? 1 : -1;
+    if (r == 1) {
+        r = get_i64(opi, &k);
+        if (r == 0 || (r == 1 && (k < 0 || k >= PyList_GET_SIZE(codes)))) r = ASK;
+    }
+    Py_XDECREF(opi);
+    if (r == 1 && PyList_GET_ITEM(codes, k) == Py_None) r = 0;
+    if (r == 1) {
+        r = get_i64(PyList_GET_ITEM(codes, k), &code);
+        if (r == 0) r = ASK;
+    }
+    if (r == 1 && code != want) r = 0;
+    if (r == 1) r = (*a_args = PyObject_GetAttr(a, s_args)) ? 1 : -1;
+    if (r == 1 && !PyTuple_CheckExact(*a_args)) r = ASK;
+    if (r == 1 && PyTuple_GET_SIZE(*a_args) < nparams) r = 0;
+    if (r != 1 && r != -1) Py_CLEAR(*a_args);
+    return r;
+}
+
+enum { C_CONV = 1, C_BN = 2 };
+
+/* _Matcher.conv for kernel call arguments a_args (a tuple of at least 10) writing ``ret``: 1
+ * with *res (params, out), 0 for None, ASK, -1. */
+static int conv_of(const Plan *p, const Extra *e, PyObject *a_args, PyObject *ret, PyObject **res) {
+    PyObject *out = PyTuple_GET_ITEM(a_args, 9), *val = NULL;
+    int64_t o = 0;
+    Py_ssize_t c = 0;
+    int r = get_i64(out, &o);
+    if (r == 0) r = ASK;
+    if (r == 1) r = results_within(p, ret, &o, 1);
+    if (r == 1) r = count_named(p, a_args, 9, o, &c);
+    if (r == 1) r = c == 0;
+    if (r == 1) r = planned(p, e, out);
+    if (r == 1) r = tensor_of(p, out, &val);
+    Py_XDECREF(val);
+    if (r == 1) {
+        PyObject *params = PyTuple_GetSlice(a_args, 0, 10);
+        *res = params ? PyTuple_Pack(2, params, out) : NULL;
+        Py_XDECREF(params);
+        if (*res == NULL) r = -1;
+    }
+    return r;
+}
+
+/* The checks of _Matcher.batch_norm_fold(pc, conv_params, y) for batch norm arguments b_args (a
+ * tuple of at least 10) writing ``ret``; pc_o, prev_o: pc and pc - 1 as ints. 1 with *res (o0,
+ * w, b, gamma, beta, mean, var, eps, the convolution input's sizes) as the Python checks give
+ * them, 0 for None, ASK, -1. */
+static int bn_checks(const Plan *p, const Extra *e, PyObject *b_args, PyObject *ret, PyObject *conv_params,
+                     PyObject *y, PyObject *pc_o, PyObject *prev_o, PyObject **res) {
+    PyObject *o[3] = {PyTuple_GET_ITEM(b_args, 7), PyTuple_GET_ITEM(b_args, 8), PyTuple_GET_ITEM(b_args, 9)};
+    int64_t x = 0, yv = 0, ov[3] = {0, 0, 0};
+    Py_ssize_t c = 0;
+    int r = get_i64(PyTuple_GET_ITEM(b_args, 0), &x);
+    if (r == 1) r = get_i64(y, &yv);
+    for (int k = 0; r == 1 && k < 3; k++) r = get_i64(o[k], &ov[k]);
+    if (r == 0) r = ASK;
+    if (r == 1) r = x == yv;
+    if (r == 1) r = count_named(p, b_args, PyTuple_GET_SIZE(b_args), yv, &c);
+    if (r == 1) r = c == 1;
+    if (r == 1) r = only_named_by(e, y, prev_o, pc_o);
+    if (r == 1) r = ov[0] != ov[1] && ov[0] != ov[2] && ov[1] != ov[2];
+    if (r == 1) r = results_within(p, ret, ov, 3);
+    if (r == 1) r = yv != ov[0] && yv != ov[1] && yv != ov[2];
+    for (int k = 0; r == 1 && k < 3; k++) {
+        r = count_named(p, b_args, 7, ov[k], &c);
+        if (r == 1) r = c == 0;
+    }
+    if (r == 1) {
+        r = mentioned_at(e, o[0], prev_o);
+        if (r == 0 || r == 1) r = !r;
+    }
+    if (r == 1) r = only_named_by(e, o[1], pc_o, NULL);
+    if (r == 1) r = only_named_by(e, o[2], pc_o, NULL);
+    if (r == 1) r = planned(p, e, o[0]);
+    if (r == 1) r = same_meta(p, e, o[0], y);
+    /* the convolution's constants */
+    PyObject *w = NULL, *dt = NULL, *shape = NULL, *oc = NULL, *xdt = NULL, *sizes = NULL, *xsizes = NULL;
+    if (r == 1) r = constant(p, e, PyTuple_GET_ITEM(conv_params, 1), &w);
+    if (r == 1) r = array_meta(e, w, &dt, &shape);
+    if (r == 1) r = PySequence_Contains(e->dtypes, dt);
+    if (r == 1) r = PyTuple_GET_SIZE(shape) >= 3;
+    if (r == 1) r = PyObject_IsTrue(oc = PyTuple_GET_ITEM(shape, 0));
+    if (r == 1) r = tensor_dtype(p, PyTuple_GET_ITEM(conv_params, 0), &xdt);
+    if (r == 1) r = xdt != NULL ? PyObject_RichCompareBool(xdt, dt, Py_EQ) : 0;
+    if (r == 1) r = tensor_dtype(p, y, &xdt);
+    if (r == 1) r = xdt != NULL ? PyObject_RichCompareBool(xdt, dt, Py_EQ) : 0;
+    if (r == 1) r = tensor_sizes(p, y, &sizes);
+    if (r == 1) r = PyTuple_GET_SIZE(sizes) == PyTuple_GET_SIZE(shape);
+    if (r == 1) r = PyObject_RichCompareBool(PyTuple_GET_ITEM(sizes, 1), oc, Py_EQ);
+    if (r == 1) r = literal_false(p, e, PyTuple_GET_ITEM(conv_params, 6));
+    PyObject *v[5] = {NULL, NULL, NULL, NULL, NULL}, *eps = NULL;
+    PyObject *vi[5] = {PyTuple_GET_ITEM(conv_params, 2), PyTuple_GET_ITEM(b_args, 1), PyTuple_GET_ITEM(b_args, 2),
+                       PyTuple_GET_ITEM(b_args, 3), PyTuple_GET_ITEM(b_args, 4)};
+    /* every vector is asked (Python's vec calls all five before it looks at one) */
+    int got = r, some_false = 0;
+    for (int k = 0; got == 1 && k < 5; k++) {
+        int q = fold_vec(p, e, vi[k], k < 3, dt, oc, &v[k]);
+        if (q < 0 || q == ASK) got = q;
+        some_false |= q == 0;
+    }
+    r = got == 1 && some_false ? 0 : got;
+    if (r == 1) r = literal_number(p, e, PyTuple_GET_ITEM(b_args, 6), &eps);
+    if (r == 1) r = tensor_sizes(p, PyTuple_GET_ITEM(conv_params, 0), &xsizes);
+    if (r == 1) {
+        *res = PyTuple_Pack(9, o[0], w, v[0], v[1], v[2], v[3], v[4], eps, xsizes);
+        if (*res == NULL) r = -1;
+    }
+    Py_XDECREF(dt);
+    Py_XDECREF(shape);
+    Py_XDECREF(sizes);
+    Py_XDECREF(xsizes);
+    return r;
+}
+
+/* conv_folds(instructions, rets, lists, values, template, written, slots, mentions, outputs,
+ * op_codes, dtypes, to_numpy, ndarray, KernelCall, Tensor, Int, Null, Bool, Double, ask) ->
+ * (convs, statics, folds), three lists with an entry per instruction pc (``ask`` where the
+ * Python code is to answer): convs[pc] is _Matcher.conv(pc); where that is (params, out),
+ * statics[pc] is _read_conv_static(params) and folds[pc] the checks of
+ * batch_norm_fold(pc + 1, params, out) (see bn_checks); None elsewhere (ask where convs[pc] is).
+ * ``op_codes[op_index]``: 1 for aten::convolution.out, 2 for the inference batch norm (each
+ * where its kernel has 10 parameters), else None. None when an input is not of the type
+ * _Matcher makes. */
+static PyObject *conv_folds(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *instructions, *rets, *codes, *kernel_t, *ask;
+    Plan p = {0};
+    Extra e = {0};
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOOOOOOO", &instructions, &rets, &p.lists, &p.values, &p.template_,
+                          &p.written, &e.slots, &e.mentions, &e.outputs, &codes, &e.dtypes, &p.to_numpy, &e.ndarray_t,
+                          &kernel_t, &p.tensor_t, &p.int_t, &p.null_t, &e.bool_t, &e.double_t, &ask))
+        return NULL;
+    int state = plan_init(&p);
+    if (state == 1 && (!PyList_CheckExact(instructions) || !PyList_CheckExact(rets) ||
+                       PyList_GET_SIZE(rets) != PyList_GET_SIZE(instructions) || !PyList_CheckExact(e.slots) ||
+                       !PyDict_CheckExact(e.mentions) || !PyAnySet_CheckExact(e.outputs) || !PyList_CheckExact(codes) ||
+                       !PyTuple_CheckExact(e.dtypes) || !PyType_Check(e.ndarray_t) || !PyType_Check(kernel_t) ||
+                       !PyType_Check(e.bool_t) || !PyType_Check(e.double_t)))
+        state = 0;
+    PyObject *s_args = PyUnicode_InternFromString("args"), *s_op = PyUnicode_InternFromString("op_index");
+    e.s_dtype = PyUnicode_InternFromString("dtype");
+    e.s_shape = PyUnicode_InternFromString("shape");
+    e.s_dim_order = PyUnicode_InternFromString("dim_order");
+    Py_ssize_t n = state == 1 ? PyList_GET_SIZE(instructions) : 0;
+    PyObject *tables[3] = {NULL, NULL, NULL};
+    for (int k = 0; state == 1 && k < 3; k++)
+        if ((tables[k] = PyList_New(n)) == NULL) state = -1;
+    if (!s_args || !s_op || !e.s_dtype || !e.s_shape || !e.s_dim_order) state = -1;
+    for (Py_ssize_t pc = 0; state == 1 && pc < n; pc++) {
+        PyObject *a_args = NULL, *b_args = NULL, *cv = NULL, *stat = NULL, *fold = NULL, *pc_o = NULL, *nx_o = NULL;
+        int r = kernel_args(PyList_GET_ITEM(instructions, pc), kernel_t, codes, C_CONV, 10, s_op, s_args, &a_args);
+        if (r == 1) r = conv_of(&p, &e, a_args, PyList_GET_ITEM(rets, pc), &cv);
+        int rs = r, rf = r;
+        if (r == 1) rs = conv_static(&p, &e, PyTuple_GET_ITEM(cv, 0), &stat);
+        if (r == 1 && rs >= 0) {
+            rf = pc + 1 < n ? kernel_args(PyList_GET_ITEM(instructions, pc + 1), kernel_t, codes, C_BN, 10, s_op, s_args,
+                                          &b_args) : 0;
+            if (rf == 1) rf = (pc_o = PyLong_FromSsize_t(pc)) && (nx_o = PyLong_FromSsize_t(pc + 1)) ? 1 : -1;
+            if (rf == 1)
+                rf = bn_checks(&p, &e, b_args, PyList_GET_ITEM(rets, pc + 1), PyTuple_GET_ITEM(cv, 0),
+                               PyTuple_GET_ITEM(cv, 1), nx_o, pc_o, &fold);
+        }
+        Py_XDECREF(a_args);
+        Py_XDECREF(b_args);
+        Py_XDECREF(pc_o);
+        Py_XDECREF(nx_o);
+        if (r < 0 || rs < 0 || rf < 0) {
+            Py_XDECREF(cv);
+            Py_XDECREF(stat);
+            Py_XDECREF(fold);
+            state = -1;
+            break;
+        }
+        PyObject *got[3] = {cv, stat, fold};
+        int how[3] = {r, rs, rf};
+        for (int k = 0; k < 3; k++)
+            PyList_SET_ITEM(tables[k], pc, how[k] == 1 ? got[k] : Py_NewRef(how[k] == 0 ? Py_None : ask));
+    }
+    Py_XDECREF(s_args);
+    Py_XDECREF(s_op);
+    Py_XDECREF(e.s_dtype);
+    Py_XDECREF(e.s_shape);
+    Py_XDECREF(e.s_dim_order);
+    plan_clear(&p);
+    PyObject *found = state == 1 ? PyTuple_Pack(3, tables[0], tables[1], tables[2]) : NULL;
+    for (int k = 0; k < 3; k++) Py_XDECREF(tables[k]);
+    if (found != NULL || state < 0) return found;
+    Py_RETURN_NONE;
+}
+
+/* ---- constant copies (the checks of _optimize._constant_copy) ------------------------------ */
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The instructions other than pc that name out, sorted (sorted(mentions.get(out, ()) - {pc})),
+ * each a reader _constant_copy accepts: one at or after pc, a kernel call naming out among its
+ * parameters as often as with list members counted (nparams[op_index]: its kernel's count, None
+ * without one), or a delegate call naming it only directly. 1 with *res (a tuple of ints), 0,
+ * ASK, -1. */
+static int copy_readers(const Plan *p, const Extra *e, PyObject *instructions, PyObject *nparams,
+                        PyObject *kernel_t, PyObject *delegate_t, PyObject *s_op, PyObject *s_args, PyObject *out,
+                        Py_ssize_t pc, PyObject **res) {
+    int64_t o = 0;
+    int r = get_i64(out, &o);
+    if (r != 1) return r < 0 ? -1 : ASK;
+    PyObject *s = PyDict_GetItemWithError(e->mentions, out);
+    if (s == NULL && PyErr_Occurred()) return -1;
+    if (s != NULL && !PyAnySet_CheckExact(s)) return ASK;
+    Py_ssize_t n = s == NULL ? 0 : PySet_GET_SIZE(s), m = 0;
+    int64_t *rs = PyMem_Malloc(sizeof(int64_t) * (size_t)(n ? n : 1));
+    PyObject *it = s == NULL ? NULL : PyObject_GetIter(s), *x = NULL;
+    if (rs == NULL || (s != NULL && it == NULL)) r = -1;
+    while (r == 1 && it != NULL && (x = PyIter_Next(it)) != NULL) {
+        int64_t v = 0;
+        r = get_i64(x, &v);
+        if (r == 0) r = ASK;
+        if (r == 1 && v != pc && m < n) rs[m++] = v;
+        Py_DECREF(x);
+    }
+    if (r == 1 && PyErr_Occurred()) r = -1;
+    Py_XDECREF(it);
+    if (r == 1) qsort(rs, (size_t)m, sizeof(int64_t), cmp_i64);
+    Py_ssize_t ni = PyList_GET_SIZE(instructions);
+    for (Py_ssize_t k = 0; r == 1 && k < m; k++) {
+        if (rs[k] < 0 || rs[k] >= ni) {
+            r = ASK;
+            break;
+        }
+        if (rs[k] < pc) {
+            r = 0;
+            break;
+        }
+        PyObject *a = PyList_GET_ITEM(instructions, rs[k]), *a_args = NULL, *opi = NULL;
+        int isd = payload_is(a, delegate_t), isk = isd == 0 ? payload_is(a, kernel_t) : 0;
+        Py_ssize_t all = 0, direct = 0, upto = 0;
+        int64_t op = 0;
+        if (isd < 0 || isk < 0) r = -1;
+        else if (isd == ASK || isk == ASK) r = ASK;
+        else if (!isd && !isk) r = 0;
+        if (r == 1) r = (a_args = PyObject_GetAttr(a, s_args)) ? 1 : -1;
+        if (r == 1 && !PyTuple_CheckExact(a_args)) r = ASK;
+        if (r == 1) upto = PyTuple_GET_SIZE(a_args);
+        if (r == 1 && isk) {
+            r = (opi = PyObject_GetAttr(a, s_op)) ? get_i64(opi, &op) : -1;
+            if (r == 0 || (r == 1 && (op < 0 || op >= PyList_GET_SIZE(nparams)))) r = ASK;
+            PyObject *np_ = r == 1 ? PyList_GET_ITEM(nparams, op) : NULL;
+            int64_t c = 0;
+            if (r == 1 && np_ == Py_None) r = 0;
+            if (r == 1) r = get_i64(np_, &c);
+            if (r == 0 && np_ != Py_None) r = ASK;
+            if (r == 1 && c < 0) r = ASK;
+            if (r == 1 && c < upto) upto = (Py_ssize_t)c;
+        }
+        Py_XDECREF(opi);
+        if (r == 1) r = count_named(p, a_args, PyTuple_GET_SIZE(a_args), o, &all);
+        for (Py_ssize_t q = 0; r == 1 && q < upto; q++) {
+            int64_t v = 0;
+            r = get_i64(PyTuple_GET_ITEM(a_args, q), &v);  /* (count_named checked them) */
+            direct += v == o;
+        }
+        if (r == 1) r = all == direct;
+        Py_XDECREF(a_args);
+    }
+    if (r == 1) *res = int_tuple(rs, m);
+    if (r == 1 && *res == NULL) r = -1;
+    PyMem_Free(rs);
+    return r;
+}
+
+/* _constant_copy's checks of kernel call ``a`` (see const_copies): 1 with *res, 0, ASK, -1. */
+static int copy_checks(const Plan *p, const Extra *e, PyObject *instructions, Py_ssize_t pc, PyObject *ret,
+                       PyObject *copy_ops, PyObject *nparams, PyObject *kernel_t, PyObject *delegate_t,
+                       PyObject *writers, PyObject *inputs, PyObject *s_op, PyObject *s_args, PyObject *s_dynamic,
+                       PyObject **res) {
+    PyObject *a = PyList_GET_ITEM(instructions, pc), *opi = NULL, *a_args = NULL, *entry = NULL;
+    int64_t k = 0;
+    int r = payload_is(a, kernel_t);
+    if (r == 1) r = (opi = PyObject_GetAttr(a, s_op)) ? get_i64(opi, &k) : -1;
+    if (r == 0 && opi != NULL) r = ASK;
+    if (r == 1 && (k < 0 || k >= PyList_GET_SIZE(copy_ops))) r = ASK;
+    Py_XDECREF(opi);
+    if (r == 1) {
+        entry = PyList_GET_ITEM(copy_ops, k);  /* (name, is aten::_to_copy.out) */
+        if (entry == Py_None) r = 0;
+        else if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2 || !PyBool_Check(PyTuple_GET_ITEM(entry, 1)))
+            r = ASK;
+    }
+    if (r == 1) r = (a_args = PyObject_GetAttr(a, s_args)) ? 1 : -1;
+    if (r == 1 && !PyTuple_CheckExact(a_args)) r = ASK;
+    if (r == 1 && PyTuple_GET_SIZE(a_args) < 4) r = 0;
+    PyObject *src = r == 1 ? PyTuple_GET_ITEM(a_args, 0) : NULL, *nb = r == 1 ? PyTuple_GET_ITEM(a_args, 1) : NULL;
+    PyObject *fmt = r == 1 ? PyTuple_GET_ITEM(a_args, 2) : NULL, *out = r == 1 ? PyTuple_GET_ITEM(a_args, 3) : NULL;
+    PyObject *cst = NULL, *dt = NULL, *sizes = NULL, *nbv = NULL, *order = NULL, *readers = NULL, *dyn = NULL;
+    int64_t o = 0, sz[MAX_DIMS], ord[MAX_DIMS], count = 0;
+    Py_ssize_t nb_k = 0, nord = 0;
+    if (r == 1) r = constant(p, e, src, &cst);
+    if (r == 1) r = static_tensor(p, out, &dt, &sizes);
+    if (r == 1) {
+        r = get_i64(out, &o);
+        if (r == 0) r = ASK;
+    }
+    if (r == 1) {  /* kernel_call's results == {out} */
+        r = results_within(p, ret, &o, 1);
+        if (r == 1) r = ret != Py_None && PyTuple_GET_SIZE(ret) > 0;  /* (a list value of no members: Python's ask) */
+        if (r == 1 && PyTuple_GET_SIZE(ret) > 1) r = ASK;
+        if (r == 1 && PyDict_Contains(p->lists, PyTuple_GET_ITEM(ret, 0))) r = ASK;
+    }
+    if (r == 1) r = literal_of(p, nb, e->bool_t, NULL, &nb_k);
+    if (r == 1) r = (nbv = PyList_GET_ITEM(p->template_, nb_k)) != Py_None;
+    if (r == 1) {  /* no memory format / dim order, or the identity dim order */
+        r = is_none(p, fmt);
+        if (r == 1) order = Py_None;
+        else if (r == 0 && PyTuple_GET_ITEM(entry, 1) == Py_True) r = 0;
+        else if (r == 0) {
+            r = int_list(p, fmt, ord, &nord);
+            if (r == 0) {
+                order = Py_None;
+                r = 1;
+            } else if (r == 1) {
+                r = nord == PyTuple_GET_SIZE(sizes);
+                for (Py_ssize_t q = 0; r == 1 && q < nord; q++) r = ord[q] == q;
+            }
+        }
+    }
+    if (r == 1) {  /* storage.static(out) */
+        Py_ssize_t i = 0;
+        r = value_index(p, out, &i);
+        if (r == 1 && i >= PyList_GET_SIZE(e->slots)) r = ASK;
+        PyObject *slot = r == 1 ? PyList_GET_ITEM(e->slots, i) : NULL;
+        if (r == 1 && slot == Py_None) r = 0;
+        if (r == 1) r = (dyn = PyObject_GetAttr(slot, s_dynamic)) ? 1 : -1;
+        if (r == 1) r = dyn == Py_False ? 1 : dyn == Py_True ? 0 : ASK;
+    }
+    if (r == 1) r = PySet_Contains(e->outputs, out) ? (PyErr_Occurred() ? -1 : 0) : 1;
+    if (r == 1) r = PySet_Contains(inputs, out) ? (PyErr_Occurred() ? -1 : 0) : 1;
+    if (r == 1) {  /* writers.get(out) == frozenset({pc}) */
+        PyObject *w = PyDict_GetItemWithError(writers, out);
+        if (w == NULL) r = PyErr_Occurred() ? -1 : 0;
+        else if (!PyAnySet_CheckExact(w)) r = ASK;
+        else if (PySet_GET_SIZE(w) != 1) r = 0;
+        else {
+            PyObject *pc_o = PyLong_FromSsize_t(pc);
+            r = pc_o ? PySet_Contains(w, pc_o) : -1;
+            Py_XDECREF(pc_o);
+        }
+    }
+    if (r == 1) r = product(sz, shape_of(sizes, sz), -2, &count);
+    if (r == 1) r = count <= 4096;
+    if (r == 1) r = copy_readers(p, e, instructions, nparams, kernel_t, delegate_t, s_op, s_args, out, pc, &readers);
+    if (r == 1 && order != Py_None) r = (order = int_tuple(ord, nord)) ? 1 : -1;
+    if (r == 1) {
+        PyObject *lst = order == Py_None ? Py_NewRef(Py_None) : PySequence_List(order);
+        *res = lst ? PyTuple_Pack(8, PyTuple_GET_ITEM(entry, 0), cst, nbv, lst, out, dt, sizes, readers) : NULL;
+        Py_XDECREF(lst);
+        if (*res == NULL) r = -1;
+    }
+    if (order != Py_None) Py_XDECREF(order);
+    Py_XDECREF(readers);
+    Py_XDECREF(sizes);
+    Py_XDECREF(dyn);
+    Py_XDECREF(a_args);
+    return r;
+}
+
+/* const_copies(instructions, rets, lists, values, template, written, slots, mentions, writers,
+ * outputs, inputs, copy_ops, nparams, to_numpy, ndarray, KernelCall, DelegateCall, Tensor, Int,
+ * Null, Bool, ask) -> the checks of _optimize._constant_copy for every instruction (a list;
+ * ``ask`` where the Python code is to answer): (name, the constant, non_blocking's literal, the
+ * dim order (None or a list), out, its dtype, its sizes, the readers) where they pass, else
+ * None. ``copy_ops[op_index]``: (name, whether it is aten::_to_copy.out) for the two constant
+ * copy operators whose kernels have 4 parameters, else None; ``nparams[op_index]``: the
+ * operator's kernel's parameter count, None without a kernel. None when an input is not of the
+ * type _Matcher makes. */
+static PyObject *const_copies(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *instructions, *rets, *writers, *inputs, *copy_ops, *nparams, *kernel_t, *delegate_t, *ask;
+    Plan p = {0};
+    Extra e = {0};
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOOOOOOOOO", &instructions, &rets, &p.lists, &p.values, &p.template_,
+                          &p.written, &e.slots, &e.mentions, &writers, &e.outputs, &inputs, &copy_ops, &nparams,
+                          &p.to_numpy, &e.ndarray_t, &kernel_t, &delegate_t, &p.tensor_t, &p.int_t, &p.null_t,
+                          &e.bool_t, &ask))
+        return NULL;
+    int state = plan_init(&p);
+    if (state == 1 && (!PyList_CheckExact(instructions) || !PyList_CheckExact(rets) ||
+                       PyList_GET_SIZE(rets) != PyList_GET_SIZE(instructions) || !PyList_CheckExact(e.slots) ||
+                       !PyDict_CheckExact(e.mentions) || !PyDict_CheckExact(writers) ||
+                       !PyAnySet_CheckExact(e.outputs) || !PyAnySet_CheckExact(inputs) ||
+                       !PyList_CheckExact(copy_ops) || !PyList_CheckExact(nparams) || !PyType_Check(e.ndarray_t) ||
+                       !PyType_Check(kernel_t) || !PyType_Check(delegate_t) || !PyType_Check(e.bool_t)))
+        state = 0;
+    PyObject *s_args = PyUnicode_InternFromString("args"), *s_op = PyUnicode_InternFromString("op_index");
+    PyObject *s_dynamic = PyUnicode_InternFromString("dynamic");
+    Py_ssize_t n = state == 1 ? PyList_GET_SIZE(instructions) : 0;
+    PyObject *out = state == 1 ? PyList_New(n) : NULL;
+    if (!s_args || !s_op || !s_dynamic || (state == 1 && out == NULL)) state = -1;
+    for (Py_ssize_t pc = 0; state == 1 && pc < n; pc++) {
+        PyObject *res = NULL;
+        int r = copy_checks(&p, &e, instructions, pc, PyList_GET_ITEM(rets, pc), copy_ops, nparams, kernel_t,
+                            delegate_t, writers, inputs, s_op, s_args, s_dynamic, &res);
+        if (r < 0) {
+            state = -1;
+            break;
+        }
+        PyList_SET_ITEM(out, pc, r == 1 ? res : Py_NewRef(r == 0 ? Py_None : ask));
+    }
+    Py_XDECREF(s_args);
+    Py_XDECREF(s_op);
+    Py_XDECREF(s_dynamic);
+    plan_clear(&p);
+    if (state == 1) return out;
+    Py_XDECREF(out);
+    if (state < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
 /* same_bytes(regions, slots) -> _Storage.same_bytes(): value -> its group (one list shared by
  * the group) of the plain values (slot of static shape, no dim order or the identity one) with
  * one region of a positive size and one dtype, for groups of two or more. The comparisons are
@@ -1557,6 +2242,14 @@ static PyMethodDef methods[] = {
     {"ew_ops", ew_ops, METH_VARARGS,
      "ew_ops(instructions, rets, lists, values, template, written, slots, op_params, to_numpy, dtypes, KernelCall, "
      "Tensor, Int, Null, ask) -> _Matcher.ew_op of every instruction (ask: the Python code's), or None."},
+    {"conv_folds", conv_folds, METH_VARARGS,
+     "conv_folds(instructions, rets, lists, values, template, written, slots, mentions, outputs, op_codes, dtypes, "
+     "to_numpy, ndarray, KernelCall, Tensor, Int, Null, Bool, Double, ask) -> (convs, statics, folds): _Matcher.conv, "
+     "_read_conv_static and batch_norm_fold's checks of every instruction (ask: the Python code's), or None."},
+    {"const_copies", const_copies, METH_VARARGS,
+     "const_copies(instructions, rets, lists, values, template, written, slots, mentions, writers, outputs, inputs, "
+     "copy_ops, nparams, to_numpy, ndarray, KernelCall, DelegateCall, Tensor, Int, Null, Bool, ask) -> the checks of "
+     "_constant_copy for every instruction (ask: the Python code's), or None."},
     {"same_bytes", same_bytes, METH_VARARGS,
      "same_bytes(regions, slots) -> value -> its group of values with the same bytes and dtype, or None."},
     {NULL, NULL, 0, NULL},
