@@ -1089,3 +1089,205 @@ def test_the_constant_copy_table_in_c_is_the_python_one_on_random_plans(seed: in
     mt.instructions[pc] = KernelCall(0, list(mt.instructions[pc].args))  # type: ignore[attr-defined]
     mt._copies = None
     assert mt.const_copies()[pc] is _optimize._ASK
+
+
+# -- _uses.ew_chain: the elementwise chain walk in C ------------------------------------------------
+
+
+def _need_chains() -> None:
+    _need_match()
+    if _optimize._match_chains is None:
+        pytest.skip("orchestra.runtime._uses was not built (no C compiler)")
+
+
+def _chain_c(mt: _optimize._Matcher, pc: int, taken: set[int]) -> object:
+    """_uses.ew_chain's answer as ew_chain gives it (an _EwChain, None), or _ASK."""
+    found = _optimize._match_chains.ew_chain(mt.ew_context(), pc, taken)  # type: ignore[union-attr]
+    return found if found is None or found is _optimize._ASK else _optimize._EwChain(*found)
+
+
+def _same_chain(c: object, py: object) -> bool:
+    """Two ew_chain answers: equal, with the same types inside (a bool is not an int here)."""
+    if c is None or py is None:
+        return c is py
+    kinds = lambda ch: [(type(p), [type(s) for s in spec]) for p, _, spec, _ in ch.ops]  # noqa: E731
+    return c == py and kinds(c) == kinds(py) and type(c.x) is type(py.x)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("path", _MATCH_PROGRAMS, ids=lambda p: p.name)
+def test_the_chain_walk_in_c_gives_the_python_answers(path: pathlib.Path) -> None:
+    """ew_chain's C walk gives ew_chain_py's answer for every instruction of every plan, with
+    nothing taken, some instructions taken, and the constant copies optimize_steps takes first;
+    it leaves none of these plans to the Python code."""
+    import random
+
+    _need_chains()
+    for mt in _matchers(path):
+        n = len(mt.instructions)
+        rnd = random.Random(n)
+        copies = {pc for pc in mt.copy_candidates() if _optimize._constant_copy(mt, pc) is not None}
+        for taken in (set(), set(rnd.sample(range(n), n // 4)), copies):
+            for pc in range(n):
+                c = _chain_c(mt, pc, taken)
+                assert c is not _optimize._ASK and _same_chain(c, mt.ew_chain_py(pc, taken)), (pc, taken)
+
+
+def test_plans_are_compiled_the_same_with_the_chain_walk_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rewrites (constants' bytes included), step spans and derived values of every method
+    of every program are the same with the C chain walk and without it."""
+    _need_chains()
+    on = [_compiled(p) for p in _MATCH_PROGRAMS]
+    monkeypatch.setattr(_optimize, "_match_chains", None)
+    assert [_compiled(p) for p in _MATCH_PROGRAMS] == on
+
+
+_EW_NAMES = ("aten::relu.out", "aten::sigmoid.out", "aten::hardswish.out", "aten::clamp.out", "aten::hardtanh.out",
+             "aten::add.out", "aten::sub.out", "aten::mul.out", "aten::div.out", "aten::_to_copy.out",
+             "dim_order_ops::_to_dim_order_copy.out", "aten::mm.out")
+
+
+def _random_ew_matcher(seed: int) -> _optimize._Matcher:
+    """A _Matcher over a random straight-line plan of elementwise operations (clamp bounds of
+    every kind, both operand orders, alphas, skippable copies between them, operands of other
+    shapes and dtypes, outputs read later or returned)."""
+    import random
+    from types import SimpleNamespace
+
+    from orchestra.program import Bool, Double, EValue, Int, KernelCall, Null, Tensor
+
+    rnd = random.Random(seed)
+    values: list[object] = []
+    template: list[object] = []
+    slots: list[object] = []
+    planned = type("Slot", (), {"dynamic": False})()
+    dynamic = type("Slot", (), {"dynamic": True})()
+
+    def add(val: object, t: object = None, slot: object = None) -> int:
+        values.append(EValue(val))  # type: ignore[arg-type]
+        template.append(t)
+        slots.append(slot)
+        return len(values) - 1
+
+    f32, f64 = 6, 7
+    x0 = add(Tensor(f32, 0, (2, 3), (0, 1)), None, planned)
+    acts = [x0, add(Tensor(f32, 0, (2, 3), (0, 1)), None, planned), add(Tensor(f32, 0, (2, 3), (0, 1)), None, dynamic)]
+    others = [add(Tensor(f32, 0, shape, tuple(range(len(shape)))), np.ones(shape, np.float32))
+              for shape in ((3,), (1,), (2, 3), (1, 3), (2, 1, 3), (4,))]
+    others += [add(Tensor(f64, 0, (2, 3), (0, 1)), np.ones((2, 3)), None), add(Tensor(f32, 0, (2, 3), (0, 1)), None, None),
+               add(Tensor(f32, 0, (2, 3), (0, 1), shape_dynamism=1), None, planned)]
+    lits = [add(Int(v), v) for v in (0, 1, 2, 6)] + [add(Double(v), v) for v in (0.0, 1.0, float("nan"), -6.5)]
+    lits += [add(Bool(True), True), add(Null(), None), add(Null(), None), add(Int(1), 1)]
+    written_lit = lits[-1]
+    instructions: list[object] = []
+    rets: list[object] = []
+    written = {written_lit}
+    cur = x0
+    for _ in range(rnd.randint(4, 14)):
+        k = rnd.randrange(len(_EW_NAMES))
+        name = _EW_NAMES[k]
+        odd = rnd.random() < 0.15  # an out no chain takes (another dtype, shape, or not planned statically)
+        out = add(Tensor(f64 if odd and rnd.random() < 0.3 else f32, 0, (3, 2) if odd and rnd.random() < 0.3 else (2, 3),
+                         (0, 1)), None, rnd.choice((dynamic, None)) if odd and rnd.random() < 0.5 else planned)
+        src = cur if rnd.random() < 0.8 else rnd.choice(acts + others)
+        other = rnd.choice(others + acts + [cur, x0])
+        if name in ("aten::clamp.out", "aten::hardtanh.out"):
+            args = (src, rnd.choice(lits), rnd.choice(lits), out)
+        elif name in ("aten::add.out", "aten::sub.out"):
+            a, b = (src, other) if rnd.random() < 0.6 else (other, src)
+            args = (a, b, rnd.choice(lits[:6] + [written_lit, lits[-3]]), out)
+        elif name in ("aten::mul.out", "aten::div.out"):
+            args = (src, other, out) if rnd.random() < 0.6 else (other, src, out)
+        elif name.endswith("_copy.out") or "_to_" in name:
+            args = (rnd.choice(others + [cur, x0]), lits[-2], lits[-2], out)
+            for _ in range(rnd.choice((0, 0, 2))):  # a run of copies: more than a chain steps over
+                extra = add(Tensor(f32, 0, (1,), (0,)), None, planned)
+                instructions.append(KernelCall(k, (others[1], lits[-2], lits[-2], extra)))
+                rets.append((extra,))
+                written.add(extra)
+        elif name == "aten::mm.out":
+            args = (src, other, out)
+        else:
+            args = (src, out)
+        instructions.append(KernelCall(k, args))
+        rets.append((out,))
+        written.add(out)
+        if rnd.random() < 0.9:
+            cur = out
+    outputs = frozenset(rnd.sample(sorted(written - {written_lit}), 1))
+    mentions: dict[int, set[int]] = {}
+    for pc, a in enumerate(instructions):
+        for i in a.args:  # type: ignore[attr-defined]
+            mentions.setdefault(i, set()).add(pc)
+    cp = SimpleNamespace(lists={}, template=template, slots=slots, plan=SimpleNamespace(values=tuple(values)),
+                         meta=SimpleNamespace(operators=_EW_NAMES))
+    uses = _optimize.PlanUses(mentions=mentions, written=frozenset(written), outputs=outputs, straight=True)
+    mt = object.__new__(_optimize._Matcher)
+    storage = object.__new__(_Storage)
+    storage.cp = cp  # type: ignore[assignment]
+    for k, v in {"cp": cp, "plan": cp.plan, "values": cp.plan.values, "instructions": instructions, "rets": rets,
+                 "uses": uses, "storage": storage, "op_names": _EW_NAMES, "_ew_ops": None, "_ew_ctx": None}.items():
+        setattr(mt, k, v)
+    return mt
+
+
+def test_the_chain_walk_in_c_on_random_plans() -> None:
+    """On random plans reaching the branches the exported models don't (clamp bounds None,
+    NaN or of the wrong kind, sub/div with the running value on the right, alphas, copies
+    stepped over, operands that don't broadcast), the C walk gives the Python answer for
+    every instruction; the branches are reached."""
+    _need_chains()
+    seen: dict[str, int] = {}
+    for seed in range(400):
+        mt = _random_ew_matcher(seed)
+        n = len(mt.instructions)
+        for taken in (set(), {seed % n}):
+            for pc in range(n):
+                c, py = _chain_c(mt, pc, taken), mt.ew_chain_py(pc, taken)
+                assert c is not _optimize._ASK and _same_chain(c, py), (seed, pc, taken, c, py)
+                for p, name, spec, _ in () if py is None else py.ops:
+                    seen[name] = seen.get(name, 0) + 1
+                    if spec[0] == "b" and spec[3]:
+                        seen["right"] = seen.get("right", 0) + 1
+                    if spec[0] == "u" and len(mt.instructions[p].args) == 4 and None in spec[2:]:
+                        seen["one bound"] = seen.get("one bound", 0) + 1
+                if py is not None and py.ops[-1][0] - py.ops[0][0] >= len(py.ops):
+                    seen["skipped"] = seen.get("skipped", 0) + 1
+    for k in ("aten::clamp.out", "aten::hardtanh.out", "aten::add.out", "aten::sub.out", "aten::div.out", "right",
+              "one bound", "skipped"):
+        assert seen.get(k, 0) > 0, (k, seen)
+
+
+def test_the_chain_walk_leaves_odd_inputs_to_python() -> None:
+    """Inputs of a shape _Matcher doesn't make give _ASK (the Python code then answers as it
+    always did): a table entry left to Python, a taken that is not a set, an instruction out of
+    range, a table of another length; a context that is not a tuple raises."""
+    _need_chains()
+    ask = _optimize._ASK
+    mt = next(m for s in range(50) if (m := _random_ew_matcher(s))
+              and any(m.ew_chain_py(pc, set()) for pc in range(len(m.instructions))))
+    pc = next(pc for pc in range(len(mt.instructions)) if mt.ew_chain_py(pc, set()))
+    ctx = mt.ew_context()
+    ew = _optimize._match_chains  # type: ignore[union-attr]
+    assert _optimize._EwChain(*ew.ew_chain(ctx, pc, set())) == mt.ew_chain_py(pc, set())
+    assert ew.ew_chain(ctx, pc, frozenset()) is not ask
+    assert ew.ew_chain(ctx, pc, [pc]) is ask and ew.ew_chain(ctx, pc, {pc}) is None
+    assert ew.ew_chain(ctx, -1, set()) is ask and ew.ew_chain(ctx, len(mt.instructions), set()) is ask
+    assert ew.ew_chain(ctx, 1 << 70, set()) is ask and ew.ew_chain(ctx, True, set()) is ask
+    table = list(ctx[8])
+    table[pc] = ask
+    assert ew.ew_chain((*ctx[:8], table, *ctx[9:]), pc, set()) is ask
+    table[pc] = ("x", [], 0)
+    assert ew.ew_chain((*ctx[:8], table, *ctx[9:]), pc, set()) is ask
+    assert ew.ew_chain((*ctx[:8], table[:-1], *ctx[9:]), pc, set()) is ask
+    assert ew.ew_chain((*ctx[:6], dict(ctx[6]), list(ctx[7]), *ctx[8:]), pc, set()) is ask
+    with pytest.raises(TypeError):
+        ew.ew_chain(list(ctx), pc, set())
+    with pytest.raises(TypeError):
+        ew.ew_chain(ctx[:-1], pc, set())
+    # With the C code off, or its table declined, the Python code answers alone.
+    mt._ew_ctx = None
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(_optimize, "_match_chains", None)
+        assert mt.ew_context() == () and mt.ew_chain(pc, set()) == mt.ew_chain_py(pc, set())
+    mt._ew_ctx, mt._ew_ops = None, []
+    assert mt.ew_context() == () and mt.ew_chain(pc, set()) == mt.ew_chain_py(pc, set())

@@ -221,6 +221,9 @@ _match = _uses
 # Its tables of the folds (convolutions with their batch norms, constant copies), on only where
 # _match is too: a switch of their own for tests and benchmarks.
 _match_folds = _uses
+# _Matcher.ew_chain's walk in C (over the ew_ops table, so on only where _match is too): a
+# switch of its own for tests and benchmarks.
+_match_chains = _uses
 # A matcher's answer the C table leaves to the Python code.
 _ASK = object()
 
@@ -296,6 +299,8 @@ _EW_BINARY = MappingProxyType({
     "aten::mul.out": 3,
     "aten::div.out": 3,
 })
+# Binary operators whose operands may not swap (the running value on the left only, at first).
+_EW_ORDERED = frozenset({"aten::sub.out", "aten::div.out"})
 # Instructions an elementwise chain may step over (they run at their own place): the
 # exporter's scalar constants between the operations of a hardswish.
 _EW_SKIPPABLE = frozenset({"dim_order_ops::_to_dim_order_copy.out", "aten::_to_copy.out"})
@@ -950,6 +955,7 @@ class _Matcher:
         # conv_folds' tables (conv, _read_conv_static, batch_norm_fold's checks), the same way
         self._folds: tuple[list[Any], list[Any], list[Any]] | None = None
         self._copies: list[Any] | None = None  # const_copies', the same way
+        self._ew_ctx: tuple[Any, ...] | None = None  # ew_chain's inputs to the C walk, () without it
 
     # -- helpers ----------------------------------------------------------------------------
     def kernel_call(self, pc: int, name: str, nparams: int) -> tuple[tuple[int, ...], set[int]] | None:
@@ -1100,7 +1106,39 @@ class _Matcher:
 
     def ew_chain(self, pc: int, taken: set[int]) -> _EwChain | None:
         """The longest elementwise chain starting at instruction ``pc`` (at least two
-        operations), or None. ``taken``: instructions other rewrites already cover."""
+        operations), or None. ``taken``: instructions other rewrites already cover.
+
+        Walked in C where it is built (``_uses.ew_chain``: asked of nearly every instruction,
+        a dozen Python calls each here); ``ew_chain_py`` answers what it leaves."""
+        ctx = self._ew_ctx
+        if ctx is None:
+            ctx = self._ew_ctx = self.ew_context()
+        if ctx:
+            table = ctx[8]
+            if 0 <= pc < len(table) and table[pc] is None:
+                return None  # not an elementwise operation (most instructions): no C call
+            found = _match_chains.ew_chain(ctx, pc, taken)  # type: ignore[union-attr]
+            if found is not _ASK:
+                return None if found is None else _EwChain(*found)
+        return self.ew_chain_py(pc, taken)
+
+    def ew_context(self) -> tuple[Any, ...]:
+        """What ``_uses.ew_chain`` reads of this plan (ew_ops' table included), or () where
+        the C code isn't built, is switched off or declined the table."""
+        if _match is None or _match_chains is None:
+            return ()
+        table = self._ew_ops
+        if table is None:
+            table = self._ew_ops = self.ew_ops()
+        if not table:
+            return ()
+        return (self.instructions, self.cp.lists, self.values, self.cp.template, self.uses.written, self.cp.slots,
+                self.uses.mentions, self.uses.outputs, table, self.op_names, frozenset(_EW_UNARY),
+                _EW_ORDERED, _EW_SKIPPABLE, _MAX_SKIPS, _NUMPY_OF, np.ndarray, KernelCall, Tensor, Int, Null,
+                Double, _ASK)
+
+    def ew_chain_py(self, pc: int, taken: set[int]) -> _EwChain | None:
+        """ew_chain's Python code."""
         first = self.ew_op(pc)
         if first is None or pc in taken:
             return None
@@ -1111,7 +1149,7 @@ class _Matcher:
             x = params[0]
         else:
             cands = [k for k in (0, 1) if self.static_tensor(params[k]) == (dt, shape)]
-            if not cands or (cands[0] == 1 and name in ("aten::sub.out", "aten::div.out")):
+            if not cands or (cands[0] == 1 and name in _EW_ORDERED):
                 return None
             x = params[cands[0]]
         if self.static_tensor(x) != (dt, shape) or not (self.constant(x) is not None or self.storage.static(x)):
@@ -1176,7 +1214,7 @@ class _Matcher:
             if (a == cur) == right:
                 return None
         other = a if right else b
-        if right and name in ("aten::sub.out", "aten::div.out") and cur_pc < 0:
+        if right and name in _EW_ORDERED and cur_pc < 0:
             return None
         if other != x and not self.ew_operand(other, dt, shape):
             return None

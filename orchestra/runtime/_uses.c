@@ -2217,6 +2217,335 @@ static PyObject *same_bytes(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* ---- s40-h: elementwise chains (_Matcher.ew_chain) ---------------------------------------- */
+
+/* What ew_chain reads: a Plan and Extra (slots, mentions, outputs, ndarray, Double), the plan's
+ * instructions and operator names, the ew_ops table, the operator name sets and the ask marker. */
+typedef struct {
+    Plan p;
+    Extra e;
+    PyObject *instructions, *table, *op_names, *unary, *ordered, *skippable, *kernel_t, *ask;
+    Py_ssize_t max_skips;
+    PyObject *s_args, *s_op, *s_dynamic;
+} Ew;
+
+/* _Storage.static(i): a planned tensor of static shape: 1, 0, ASK, -1. */
+static int ew_static(const Ew *w, PyObject *i) {
+    Py_ssize_t k = 0;
+    int r = value_index(&w->p, i, &k);
+    if (r != 1) return r;
+    if (k >= PyList_GET_SIZE(w->e.slots)) return ASK;
+    PyObject *slot = PyList_GET_ITEM(w->e.slots, k);
+    if (slot == Py_None) return 0;
+    PyObject *dyn = PyObject_GetAttr(slot, w->s_dynamic);
+    if (dyn == NULL) return -1;
+    r = dyn == Py_False ? 1 : dyn == Py_True ? 0 : ASK;
+    Py_DECREF(dyn);
+    return r;
+}
+
+/* _Matcher.static_tensor(i) == (dt, shape): 1, 0, ASK, -1. */
+static int ew_same(const Ew *w, PyObject *i, PyObject *dt, PyObject *shape) {
+    PyObject *d = NULL, *sz = NULL;
+    int r = static_tensor(&w->p, i, &d, &sz);
+    if (r != 1) return r;
+    r = PyObject_RichCompareBool(d, dt, Py_EQ);
+    if (r == 1) r = PyObject_RichCompareBool(sz, shape, Py_EQ);
+    Py_DECREF(sz);
+    return r;
+}
+
+/* _Matcher.ew_operand(i, dt, shape): 1, 0, ASK, -1. */
+static int ew_operand(const Ew *w, PyObject *i, PyObject *dt, PyObject *shape) {
+    PyObject *d = NULL, *sz = NULL, *arr = NULL;
+    int r = static_tensor(&w->p, i, &d, &sz);
+    if (r != 1) return r;
+    r = PyObject_RichCompareBool(d, dt, Py_EQ);
+    Py_ssize_t m = PyTuple_GET_SIZE(sz), s = PyTuple_GET_SIZE(shape);
+    if (r == 1 && m > s) r = 0;
+    for (Py_ssize_t k = 1; r == 1 && k <= m; k++) {  /* broadcasts to shape: each dim 1 or shape's */
+        int64_t a = 0, b = 0;
+        r = get_i64(PyTuple_GET_ITEM(shape, s - k), &b);
+        if (r == 0) r = ASK;
+        if (r == 1) {
+            a = PyLong_AsLongLong(PyTuple_GET_ITEM(sz, m - k));  /* checked by static_tensor */
+            r = a == b || a == 1;
+        }
+    }
+    Py_DECREF(sz);
+    if (r != 1) return r;
+    r = constant(&w->p, &w->e, i, &arr);
+    return r == 0 ? ew_static(w, i) : r;
+}
+
+/* _Matcher.ew_bound(i): 1 with *obj (borrowed: None or the literal), 0 for False, ASK, -1. */
+static int ew_bound(const Ew *w, PyObject *i, PyObject **obj) {
+    int r = is_none(&w->p, i);
+    if (r == 1) {
+        *obj = Py_None;
+        return 1;
+    }
+    if (r != 0) return r;
+    r = literal_number(&w->p, &w->e, i, obj);
+    if (r != 1) return r;
+    if (PyFloat_CheckExact(*obj)) {
+        double v = PyFloat_AS_DOUBLE(*obj);
+        return v == v;  /* not NaN */
+    }
+    return PyLong_CheckExact(*obj) ? 1 : ASK;
+}
+
+/* _Matcher.ew_spec(op, cur, cur_pc, x, dt, shape): 1 with *spec (a new reference), 0 for None,
+ * ASK, -1. op: an ew_ops entry (checked by the caller: (str, tuple of >= 1 items, out)). */
+static int ew_spec(const Ew *w, PyObject *op, PyObject *cur, Py_ssize_t cur_pc, PyObject *x, PyObject *dt,
+                   PyObject *shape, PyObject **spec) {
+    PyObject *name = PyTuple_GET_ITEM(op, 0), *params = PyTuple_GET_ITEM(op, 1), *lo = NULL, *hi = NULL;
+    Py_ssize_t np_ = PyTuple_GET_SIZE(params), count = 0;
+    int64_t cur_v = 0, x_v = 0, a = 0, b = 0;
+    int r = ew_same(w, PyTuple_GET_ITEM(op, 2), dt, shape);
+    if (r != 1) return r;
+    if (get_i64(cur, &cur_v) != 1 || get_i64(x, &x_v) != 1) return PyErr_Occurred() ? -1 : ASK;
+    if (cur_pc >= 0) {
+        r = count_named(&w->p, params, np_ - 1, cur_v, &count);
+        if (r != 1) return r;
+        if (count != 1) return 0;
+    }
+    r = PySet_Contains(w->unary, name);
+    if (r < 0) return -1;
+    if (r) {
+        if (get_i64(PyTuple_GET_ITEM(params, 0), &a) != 1) return PyErr_Occurred() ? -1 : ASK;
+        if (a != cur_v) return 0;
+        lo = hi = Py_None;
+        if (np_ == 4) {
+            r = ew_bound(w, PyTuple_GET_ITEM(params, 1), &lo);
+            if (r == 1) r = ew_bound(w, PyTuple_GET_ITEM(params, 2), &hi);
+            if (r != 1) return r;
+            if (lo == Py_None && hi == Py_None) return 0;
+        }
+        *spec = Py_BuildValue("(sOOO)", "u", name, lo, hi);
+        return *spec ? 1 : -1;
+    }
+    if (np_ < 3) return ASK;
+    if (np_ == 4) {  /* alpha: a literal 1 */
+        PyObject *alpha = NULL;
+        r = literal_number(&w->p, &w->e, PyTuple_GET_ITEM(params, 2), &alpha);
+        if (r != 1) return r;
+        if (PyLong_CheckExact(alpha)) {
+            int64_t v = 0;
+            r = get_i64(alpha, &v);
+            if (r != 1) return r < 0 ? -1 : 0;  /* too large to be 1 */
+            if (v != 1) return 0;
+        } else if (PyFloat_CheckExact(alpha)) {
+            if (PyFloat_AS_DOUBLE(alpha) != 1.0) return 0;
+        } else {
+            return ASK;
+        }
+    }
+    if (get_i64(PyTuple_GET_ITEM(params, 0), &a) != 1 || get_i64(PyTuple_GET_ITEM(params, 1), &b) != 1)
+        return PyErr_Occurred() ? -1 : ASK;
+    int right;
+    if (cur_pc < 0) {  /* the first operation: the running value is x */
+        right = b == x_v && a != x_v;
+    } else {
+        right = b == cur_v;
+        if ((a == cur_v) == right) return 0;
+    }
+    PyObject *other = PyTuple_GET_ITEM(params, right ? 0 : 1);
+    int64_t other_v = right ? a : b;
+    if (right && cur_pc < 0) {
+        r = PySet_Contains(w->ordered, name);
+        if (r) return r < 0 ? -1 : 0;
+    }
+    if (other_v != x_v) {
+        r = ew_operand(w, other, dt, shape);
+        if (r != 1) return r;
+    }
+    if (other_v == x_v && cur_pc < 0) return 0;  /* x op x */
+    *spec = Py_BuildValue("(sOOO)", "b", name, other, right ? Py_True : Py_False);
+    return *spec ? 1 : -1;
+}
+
+/* _Matcher.ew_skippable(pc, {x, cur}): 1, 0, ASK, -1. */
+static int ew_skippable(const Ew *w, Py_ssize_t pc, PyObject *x, PyObject *cur) {
+    PyObject *a = PyList_GET_ITEM(w->instructions, pc), *opi = NULL, *a_args = NULL;
+    int r = payload_is(a, w->kernel_t);
+    if (r != 1) return r;
+    if ((opi = PyObject_GetAttr(a, w->s_op)) == NULL) return -1;
+    int64_t k = 0, x_v = 0, cur_v = 0;
+    r = get_i64(opi, &k);
+    Py_DECREF(opi);
+    if (r != 1 || k < 0 || k >= PyTuple_GET_SIZE(w->op_names)) return r < 0 ? -1 : ASK;
+    r = PySet_Contains(w->skippable, PyTuple_GET_ITEM(w->op_names, k));
+    if (r != 1) return r;
+    if (get_i64(x, &x_v) != 1 || get_i64(cur, &cur_v) != 1) return PyErr_Occurred() ? -1 : ASK;
+    if ((a_args = PyObject_GetAttr(a, w->s_args)) == NULL) return -1;
+    Py_ssize_t cx = 0, cc = 0;
+    r = PyTuple_CheckExact(a_args) ? count_named(&w->p, a_args, PyTuple_GET_SIZE(a_args), x_v, &cx) : ASK;
+    if (r == 1) r = count_named(&w->p, a_args, PyTuple_GET_SIZE(a_args), cur_v, &cc);
+    Py_DECREF(a_args);
+    return r == 1 ? cx == 0 && cc == 0 : r;
+}
+
+/* An ew_ops entry for ew_chain: 1 (an operation: (str, tuple of >= 1 items, out)), 0 (None),
+ * ASK (ask, or another shape). */
+static int ew_entry(const Ew *w, PyObject *op) {
+    if (op == Py_None) return 0;
+    if (op == w->ask || !PyTuple_CheckExact(op) || PyTuple_GET_SIZE(op) != 3 ||
+        !PyUnicode_CheckExact(PyTuple_GET_ITEM(op, 0)) || !PyTuple_CheckExact(PyTuple_GET_ITEM(op, 1)) ||
+        PyTuple_GET_SIZE(PyTuple_GET_ITEM(op, 1)) < 1)
+        return ASK;
+    return 1;
+}
+
+/* The walk of _Matcher.ew_chain from instruction pc: 1 with *res (x, ops, dt), 0 for None,
+ * ASK, -1. */
+static int ew_walk(const Ew *w, Py_ssize_t pc, PyObject *taken, PyObject **res) {
+    Py_ssize_t n = PyList_GET_SIZE(w->instructions);
+    PyObject *first = PyList_GET_ITEM(w->table, pc), *sizes = NULL, *dt = NULL, *x = NULL, *ops = NULL;
+    PyObject *pc_o = PyLong_FromSsize_t(pc);
+    if (pc_o == NULL) return -1;
+    int r = ew_entry(w, first);
+    if (r == 1) {
+        r = PySet_Contains(taken, pc_o);
+        r = r < 0 ? -1 : !r;
+    }
+    Py_DECREF(pc_o);
+    if (r != 1) return r;
+    PyObject *name = PyTuple_GET_ITEM(first, 0), *params = PyTuple_GET_ITEM(first, 1);
+    r = static_tensor(&w->p, PyTuple_GET_ITEM(first, 2), &dt, &sizes);
+    if (r != 1) return r < 0 ? -1 : ASK;
+    /* The running value enters as the first tensor operand of out's dtype and shape. */
+    r = PySet_Contains(w->unary, name);
+    if (r == 1) {
+        x = PyTuple_GET_ITEM(params, 0);
+    } else if (r == 0) {
+        r = PyTuple_GET_SIZE(params) < 2 ? ASK : 1;
+        for (int k = 0; r == 1 && k < 2 && x == NULL; k++) {
+            int s = ew_same(w, PyTuple_GET_ITEM(params, k), dt, sizes);
+            if (s == 1) x = PyTuple_GET_ITEM(params, k);
+            else if (s != 0) r = s;
+        }
+        if (r == 1 && x == NULL) r = 0;
+        if (r == 1 && x == PyTuple_GET_ITEM(params, 1)) {
+            int o = PySet_Contains(w->ordered, name);
+            r = o < 0 ? -1 : o ? 0 : 1;
+        }
+    }
+    if (r == 1) r = ew_same(w, x, dt, sizes);
+    if (r == 1) {
+        PyObject *arr = NULL;
+        r = constant(&w->p, &w->e, x, &arr);
+        if (r == 0) r = ew_static(w, x);
+    }
+    if (r == 1) r = (ops = PyList_New(0)) ? 1 : -1;
+    PyObject *cur = x;
+    Py_ssize_t cur_pc = -1, skips = 0;
+    for (Py_ssize_t p = pc; r == 1 && p < n;) {
+        PyObject *p_o = PyLong_FromSsize_t(p), *op = NULL, *spec = NULL, *item = NULL;
+        if (p_o == NULL) {
+            r = -1;
+            break;
+        }
+        int s = PySet_Contains(taken, p_o);
+        if (s == 0) {
+            op = PyList_GET_ITEM(w->table, p);
+            s = ew_entry(w, op);
+        } else if (s == 1) {
+            s = 0;
+        }
+        if (s == 1) s = ew_spec(w, op, cur, cur_pc, x, dt, sizes, &spec);
+        if (s == 0) {  /* no spec: step over a skippable instruction, or end */
+            if (PyList_GET_SIZE(ops) && skips < w->max_skips) s = ew_skippable(w, p, x, cur);
+            Py_DECREF(p_o);
+            if (s == 1) {
+                skips++;
+                p++;
+                continue;
+            }
+            if (s != 0) r = s;
+            break;
+        }
+        if (s == 1 && cur_pc >= 0) {
+            PyObject *cp_o = PyLong_FromSsize_t(cur_pc);
+            s = cp_o ? only_named_by(&w->e, cur, cp_o, p_o) : -1;
+            Py_XDECREF(cp_o);
+            if (s == 0) {
+                Py_DECREF(p_o);
+                Py_DECREF(spec);
+                break;
+            }
+        }
+        if (s == 1) {
+            item = PyTuple_Pack(4, p_o, PyTuple_GET_ITEM(op, 0), spec, PyTuple_GET_ITEM(op, 2));
+            s = item && PyList_Append(ops, item) == 0 ? 1 : -1;
+        }
+        Py_DECREF(p_o);
+        Py_XDECREF(spec);
+        Py_XDECREF(item);
+        if (s != 1) {
+            r = s;
+            break;
+        }
+        cur = PyTuple_GET_ITEM(op, 2);
+        cur_pc = p;
+        skips = 0;
+        p++;
+    }
+    if (r == 1 && PyList_GET_SIZE(ops) < 2) r = 0;
+    if (r == 1) {
+        PyObject *t = PyList_AsTuple(ops);
+        *res = t ? PyTuple_Pack(3, x, t, dt) : NULL;
+        Py_XDECREF(t);
+        if (*res == NULL) r = -1;
+    }
+    Py_XDECREF(ops);
+    Py_DECREF(sizes);
+    return r;
+}
+
+/* ew_chain(context, pc, taken) -> _Matcher.ew_chain(pc, taken) as (x, ops, dtype), None, or
+ * ``ask`` where the Python code is to answer (an input not of the shape _Matcher makes among
+ * them). context: (instructions, lists, values, template, written, slots, mentions, outputs,
+ * ew_ops table, operator names, unary names, sub/div names, skippable names, max skips,
+ * to_numpy, ndarray, KernelCall, Tensor, Int, Null, Double, ask). */
+static PyObject *ew_chain(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *ctx, *pc_o, *taken, *max_skips;
+    Ew w = {0};
+    if (!PyArg_ParseTuple(args, "O!OO", &PyTuple_Type, &ctx, &pc_o, &taken)) return NULL;
+    if (!PyArg_ParseTuple(ctx, "OOOOOOOOOOOOOOOOOOOOOO", &w.instructions, &w.p.lists, &w.p.values, &w.p.template_,
+                          &w.p.written, &w.e.slots, &w.e.mentions, &w.e.outputs, &w.table, &w.op_names, &w.unary,
+                          &w.ordered, &w.skippable, &max_skips, &w.p.to_numpy, &w.e.ndarray_t, &w.kernel_t,
+                          &w.p.tensor_t, &w.p.int_t, &w.p.null_t, &w.e.double_t, &w.ask))
+        return NULL;
+    int state = plan_init(&w.p);
+    int64_t pc = 0, ms = 0;
+    if (state == 1 && (!PyList_CheckExact(w.instructions) || !PyList_CheckExact(w.table) ||
+                       PyList_GET_SIZE(w.table) != PyList_GET_SIZE(w.instructions) || !PyList_CheckExact(w.e.slots) ||
+                       !PyDict_CheckExact(w.e.mentions) || !PyAnySet_CheckExact(w.e.outputs) ||
+                       !PyTuple_CheckExact(w.op_names) || !PyAnySet_CheckExact(w.unary) ||
+                       !PyAnySet_CheckExact(w.ordered) || !PyAnySet_CheckExact(w.skippable) ||
+                       !PyAnySet_CheckExact(taken) || !PyType_Check(w.e.ndarray_t) || !PyType_Check(w.kernel_t) ||
+                       !PyType_Check(w.e.double_t) || get_i64(pc_o, &pc) != 1 || get_i64(max_skips, &ms) != 1 ||
+                       pc < 0 || pc >= PyList_GET_SIZE(w.instructions) || ms < 0))
+        state = PyErr_Occurred() ? -1 : ASK;
+    w.max_skips = (Py_ssize_t)(ms < PY_SSIZE_T_MAX ? ms : PY_SSIZE_T_MAX);
+    w.s_args = PyUnicode_InternFromString("args");
+    w.s_op = PyUnicode_InternFromString("op_index");
+    w.s_dynamic = PyUnicode_InternFromString("dynamic");
+    if (!w.s_args || !w.s_op || !w.s_dynamic) state = -1;
+    PyObject *res = NULL;
+    if (state == 1) state = ew_walk(&w, (Py_ssize_t)pc, taken, &res);
+    Py_XDECREF(w.s_args);
+    Py_XDECREF(w.s_op);
+    Py_XDECREF(w.s_dynamic);
+    plan_clear(&w.p);
+    if (state == 1) return res;
+    if (state < 0) return NULL;
+    return Py_NewRef(state == 0 ? Py_None : w.ask);
+}
+
+/* ---- end s40-h ---------------------------------------------------------------------------- */
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS,
      "scan(instructions, rets, lists, ops, KernelCall, MoveCall, FreeCall) -> (mentions, writers, defines, "
@@ -2252,6 +2581,8 @@ static PyMethodDef methods[] = {
      "_constant_copy for every instruction (ask: the Python code's), or None."},
     {"same_bytes", same_bytes, METH_VARARGS,
      "same_bytes(regions, slots) -> value -> its group of values with the same bytes and dtype, or None."},
+    {"ew_chain", ew_chain, METH_VARARGS,
+     "ew_chain(context, pc, taken) -> _Matcher.ew_chain's (x, ops, dtype), None, or ask (the Python code's)."},
     {NULL, NULL, 0, NULL},
 };
 
