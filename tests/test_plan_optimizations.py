@@ -1479,6 +1479,18 @@ def test_the_compiled_batch_norm_vectors_are_numpys_bit_for_bit() -> None:
     assert _elementwise.bn_fold_f32(ok.astype(np.float64), ok, None, None, None, 1e-5) is None
     assert _elementwise.bn_fold_f32(np.ones(16, np.float32)[::2], ok, None, None, None, 1e-5) is None
     assert _elementwise.bn_fold_f32(ok, ok, ok, ok, ok, 1e-5)[2] is True
+    # the kernel's own checks (no Python ones before it): each operand in turn refused alike
+    bad = (ok.astype(">f4"), np.ones(16, np.float32)[1::2], np.ones((2, 4), np.float32), ok[:7], ok.astype(np.float16))
+    for k in range(5):
+        for b in bad:
+            args = [ok, ok, ok, ok, ok]
+            args[k] = b
+            assert _elementwise.bn_fold_f32(*args, 1e-5) is None, (k, b.dtype, b.shape)
+    with pytest.raises(TypeError):
+        _elementwise.bn_fold_f32(ok, object(), None, None, None, 1e-5)
+    out = np.empty(8, np.float32)
+    with pytest.raises(ValueError, match="overlaps"):
+        _elementwise._native.bn_fold_f32(ok, ok, None, None, None, 1e-5, out, out)
 
 
 @pytest.mark.parametrize("compiled", [True, False])

@@ -257,15 +257,14 @@ def bn_fold_f32(var: np.ndarray, mean: np.ndarray, gamma: np.ndarray | None, bet
     convolution by the compiled kernel: ``gamma * (1 / sqrt(var + eps))`` and ``(bias - mean)
     * scale + beta`` in float64, an operation at a time as numpy computes them, rounded to
     float32. None (the caller computes them with numpy) where the kernel does not apply:
-    vectors that are not float32, C-contiguous and of one length."""
-    n = var.shape[0] if var.ndim == 1 else -1
-    vecs = (var, mean, gamma, beta, bias)
-    if _native is None or n < 0 or any(v is not None and (v.dtype != _F32 or v.shape != (n,) or not v.flags.c_contiguous)
-                                      for v in vecs):
+    vectors that are not float32, C-contiguous and of one length (the kernel checks them: a
+    load makes one call per folded batch norm)."""
+    if _native is None or var.ndim != 1:
         return None
+    n = var.shape[0]
     scale, shift = np.empty(n, _F32), np.empty(n, _F32)
-    finite = _native.bn_fold_f32(var, mean, gamma, beta, bias, float(eps), scale, shift, n)
-    return scale, shift, bool(finite)
+    finite = _native.bn_fold_f32(var, mean, gamma, beta, bias, float(eps), scale, shift)
+    return None if finite is None else (scale, shift, finite)
 
 
 def _scale_planes(x: Any, s: Any, out: Any) -> np.ndarray | None:

@@ -3971,62 +3971,83 @@ done:
     return result;
 }
 
+/* Takes ``obj``'s buffer as a 1-d C-contiguous float32 vector ("f": native float32) of ``n`` elements (n < 0:
+ * any length, set to its length): 1 when it is one, 0 when it is not (no exception: the caller computes with
+ * numpy), -1 with an exception when ``obj`` exports no buffer at all. */
+static int f32_vector(PyObject *obj, Py_buffer *b, Py_ssize_t *n) {
+    if (PyObject_GetBuffer(obj, b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        // not C-contiguous (numpy says so with a ValueError, other exporters a BufferError)
+        if (!PyErr_ExceptionMatches(PyExc_BufferError) && !PyErr_ExceptionMatches(PyExc_ValueError)) return -1;
+        PyErr_Clear();
+        return 0;
+    }
+    if (b->ndim == 1 && b->format && strcmp(b->format, "f") == 0 && (*n < 0 || b->shape[0] == *n)) {
+        if (*n < 0) *n = b->shape[0];
+        return 1;
+    }
+    PyBuffer_Release(b);
+    return 0;
+}
+
 /* An inference batch norm's per-channel scale and shift for folding into the convolution before it,
  * in float64 as numpy computes them from float32 vectors (each operation rounded on its own: no
  * contraction into fused multiply-adds): scale = gamma * (1 / sqrt(var + eps)), shift = (b - mean) * scale
  * + beta (gamma, beta, b: 1, 0, 0 where None), each then rounded to float32; whether every scale and shift is
- * finite. */
-__attribute__((optimize("fp-contract=off"))) static PyObject *py_bn_fold_f32(PyObject *self, PyObject *args) {
-    PyObject *objs[3];
-    Py_buffer var, mean, so, ho, opt[3];
-    int have[3] = {0, 0, 0}, ok = 1;
-    Py_ssize_t n_;
-    double eps;
+ * finite; None (nothing written) where an operand is not a 1-d C-contiguous float32 vector of var's length.
+ * (The checks are here, not in the Python caller: a load folds a batch norm per convolution, and the
+ * caller's attribute checks were most of a call.) */
+__attribute__((optimize("fp-contract=off"))) static PyObject *py_bn_fold_f32(PyObject *self, PyObject *const *args,
+                                                                              Py_ssize_t nargs) {
     (void)self;
-    if (!PyArg_ParseTuple(args, "y*y*OOOdw*w*n", &var, &mean, &objs[0], &objs[1], &objs[2], &eps, &so, &ho, &n_))
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "bn_fold_f32 takes 8 arguments");
         return NULL;
-    for (int i = 0; i < 3 && ok; i++) {
-        if (objs[i] == Py_None) continue;
-        if (PyObject_GetBuffer(objs[i], &opt[i], PyBUF_SIMPLE) < 0) ok = 0;
-        else have[i] = 1;
     }
-    static const char *names[3] = {"gamma", "beta", "bias"};
-    ok = ok && n_ >= 0 && need(&var, n_, "var") && need(&mean, n_, "mean") && need(&so, n_, "scale") &&
-         need(&ho, n_, "shift");
-    for (int i = 0; i < 3 && ok; i++) ok = !have[i] || need(&opt[i], n_, names[i]);
-    const Py_buffer *ins[5] = {&var, &mean, have[0] ? &opt[0] : NULL, have[1] ? &opt[1] : NULL,
-                               have[2] ? &opt[2] : NULL};
-    int overlap = ok && overlaps(&so, &ho);
-    for (int i = 0; i < 5 && ok; i++) overlap |= ins[i] && (overlaps(&so, ins[i]) || overlaps(&ho, ins[i]));
-    if (overlap) {
-        PyErr_SetString(PyExc_ValueError, "bn_fold_f32: scale or shift overlaps an operand");
-        ok = 0;
+    const double eps = PyFloat_AsDouble(args[5]);
+    if (eps == -1.0 && PyErr_Occurred()) return NULL;
+    /* var, mean, gamma, beta, bias (each taken in turn; None where absent), then scale and shift */
+    static const int order[7] = {0, 1, 2, 3, 4, 6, 7};
+    Py_buffer b[7];
+    int have[7] = {0, 0, 0, 0, 0, 0, 0}, state = 1;
+    Py_ssize_t n_ = -1;
+    for (int i = 0; i < 7 && state == 1; i++) {
+        PyObject *o = args[order[i]];
+        if (o == Py_None && i >= 2 && i <= 4) continue;
+        state = f32_vector(o, &b[i], &n_);
+        have[i] = state == 1;
     }
-    int finite = 1;
-    if (ok) {
-        const float *v = (const float *)var.buf, *m = (const float *)mean.buf;
-        const float *g = have[0] ? (const float *)opt[0].buf : NULL, *be = have[1] ? (const float *)opt[1].buf : NULL;
-        const float *bi = have[2] ? (const float *)opt[2].buf : NULL;
-        float *sc = (float *)so.buf, *sh = (float *)ho.buf;
-        for (Py_ssize_t c = 0; c < n_; c++) {
-            double scale = 1.0 / sqrt((double)v[c] + eps);
-            if (g) scale = (double)g[c] * scale;
-            double shift = bi ? (double)bi[c] - (double)m[c] : -(double)m[c];
-            shift = shift * scale;
-            if (be) shift = shift + (double)be[c];
-            sc[c] = (float)scale;
-            sh[c] = (float)shift;
-            finite &= isfinite(sh[c]) && isfinite(sc[c]);
+    PyObject *result = NULL;
+    if (state == 1 && n_ >= 0) {
+        int overlap = overlaps(&b[5], &b[6]);
+        for (int i = 0; i < 5; i++) overlap |= have[i] && (overlaps(&b[5], &b[i]) || overlaps(&b[6], &b[i]));
+        if (overlap) {
+            PyErr_SetString(PyExc_ValueError, "bn_fold_f32: scale or shift overlaps an operand");
+        } else if (b[5].readonly || b[6].readonly) {
+            PyErr_SetString(PyExc_ValueError, "bn_fold_f32: scale or shift is read-only");
+        } else {
+            const float *v = (const float *)b[0].buf, *m = (const float *)b[1].buf;
+            const float *g = have[2] ? (const float *)b[2].buf : NULL, *be = have[3] ? (const float *)b[3].buf : NULL;
+            const float *bi = have[4] ? (const float *)b[4].buf : NULL;
+            float *sc = (float *)b[5].buf, *sh = (float *)b[6].buf;
+            int finite = 1;
+            for (Py_ssize_t c = 0; c < n_; c++) {
+                double scale = 1.0 / sqrt((double)v[c] + eps);
+                if (g) scale = (double)g[c] * scale;
+                double shift = bi ? (double)bi[c] - (double)m[c] : -(double)m[c];
+                shift = shift * scale;
+                if (be) shift = shift + (double)be[c];
+                sc[c] = (float)scale;
+                sh[c] = (float)shift;
+                finite &= isfinite(sh[c]) && isfinite(sc[c]);
+            }
+            result = PyBool_FromLong(finite);
         }
+    } else if (state == 0) {
+        result = Py_NewRef(Py_None);
     }
-    PyBuffer_Release(&var);
-    PyBuffer_Release(&mean);
-    PyBuffer_Release(&so);
-    PyBuffer_Release(&ho);
-    for (int i = 0; i < 3; i++)
-        if (have[i]) PyBuffer_Release(&opt[i]);
-    if (!ok) return NULL;
-    return PyBool_FromLong(finite);
+    for (int i = 0; i < 7; i++)
+        if (have[i]) PyBuffer_Release(&b[i]);
+    return result;
 }
 
 static PyObject *py_scale_planes_f32(PyObject *self, PyObject *args) {
@@ -5170,11 +5191,12 @@ static PyMethodDef methods[] = {
      "arena such that buffers whose lifetimes [first, last] (node positions) overlap never overlap in memory: "
      "largest first (ties: lower index), each at the lowest multiple of align that fits between the overlapping "
      "buffers placed before it; arena: the end of the last byte used."},
-    {"bn_fold_f32", py_bn_fold_f32, METH_VARARGS,
-     "bn_fold_f32(var, mean, gamma|None, beta|None, bias|None, eps, scale, shift, n) -> bool: an inference batch "
-     "norm's float32 (n) vectors folded into scale = gamma * (1 / sqrt(var + eps)) and shift = (bias - mean) * "
+    {"bn_fold_f32", (PyCFunction)(void (*)(void))py_bn_fold_f32, METH_FASTCALL,
+     "bn_fold_f32(var, mean, gamma|None, beta|None, bias|None, eps, scale, shift) -> bool | None: an inference "
+     "batch norm's float32 vectors folded into scale = gamma * (1 / sqrt(var + eps)) and shift = (bias - mean) * "
      "scale + beta, computed in float64 one operation at a time (as numpy does) and rounded to float32; whether every "
-     "scale and shift is finite."},
+     "scale and shift is finite; None (nothing written) where an operand is not a 1-d C-contiguous float32 vector "
+     "of var's length."},
     {"permute_4b", py_permute_4b, METH_VARARGS,
      "permute_4b(x, out, geo): out (contiguous) = x's 4-byte elements at sum(i_k * stride_k) in row-major order "
      "of the sizes; geo: int64 [sizes..., strides...] of 1 to 8 dims (see kernels.permute_geometry)."},
