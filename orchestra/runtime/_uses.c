@@ -421,19 +421,25 @@ static PyObject *reads(PyObject *Py_UNUSED(self), PyObject *args) {
     PyObject *mentions, *defines, *outputs, *n;
     if (!PyArg_ParseTuple(args, "OOOO", &mentions, &defines, &outputs, &n)) return NULL;
     if (!PyDict_CheckExact(mentions) || !PyDict_CheckExact(defines) || !PyAnySet_CheckExact(outputs)) Py_RETURN_NONE;
-    PyObject *out = PyDict_New();
+    /* A copy of mentions (its order, its sets), then the defined values' replaced in place: most
+     * values are defined by no instruction, and a dict's copy is one pass over its table. */
+    PyObject *out = PyDict_Copy(mentions);
     if (out == NULL) return NULL;
     Py_ssize_t pos = 0;
-    PyObject *i, *ms;
-    while (PyDict_Next(mentions, &pos, &i, &ms)) {
+    PyObject *i, *d;
+    while (PyDict_Next(defines, &pos, &i, &d)) {
         Py_INCREF(i);
-        Py_INCREF(ms);
-        PyObject *d = PyDict_GetItemWithError(defines, i), *v = NULL;
-        if (d != NULL) v = PyNumber_Subtract(ms, d);
-        else if (!PyErr_Occurred()) v = Py_NewRef(ms);
-        int bad = v == NULL || PyDict_SetItem(out, i, v) < 0;
-        Py_XDECREF(v);
-        Py_DECREF(ms);
+        Py_INCREF(d);
+        PyObject *ms = PyDict_GetItemWithError(mentions, i), *v = NULL;
+        int bad = ms == NULL && PyErr_Occurred();
+        if (ms != NULL) {
+            Py_INCREF(ms);
+            v = PyNumber_Subtract(ms, d);
+            bad = v == NULL || PyDict_SetItem(out, i, v) < 0;
+            Py_XDECREF(v);
+            Py_DECREF(ms);
+        }
+        Py_DECREF(d);
         Py_DECREF(i);
         if (bad) {
             Py_DECREF(out);
