@@ -1291,3 +1291,162 @@ def test_the_chain_walk_leaves_odd_inputs_to_python() -> None:
         assert mt.ew_context() == () and mt.ew_chain(pc, set()) == mt.ew_chain_py(pc, set())
     mt._ew_ctx, mt._ew_ops = None, []
     assert mt.ew_context() == () and mt.ew_chain(pc, set()) == mt.ew_chain_py(pc, set())
+
+
+# -- _uses.ew_static_ok: an elementwise chain's memory checks in C ----------------------------------
+
+
+def _need_static() -> None:
+    if _optimize._match_static is None:
+        pytest.skip("orchestra.runtime._uses was not built (no C compiler)")
+
+
+def _static_c(mt: _optimize._Matcher, ew: _optimize._EwChain, skip: frozenset[int]) -> object:
+    st = mt.storage
+    ctx = (mt.cp.template, mt.cp.slots, mt.uses.written, st.regions, st.writes_at, np.ndarray, _optimize._ASK)
+    return _optimize._match_static.ew_static_ok(ctx, ew.x, ew.ops, skip)  # type: ignore[union-attr]
+
+
+def _chains_and_prefixes(mt: _optimize._Matcher, taken: set[int]) -> Iterator[_optimize._EwChain]:
+    """Every chain ew_chain finds (the Python walk), and each prefix of two operations or more."""
+    for pc in range(len(mt.instructions)):
+        ew = mt.ew_chain_py(pc, taken)
+        while ew is not None:
+            yield ew
+            ew = _optimize._EwChain(ew.x, ew.ops[:-1], ew.dtype) if len(ew.ops) > 2 else None
+
+
+@pytest.mark.parametrize("path", _MATCH_PROGRAMS, ids=lambda p: p.name)
+def test_the_chain_memory_checks_in_c_give_the_python_answers(path: pathlib.Path) -> None:
+    """_uses.ew_static_ok gives _ew_static_ok_py's answer for every chain (and prefix) of every
+    plan, with no instruction skipped and with the constant copies optimize_steps folds; it
+    leaves none of them to the Python code (MobileNetV3 has both answers)."""
+    _need_static()
+    seen = set()
+    for mt in _matchers(path):
+        copies = frozenset(pc for pc in mt.copy_candidates() if _optimize._constant_copy(mt, pc) is not None)
+        for taken, skip in ((set(), frozenset()), (set(copies), copies)):
+            for ew in _chains_and_prefixes(mt, taken):
+                c = _static_c(mt, ew, skip)
+                assert c is not _optimize._ASK and c is _optimize._ew_static_ok_py(mt, ew, skip), (ew, skip)
+                seen.add(c)
+    if path.name == "mobilenet_v3.portable.pte":  # (a hardswish's division whose scalar shares the input's memory)
+        assert seen == {True, False}
+
+
+def test_plans_are_compiled_the_same_with_the_chain_memory_checks_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rewrites (constants' bytes included), step spans and derived values of every method
+    of every program are the same with _ew_static_ok's checks in C and without them."""
+    _need_static()
+    on = [_compiled(p) for p in _MATCH_PROGRAMS]
+    monkeypatch.setattr(_optimize, "_match_static", None)
+    assert [_compiled(p) for p in _MATCH_PROGRAMS] == on
+
+
+def _random_storage(mt: _optimize._Matcher, seed: int, slots: bool = False) -> None:
+    """Give a random elementwise matcher's storage regions in two memories that often overlap,
+    and the writes of its instructions (plus stray writes of other values); with ``slots``,
+    make some planned values dynamic or not planned (after its chains were found: the walk
+    takes static operands only)."""
+    import random
+
+    rnd = random.Random(seed)
+    st = mt.storage
+    st.regions = {}
+    for i, slot in enumerate(mt.cp.slots):
+        if slot is not None or rnd.random() < 0.1:  # (a region without a slot: answered all the same)
+            lo = rnd.randrange(0, 32, 8)
+            st.regions[i] = (rnd.randrange(2), lo, lo + rnd.choice((0, 8, 16, 24)))
+    st.writes_at = [list(a.args[-1:]) for a in mt.instructions]  # type: ignore[attr-defined]
+    for ws in st.writes_at:
+        if rnd.random() < 0.3:
+            ws.insert(0, rnd.randrange(len(mt.cp.slots)))
+    if slots:
+        dynamic = type("Slot", (), {"dynamic": True})()
+        for i, slot in enumerate(mt.cp.slots):
+            if slot is not None and rnd.random() < 0.1:
+                mt.cp.slots[i] = rnd.choice((dynamic, None))
+
+
+def test_the_chain_memory_checks_in_c_on_random_plans() -> None:
+    """On random plans (dynamic and unplanned operands, operands written inside the chain,
+    regions overlapping the output, instructions skipped), the C checks give the Python answer
+    for every chain and prefix; every way to fail is reached."""
+    _need_static()
+    seen: dict[str, int] = {}
+    for seed in range(400):
+        mt = _random_ew_matcher(seed)
+        chains = list(_chains_and_prefixes(mt, set()))
+        _random_storage(mt, seed, slots=True)
+        n = len(mt.instructions)
+        for skip in (frozenset(), frozenset({seed % n, (seed // 3) % n})):
+            for ew in chains:
+                c, py = _static_c(mt, ew, skip), _optimize._ew_static_ok_py(mt, ew, skip)
+                assert c is not _optimize._ASK and c is py, (seed, ew, skip)
+                seen[str(py)] = seen.get(str(py), 0) + 1
+                st = mt.storage
+                for v, p in ew.reads():
+                    if mt.constant(v) is None and not st.static(v):
+                        seen["not static"] = seen.get("not static", 0) + 1
+                    elif mt.constant(v) is None and p != ew.pcs[0] and v != ew.out and st.overlap(v, ew.out):
+                        seen["overlaps out"] = seen.get("overlaps out", 0) + 1
+                    elif mt.constant(v) is None and st.written_between(v, p, ew.pcs[-1], skip | set(ew.pcs)):
+                        seen["written"] = seen.get("written", 0) + 1
+    for k in ("True", "False", "not static", "overlaps out", "written"):
+        assert seen.get(k, 0) > 0, (k, seen)
+
+
+def test_the_chain_memory_checks_leave_odd_inputs_to_python() -> None:
+    """Inputs of a shape _Matcher and _Storage don't make give _ASK (the Python code then
+    answers, raising where it always did): an index out of range, a value or pc not an int, a
+    spec of another shape, skip not a set, a writes list not a list; no operations; a context
+    that is not a tuple, or short, raises."""
+    _need_static()
+    ask = _optimize._ASK
+    f = _optimize._match_static.ew_static_ok  # type: ignore[union-attr]
+    mt, ew = next((m, e) for s in range(50) if _random_storage(m := _random_ew_matcher(s), s) is None
+                  for e in _chains_and_prefixes(m, set()) if _optimize._ew_static_ok_py(m, e))
+    st = mt.storage
+    ctx = (mt.cp.template, mt.cp.slots, mt.uses.written, st.regions, st.writes_at, np.ndarray, ask)
+    assert f(ctx, ew.x, ew.ops, frozenset()) is True and f(ctx, ew.x, ew.ops, set()) is True
+    assert f(ctx, ew.x, ew.ops, [1]) is ask and f(ctx, ew.x, (), frozenset()) is ask
+    assert f(ctx, ew.x, list(ew.ops), frozenset()) is ask
+    assert f(ctx, len(mt.cp.template), ew.ops, frozenset()) is ask and f(ctx, -1, ew.ops, frozenset()) is ask
+    assert f(ctx, 1 << 70, ew.ops, frozenset()) is ask and f(ctx, float(ew.x), ew.ops, frozenset()) is ask
+    op = ew.ops[0]
+    for odd in ((float(op[0]), *op[1:]), (op[0], op[1], list(op[2]), op[3]), (op[0], op[1], op[2][:2], op[3]),
+                op[:3], (op[0], op[1], (b"u", *op[2][1:]), op[3])):
+        assert f(ctx, ew.x, (odd, *ew.ops[1:]), frozenset()) is ask, odd
+    assert f((ctx[0], ctx[1][:ew.x], *ctx[2:]), ew.x, ew.ops, frozenset()) is ask
+    for k, odd in ((0, tuple(ctx[0])), (1, tuple(ctx[1])), (2, list(ctx[2])), (3, list(ctx[3].items())),
+                   (4, tuple(ctx[4])), (5, None)):
+        assert f((*ctx[:k], odd, *ctx[k + 1:]), ew.x, ew.ops, frozenset()) is ask, k
+    # A writes entry, region or slot of another shape, where the checks reach it (a writes
+    # entry: in a chain that steps over an instruction).
+    mt2, ew2 = next((m, e) for s in range(400) if _random_storage(m := _random_ew_matcher(s), s) is None
+                    for e in _chains_and_prefixes(m, set()) if _optimize._ew_static_ok_py(m, e)
+                    and any(q not in e.pcs for q in range(e.pcs[0], e.pcs[-1])))
+    ctx2 = (mt2.cp.template, mt2.cp.slots, mt2.uses.written, mt2.storage.regions, mt2.storage.writes_at, np.ndarray, ask)
+    assert f(ctx2, ew2.x, ew2.ops, frozenset()) is True
+    odd_writes = [[float(w) for w in ws] + [0.5] for ws in ctx2[4]]
+    assert f((*ctx2[:4], odd_writes, *ctx2[5:]), ew2.x, ew2.ops, frozenset()) is ask
+    odd_writes = [(*ws,) for ws in ctx2[4]]
+    assert f((*ctx2[:4], odd_writes, *ctx2[5:]), ew2.x, ew2.ops, frozenset()) is ask
+    assert f((*ctx2[:4], ctx2[4][:ew2.pcs[0] + 1], *ctx2[5:]), ew2.x, ew2.ops, frozenset()) is ask
+    odd_regions = {i: (float(r[0]), r[1], r[2]) for i, r in ctx[3].items()}
+    planned_read = any(mt.constant(v) is None for v, _ in ew.reads())
+    assert (f((*ctx[:3], odd_regions, *ctx[4:]), ew.x, ew.ops, frozenset()) is ask) == planned_read
+    odd_slot = type("Slot", (), {"dynamic": 0})()
+    odd_slots = [odd_slot if s is not None else None for s in ctx[1]]
+    assert (f((ctx[0], odd_slots, *ctx[2:]), ew.x, ew.ops, frozenset()) is ask) == planned_read
+    with pytest.raises(TypeError):
+        f(list(ctx), ew.x, ew.ops, frozenset())
+    with pytest.raises(TypeError):
+        f(ctx[:-1], ew.x, ew.ops, frozenset())
+    # What _ew_static_ok does with an ask: the Python code answers (and raises where it does).
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(_optimize, "_match_static", None)
+        assert _optimize._ew_static_ok(mt, ew) is True
+    bad = _optimize._EwChain(len(mt.cp.template) + 5, ew.ops, ew.dtype)
+    with pytest.raises(IndexError):
+        _optimize._ew_static_ok(mt, bad)

@@ -224,6 +224,9 @@ _match_folds = _uses
 # _Matcher.ew_chain's walk in C (over the ew_ops table, so on only where _match is too): a
 # switch of its own for tests and benchmarks.
 _match_chains = _uses
+# _ew_static_ok's memory checks in C (asked of every elementwise chain found, and again of each
+# shorter prefix): a switch of its own for tests and benchmarks.
+_match_static = _uses
 # A matcher's answer the C table leaves to the Python code.
 _ASK = object()
 
@@ -2014,12 +2017,27 @@ def _ew_static_ok(mt: _Matcher, ew: _EwChain, skip: frozenset[int] = frozenset()
     operands are not written between where they were read and the chain's last instruction
     (except by the chain's own dropped writes), and its output, written from the first
     operation on, shares no memory with those that later operations read. ``skip``:
-    instructions that won't run (constant copies folded away)."""
+    instructions that won't run (constant copies folded away).
+
+    Answered in C where it is built (``_uses.ew_static_ok``: a dozen Python calls per operand
+    here); ``_ew_static_ok_py`` answers what it leaves."""
+    if _match_static is not None:
+        st = mt.storage
+        found = _match_static.ew_static_ok(
+            (mt.cp.template, mt.cp.slots, mt.uses.written, st.regions, st.writes_at, np.ndarray, _ASK), ew.x, ew.ops, skip)
+        if found is not _ASK:
+            return found  # type: ignore[no-any-return]
+    return _ew_static_ok_py(mt, ew, skip)
+
+
+def _ew_static_ok_py(mt: _Matcher, ew: _EwChain, skip: frozenset[int] = frozenset()) -> bool:
+    """_ew_static_ok's Python code."""
     st = mt.storage
-    pcs = frozenset(ew.pcs)
-    last = ew.pcs[-1]
+    pcs = ew.pcs
+    last = pcs[-1]
     out = ew.out
-    first = ew.pcs[0]
+    first = pcs[0]
+    excl = skip.union(pcs)  # (once, not per operand: skip holds every folded copy of the plan)
     for v, p in ew.reads():
         if mt.constant(v) is not None:
             continue
@@ -2029,7 +2047,7 @@ def _ew_static_ok(mt: _Matcher, ew: _EwChain, skip: frozenset[int] = frozenset()
         # overlapping its out first); later ones read them after out has been written.
         if p != first and (v == out or st.overlap(v, out)):
             return False
-        if st.written_between(v, p, last, pcs | skip):
+        if st.written_between(v, p, last, excl):
             return False
     return True
 

@@ -421,19 +421,25 @@ static PyObject *reads(PyObject *Py_UNUSED(self), PyObject *args) {
     PyObject *mentions, *defines, *outputs, *n;
     if (!PyArg_ParseTuple(args, "OOOO", &mentions, &defines, &outputs, &n)) return NULL;
     if (!PyDict_CheckExact(mentions) || !PyDict_CheckExact(defines) || !PyAnySet_CheckExact(outputs)) Py_RETURN_NONE;
-    PyObject *out = PyDict_New();
+    /* A copy of mentions (its order, its sets), then the defined values' replaced in place: most
+     * values are defined by no instruction, and a dict's copy is one pass over its table. */
+    PyObject *out = PyDict_Copy(mentions);
     if (out == NULL) return NULL;
     Py_ssize_t pos = 0;
-    PyObject *i, *ms;
-    while (PyDict_Next(mentions, &pos, &i, &ms)) {
+    PyObject *i, *d;
+    while (PyDict_Next(defines, &pos, &i, &d)) {
         Py_INCREF(i);
-        Py_INCREF(ms);
-        PyObject *d = PyDict_GetItemWithError(defines, i), *v = NULL;
-        if (d != NULL) v = PyNumber_Subtract(ms, d);
-        else if (!PyErr_Occurred()) v = Py_NewRef(ms);
-        int bad = v == NULL || PyDict_SetItem(out, i, v) < 0;
-        Py_XDECREF(v);
-        Py_DECREF(ms);
+        Py_INCREF(d);
+        PyObject *ms = PyDict_GetItemWithError(mentions, i), *v = NULL;
+        int bad = ms == NULL && PyErr_Occurred();
+        if (ms != NULL) {
+            Py_INCREF(ms);
+            v = PyNumber_Subtract(ms, d);
+            bad = v == NULL || PyDict_SetItem(out, i, v) < 0;
+            Py_XDECREF(v);
+            Py_DECREF(ms);
+        }
+        Py_DECREF(d);
         Py_DECREF(i);
         if (bad) {
             Py_DECREF(out);
@@ -2546,6 +2552,163 @@ static PyObject *ew_chain(PyObject *Py_UNUSED(self), PyObject *args) {
 
 /* ---- end s40-h ---------------------------------------------------------------------------- */
 
+/* ---- s40-j: _ew_static_ok's memory checks ------------------------------------------------- */
+
+/* What ew_static_ok reads of a plan and its storage. */
+typedef struct {
+    PyObject *template_, *slots, *written, *regions, *writes_at, *ndarray_t, *skip, *s_dynamic;
+    const int64_t *pcs;  /* the chain's instructions */
+    Py_ssize_t npcs;
+} Sj;
+
+/* The most operations of a chain handled here (a chain is a handful; more: ASK). */
+#define SJ_MAX_OPS 256
+
+/* v as an index into template and slots (both in range): 1, ASK, -1. */
+static int sj_index(const Sj *s, PyObject *v, Py_ssize_t *k) {
+    int64_t x = 0;
+    int r = get_i64(v, &x);
+    if (r != 1) return r < 0 ? -1 : ASK;
+    if (x < 0 || x >= PyList_GET_SIZE(s->template_) || x >= PyList_GET_SIZE(s->slots)) return ASK;
+    *k = (Py_ssize_t)x;
+    return 1;
+}
+
+/* _Matcher.constant(v) is not None: 1, 0, ASK, -1. */
+static int sj_constant(const Sj *s, PyObject *v, Py_ssize_t k) {
+    int r = PyObject_IsInstance(PyList_GET_ITEM(s->template_, k), s->ndarray_t);
+    if (r <= 0) return r;
+    if (PyList_GET_ITEM(s->slots, k) != Py_None) return 0;
+    r = PySet_Contains(s->written, v);
+    return r < 0 ? -1 : !r;
+}
+
+/* _Storage.static(v): 1, 0, ASK, -1. */
+static int sj_static(const Sj *s, Py_ssize_t k) {
+    PyObject *slot = PyList_GET_ITEM(s->slots, k);
+    if (slot == Py_None) return 0;
+    PyObject *dyn = PyObject_GetAttr(slot, s->s_dynamic);
+    if (dyn == NULL) return -1;
+    int r = dyn == Py_False ? 1 : dyn == Py_True ? 0 : ASK;
+    Py_DECREF(dyn);
+    return r;
+}
+
+/* _Storage.overlap of two regions as region_of answered them (rv, rw: 1 planned, 0 not). */
+static int sj_overlap(int rv, const int64_t a[3], int rw, const int64_t b[3]) {
+    return rv == 1 && rw == 1 && a[0] == b[0] && a[1] < b[2] && b[1] < a[2];
+}
+
+/* _Storage.written_between(v, start, stop, pcs | skip): 1, 0, ASK, -1. ``rv``/``a``: v's region. */
+static int sj_written_between(const Sj *s, int64_t v, int rv, const int64_t a[3], int64_t start, int64_t stop) {
+    for (int64_t pc = start + 1; pc < stop; pc++) {
+        int mine = 0;
+        for (Py_ssize_t j = 0; j < s->npcs && !mine; j++) mine = s->pcs[j] == pc;
+        if (mine) continue;
+        if (pc < 0 || pc >= PyList_GET_SIZE(s->writes_at)) return ASK;
+        PyObject *pc_o = PyLong_FromLongLong((long long)pc);
+        if (pc_o == NULL) return -1;
+        int r = PySet_Contains(s->skip, pc_o);
+        Py_DECREF(pc_o);
+        if (r < 0) return -1;
+        if (r) continue;
+        PyObject *ws = PyList_GET_ITEM(s->writes_at, (Py_ssize_t)pc);
+        if (!PyList_CheckExact(ws)) return ASK;
+        for (Py_ssize_t j = 0; j < PyList_GET_SIZE(ws); j++) {
+            PyObject *w = PyList_GET_ITEM(ws, j);
+            int64_t wv = 0, b[3] = {0, 0, 0};
+            r = get_i64(w, &wv);
+            if (r != 1) return r < 0 ? -1 : ASK;
+            if (wv == v) return 1;
+            int rw = region_of(s->regions, w, b);
+            if (rw < 0 || rw == ASK) return rw;
+            if (sj_overlap(rv, a, rw, b)) return 1;
+        }
+    }
+    return 0;
+}
+
+/* One read of the chain, value v at instruction p: 1 it passes, 0 the chain fails, ASK, -1. */
+static int sj_read(const Sj *s, PyObject *v, PyObject *p_o, int64_t first, int64_t last, PyObject *out) {
+    Py_ssize_t k = 0;
+    int64_t p = 0, vi = 0, a[3] = {0, 0, 0}, b[3] = {0, 0, 0};
+    int r = sj_index(s, v, &k);
+    if (r == 1) r = sj_constant(s, v, k);
+    if (r != 0) return r == 1 ? 1 : r;  /* a constant: no memory checks */
+    r = sj_static(s, k);
+    if (r != 1) return r;
+    if (get_i64(p_o, &p) != 1 || get_i64(v, &vi) != 1) return PyErr_Occurred() ? -1 : ASK;
+    int rv = region_of(s->regions, v, a);
+    if (rv < 0 || rv == ASK) return rv;
+    if (p != first) {
+        int64_t oi = 0;
+        r = get_i64(out, &oi);
+        if (r != 1) return r < 0 ? -1 : ASK;
+        if (oi == vi) return 0;
+        int ro = region_of(s->regions, out, b);
+        if (ro < 0 || ro == ASK) return ro;
+        if (sj_overlap(rv, a, ro, b)) return 0;
+    }
+    r = sj_written_between(s, vi, rv, a, p, last);
+    return r == 1 ? 0 : r == 0 ? 1 : r;
+}
+
+/* ew_static_ok(context, x, ops, skip) -> _ew_static_ok(mt, _EwChain(x, ops, _), skip): True,
+ * False, or ``ask`` where the Python code is to answer (an input not of the shape _Matcher and
+ * _Storage make). context: (template, slots, written, regions, writes_at, ndarray, ask). */
+static PyObject *ew_static_ok(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *ctx, *x, *ops, *skip, *ask;
+    Sj s = {0};
+    if (!PyArg_ParseTuple(args, "O!OOO", &PyTuple_Type, &ctx, &x, &ops, &skip)) return NULL;
+    if (!PyArg_ParseTuple(ctx, "OOOOOOO", &s.template_, &s.slots, &s.written, &s.regions, &s.writes_at,
+                          &s.ndarray_t, &ask))
+        return NULL;
+    s.skip = skip;
+    int64_t pcs[SJ_MAX_OPS];
+    s.pcs = pcs;
+    int r = PyList_CheckExact(s.template_) && PyList_CheckExact(s.slots) && PyAnySet_CheckExact(s.written) &&
+                    PyDict_CheckExact(s.regions) && PyList_CheckExact(s.writes_at) && PyType_Check(s.ndarray_t) &&
+                    PyAnySet_CheckExact(skip) && PyTuple_CheckExact(ops) && PyTuple_GET_SIZE(ops) > 0 &&
+                    PyTuple_GET_SIZE(ops) <= SJ_MAX_OPS
+                ? 1
+                : ASK;
+    /* Each operation (pc, name, spec, out): its pc an int, its spec a tuple led by a str. */
+    for (Py_ssize_t j = 0; r == 1 && j < PyTuple_GET_SIZE(ops); j++) {
+        PyObject *op = PyTuple_GET_ITEM(ops, j);
+        if (!PyTuple_CheckExact(op) || PyTuple_GET_SIZE(op) != 4 || !PyTuple_CheckExact(PyTuple_GET_ITEM(op, 2)) ||
+            PyTuple_GET_SIZE(PyTuple_GET_ITEM(op, 2)) < 3 ||
+            !PyUnicode_CheckExact(PyTuple_GET_ITEM(PyTuple_GET_ITEM(op, 2), 0))) {
+            r = ASK;
+            break;
+        }
+        int g = get_i64(PyTuple_GET_ITEM(op, 0), &pcs[j]);
+        if (g != 1) r = g < 0 ? -1 : ASK;
+        s.npcs = j + 1;
+    }
+    s.s_dynamic = r == 1 ? PyUnicode_InternFromString("dynamic") : NULL;
+    if (r == 1 && s.s_dynamic == NULL) r = -1;
+    if (r == 1) {
+        Py_ssize_t nops = PyTuple_GET_SIZE(ops);
+        PyObject *op0 = PyTuple_GET_ITEM(ops, 0), *op_last = PyTuple_GET_ITEM(ops, nops - 1);
+        int64_t first = pcs[0], last = pcs[nops - 1];
+        PyObject *out = PyTuple_GET_ITEM(op_last, 3);
+        /* ew.reads(): the input at the first operation, then each binary operation's other operand. */
+        r = sj_read(&s, x, PyTuple_GET_ITEM(op0, 0), first, last, out);
+        for (Py_ssize_t j = 0; r == 1 && j < nops; j++) {
+            PyObject *op = PyTuple_GET_ITEM(ops, j), *spec = PyTuple_GET_ITEM(op, 2);
+            int b = PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(spec, 0), "b");
+            if (b == -1 && PyErr_Occurred()) r = -1;
+            else if (b == 0) r = sj_read(&s, PyTuple_GET_ITEM(spec, 2), PyTuple_GET_ITEM(op, 0), first, last, out);
+        }
+    }
+    Py_XDECREF(s.s_dynamic);
+    if (r < 0) return NULL;
+    if (r == ASK) return Py_NewRef(ask);
+    return PyBool_FromLong(r);
+}
+
+/* ---- end s40-j ---------------------------------------------------------------------------- */
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS,
      "scan(instructions, rets, lists, ops, KernelCall, MoveCall, FreeCall) -> (mentions, writers, defines, "
@@ -2583,6 +2746,8 @@ static PyMethodDef methods[] = {
      "same_bytes(regions, slots) -> value -> its group of values with the same bytes and dtype, or None."},
     {"ew_chain", ew_chain, METH_VARARGS,
      "ew_chain(context, pc, taken) -> _Matcher.ew_chain's (x, ops, dtype), None, or ask (the Python code's)."},
+    {"ew_static_ok", ew_static_ok, METH_VARARGS,
+     "ew_static_ok(context, x, ops, skip) -> _ew_static_ok's answer for that chain, or ask (the Python code's)."},
     {NULL, NULL, 0, NULL},
 };
 
