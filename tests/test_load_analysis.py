@@ -485,7 +485,7 @@ def _check_conv_folds(mt: _optimize._Matcher) -> None:
                for pc in range(len(mt.instructions)))
 
 
-@pytest.mark.parametrize("switch", ["_match", "_match_folds"])
+@pytest.mark.parametrize("switch", ["_match", "_match_folds", "_match_chains"])
 @pytest.mark.parametrize("path", _MATCH_PROGRAMS, ids=lambda p: p.name)
 def test_plans_are_compiled_the_same_with_the_matcher_tables_off(path: pathlib.Path, switch: str,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
@@ -1089,3 +1089,184 @@ def test_the_constant_copy_table_in_c_is_the_python_one_on_random_plans(seed: in
     mt.instructions[pc] = KernelCall(0, list(mt.instructions[pc].args))  # type: ignore[attr-defined]
     mt._copies = None
     assert mt.const_copies()[pc] is _optimize._ASK
+
+
+# -- _Matcher's layout chains in C (_optimize._match_chains) against its Python code ------------
+
+def _c_producer(mt: _optimize._Matcher, value: object, reader: int) -> object:
+    """producer's C answer (with the matcher's cache of group defines, as layout_chain's)."""
+    return _optimize._match_chains.producer(mt.storage.same_bytes(), mt._chain_defs, mt.uses.defines,  # type: ignore[union-attr]
+                                            value, reader, _optimize._ASK)
+
+
+def _c_chain(mt: _optimize._Matcher, pc: int, k: int, links: object) -> object:
+    """_uses.layout_chain's answer for operand ``k`` of instruction ``pc``."""
+    return _optimize._match_chains.layout_chain(  # type: ignore[union-attr]
+        mt.instructions[pc].args[k], pc, _optimize._MAX_LINKS, links, mt.storage.same_bytes(), mt._chain_defs,  # type: ignore[attr-defined]
+        mt.uses.defines, mt.values, mt.cp.template, _optimize._NUMPY_OF, _optimize.Tensor, _optimize._ASK)
+
+
+def _chain_questions(mt: _optimize._Matcher) -> Iterator[tuple[int, int]]:
+    """(reader, operand) of every tensor operand of every instruction (beyond what the plan's
+    matmuls and delegates ask: a superset of the questions optimize_steps asks)."""
+    for pc, a in enumerate(mt.instructions):
+        for k in range(len(getattr(a, "args", ()))):
+            yield pc, k
+
+
+@pytest.mark.parametrize("path", _MATCH_PROGRAMS, ids=lambda p: p.name)
+def test_the_layout_chains_in_c_are_the_python_ones(path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """For every operand of every instruction, the chain walked in C is layout_chain_py's and
+    was not left to it; producer's C answer is the Python one for every (value, reader) the
+    walks ask and for every planned value at a few readers."""
+    _need_match()
+    asked: list[tuple[int, int]] = []
+    real = _optimize._Matcher.producer
+
+    def spy(self: _optimize._Matcher, value: int, reader: int) -> tuple[int, int] | None:
+        asked.append((value, reader))
+        return real(self, value, reader)
+
+    monkeypatch.setattr(_optimize._Matcher, "producer", spy)
+    for mt in _matchers(path):
+        links = mt.layout_links()
+        for pc, k in _chain_questions(mt):
+            found = _c_chain(mt, pc, k, links)
+            assert found is not None and found is not _optimize._ASK, (pc, k)
+            assert [_optimize._Link(*t) for t in found] == mt.layout_chain(pc, k) == mt.layout_chain_py(pc, k), (pc, k)
+        st = mt.storage
+        for value in st.regions:
+            asked.extend((value, r) for r in {0, 1, st.n // 2, st.n - 1, st.n, *mt.uses.defines.get(value, ())})
+        for value, reader in asked:
+            assert _c_producer(mt, value, reader) == real(mt, value, reader), (value, reader)
+        asked.clear()
+
+
+def _fuzz_chain_matcher(seed: int) -> _optimize._Matcher:
+    """A _Matcher (made without a program: what producer and layout_chain read) over random
+    same-bytes groups, defines and layout links: chains of every length up to past _MAX_LINKS,
+    links whose out is another value of the group (read with another shape), values defined
+    several times, at one position by several of a group, not at all, links left to Python."""
+    from types import SimpleNamespace
+
+    from orchestra.program import EValue, Tensor
+
+    rng = np.random.default_rng(seed)
+    nv, n = 80, 160
+    values = tuple(EValue(Tensor(6, int(rng.random() < 0.03), (int(rng.integers(1, 5)), 6), (0, 1))) for _ in range(nv))
+    groups: dict[int, list[int]] = {}
+    pool = [int(v) for v in rng.permutation(nv)]
+    while len(pool) > 1 and len(groups) < nv // 2:
+        g = [pool.pop() for _ in range(min(len(pool), int(rng.integers(2, 5))))]
+        for x in g:
+            groups[x] = g
+    defines: dict[int, set[int]] = {}
+    for v in range(nv):
+        for _ in range(int(rng.integers(0, 4))):
+            defines.setdefault(v, set()).add(int(rng.integers(0, n)))
+    for g in set(map(id, groups.values())):  # several of a group defined at one position
+        members = next(x for x in groups.values() if id(x) == g)
+        if rng.random() < 0.3:
+            w = int(rng.integers(0, n))
+            for x in members:
+                defines.setdefault(x, set()).add(w)
+    ask = _optimize._ASK
+    links: list[object] = []
+    for pc in range(n):
+        r = rng.random()
+        outs = [v for v, ws in defines.items() if pc in ws]
+        if r < 0.15 or not outs:
+            links.append(None)
+        elif r < 0.18:
+            links.append(ask)
+        else:
+            out = outs[int(rng.integers(len(outs)))]
+            links.append((int(rng.integers(nv)), out, (("T", (1, 0)),)))
+    plan = SimpleNamespace(values=values)
+    cp = SimpleNamespace(template=[None] * nv, plan=plan)
+    mt = object.__new__(_optimize._Matcher)
+    mt.cp, mt.values, mt.instructions = cp, values, [SimpleNamespace(args=(int(v),)) for v in rng.integers(0, nv, n)]
+    mt.uses = _optimize.PlanUses(mentions={}, written=frozenset(), defines=defines, outputs=frozenset(), straight=True)
+    mt.storage = object.__new__(_Storage)
+    mt.storage._same_bytes = groups
+    mt._links, mt._chain_defs, mt._group_defs = links, {}, {}
+    return mt
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_layout_chains_in_c_are_the_python_ones_on_random_plans(seed: int) -> None:
+    """Random groups, defines and links: producer's C answer is the Python one for every value
+    at every reader; each chain walked in C is the Python one, or left to it (a link the table
+    leaves to Python, a value read with another shape that isn't static: Python's raises)."""
+    _need_match()
+    mt = _fuzz_chain_matcher(seed)
+    n, nv = len(mt.instructions), len(mt.values)
+    for value in range(nv):
+        for reader in range(-1, n + 2):
+            assert _c_producer(mt, value, reader) == mt.producer(value, reader), (value, reader)
+    lengths, left = set(), 0
+    for pc in range(n):
+        found = _c_chain(mt, pc, 0, mt._links)
+        try:
+            py = mt.layout_chain_py(pc, 0)
+        except TypeError:  # static_tensor(cur) is None: the C code leaves it
+            assert found is _optimize._ASK
+            left += 1
+            continue
+        if found is _optimize._ASK:
+            left += 1
+            assert mt.layout_chain(pc, 0) == py
+            continue
+        assert [_optimize._Link(*t) for t in found] == py == mt.layout_chain(pc, 0), pc  # type: ignore[union-attr]
+        lengths.add(len(py))
+    assert {0, 1, 2} <= lengths and left < n // 2
+
+
+def test_the_layout_chains_leave_odd_inputs_to_python() -> None:
+    """Inputs of another type: None (the Python code walks); a value not an exact int (a bool, a
+    big int), a define not an int, defines not a set, a link of another shape: _ASK."""
+    _need_match()
+    u, ask = _optimize._match_chains, _optimize._ASK
+    assert u is not None
+    g = [1, 2]
+    groups, defines = {1: g, 2: g}, {1: {5}, 2: {5, 7}}
+    table: dict[int, bytes] = {}
+    assert u.producer(groups, table, defines, 2, 6, ask) == (5, 2)
+    assert table[1] is table[2]  # one per group
+    assert u.producer(groups, table, defines, 1, 6, ask) == (5, 1)
+    assert u.producer(groups, table, defines, 1, 9, ask) == (7, 2)
+    assert u.producer(groups, table, defines, 1, 5, ask) is None
+    assert u.producer({}, {}, {3: {4, 8}}, 3, 9, ask) == (8, 3) and u.producer({}, {}, {}, 3, 9, ask) is None
+    for odd in ([], {}, {}), ({}, [], {}), ({}, {}, []):
+        assert u.producer(*odd, 1, 9, ask) is ask
+    assert u.producer({}, {}, {}, True, 9, ask) is ask and u.producer({}, {}, {}, 1 << 70, 9, ask) is ask
+    assert u.producer({}, {}, {3: {True}}, 3, 9, ask) is ask and u.producer({}, {}, {3: [4]}, 3, 9, ask) is ask
+    assert u.producer({}, {1: b"123"}, {}, 1, 9, ask) is ask  # (a cache it did not make)
+    assert u.producer({1: (1, 2)}, {}, {}, 1, 9, ask) is ask  # a group not a list
+    assert u.producer({1: [True, 1]}, {}, {}, 1, 9, ask) is ask  # a member not an exact int
+    assert u.producer({1: [2, 3]}, {}, {}, 1, 9, ask) is ask  # not in its own group
+    from orchestra.program import EValue, Tensor
+
+    values = (EValue(Tensor(6, 0, (2, 3), (0, 1))), EValue(Tensor(6, 0, (3, 2), (0, 1))))
+    args = ([None, (0, 1, (("T", (1, 0)),))], {}, {}, {1: {1}}, values, [None, None], _optimize._NUMPY_OF, Tensor, ask)
+    assert u.layout_chain(1, 2, 8, *args) == [(1, 0, 1, 2, 1, (("T", (1, 0)),))]
+    assert u.layout_chain(1, 2, 0, *args) == []
+    assert u.layout_chain(True, 2, 8, *args) is ask
+    for k, odd in ((0, ()), (1, []), (2, []), (3, ()), (4, list(values)), (5, ()), (6, []), (7, 0)):
+        bad = list(args)
+        bad[k] = odd
+        assert u.layout_chain(1, 2, 8, *bad) is None, k
+    for link in (ask, (0, 1), (0, True, ()), (True, 1, ()), [0, 1, ()]):
+        bad = list(args)
+        bad[0] = [None, link]
+        assert u.layout_chain(1, 2, 8, *bad) is ask, link
+    bad = list(args)
+    bad[0] = [None, None, None]
+    bad[3] = {1: {7}}
+    assert u.layout_chain(1, 9, 8, *bad) is ask  # a define past the table
+    bad = list(args)
+    bad[4] = (EValue(Tensor(6, 0, (2, 3), (0, 1))), EValue(Tensor(6, 0, (3, 2), (0, 1), shape_dynamism=1)))
+    bad[0] = [None, (0, 2, ())]
+    bad[1], bad[2] = {1: [1, 2], 2: [1, 2]}, {}
+    bad[3] = {2: {1}}
+    assert u.layout_chain(1, 2, 8, *bad) is ask  # read as a value of dynamic shape: Python's raises

@@ -221,6 +221,9 @@ _match = _uses
 # Its tables of the folds (convolutions with their batch norms, constant copies), on only where
 # _match is too: a switch of their own for tests and benchmarks.
 _match_folds = _uses
+# Its layout chains (producer's table, layout_chain's walk), on only where _match is too: a
+# switch of their own for tests and benchmarks.
+_match_chains = _uses
 # A matcher's answer the C table leaves to the Python code.
 _ASK = object()
 
@@ -950,6 +953,9 @@ class _Matcher:
         # conv_folds' tables (conv, _read_conv_static, batch_norm_fold's checks), the same way
         self._folds: tuple[list[Any], list[Any], list[Any]] | None = None
         self._copies: list[Any] | None = None  # const_copies', the same way
+        # producer's sorted defines of each same-bytes group asked about, made in C by
+        # _uses.layout_chain (value -> int64 pairs; one bytes object per group)
+        self._chain_defs: dict[int, bytes] = {}
 
     # -- helpers ----------------------------------------------------------------------------
     def kernel_call(self, pc: int, name: str, nparams: int) -> tuple[tuple[int, ...], set[int]] | None:
@@ -1520,7 +1526,23 @@ class _Matcher:
 
     def layout_chain(self, pc: int, k: int) -> list[_Link]:
         """The layout instructions producing operand ``k`` of instruction ``pc``, nearest
-        first, each read only through the next (checked later)."""
+        first, each read only through the next (checked later).
+
+        Walked in C where it is built (a transformer asks a few hundred times, each a few
+        producer and layout_link questions here); layout_chain_py is the same walk."""
+        links = self._links
+        if links is None:
+            links = self._links = self.layout_links()
+        if links and _match is not None and _match_chains is not None:
+            found = _match_chains.layout_chain(self.instructions[pc].args[k], pc, _MAX_LINKS, links,
+                                               self.storage.same_bytes(), self._chain_defs, self.uses.defines,
+                                               self.values, self.cp.template, _NUMPY_OF, Tensor, _ASK)
+            if found is not None and found is not _ASK:
+                return [_Link(*t) for t in found]
+        return self.layout_chain_py(pc, k)
+
+    def layout_chain_py(self, pc: int, k: int) -> list[_Link]:
+        """layout_chain's Python code."""
         a = self.instructions[pc]
         links: list[_Link] = []
         cur, reader = a.args[k], pc
