@@ -1106,6 +1106,15 @@ def _c_chain(mt: _optimize._Matcher, pc: int, k: int, links: object) -> object:
         mt.uses.defines, mt.values, mt.cp.template, _optimize._NUMPY_OF, _optimize.Tensor, _optimize._ASK)
 
 
+def _c_sources(mt: _optimize._Matcher, links: list[_optimize._Link], pc: int, skip: frozenset[int]) -> object:
+    """_uses.chain_sources' answer for ``links`` read by instruction ``pc``."""
+    st = mt.storage
+    return _optimize._match_chains.chain_sources(  # type: ignore[union-attr]
+        links, pc, skip, _optimize._Link, mt.instructions, mt.cp.lists, mt.values, mt.cp.template, mt.uses.written,
+        mt.cp.slots, mt.uses.outputs, st.inputs, st.regions, st.writes_at, _optimize._NUMPY_OF, _optimize.Tensor,
+        np.ndarray, _optimize._ASK)
+
+
 def _chain_questions(mt: _optimize._Matcher) -> Iterator[tuple[int, int]]:
     """(reader, operand) of every tensor operand of every instruction (beyond what the plan's
     matmuls and delegates ask: a superset of the questions optimize_steps asks)."""
@@ -1128,18 +1137,27 @@ def test_the_layout_chains_in_c_are_the_python_ones(path: pathlib.Path, monkeypa
         return real(self, value, reader)
 
     monkeypatch.setattr(_optimize._Matcher, "producer", spy)
+    answers: set[tuple[int, ...]] = set()
     for mt in _matchers(path):
         links = mt.layout_links()
         for pc, k in _chain_questions(mt):
             found = _c_chain(mt, pc, k, links)
             assert found is not None and found is not _optimize._ASK, (pc, k)
             assert [_optimize._Link(*t) for t in found] == mt.layout_chain(pc, k) == mt.layout_chain_py(pc, k), (pc, k)
+            chain = mt.layout_chain(pc, k)
+            if chain:  # chain_sources' answer, alone and with copies of other operands left out
+                for skip in (frozenset(), frozenset({chain[0].pc}), frozenset(range(max(0, pc - 5), pc))):
+                    got = _c_sources(mt, chain, pc, skip)
+                    assert got is not _optimize._ASK and got == mt.chain_sources_py(chain, pc, skip), (pc, k)
+                    answers.add(got)
         st = mt.storage
         for value in st.regions:
             asked.extend((value, r) for r in {0, 1, st.n // 2, st.n - 1, st.n, *mt.uses.defines.get(value, ())})
         for value, reader in asked:
             assert _c_producer(mt, value, reader) == real(mt, value, reader), (value, reader)
         asked.clear()
+    if path.name.startswith(("vit_tiny", "bert", "gpt2", "transformer")):
+        assert () in answers and len(answers) > 1  # (chains cut and kept)
 
 
 def _fuzz_chain_matcher(seed: int) -> _optimize._Matcher:
@@ -1270,3 +1288,59 @@ def test_the_layout_chains_leave_odd_inputs_to_python() -> None:
     bad[1], bad[2] = {1: [1, 2], 2: [1, 2]}, {}
     bad[3] = {2: {1}}
     assert u.layout_chain(1, 2, 8, *bad) is ask  # read as a value of dynamic shape: Python's raises
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_chain_sources_in_c_are_the_python_ones_on_random_plans(seed: int) -> None:
+    """Random links over random storage (readers naming a link's result once, twice or in a
+    list, results that are plan outputs, writes between, memories shared, constants written or
+    planned, sources of dynamic shape, inputs, copies left out): chain_sources' C answer is
+    chain_sources_py's for each, none left to it; odd links and values are."""
+    from types import SimpleNamespace
+
+    from orchestra.program import EValue, Tensor
+
+    _need_match()
+    rng = np.random.default_rng(seed)
+    nv, n = 60, 40
+    values = tuple(EValue(Tensor(6, 0, (2, 3), (0, 1), shape_dynamism=int(rng.random() < 0.1))) for _ in range(nv))
+    regions = {v: (int(rng.integers(0, 3)), int(lo), int(lo) + int(rng.integers(1, 40)))
+               for v in range(nv) if rng.random() < 0.7 for lo in [rng.integers(0, 200)]}
+    template: list[object] = [np.zeros(2, np.float32) if rng.random() < 0.2 else None for _ in range(nv)]
+    slots = [object() if v in regions or rng.random() < 0.1 else None for v in range(nv)]
+    lists = {v: (False, tuple(int(x) for x in rng.integers(-1, nv, 3))) for v in range(nv) if rng.random() < 0.1}
+    instructions = [SimpleNamespace(args=tuple(int(x) for x in rng.integers(0, nv, int(rng.integers(1, 5)))))
+                    for _ in range(n)]
+    writes_at = [[int(x) for x in rng.integers(0, nv, int(rng.integers(0, 3)))] for _ in range(n)]
+    cp = SimpleNamespace(template=template, slots=slots, lists=lists, plan=SimpleNamespace(values=values))
+    mt = object.__new__(_optimize._Matcher)
+    mt.cp, mt.values, mt.instructions = cp, values, instructions
+    mt.uses = _optimize.PlanUses(mentions={}, written=frozenset(int(x) for x in rng.integers(0, nv, 6)),
+                                 outputs=frozenset(int(x) for x in rng.integers(0, nv, 4)), straight=True)
+    mt.storage = st = object.__new__(_Storage)
+    st.regions, st.writes_at, st.inputs = regions, writes_at, frozenset(int(x) for x in rng.integers(0, nv, 6))
+    answers = set()
+    for _ in range(300):
+        pc = int(rng.integers(1, n))
+        links, reader = [], pc
+        for _ in range(int(rng.integers(1, 6))):
+            lpc = int(rng.integers(0, reader)) if reader else 0
+            args = instructions[reader].args
+            read = args[int(rng.integers(len(args)))] if rng.random() < 0.8 else int(rng.integers(nv))
+            links.append(_optimize._Link(lpc, int(rng.integers(nv)), read if rng.random() < 0.7 else int(rng.integers(nv)),
+                                         reader, read, ()))
+            reader = lpc
+        skip = frozenset(int(x) for x in rng.integers(0, n, int(rng.integers(0, 4))))
+        got = _c_sources(mt, links, pc, skip)
+        assert got is not _optimize._ASK and got == mt.chain_sources_py(links, pc, skip) == mt.chain_sources(links, pc, skip)
+        answers.add(got)
+    assert () in answers and any(len(a) > 1 for a in answers) and len(answers) > 5
+    # odd links and values: left to Python
+    ask = _optimize._ASK
+    ln = _optimize._Link(0, 1, 2, 1, instructions[1].args[0], ())
+    assert _c_sources(mt, [SimpleNamespace(**{f: getattr(ln, f) for f in ln.__slots__})], 2, frozenset()) is ask
+    assert _c_sources(mt, [_optimize._Link(0, 1, 2, n, 3, ())], 2, frozenset()) is ask  # a reader past the plan
+    assert _c_sources(mt, [_optimize._Link(0, True, 2, 1, 3, ())], 2, frozenset()) is ask
+    assert _c_sources(mt, [ln], 2, frozenset({True})) is ask
+    assert _c_sources(mt, [ln], 2, frozenset(range(100))) is ask  # more left out than handled
+    assert _optimize._match_chains.chain_sources(None, 0, *([None] * 15), ask) is None  # type: ignore[union-attr]

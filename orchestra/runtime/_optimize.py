@@ -1565,7 +1565,22 @@ class _Matcher:
         source of ``links[:m]`` in place of their result: a constant, or a planned tensor or
         an input nothing writes in between (each link read once by the next, not a plan
         output, its result not written again before its reader reads it). ``skip``: layout
-        copies of the reader's other operands that are left out too (their writes don't run)."""
+        copies of the reader's other operands that are left out too (their writes don't run).
+
+        Answered in C where it is built (grow and rejoin ask for every chain again each time
+        another operand's length changes); chain_sources_py is the same checks."""
+        if links and _match is not None and _match_chains is not None:
+            st = self.storage
+            found = _match_chains.chain_sources(links, pc, skip, _Link, self.instructions, self.cp.lists, self.values,
+                                                self.cp.template, self.uses.written, self.cp.slots, self.uses.outputs,
+                                                st.inputs, st.regions, st.writes_at, _NUMPY_OF, Tensor, np.ndarray,
+                                                _ASK)
+            if found is not None and found is not _ASK:
+                return found
+        return self.chain_sources_py(links, pc, skip)
+
+    def chain_sources_py(self, links: Sequence[_Link], pc: int, skip: AbstractSet[int] = frozenset()) -> tuple[int, ...]:
+        """chain_sources' Python code."""
         st = self.storage
         valid: list[int] = []
         pcs: set[int] = set(skip)

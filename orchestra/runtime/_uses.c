@@ -2217,7 +2217,8 @@ static PyObject *same_bytes(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* ==== _Matcher's layout chains (orchestra/runtime/_optimize.py: producer, layout_chain) ==== */
+/* ==== _Matcher's layout chains (orchestra/runtime/_optimize.py: producer, layout_chain,
+ * chain_sources) ==== */
 
 /* One define of a same-bytes group: position w of value x, x the k-th of its group. */
 typedef struct {
@@ -2461,6 +2462,151 @@ static PyObject *layout_chain(PyObject *Py_UNUSED(self), PyObject *args) {
     return Py_NewRef(ask);
 }
 
+/* _Storage.written_between(i, start, stop, skip): whether an instruction strictly between
+ * start and stop, not one of skip[0..nskip), may write value i (writes_at: _Storage.writes_at)
+ * or memory it shares (regions: _Storage.regions): 1, 0, ASK, -1. */
+static int chain_written_between(PyObject *writes_at, PyObject *regions, PyObject *i, int64_t start, int64_t stop,
+                                 const int64_t *skip, Py_ssize_t nskip) {
+    int64_t iv = 0, ri[3] = {0, 0, 0}, rw[3] = {0, 0, 0};
+    int r = get_i64(i, &iv);
+    if (r != 1) return r < 0 ? -1 : ASK;
+    int planned = region_of(regions, i, ri);
+    if (planned < 0 || planned == ASK) return planned;
+    for (int64_t pc = start + 1; pc < stop; pc++) {
+        int skipped = 0;
+        for (Py_ssize_t q = 0; q < nskip && !skipped; q++) skipped = skip[q] == pc;
+        if (skipped) continue;
+        if (pc < 0 || pc >= PyList_GET_SIZE(writes_at)) return ASK;  /* (Python's raises) */
+        PyObject *ws = PyList_GET_ITEM(writes_at, pc);
+        if (!PyList_CheckExact(ws)) return ASK;
+        for (Py_ssize_t q = 0; q < PyList_GET_SIZE(ws); q++) {
+            PyObject *w = PyList_GET_ITEM(ws, q);
+            int64_t wv = 0;
+            r = get_i64(w, &wv);
+            if (r != 1) return r < 0 ? -1 : ASK;
+            if (wv == iv) return 1;
+            r = planned ? region_of(regions, w, rw) : 0;  /* _Storage.overlap(w, i) */
+            if (r < 0 || r == ASK) return r;
+            if (r == 1 && rw[0] == ri[0] && rw[1] < ri[2] && ri[1] < rw[2]) return 1;
+        }
+    }
+    return 0;
+}
+
+/* A link's int attribute (an exact int of 64 bits): 1, ASK, -1. */
+static int link_int(PyObject *ln, PyObject *name, PyObject **obj, int64_t *v) {
+    *obj = PyObject_GetAttr(ln, name);
+    if (*obj == NULL) return -1;
+    int r = get_i64(*obj, v);
+    return r == 0 ? ASK : r;
+}
+
+#define CHAIN_SKIP 64  /* pcs of copies left out (skip and the chain's) handled here */
+
+/* chain_sources(links, pc, skip, Link, instructions, lists, values, template, written, slots,
+ * outputs, inputs, regions, writes_at, to_numpy, Tensor, ndarray, ask) -> _Matcher.chain_sources
+ * (links, pc, skip): the tuple of valid lengths; ``ask`` when the Python code is to answer (a
+ * link or value of another shape); None when an input is not of the type _Matcher makes. */
+static PyObject *chain_sources(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *links, *skip, *link_t, *instructions, *outputs, *inputs, *regions, *writes_at, *ask;
+    long long reader_pc;
+    Plan p = {0};
+    Extra e = {0};
+    if (!PyArg_ParseTuple(args, "OLOOOOOOOOOOOOOOOO", &links, &reader_pc, &skip, &link_t, &instructions, &p.lists,
+                          &p.values, &p.template_, &p.written, &e.slots, &outputs, &inputs, &regions, &writes_at,
+                          &p.to_numpy, &p.tensor_t, &e.ndarray_t, &ask))
+        return NULL;
+    if (!PyList_CheckExact(links) || !PyAnySet_CheckExact(skip) || !PyType_Check(link_t) ||
+        !PyList_CheckExact(instructions) || !PyDict_CheckExact(p.lists) || !PyTuple_CheckExact(p.values) ||
+        !PyList_CheckExact(p.template_) || !PyAnySet_CheckExact(p.written) || !PyList_CheckExact(e.slots) ||
+        !PyAnySet_CheckExact(outputs) || !PyAnySet_CheckExact(inputs) || !PyDict_CheckExact(regions) ||
+        !PyList_CheckExact(writes_at) || !PyDict_CheckExact(p.to_numpy) || !PyType_Check(p.tensor_t) ||
+        !PyType_Check(e.ndarray_t))
+        Py_RETURN_NONE;
+    int64_t pcs[CHAIN_SKIP];  /* skip, then the pcs of the chain's links so far */
+    Py_ssize_t npcs = 0;
+    int r = PySet_GET_SIZE(skip) + PyList_GET_SIZE(links) <= CHAIN_SKIP ? 1 : ASK;
+    if (r == 1) {
+        PyObject *it = PyObject_GetIter(skip), *o;
+        if (it == NULL) r = -1;
+        while (r == 1 && (o = PyIter_Next(it)) != NULL) {
+            r = get_i64(o, &pcs[npcs++]);
+            if (r == 0) r = ASK;
+            Py_DECREF(o);
+        }
+        Py_XDECREF(it);
+        if (r == 1 && PyErr_Occurred()) r = -1;
+    }
+    p.s_val = PyUnicode_InternFromString("val");
+    p.s_sizes = PyUnicode_InternFromString("sizes");
+    p.s_dyn = PyUnicode_InternFromString("shape_dynamism");
+    p.s_st = PyUnicode_InternFromString("scalar_type");
+    PyObject *names[6] = {PyUnicode_InternFromString("pc"), PyUnicode_InternFromString("src"),
+                          PyUnicode_InternFromString("out"), PyUnicode_InternFromString("reader"),
+                          PyUnicode_InternFromString("read"), PyUnicode_InternFromString("args")};
+    if (!p.s_val || !p.s_sizes || !p.s_dyn || !p.s_st) r = -1;
+    for (int k = 0; k < 6; k++)
+        if (names[k] == NULL) r = -1;
+    PyObject *valid = r == 1 ? PyList_New(0) : NULL;
+    if (r == 1 && valid == NULL) r = -1;
+    for (Py_ssize_t m = 1; r == 1 && m <= PyList_GET_SIZE(links); m++) {
+        PyObject *ln = PyList_GET_ITEM(links, m - 1), *o[5] = {NULL, NULL, NULL, NULL, NULL}, *a_args = NULL;
+        int64_t v[5] = {0, 0, 0, 0, 0};  /* pc, src, out, reader, read */
+        if ((PyObject *)Py_TYPE(ln) != link_t) r = ASK;
+        for (int k = 0; r == 1 && k < 5; k++) r = link_int(ln, names[k], &o[k], &v[k]);
+        if (r == 1 && (v[3] < 0 || v[3] >= PyList_GET_SIZE(instructions))) r = ASK;
+        if (r == 1) r = (a_args = PyObject_GetAttr(PyList_GET_ITEM(instructions, v[3]), names[5])) ? 1 : -1;
+        if (r == 1 && !PyTuple_CheckExact(a_args)) r = ASK;
+        Py_ssize_t count = 0;
+        if (r == 1) r = count_named(&p, a_args, PyTuple_GET_SIZE(a_args), v[4], &count);
+        int stop = r == 1 && count != 1;  /* every longer prefix holds this link too */
+        if (r == 1 && !stop) {
+            int t = PySet_Contains(outputs, o[2]);
+            r = t < 0 ? -1 : 1;
+            stop = t == 1;
+        }
+        if (r == 1 && !stop) {
+            int t = chain_written_between(writes_at, regions, o[2], v[0], v[3], NULL, 0);
+            r = t < 0 || t == ASK ? t : 1;
+            stop = t == 1;
+        }
+        if (r == 1 && !stop) {
+            pcs[npcs++] = v[0];
+            PyObject *arr = NULL, *dt = NULL, *sizes = NULL;
+            int ok = constant(&p, &e, o[1], &arr);
+            if (ok == 0) {
+                ok = static_tensor(&p, o[1], &dt, &sizes);
+                Py_XDECREF(sizes);
+                if (ok == 1) {
+                    int in = PyDict_Contains(regions, o[1]);
+                    if (in == 0) in = PySet_Contains(inputs, o[1]);
+                    ok = in;
+                }
+                if (ok == 1) {
+                    int t = chain_written_between(writes_at, regions, o[1], v[0], (int64_t)reader_pc, pcs, npcs);
+                    ok = t == 1 ? 0 : t == 0 ? 1 : t;
+                }
+            }
+            if (ok < 0 || ok == ASK) r = ok;
+            else if (ok == 1) {
+                PyObject *mo = PyLong_FromSsize_t(m);
+                if (mo == NULL || PyList_Append(valid, mo) < 0) r = -1;
+                Py_XDECREF(mo);
+            }
+        }
+        for (int k = 0; k < 5; k++) Py_XDECREF(o[k]);
+        Py_XDECREF(a_args);
+        if (stop) break;
+    }
+    for (int k = 0; k < 6; k++) Py_XDECREF(names[k]);
+    plan_clear(&p);
+    PyObject *res = r == 1 ? PyList_AsTuple(valid) : NULL;
+    Py_XDECREF(valid);
+    if (r == 1) return res;
+    if (r < 0) return NULL;
+    return Py_NewRef(ask);
+}
+
 /* ==== end of the layout chains ==== */
 
 static PyMethodDef methods[] = {
@@ -2505,6 +2651,10 @@ static PyMethodDef methods[] = {
     {"layout_chain", layout_chain, METH_VARARGS,
      "layout_chain(cur, reader, most, links, groups, table, defines, values, template, to_numpy, Tensor, ask) -> "
      "_Matcher.layout_chain's links as tuples (ask: the Python code's), or None."},
+    {"chain_sources", chain_sources, METH_VARARGS,
+     "chain_sources(links, pc, skip, Link, instructions, lists, values, template, written, slots, outputs, inputs, "
+     "regions, writes_at, to_numpy, Tensor, ndarray, ask) -> _Matcher.chain_sources (ask: the Python code's), "
+     "or None."},
     /* ---- end of layout chains ---- */
     {NULL, NULL, 0, NULL},
 };
