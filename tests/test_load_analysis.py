@@ -1100,10 +1100,18 @@ def _c_producer(mt: _optimize._Matcher, value: object, reader: int) -> object:
 
 
 def _c_chain(mt: _optimize._Matcher, pc: int, k: int, links: object) -> object:
-    """_uses.layout_chain's answer for operand ``k`` of instruction ``pc``."""
-    return _optimize._match_chains.layout_chain(  # type: ignore[union-attr]
-        mt.instructions[pc].args[k], pc, _optimize._MAX_LINKS, links, mt.storage.same_bytes(), mt._chain_defs,  # type: ignore[attr-defined]
-        mt.uses.defines, mt.values, mt.cp.template, _optimize._NUMPY_OF, _optimize.Tensor, _optimize._ASK)
+    """_uses.layout_chain's answer for operand ``k`` of instruction ``pc`` as tuples, after
+    checking that its _Link objects are those tuples'."""
+    args = (mt.instructions[pc].args[k], pc, _optimize._MAX_LINKS, links, mt.storage.same_bytes(), mt._chain_defs,  # type: ignore[attr-defined]
+            mt.uses.defines, mt.values, mt.cp.template, _optimize._NUMPY_OF, _optimize.Tensor)
+    found = _optimize._match_chains.layout_chain(*args, None, _optimize._ASK)  # type: ignore[union-attr]
+    objs = _optimize._match_chains.layout_chain(*args, _optimize._Link, _optimize._ASK)  # type: ignore[union-attr]
+    if isinstance(found, list):
+        assert all(type(o) is _optimize._Link for o in objs)
+        assert [tuple(getattr(o, f) for f in _optimize._Link.__slots__) for o in objs] == found
+    else:
+        assert objs is found
+    return found
 
 
 def _c_sources(mt: _optimize._Matcher, links: list[_optimize._Link], pc: int, skip: frozenset[int]) -> object:
@@ -1266,11 +1274,13 @@ def test_the_layout_chains_leave_odd_inputs_to_python() -> None:
     from orchestra.program import EValue, Tensor
 
     values = (EValue(Tensor(6, 0, (2, 3), (0, 1))), EValue(Tensor(6, 0, (3, 2), (0, 1))))
-    args = ([None, (0, 1, (("T", (1, 0)),))], {}, {}, {1: {1}}, values, [None, None], _optimize._NUMPY_OF, Tensor, ask)
+    args = ([None, (0, 1, (("T", (1, 0)),))], {}, {}, {1: {1}}, values, [None, None], _optimize._NUMPY_OF, Tensor, None,
+            ask)
     assert u.layout_chain(1, 2, 8, *args) == [(1, 0, 1, 2, 1, (("T", (1, 0)),))]
     assert u.layout_chain(1, 2, 0, *args) == []
     assert u.layout_chain(True, 2, 8, *args) is ask
-    for k, odd in ((0, ()), (1, []), (2, []), (3, ()), (4, list(values)), (5, ()), (6, []), (7, 0)):
+    assert u.layout_chain(1, 2, 8, *args[:-2], _optimize._Link, ask) == [_optimize._Link(1, 0, 1, 2, 1, (("T", (1, 0)),))]
+    for k, odd in ((0, ()), (1, []), (2, []), (3, ()), (4, list(values)), (5, ()), (6, []), (7, 0), (8, 0)):
         bad = list(args)
         bad[k] = odd
         assert u.layout_chain(1, 2, 8, *bad) is None, k

@@ -1536,9 +1536,9 @@ class _Matcher:
         if links and _match is not None and _match_chains is not None:
             found = _match_chains.layout_chain(self.instructions[pc].args[k], pc, _MAX_LINKS, links,
                                                self.storage.same_bytes(), self._chain_defs, self.uses.defines,
-                                               self.values, self.cp.template, _NUMPY_OF, Tensor, _ASK)
+                                               self.values, self.cp.template, _NUMPY_OF, Tensor, _Link, _ASK)
             if found is not None and found is not _ASK:
-                return [_Link(*t) for t in found]
+                return found
         return self.layout_chain_py(pc, k)
 
     def layout_chain_py(self, pc: int, k: int) -> list[_Link]:

@@ -2385,20 +2385,37 @@ static PyObject *producer(PyObject *Py_UNUSED(self), PyObject *args) {
     return Py_BuildValue("(LL)", (long long)w, (long long)x);
 }
 
+/* A Link (_optimize._Link: a frozen dataclass with slots, no __post_init__) with the fields of
+ * ``t`` (pc, src, out, reader, read, ops), made as its __init__ makes one (it sets each slot
+ * past the frozen __setattr__), without the six Python calls: a new reference, NULL on an
+ * error. */
+static PyObject *new_link(PyObject *link_t, PyObject *t) {
+    static const char *const fields[6] = {"pc", "src", "out", "reader", "read", "ops"};
+    PyTypeObject *tp = (PyTypeObject *)link_t;
+    PyObject *obj = tp->tp_alloc(tp, 0);
+    for (int k = 0; obj != NULL && k < 6; k++) {
+        PyObject *name = PyUnicode_InternFromString(fields[k]);
+        if (name == NULL || PyObject_GenericSetAttr(obj, name, PyTuple_GET_ITEM(t, k)) < 0) Py_CLEAR(obj);
+        Py_XDECREF(name);
+    }
+    return obj;
+}
+
 /* layout_chain(cur, reader, most, links, groups, table, defines, values, template, to_numpy,
- * Tensor, ask) -> _Matcher.layout_chain's links as (pc, src, out, reader, read, ops) tuples,
- * nearest first, at most ``most``: operand ``cur`` read by instruction ``reader``, followed back
+ * Tensor, Link, ask) -> _Matcher.layout_chain's links, nearest first, at most ``most``: Link
+ * objects, or (pc, src, out, reader, read, ops) tuples where Link is None; operand ``cur`` read by instruction ``reader``, followed back
  * through producer (chain_producer: ``groups``, ``table`` the plan's cache it fills) and
  * layout_links' table ``links``. ``ask`` when the
  * Python code is to make the chain (a link the table leaves to it, a value of another shape);
  * None when an input is not of the type _Matcher makes. */
 static PyObject *layout_chain(PyObject *Py_UNUSED(self), PyObject *args) {
-    PyObject *cur, *links, *groups, *table, *defines, *ask;
+    PyObject *cur, *links, *groups, *table, *defines, *link_t, *ask;
     long long reader0, most;
     Plan p = {0};
-    if (!PyArg_ParseTuple(args, "OLLOOOOOOOOO", &cur, &reader0, &most, &links, &groups, &table, &defines, &p.values,
-                          &p.template_, &p.to_numpy, &p.tensor_t, &ask))
+    if (!PyArg_ParseTuple(args, "OLLOOOOOOOOOO", &cur, &reader0, &most, &links, &groups, &table, &defines, &p.values,
+                          &p.template_, &p.to_numpy, &p.tensor_t, &link_t, &ask))
         return NULL;
+    if (link_t != Py_None && !PyType_Check(link_t)) Py_RETURN_NONE;
     if (!PyList_CheckExact(links) || !PyDict_CheckExact(groups) || !PyDict_CheckExact(table) ||
         !PyDict_CheckExact(defines) ||
         !PyTuple_CheckExact(p.values) || !PyList_CheckExact(p.template_) || !PyDict_CheckExact(p.to_numpy) ||
@@ -2445,6 +2462,7 @@ static PyObject *layout_chain(PyObject *Py_UNUSED(self), PyObject *args) {
         }
         PyObject *t = r == 1 ? Py_BuildValue("(LOOLOO)", (long long)w, PyTuple_GET_ITEM(link, 0), PyTuple_GET_ITEM(link, 1),
                                              (long long)reader, cur, ops) : NULL;
+        if (r == 1 && t != NULL && link_t != Py_None) Py_SETREF(t, new_link(link_t, t));
         if (r == 1 && (t == NULL || PyList_Append(out, t) < 0)) r = -1;
         Py_XDECREF(t);
         Py_XDECREF(ops);
@@ -2649,8 +2667,8 @@ static PyMethodDef methods[] = {
      "producer(groups, table, defines, value, reader, ask) -> _Matcher.producer(value, reader) (ask: the Python "
      "code's)."},
     {"layout_chain", layout_chain, METH_VARARGS,
-     "layout_chain(cur, reader, most, links, groups, table, defines, values, template, to_numpy, Tensor, ask) -> "
-     "_Matcher.layout_chain's links as tuples (ask: the Python code's), or None."},
+     "layout_chain(cur, reader, most, links, groups, table, defines, values, template, to_numpy, Tensor, Link, ask) -> "
+     "_Matcher.layout_chain's links (ask: the Python code's), or None."},
     {"chain_sources", chain_sources, METH_VARARGS,
      "chain_sources(links, pc, skip, Link, instructions, lists, values, template, written, slots, outputs, inputs, "
      "regions, writes_at, to_numpy, Tensor, ndarray, ask) -> _Matcher.chain_sources (ask: the Python code's), "
