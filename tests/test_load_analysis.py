@@ -485,7 +485,7 @@ def _check_conv_folds(mt: _optimize._Matcher) -> None:
                for pc in range(len(mt.instructions)))
 
 
-@pytest.mark.parametrize("switch", ["_match", "_match_folds", "_match_chains"])
+@pytest.mark.parametrize("switch", ["_match", "_match_folds", "_match_chains", "_memo_views"])
 @pytest.mark.parametrize("path", _MATCH_PROGRAMS, ids=lambda p: p.name)
 def test_plans_are_compiled_the_same_with_the_matcher_tables_off(path: pathlib.Path, switch: str,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
@@ -1354,3 +1354,86 @@ def test_chain_sources_in_c_are_the_python_ones_on_random_plans(seed: int) -> No
     assert _c_sources(mt, [ln], 2, frozenset({True})) is ask
     assert _c_sources(mt, [ln], 2, frozenset(range(100))) is ask  # more left out than handled
     assert _optimize._match_chains.chain_sources(None, 0, *([None] * 15), ask) is None  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("path", _MATCH_PROGRAMS, ids=lambda p: p.name)
+def test_the_views_kept_per_plan_are_made_afresh_the_same(path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """optimize_steps' kept views (_memo_views): every view made from one it kept gives what a
+    fresh _view_fn gives, on the very arrays a Method reads (its derived views' values, each
+    method's outputs); _stays_a_view's kept answers are the fresh ones."""
+    made: list[tuple[tuple[object, ...], object]] = []
+    real_view_fn, real_stays = _optimize._view_fn, _optimize._stays_a_view
+    stays: list[tuple[object, int, object, bool]] = []
+
+    def view_fn(ops: object) -> object:
+        fn = real_view_fn(ops)  # type: ignore[arg-type]
+        made.append((ops, fn))  # type: ignore[arg-type]
+        return fn
+
+    def stays_a_view(cp: object, src: int, fn: object) -> bool:
+        got = real_stays(cp, src, fn)  # type: ignore[arg-type]
+        stays.append((cp, src, fn, got))
+        return got
+
+    monkeypatch.setattr(_optimize, "_view_fn", view_fn)
+    monkeypatch.setattr(_optimize, "_stays_a_view", stays_a_view)
+    prog = load_program(path)
+    for name in prog.method_names:
+        made.clear()
+        cp = prog._compiled_plan(name)
+        fns = {id(fn): ops for ops, fn in made}
+        for i, src, fn in cp.derived:
+            if id(fn) in fns:  # a kept function: the ops it was made for
+                x = np.arange(int(np.prod(cp.slots[src].bound)), dtype=np.float64).reshape(cp.slots[src].bound)
+                assert np.array_equal(fn(x), real_view_fn(fns[id(fn)])(x))  # type: ignore[arg-type]
+        assert len({ops for ops, _ in made}) == len(made)  # each made once per plan
+    for cp, src, fn, got in stays:
+        assert real_stays(cp, src, fn) == got  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_views_kept_are_the_fresh_ones_on_random_chains(seed: int) -> None:
+    """_Views' answers (kept per plan) for random sources and chains of transposes, reshapes
+    and slices, many sharing a shape, a first op, an order or a layout: each the fresh
+    _simplify / _view_fn / _stays_a_view answer."""
+    from types import SimpleNamespace
+
+    from orchestra.runtime._method import _Slot
+
+    rng = np.random.default_rng(seed)
+    slots = []
+    for _ in range(30):
+        shape = tuple(int(d) for d in rng.choice([1, 2, 3, 4], int(rng.integers(1, 4))))
+        order = tuple(int(d) for d in (rng.permutation(len(shape)) if rng.random() < 0.3 else range(len(shape))))
+        slot = object.__new__(_Slot)
+        slot.bound, slot.dim_order, slot.dynamic = shape, order, bool(rng.random() < 0.1)
+        slot.dtype = np.dtype(np.float32 if rng.random() < 0.8 else np.int64)
+        slots.append(slot if rng.random() > 0.05 else None)
+    cp = SimpleNamespace(slots=slots)
+    views = _optimize._Views(cp)  # type: ignore[arg-type]
+    seen = set()
+    for _ in range(400):
+        src = int(rng.integers(len(slots)))
+        shape = slots[src].bound if slots[src] is not None else (2, 3)
+        raw, cur = [], shape
+        for _ in range(int(rng.integers(1, 4))):
+            r = rng.random()
+            if r < 0.4:
+                op = ("T", tuple(int(d) for d in rng.permutation(len(cur))))
+            elif r < 0.8:
+                op = ("R", tuple(int(d) for d in rng.permutation((*cur, 1)[: len(cur) + int(rng.integers(0, 2))])))
+            else:
+                dim = int(rng.integers(len(cur)))
+                op = ("S", (dim, int(rng.integers(0, 2)), None, int(rng.integers(1, 3))))
+            nxt = _optimize._apply_shape(cur, [op])  # type: ignore[list-item]
+            if nxt is None:
+                break
+            raw.append(op)
+            cur = nxt
+        ops, fn = views.of(shape, tuple(raw))  # type: ignore[arg-type]
+        assert ops == _optimize._simplify(shape, raw)  # type: ignore[arg-type]
+        x = np.arange(int(np.prod(shape)), dtype=np.float64).reshape(shape)
+        assert np.array_equal(fn(x), _optimize._view_fn(ops)(x))
+        assert views.stays(src, ops, fn) == _optimize._stays_a_view(cp, src, _optimize._view_fn(ops))  # type: ignore[arg-type]
+        seen.add(ops)
+    assert len(seen) > 20 and len(views.memo) < 1200

@@ -224,6 +224,9 @@ _match_folds = _uses
 # Its layout chains (producer's table, layout_chain's walk), on only where _match is too: a
 # switch of their own for tests and benchmarks.
 _match_chains = _uses
+# optimize_steps keeps _simplify's, _view_fn's and _stays_a_view's answers per plan (each block of
+# a transformer asks the same): a switch for tests and benchmarks (False: each asked afresh).
+_memo_views = True
 # A matcher's answer the C table leaves to the Python code.
 _ASK = object()
 
@@ -1841,6 +1844,43 @@ def _stays_a_view(cp: CompiledPlan, src: int, fn: Callable[[np.ndarray], np.ndar
     return bool(flat.size) and np.shares_memory(fn(_strided_view(flat, slot.bound, slot.dim_order)), flat)
 
 
+class _Views:
+    """The views of one plan's layout chains' sources, each answer kept by what it depends on
+    alone (a source's shape and the chain's ops; for _stays_a_view also its slot's layout and
+    dtype): a transformer's blocks read the same views, each made once (``_memo_views``)."""
+
+    def __init__(self, cp: CompiledPlan) -> None:
+        self.cp = cp
+        self.memo: dict[tuple[Any, ...], Any] = {}
+
+    def of(self, shape: tuple[int, ...], raw: tuple[tuple[str, tuple[int, ...]], ...],
+           ) -> tuple[tuple[tuple[str, tuple[int, ...]], ...], Callable[[np.ndarray], np.ndarray]]:
+        """_simplify(shape, raw) and _view_fn of it (one function per ops: it holds no state)."""
+        if not _memo_views:
+            ops = _simplify(shape, raw)
+            return ops, _view_fn(ops)
+        key = ("ops", shape, raw)
+        found = self.memo.get(key)
+        if found is None:
+            ops = _simplify(shape, raw)
+            fn = self.memo.get(("fn", ops))
+            if fn is None:
+                fn = self.memo[("fn", ops)] = _view_fn(ops)
+            found = self.memo[key] = (ops, fn)
+        return found
+
+    def stays(self, src: int, ops: tuple[tuple[str, tuple[int, ...]], ...], fn: Callable[[np.ndarray], np.ndarray]) -> bool:
+        """_stays_a_view(cp, src, fn), ``fn`` being _view_fn(ops)."""
+        slot = self.cp.slots[src]
+        if not _memo_views or slot is None or slot.dynamic:
+            return _stays_a_view(self.cp, src, fn)
+        key = ("view", tuple(slot.bound), tuple(slot.dim_order), slot.dtype, ops)
+        found = self.memo.get(key)
+        if found is None:
+            found = self.memo[key] = _stays_a_view(self.cp, src, fn)
+        return found
+
+
 @dataclass(frozen=True, slots=True)
 class _EwChain:
     """An elementwise chain: input ``x``; ``ops`` in order."""
@@ -2670,6 +2710,7 @@ def optimize_steps(
 
     nv = len(cp.plan.values)
     derived: list[tuple[int, Any]] = []
+    views = _Views(cp)
     cc_sub: dict[int, int] = {}  # folded copy's out -> its constant (a derived value)
     cc_of: dict[int, set[int]] = {}  # reader -> the folded copies it reads
     for pc, (out, value, readers) in ccs.items():
@@ -2792,8 +2833,7 @@ def optimize_steps(
             for k, m in sorted(c.use.items()):
                 links = c.chains[k][:m]
                 src = links[-1].src
-                ops = _simplify(mt.static_tensor(src)[1], [op for ln in reversed(links) for op in ln.ops])  # type: ignore[index]
-                fn = _view_fn(ops)
+                ops, fn = views.of(mt.static_tensor(src)[1], tuple(op for ln in reversed(links) for op in ln.ops))  # type: ignore[index]
                 span.update(ln.pc for ln in links)
                 const = mt.constant(src)
                 if const is not None:
@@ -2802,7 +2842,7 @@ def optimize_steps(
                     consts.append(arr)
                     params[k] = nv + len(derived)
                     derived.append((-1, arr))
-                elif _stays_a_view(cp, src, fn):
+                elif views.stays(src, ops, fn):
                     params[k] = nv + len(derived)
                     derived.append((src, fn))
                 else:
