@@ -485,7 +485,7 @@ def _check_conv_folds(mt: _optimize._Matcher) -> None:
                for pc in range(len(mt.instructions)))
 
 
-@pytest.mark.parametrize("switch", ["_match", "_match_folds"])
+@pytest.mark.parametrize("switch", ["_match", "_match_folds", "_match_chains", "_memo_views"])
 @pytest.mark.parametrize("path", _MATCH_PROGRAMS, ids=lambda p: p.name)
 def test_plans_are_compiled_the_same_with_the_matcher_tables_off(path: pathlib.Path, switch: str,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
@@ -1450,3 +1450,349 @@ def test_the_chain_memory_checks_leave_odd_inputs_to_python() -> None:
     bad = _optimize._EwChain(len(mt.cp.template) + 5, ew.ops, ew.dtype)
     with pytest.raises(IndexError):
         _optimize._ew_static_ok(mt, bad)
+# -- _Matcher's layout chains in C (_optimize._match_chains) against its Python code ------------
+
+def _c_producer(mt: _optimize._Matcher, value: object, reader: int) -> object:
+    """producer's C answer (with the matcher's cache of group defines, as layout_chain's)."""
+    return _optimize._match_chains.producer(mt.storage.same_bytes(), mt._chain_defs, mt.uses.defines,  # type: ignore[union-attr]
+                                            value, reader, _optimize._ASK)
+
+
+def _c_chain(mt: _optimize._Matcher, pc: int, k: int, links: object) -> object:
+    """_uses.layout_chain's answer for operand ``k`` of instruction ``pc`` as tuples, after
+    checking that its _Link objects are those tuples'."""
+    args = (mt.instructions[pc].args[k], pc, _optimize._MAX_LINKS, links, mt.storage.same_bytes(), mt._chain_defs,  # type: ignore[attr-defined]
+            mt.uses.defines, mt.values, mt.cp.template, _optimize._NUMPY_OF, _optimize.Tensor)
+    found = _optimize._match_chains.layout_chain(*args, None, _optimize._ASK)  # type: ignore[union-attr]
+    objs = _optimize._match_chains.layout_chain(*args, _optimize._Link, _optimize._ASK)  # type: ignore[union-attr]
+    if isinstance(found, list):
+        assert all(type(o) is _optimize._Link for o in objs)
+        assert [tuple(getattr(o, f) for f in _optimize._Link.__slots__) for o in objs] == found
+    else:
+        assert objs is found
+    return found
+
+
+def _c_sources(mt: _optimize._Matcher, links: list[_optimize._Link], pc: int, skip: frozenset[int]) -> object:
+    """_uses.chain_sources' answer for ``links`` read by instruction ``pc``."""
+    st = mt.storage
+    return _optimize._match_chains.chain_sources(  # type: ignore[union-attr]
+        links, pc, skip, _optimize._Link, mt.instructions, mt.cp.lists, mt.values, mt.cp.template, mt.uses.written,
+        mt.cp.slots, mt.uses.outputs, st.inputs, st.regions, st.writes_at, _optimize._NUMPY_OF, _optimize.Tensor,
+        np.ndarray, _optimize._ASK)
+
+
+def _chain_questions(mt: _optimize._Matcher) -> Iterator[tuple[int, int]]:
+    """(reader, operand) of every tensor operand of every instruction (beyond what the plan's
+    matmuls and delegates ask: a superset of the questions optimize_steps asks)."""
+    for pc, a in enumerate(mt.instructions):
+        for k in range(len(getattr(a, "args", ()))):
+            yield pc, k
+
+
+@pytest.mark.parametrize("path", _MATCH_PROGRAMS, ids=lambda p: p.name)
+def test_the_layout_chains_in_c_are_the_python_ones(path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """For every operand of every instruction, the chain walked in C is layout_chain_py's and
+    was not left to it; producer's C answer is the Python one for every (value, reader) the
+    walks ask and for every planned value at a few readers."""
+    _need_match()
+    asked: list[tuple[int, int]] = []
+    real = _optimize._Matcher.producer
+
+    def spy(self: _optimize._Matcher, value: int, reader: int) -> tuple[int, int] | None:
+        asked.append((value, reader))
+        return real(self, value, reader)
+
+    monkeypatch.setattr(_optimize._Matcher, "producer", spy)
+    answers: set[tuple[int, ...]] = set()
+    for mt in _matchers(path):
+        links = mt.layout_links()
+        for pc, k in _chain_questions(mt):
+            found = _c_chain(mt, pc, k, links)
+            assert found is not None and found is not _optimize._ASK, (pc, k)
+            assert [_optimize._Link(*t) for t in found] == mt.layout_chain(pc, k) == mt.layout_chain_py(pc, k), (pc, k)
+            chain = mt.layout_chain(pc, k)
+            if chain:  # chain_sources' answer, alone and with copies of other operands left out
+                for skip in (frozenset(), frozenset({chain[0].pc}), frozenset(range(max(0, pc - 5), pc))):
+                    got = _c_sources(mt, chain, pc, skip)
+                    assert got is not _optimize._ASK and got == mt.chain_sources_py(chain, pc, skip), (pc, k)
+                    answers.add(got)
+        st = mt.storage
+        for value in st.regions:
+            asked.extend((value, r) for r in {0, 1, st.n // 2, st.n - 1, st.n, *mt.uses.defines.get(value, ())})
+        for value, reader in asked:
+            assert _c_producer(mt, value, reader) == real(mt, value, reader), (value, reader)
+        asked.clear()
+    if path.name.startswith(("vit_tiny", "bert", "gpt2", "transformer")):
+        assert () in answers and len(answers) > 1  # (chains cut and kept)
+
+
+def _fuzz_chain_matcher(seed: int) -> _optimize._Matcher:
+    """A _Matcher (made without a program: what producer and layout_chain read) over random
+    same-bytes groups, defines and layout links: chains of every length up to past _MAX_LINKS,
+    links whose out is another value of the group (read with another shape), values defined
+    several times, at one position by several of a group, not at all, links left to Python."""
+    from types import SimpleNamespace
+
+    from orchestra.program import EValue, Tensor
+
+    rng = np.random.default_rng(seed)
+    nv, n = 80, 160
+    values = tuple(EValue(Tensor(6, int(rng.random() < 0.03), (int(rng.integers(1, 5)), 6), (0, 1))) for _ in range(nv))
+    groups: dict[int, list[int]] = {}
+    pool = [int(v) for v in rng.permutation(nv)]
+    while len(pool) > 1 and len(groups) < nv // 2:
+        g = [pool.pop() for _ in range(min(len(pool), int(rng.integers(2, 5))))]
+        for x in g:
+            groups[x] = g
+    defines: dict[int, set[int]] = {}
+    for v in range(nv):
+        for _ in range(int(rng.integers(0, 4))):
+            defines.setdefault(v, set()).add(int(rng.integers(0, n)))
+    for g in set(map(id, groups.values())):  # several of a group defined at one position
+        members = next(x for x in groups.values() if id(x) == g)
+        if rng.random() < 0.3:
+            w = int(rng.integers(0, n))
+            for x in members:
+                defines.setdefault(x, set()).add(w)
+    ask = _optimize._ASK
+    links: list[object] = []
+    for pc in range(n):
+        r = rng.random()
+        outs = [v for v, ws in defines.items() if pc in ws]
+        if r < 0.15 or not outs:
+            links.append(None)
+        elif r < 0.18:
+            links.append(ask)
+        else:
+            out = outs[int(rng.integers(len(outs)))]
+            links.append((int(rng.integers(nv)), out, (("T", (1, 0)),)))
+    plan = SimpleNamespace(values=values)
+    cp = SimpleNamespace(template=[None] * nv, plan=plan)
+    mt = object.__new__(_optimize._Matcher)
+    mt.cp, mt.values, mt.instructions = cp, values, [SimpleNamespace(args=(int(v),)) for v in rng.integers(0, nv, n)]
+    mt.uses = _optimize.PlanUses(mentions={}, written=frozenset(), defines=defines, outputs=frozenset(), straight=True)
+    mt.storage = object.__new__(_Storage)
+    mt.storage._same_bytes = groups
+    mt._links, mt._chain_defs, mt._group_defs = links, {}, {}
+    return mt
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_layout_chains_in_c_are_the_python_ones_on_random_plans(seed: int) -> None:
+    """Random groups, defines and links: producer's C answer is the Python one for every value
+    at every reader; each chain walked in C is the Python one, or left to it (a link the table
+    leaves to Python, a value read with another shape that isn't static: Python's raises)."""
+    _need_match()
+    mt = _fuzz_chain_matcher(seed)
+    n, nv = len(mt.instructions), len(mt.values)
+    for value in range(nv):
+        for reader in range(-1, n + 2):
+            assert _c_producer(mt, value, reader) == mt.producer(value, reader), (value, reader)
+    lengths, left = set(), 0
+    for pc in range(n):
+        found = _c_chain(mt, pc, 0, mt._links)
+        try:
+            py = mt.layout_chain_py(pc, 0)
+        except TypeError:  # static_tensor(cur) is None: the C code leaves it
+            assert found is _optimize._ASK
+            left += 1
+            continue
+        if found is _optimize._ASK:
+            left += 1
+            assert mt.layout_chain(pc, 0) == py
+            continue
+        assert [_optimize._Link(*t) for t in found] == py == mt.layout_chain(pc, 0), pc  # type: ignore[union-attr]
+        lengths.add(len(py))
+    assert {0, 1, 2} <= lengths and left < n // 2
+
+
+def test_the_layout_chains_leave_odd_inputs_to_python() -> None:
+    """Inputs of another type: None (the Python code walks); a value not an exact int (a bool, a
+    big int), a define not an int, defines not a set, a link of another shape: _ASK."""
+    _need_match()
+    u, ask = _optimize._match_chains, _optimize._ASK
+    assert u is not None
+    g = [1, 2]
+    groups, defines = {1: g, 2: g}, {1: {5}, 2: {5, 7}}
+    table: dict[int, bytes] = {}
+    assert u.producer(groups, table, defines, 2, 6, ask) == (5, 2)
+    assert table[1] is table[2]  # one per group
+    assert u.producer(groups, table, defines, 1, 6, ask) == (5, 1)
+    assert u.producer(groups, table, defines, 1, 9, ask) == (7, 2)
+    assert u.producer(groups, table, defines, 1, 5, ask) is None
+    assert u.producer({}, {}, {3: {4, 8}}, 3, 9, ask) == (8, 3) and u.producer({}, {}, {}, 3, 9, ask) is None
+    for odd in ([], {}, {}), ({}, [], {}), ({}, {}, []):
+        assert u.producer(*odd, 1, 9, ask) is ask
+    assert u.producer({}, {}, {}, True, 9, ask) is ask and u.producer({}, {}, {}, 1 << 70, 9, ask) is ask
+    assert u.producer({}, {}, {3: {True}}, 3, 9, ask) is ask and u.producer({}, {}, {3: [4]}, 3, 9, ask) is ask
+    assert u.producer({}, {1: b"123"}, {}, 1, 9, ask) is ask  # (a cache it did not make)
+    assert u.producer({1: (1, 2)}, {}, {}, 1, 9, ask) is ask  # a group not a list
+    assert u.producer({1: [True, 1]}, {}, {}, 1, 9, ask) is ask  # a member not an exact int
+    assert u.producer({1: [2, 3]}, {}, {}, 1, 9, ask) is ask  # not in its own group
+    from orchestra.program import EValue, Tensor
+
+    values = (EValue(Tensor(6, 0, (2, 3), (0, 1))), EValue(Tensor(6, 0, (3, 2), (0, 1))))
+    args = ([None, (0, 1, (("T", (1, 0)),))], {}, {}, {1: {1}}, values, [None, None], _optimize._NUMPY_OF, Tensor, None,
+            ask)
+    assert u.layout_chain(1, 2, 8, *args) == [(1, 0, 1, 2, 1, (("T", (1, 0)),))]
+    assert u.layout_chain(1, 2, 0, *args) == []
+    assert u.layout_chain(True, 2, 8, *args) is ask
+    assert u.layout_chain(1, 2, 8, *args[:-2], _optimize._Link, ask) == [_optimize._Link(1, 0, 1, 2, 1, (("T", (1, 0)),))]
+    for k, odd in ((0, ()), (1, []), (2, []), (3, ()), (4, list(values)), (5, ()), (6, []), (7, 0), (8, 0)):
+        bad = list(args)
+        bad[k] = odd
+        assert u.layout_chain(1, 2, 8, *bad) is None, k
+    for link in (ask, (0, 1), (0, True, ()), (True, 1, ()), [0, 1, ()]):
+        bad = list(args)
+        bad[0] = [None, link]
+        assert u.layout_chain(1, 2, 8, *bad) is ask, link
+    bad = list(args)
+    bad[0] = [None, None, None]
+    bad[3] = {1: {7}}
+    assert u.layout_chain(1, 9, 8, *bad) is ask  # a define past the table
+    bad = list(args)
+    bad[4] = (EValue(Tensor(6, 0, (2, 3), (0, 1))), EValue(Tensor(6, 0, (3, 2), (0, 1), shape_dynamism=1)))
+    bad[0] = [None, (0, 2, ())]
+    bad[1], bad[2] = {1: [1, 2], 2: [1, 2]}, {}
+    bad[3] = {2: {1}}
+    assert u.layout_chain(1, 2, 8, *bad) is ask  # read as a value of dynamic shape: Python's raises
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_chain_sources_in_c_are_the_python_ones_on_random_plans(seed: int) -> None:
+    """Random links over random storage (readers naming a link's result once, twice or in a
+    list, results that are plan outputs, writes between, memories shared, constants written or
+    planned, sources of dynamic shape, inputs, copies left out): chain_sources' C answer is
+    chain_sources_py's for each, none left to it; odd links and values are."""
+    from types import SimpleNamespace
+
+    from orchestra.program import EValue, Tensor
+
+    _need_match()
+    rng = np.random.default_rng(seed)
+    nv, n = 60, 40
+    values = tuple(EValue(Tensor(6, 0, (2, 3), (0, 1), shape_dynamism=int(rng.random() < 0.1))) for _ in range(nv))
+    regions = {v: (int(rng.integers(0, 3)), int(lo), int(lo) + int(rng.integers(1, 40)))
+               for v in range(nv) if rng.random() < 0.7 for lo in [rng.integers(0, 200)]}
+    template: list[object] = [np.zeros(2, np.float32) if rng.random() < 0.2 else None for _ in range(nv)]
+    slots = [object() if v in regions or rng.random() < 0.1 else None for v in range(nv)]
+    lists = {v: (False, tuple(int(x) for x in rng.integers(-1, nv, 3))) for v in range(nv) if rng.random() < 0.1}
+    instructions = [SimpleNamespace(args=tuple(int(x) for x in rng.integers(0, nv, int(rng.integers(1, 5)))))
+                    for _ in range(n)]
+    writes_at = [[int(x) for x in rng.integers(0, nv, int(rng.integers(0, 3)))] for _ in range(n)]
+    cp = SimpleNamespace(template=template, slots=slots, lists=lists, plan=SimpleNamespace(values=values))
+    mt = object.__new__(_optimize._Matcher)
+    mt.cp, mt.values, mt.instructions = cp, values, instructions
+    mt.uses = _optimize.PlanUses(mentions={}, written=frozenset(int(x) for x in rng.integers(0, nv, 6)),
+                                 outputs=frozenset(int(x) for x in rng.integers(0, nv, 4)), straight=True)
+    mt.storage = st = object.__new__(_Storage)
+    st.regions, st.writes_at, st.inputs = regions, writes_at, frozenset(int(x) for x in rng.integers(0, nv, 6))
+    answers = set()
+    for _ in range(300):
+        pc = int(rng.integers(1, n))
+        links, reader = [], pc
+        for _ in range(int(rng.integers(1, 6))):
+            lpc = int(rng.integers(0, reader)) if reader else 0
+            args = instructions[reader].args
+            read = args[int(rng.integers(len(args)))] if rng.random() < 0.8 else int(rng.integers(nv))
+            links.append(_optimize._Link(lpc, int(rng.integers(nv)), read if rng.random() < 0.7 else int(rng.integers(nv)),
+                                         reader, read, ()))
+            reader = lpc
+        skip = frozenset(int(x) for x in rng.integers(0, n, int(rng.integers(0, 4))))
+        got = _c_sources(mt, links, pc, skip)
+        assert got is not _optimize._ASK and got == mt.chain_sources_py(links, pc, skip) == mt.chain_sources(links, pc, skip)
+        answers.add(got)
+    assert () in answers and any(len(a) > 1 for a in answers) and len(answers) > 5
+    # odd links and values: left to Python
+    ask = _optimize._ASK
+    ln = _optimize._Link(0, 1, 2, 1, instructions[1].args[0], ())
+    assert _c_sources(mt, [SimpleNamespace(**{f: getattr(ln, f) for f in ln.__slots__})], 2, frozenset()) is ask
+    assert _c_sources(mt, [_optimize._Link(0, 1, 2, n, 3, ())], 2, frozenset()) is ask  # a reader past the plan
+    assert _c_sources(mt, [_optimize._Link(0, True, 2, 1, 3, ())], 2, frozenset()) is ask
+    assert _c_sources(mt, [ln], 2, frozenset({True})) is ask
+    assert _c_sources(mt, [ln], 2, frozenset(range(100))) is ask  # more left out than handled
+    assert _optimize._match_chains.chain_sources(None, 0, *([None] * 15), ask) is None  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("path", _MATCH_PROGRAMS, ids=lambda p: p.name)
+def test_the_views_kept_per_plan_are_made_afresh_the_same(path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """optimize_steps' kept views (_memo_views): every view made from one it kept gives what a
+    fresh _view_fn gives, on the very arrays a Method reads (its derived views' values, each
+    method's outputs); _stays_a_view's kept answers are the fresh ones."""
+    made: list[tuple[tuple[object, ...], object]] = []
+    real_view_fn, real_stays = _optimize._view_fn, _optimize._stays_a_view
+    stays: list[tuple[object, int, object, bool]] = []
+
+    def view_fn(ops: object) -> object:
+        fn = real_view_fn(ops)  # type: ignore[arg-type]
+        made.append((ops, fn))  # type: ignore[arg-type]
+        return fn
+
+    def stays_a_view(cp: object, src: int, fn: object) -> bool:
+        got = real_stays(cp, src, fn)  # type: ignore[arg-type]
+        stays.append((cp, src, fn, got))
+        return got
+
+    monkeypatch.setattr(_optimize, "_view_fn", view_fn)
+    monkeypatch.setattr(_optimize, "_stays_a_view", stays_a_view)
+    prog = load_program(path)
+    for name in prog.method_names:
+        made.clear()
+        cp = prog._compiled_plan(name)
+        fns = {id(fn): ops for ops, fn in made}
+        for i, src, fn in cp.derived:
+            if id(fn) in fns:  # a kept function: the ops it was made for
+                x = np.arange(int(np.prod(cp.slots[src].bound)), dtype=np.float64).reshape(cp.slots[src].bound)
+                assert np.array_equal(fn(x), real_view_fn(fns[id(fn)])(x))  # type: ignore[arg-type]
+        assert len({ops for ops, _ in made}) == len(made)  # each made once per plan
+    for cp, src, fn, got in stays:
+        assert real_stays(cp, src, fn) == got  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_views_kept_are_the_fresh_ones_on_random_chains(seed: int) -> None:
+    """_Views' answers (kept per plan) for random sources and chains of transposes, reshapes
+    and slices, many sharing a shape, a first op, an order or a layout: each the fresh
+    _simplify / _view_fn / _stays_a_view answer."""
+    from types import SimpleNamespace
+
+    from orchestra.runtime._method import _Slot
+
+    rng = np.random.default_rng(seed)
+    slots = []
+    for _ in range(30):
+        shape = tuple(int(d) for d in rng.choice([1, 2, 3, 4], int(rng.integers(1, 4))))
+        order = tuple(int(d) for d in (rng.permutation(len(shape)) if rng.random() < 0.3 else range(len(shape))))
+        slot = object.__new__(_Slot)
+        slot.bound, slot.dim_order, slot.dynamic = shape, order, bool(rng.random() < 0.1)
+        slot.dtype = np.dtype(np.float32 if rng.random() < 0.8 else np.int64)
+        slots.append(slot if rng.random() > 0.05 else None)
+    cp = SimpleNamespace(slots=slots)
+    views = _optimize._Views(cp)  # type: ignore[arg-type]
+    seen = set()
+    for _ in range(400):
+        src = int(rng.integers(len(slots)))
+        shape = slots[src].bound if slots[src] is not None else (2, 3)
+        raw, cur = [], shape
+        for _ in range(int(rng.integers(1, 4))):
+            r = rng.random()
+            if r < 0.4:
+                op = ("T", tuple(int(d) for d in rng.permutation(len(cur))))
+            elif r < 0.8:
+                op = ("R", tuple(int(d) for d in rng.permutation((*cur, 1)[: len(cur) + int(rng.integers(0, 2))])))
+            else:
+                dim = int(rng.integers(len(cur)))
+                op = ("S", (dim, int(rng.integers(0, 2)), None, int(rng.integers(1, 3))))
+            nxt = _optimize._apply_shape(cur, [op])  # type: ignore[list-item]
+            if nxt is None:
+                break
+            raw.append(op)
+            cur = nxt
+        ops, fn = views.of(shape, tuple(raw))  # type: ignore[arg-type]
+        assert ops == _optimize._simplify(shape, raw)  # type: ignore[arg-type]
+        x = np.arange(int(np.prod(shape)), dtype=np.float64).reshape(shape)
+        assert np.array_equal(fn(x), _optimize._view_fn(ops)(x))
+        assert views.stays(src, ops, fn) == _optimize._stays_a_view(cp, src, _optimize._view_fn(ops))  # type: ignore[arg-type]
+        seen.add(ops)
+    assert len(seen) > 20 and len(views.memo) < 1200

@@ -221,12 +221,16 @@ _match = _uses
 # Its tables of the folds (convolutions with their batch norms, constant copies), on only where
 # _match is too: a switch of their own for tests and benchmarks.
 _match_folds = _uses
-# _Matcher.ew_chain's walk in C (over the ew_ops table, so on only where _match is too): a
-# switch of its own for tests and benchmarks.
+# The chain walks in C, on only where _match is too (they walk its tables): an elementwise
+# chain's (_Matcher.ew_chain) and a layout chain's (producer's table, layout_chain, chain_sources).
+# A switch of their own for tests and benchmarks.
 _match_chains = _uses
 # _ew_static_ok's memory checks in C (asked of every elementwise chain found, and again of each
 # shorter prefix): a switch of its own for tests and benchmarks.
 _match_static = _uses
+# optimize_steps keeps _simplify's, _view_fn's and _stays_a_view's answers per plan (each block of
+# a transformer asks the same): a switch for tests and benchmarks (False: each asked afresh).
+_memo_views = True
 # A matcher's answer the C table leaves to the Python code.
 _ASK = object()
 
@@ -959,6 +963,9 @@ class _Matcher:
         self._folds: tuple[list[Any], list[Any], list[Any]] | None = None
         self._copies: list[Any] | None = None  # const_copies', the same way
         self._ew_ctx: tuple[Any, ...] | None = None  # ew_chain's inputs to the C walk, () without it
+        # producer's sorted defines of each same-bytes group asked about, made in C by
+        # _uses.layout_chain (value -> int64 pairs; one bytes object per group)
+        self._chain_defs: dict[int, bytes] = {}
 
     # -- helpers ----------------------------------------------------------------------------
     def kernel_call(self, pc: int, name: str, nparams: int) -> tuple[tuple[int, ...], set[int]] | None:
@@ -1561,7 +1568,23 @@ class _Matcher:
 
     def layout_chain(self, pc: int, k: int) -> list[_Link]:
         """The layout instructions producing operand ``k`` of instruction ``pc``, nearest
-        first, each read only through the next (checked later)."""
+        first, each read only through the next (checked later).
+
+        Walked in C where it is built (a transformer asks a few hundred times, each a few
+        producer and layout_link questions here); layout_chain_py is the same walk."""
+        links = self._links
+        if links is None:
+            links = self._links = self.layout_links()
+        if links and _match is not None and _match_chains is not None:
+            found = _match_chains.layout_chain(self.instructions[pc].args[k], pc, _MAX_LINKS, links,
+                                               self.storage.same_bytes(), self._chain_defs, self.uses.defines,
+                                               self.values, self.cp.template, _NUMPY_OF, Tensor, _Link, _ASK)
+            if found is not None and found is not _ASK:
+                return found
+        return self.layout_chain_py(pc, k)
+
+    def layout_chain_py(self, pc: int, k: int) -> list[_Link]:
+        """layout_chain's Python code."""
         a = self.instructions[pc]
         links: list[_Link] = []
         cur, reader = a.args[k], pc
@@ -1584,7 +1607,22 @@ class _Matcher:
         source of ``links[:m]`` in place of their result: a constant, or a planned tensor or
         an input nothing writes in between (each link read once by the next, not a plan
         output, its result not written again before its reader reads it). ``skip``: layout
-        copies of the reader's other operands that are left out too (their writes don't run)."""
+        copies of the reader's other operands that are left out too (their writes don't run).
+
+        Answered in C where it is built (grow and rejoin ask for every chain again each time
+        another operand's length changes); chain_sources_py is the same checks."""
+        if links and _match is not None and _match_chains is not None:
+            st = self.storage
+            found = _match_chains.chain_sources(links, pc, skip, _Link, self.instructions, self.cp.lists, self.values,
+                                                self.cp.template, self.uses.written, self.cp.slots, self.uses.outputs,
+                                                st.inputs, st.regions, st.writes_at, _NUMPY_OF, Tensor, np.ndarray,
+                                                _ASK)
+            if found is not None and found is not _ASK:
+                return found
+        return self.chain_sources_py(links, pc, skip)
+
+    def chain_sources_py(self, links: Sequence[_Link], pc: int, skip: AbstractSet[int] = frozenset()) -> tuple[int, ...]:
+        """chain_sources' Python code."""
         st = self.storage
         valid: list[int] = []
         pcs: set[int] = set(skip)
@@ -1843,6 +1881,43 @@ def _stays_a_view(cp: CompiledPlan, src: int, fn: Callable[[np.ndarray], np.ndar
         return False
     flat = np.empty(math.prod(slot.bound), slot.dtype)
     return bool(flat.size) and np.shares_memory(fn(_strided_view(flat, slot.bound, slot.dim_order)), flat)
+
+
+class _Views:
+    """The views of one plan's layout chains' sources, each answer kept by what it depends on
+    alone (a source's shape and the chain's ops; for _stays_a_view also its slot's layout and
+    dtype): a transformer's blocks read the same views, each made once (``_memo_views``)."""
+
+    def __init__(self, cp: CompiledPlan) -> None:
+        self.cp = cp
+        self.memo: dict[tuple[Any, ...], Any] = {}
+
+    def of(self, shape: tuple[int, ...], raw: tuple[tuple[str, tuple[int, ...]], ...],
+           ) -> tuple[tuple[tuple[str, tuple[int, ...]], ...], Callable[[np.ndarray], np.ndarray]]:
+        """_simplify(shape, raw) and _view_fn of it (one function per ops: it holds no state)."""
+        if not _memo_views:
+            ops = _simplify(shape, raw)
+            return ops, _view_fn(ops)
+        key = ("ops", shape, raw)
+        found = self.memo.get(key)
+        if found is None:
+            ops = _simplify(shape, raw)
+            fn = self.memo.get(("fn", ops))
+            if fn is None:
+                fn = self.memo[("fn", ops)] = _view_fn(ops)
+            found = self.memo[key] = (ops, fn)
+        return found
+
+    def stays(self, src: int, ops: tuple[tuple[str, tuple[int, ...]], ...], fn: Callable[[np.ndarray], np.ndarray]) -> bool:
+        """_stays_a_view(cp, src, fn), ``fn`` being _view_fn(ops)."""
+        slot = self.cp.slots[src]
+        if not _memo_views or slot is None or slot.dynamic:
+            return _stays_a_view(self.cp, src, fn)
+        key = ("view", tuple(slot.bound), tuple(slot.dim_order), slot.dtype, ops)
+        found = self.memo.get(key)
+        if found is None:
+            found = self.memo[key] = _stays_a_view(self.cp, src, fn)
+        return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -2689,6 +2764,7 @@ def optimize_steps(
 
     nv = len(cp.plan.values)
     derived: list[tuple[int, Any]] = []
+    views = _Views(cp)
     cc_sub: dict[int, int] = {}  # folded copy's out -> its constant (a derived value)
     cc_of: dict[int, set[int]] = {}  # reader -> the folded copies it reads
     for pc, (out, value, readers) in ccs.items():
@@ -2811,8 +2887,7 @@ def optimize_steps(
             for k, m in sorted(c.use.items()):
                 links = c.chains[k][:m]
                 src = links[-1].src
-                ops = _simplify(mt.static_tensor(src)[1], [op for ln in reversed(links) for op in ln.ops])  # type: ignore[index]
-                fn = _view_fn(ops)
+                ops, fn = views.of(mt.static_tensor(src)[1], tuple(op for ln in reversed(links) for op in ln.ops))  # type: ignore[index]
                 span.update(ln.pc for ln in links)
                 const = mt.constant(src)
                 if const is not None:
@@ -2821,7 +2896,7 @@ def optimize_steps(
                     consts.append(arr)
                     params[k] = nv + len(derived)
                     derived.append((-1, arr))
-                elif _stays_a_view(cp, src, fn):
+                elif views.stays(src, ops, fn):
                     params[k] = nv + len(derived)
                     derived.append((src, fn))
                 else:

@@ -2709,6 +2709,416 @@ static PyObject *ew_static_ok(PyObject *Py_UNUSED(self), PyObject *args) {
 
 /* ---- end s40-j ---------------------------------------------------------------------------- */
 
+/* ==== _Matcher's layout chains (orchestra/runtime/_optimize.py: producer, layout_chain,
+ * chain_sources) ==== */
+
+/* One define of a same-bytes group: position w of value x, x the k-th of its group. */
+typedef struct {
+    int64_t w, k, x;
+} GroupDef;
+
+static int group_def_cmp(const void *a, const void *b) {
+    const GroupDef *p = a, *q = b;
+    if (p->w != q->w) return p->w < q->w ? -1 : 1;
+    return (p->k > q->k) - (p->k < q->k);
+}
+
+/* Each int of ``s`` (an exact set / frozenset) passed to f: 1, ASK (not a set, an item not an
+ * int of 64 bits), -1. */
+static int each_define(PyObject *s, int (*f)(void *, int64_t), void *ctx) {
+    if (!PyAnySet_CheckExact(s)) return ASK;
+    PyObject *it = PyObject_GetIter(s), *o;
+    if (it == NULL) return -1;
+    int r = 1;
+    while (r == 1 && (o = PyIter_Next(it)) != NULL) {
+        int64_t w = 0;
+        r = get_i64(o, &w);
+        if (r == 0) r = ASK;
+        if (r == 1 && f(ctx, w) < 0) r = -1;
+        Py_DECREF(o);
+    }
+    Py_DECREF(it);
+    return r == 1 && PyErr_Occurred() ? -1 : r;
+}
+
+typedef struct {
+    GroupDef *p;
+    Py_ssize_t n, cap;
+    int64_t k, x;
+} GroupDefs;
+
+static int group_defs_push(void *ctx, int64_t w) {
+    GroupDefs *b = ctx;
+    if (b->n == b->cap) {
+        Py_ssize_t cap = b->cap ? 2 * b->cap : 16;
+        GroupDef *q = PyMem_Realloc(b->p, (size_t)cap * sizeof(GroupDef));
+        if (q == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        b->p = q;
+        b->cap = cap;
+    }
+    b->p[b->n++] = (GroupDef){w, b->k, b->x};
+    return 0;
+}
+
+/* The defines of group ``g`` (an exact list of exact ints) as bytes of (w, x) int64 pairs sorted
+ * by (w, place in g): 1 with *res, ASK, -1. */
+static int group_defs(PyObject *g, PyObject *defines, PyObject **res) {
+    if (!PyList_CheckExact(g)) return ASK;
+    GroupDefs b = {0};
+    int r = 1;
+    for (Py_ssize_t k = 0; r == 1 && k < PyList_GET_SIZE(g); k++) {
+        PyObject *x = PyList_GET_ITEM(g, k);
+        r = get_i64(x, &b.x);
+        if (r == 0) r = ASK;
+        PyObject *ws = r == 1 ? PyDict_GetItemWithError(defines, x) : NULL;
+        if (r == 1 && ws == NULL && PyErr_Occurred()) r = -1;
+        b.k = k;
+        if (r == 1 && ws != NULL) r = each_define(ws, group_defs_push, &b);
+    }
+    if (r == 1 && b.n) qsort(b.p, (size_t)b.n, sizeof(GroupDef), group_def_cmp);
+    if (r == 1) {
+        *res = PyBytes_FromStringAndSize(NULL, b.n * 2 * (Py_ssize_t)sizeof(int64_t));
+        if (*res == NULL) r = -1;
+        for (Py_ssize_t q = 0; r == 1 && q < b.n; q++) {
+            int64_t pair[2] = {b.p[q].w, b.p[q].x};
+            memcpy(PyBytes_AS_STRING(*res) + q * (Py_ssize_t)sizeof pair, pair, sizeof pair);
+        }
+    }
+    PyMem_Free(b.p);
+    return r;
+}
+
+typedef struct {
+    int64_t reader, best;
+    int found;
+} LastBefore;
+
+static int last_before(void *ctx, int64_t w) {
+    LastBefore *b = ctx;
+    if (w < b->reader && (!b->found || w > b->best)) {
+        b->best = w;
+        b->found = 1;
+    }
+    return 0;
+}
+
+/* _Matcher.producer(value, reader) from the plan's same-bytes ``groups``
+ * (_Storage.same_bytes), its ``defines`` and ``table``, the cache of each asked group's
+ * defines (value -> bytes of (position, value) int64 pairs sorted by (position, place in the
+ * group), one object per group, made here on the first question about one of its values: a
+ * conv net asks about few of its groups): 1 with (*w, *x), 0 for None, ASK, -1. */
+static int chain_producer(PyObject *groups, PyObject *table, PyObject *defines, PyObject *value, int64_t reader,
+                          int64_t *w, int64_t *x) {
+    int64_t v = 0;
+    int r = get_i64(value, &v);
+    if (r != 1) return r < 0 ? -1 : ASK;
+    PyObject *defs = PyDict_GetItemWithError(table, value), *g = NULL;
+    if (defs == NULL && PyErr_Occurred()) return -1;
+    if (defs == NULL && (g = PyDict_GetItemWithError(groups, value)) == NULL && PyErr_Occurred()) return -1;
+    if (g != NULL) {  /* its group's first question */
+        PyObject *made = NULL;
+        r = group_defs(g, defines, &made);
+        for (Py_ssize_t q = 0; r == 1 && q < PyList_GET_SIZE(g); q++)
+            if (PyDict_SetItem(table, PyList_GET_ITEM(g, q), made) < 0) r = -1;
+        Py_XDECREF(made);  /* (table holds it) */
+        if (r != 1) return r;
+        if ((defs = PyDict_GetItemWithError(table, value)) == NULL) return PyErr_Occurred() ? -1 : ASK;
+    }
+    if (defs == NULL) {  /* not in a group: its last define before reader */
+        PyObject *ws = PyDict_GetItemWithError(defines, value);
+        if (ws == NULL) return PyErr_Occurred() ? -1 : 0;
+        LastBefore b = {reader, 0, 0};
+        r = each_define(ws, last_before, &b);
+        if (r != 1) return r;
+        *w = b.best;
+        *x = v;
+        return b.found;
+    }
+    if (!PyBytes_CheckExact(defs) || PyBytes_GET_SIZE(defs) % (2 * (Py_ssize_t)sizeof(int64_t))) return ASK;
+    const char *base = PyBytes_AS_STRING(defs);
+    Py_ssize_t n = PyBytes_GET_SIZE(defs) / (2 * (Py_ssize_t)sizeof(int64_t)), lo = 0, hi = n;
+    int64_t pair[2];
+#define DEF_AT(q) (memcpy(pair, base + (q) * (Py_ssize_t)sizeof pair, sizeof pair), pair)
+    while (lo < hi) {  /* the first define at or after reader */
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (DEF_AT(mid)[0] < reader) lo = mid + 1;
+        else hi = mid;
+    }
+    if (lo == 0) return 0;
+    int64_t last = DEF_AT(lo - 1)[0];
+    Py_ssize_t first = lo - 1;
+    while (first > 0 && DEF_AT(first - 1)[0] == last) first--;
+    /* value itself when it is defined there, else the first of the group defined there */
+    *w = last;
+    *x = DEF_AT(first)[1];
+    for (Py_ssize_t q = first; q < lo; q++)
+        if (DEF_AT(q)[1] == v) *x = v;
+#undef DEF_AT
+    return 1;
+}
+
+/* producer(groups, table, defines, value, reader, ask) -> _Matcher.producer(value, reader) as
+ * chain_producer answers it ((pc, value) or None; ``ask`` where the Python code is to answer;
+ * ``table``: a dict it fills, as layout_chain's): for the tests, layout_chain asks
+ * chain_producer directly. */
+static PyObject *producer(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *groups, *table, *defines, *value, *ask;
+    long long reader;
+    if (!PyArg_ParseTuple(args, "OOOOLO", &groups, &table, &defines, &value, &reader, &ask)) return NULL;
+    if (!PyDict_CheckExact(groups) || !PyDict_CheckExact(table) || !PyDict_CheckExact(defines)) return Py_NewRef(ask);
+    int64_t w = 0, x = 0;
+    int r = chain_producer(groups, table, defines, value, (int64_t)reader, &w, &x);
+    if (r < 0) return NULL;
+    if (r == ASK) return Py_NewRef(ask);
+    if (r == 0) Py_RETURN_NONE;
+    return Py_BuildValue("(LL)", (long long)w, (long long)x);
+}
+
+/* A Link (_optimize._Link: a frozen dataclass with slots, no __post_init__) with the fields of
+ * ``t`` (pc, src, out, reader, read, ops), made as its __init__ makes one (it sets each slot
+ * past the frozen __setattr__), without the six Python calls: a new reference, NULL on an
+ * error. */
+static PyObject *new_link(PyObject *link_t, PyObject *t) {
+    static const char *const fields[6] = {"pc", "src", "out", "reader", "read", "ops"};
+    PyTypeObject *tp = (PyTypeObject *)link_t;
+    PyObject *obj = tp->tp_alloc(tp, 0);
+    for (int k = 0; obj != NULL && k < 6; k++) {
+        PyObject *name = PyUnicode_InternFromString(fields[k]);
+        if (name == NULL || PyObject_GenericSetAttr(obj, name, PyTuple_GET_ITEM(t, k)) < 0) Py_CLEAR(obj);
+        Py_XDECREF(name);
+    }
+    return obj;
+}
+
+/* layout_chain(cur, reader, most, links, groups, table, defines, values, template, to_numpy,
+ * Tensor, Link, ask) -> _Matcher.layout_chain's links, nearest first, at most ``most``: Link
+ * objects, or (pc, src, out, reader, read, ops) tuples where Link is None; operand ``cur`` read by instruction ``reader``, followed back
+ * through producer (chain_producer: ``groups``, ``table`` the plan's cache it fills) and
+ * layout_links' table ``links``. ``ask`` when the
+ * Python code is to make the chain (a link the table leaves to it, a value of another shape);
+ * None when an input is not of the type _Matcher makes. */
+static PyObject *layout_chain(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *cur, *links, *groups, *table, *defines, *link_t, *ask;
+    long long reader0, most;
+    Plan p = {0};
+    if (!PyArg_ParseTuple(args, "OLLOOOOOOOOOO", &cur, &reader0, &most, &links, &groups, &table, &defines, &p.values,
+                          &p.template_, &p.to_numpy, &p.tensor_t, &link_t, &ask))
+        return NULL;
+    if (link_t != Py_None && !PyType_Check(link_t)) Py_RETURN_NONE;
+    if (!PyList_CheckExact(links) || !PyDict_CheckExact(groups) || !PyDict_CheckExact(table) ||
+        !PyDict_CheckExact(defines) ||
+        !PyTuple_CheckExact(p.values) || !PyList_CheckExact(p.template_) || !PyDict_CheckExact(p.to_numpy) ||
+        !PyType_Check(p.tensor_t))
+        Py_RETURN_NONE;
+    p.s_val = PyUnicode_InternFromString("val");
+    p.s_sizes = PyUnicode_InternFromString("sizes");
+    p.s_dyn = PyUnicode_InternFromString("shape_dynamism");
+    p.s_st = PyUnicode_InternFromString("scalar_type");
+    PyObject *s_r = PyUnicode_InternFromString("R"), *out = PyList_New(0);
+    int r = p.s_val && p.s_sizes && p.s_dyn && p.s_st && s_r && out ? 1 : -1;
+    int64_t reader = (int64_t)reader0;
+    Py_XINCREF(cur);
+    while (r == 1 && PyList_GET_SIZE(out) < most) {
+        int64_t w = 0, x = 0, c = 0, o = 0;
+        r = chain_producer(groups, table, defines, cur, reader, &w, &x);
+        if (r != 1) break;
+        if (w < 0 || w >= PyList_GET_SIZE(links)) {  /* (not an instruction of the table) */
+            r = ASK;
+            break;
+        }
+        PyObject *link = PyList_GET_ITEM(links, w);
+        if (link == ask) r = ASK;
+        else if (link == Py_None) r = 0;
+        else if (!PyTuple_CheckExact(link) || PyTuple_GET_SIZE(link) != 3) r = ASK;
+        if (r == 1) r = get_i64(PyTuple_GET_ITEM(link, 1), &o);
+        if (r == 1) r = get_i64(cur, &c);  /* (checked by chain_producer) */
+        if (r == 1 && !PyLong_CheckExact(PyTuple_GET_ITEM(link, 0))) r = ASK;
+        if (r != 1 || o != x) {
+            if (r == 0 && link != Py_None) r = ASK;
+            break;
+        }
+        PyObject *ops = Py_NewRef(PyTuple_GET_ITEM(link, 2));
+        if (o != c) {  /* read as cur's (static) shape */
+            PyObject *dt = NULL, *sizes = NULL, *extra = NULL;
+            r = static_tensor(&p, cur, &dt, &sizes);
+            if (r == 0) r = ASK;  /* (Python's fails on None: let it) */
+            if (r == 1 && !PyTuple_CheckExact(ops)) r = ASK;
+            if (r == 1) r = (extra = Py_BuildValue("((OO))", s_r, sizes)) ? 1 : -1;
+            Py_SETREF(ops, r == 1 ? PySequence_Concat(ops, extra) : NULL);
+            if (r == 1 && ops == NULL) r = -1;
+            Py_XDECREF(sizes);
+            Py_XDECREF(extra);
+        }
+        PyObject *t = r == 1 ? Py_BuildValue("(LOOLOO)", (long long)w, PyTuple_GET_ITEM(link, 0), PyTuple_GET_ITEM(link, 1),
+                                             (long long)reader, cur, ops) : NULL;
+        if (r == 1 && t != NULL && link_t != Py_None) Py_SETREF(t, new_link(link_t, t));
+        if (r == 1 && (t == NULL || PyList_Append(out, t) < 0)) r = -1;
+        Py_XDECREF(t);
+        Py_XDECREF(ops);
+        if (r == 1) {
+            Py_SETREF(cur, Py_NewRef(PyTuple_GET_ITEM(link, 0)));
+            reader = w;
+        }
+    }
+    Py_XDECREF(cur);
+    Py_XDECREF(s_r);
+    plan_clear(&p);
+    if (r == 0 || r == 1) return out;
+    Py_XDECREF(out);
+    if (r < 0) return NULL;
+    return Py_NewRef(ask);
+}
+
+/* _Storage.written_between(i, start, stop, skip): whether an instruction strictly between
+ * start and stop, not one of skip[0..nskip), may write value i (writes_at: _Storage.writes_at)
+ * or memory it shares (regions: _Storage.regions): 1, 0, ASK, -1. */
+static int chain_written_between(PyObject *writes_at, PyObject *regions, PyObject *i, int64_t start, int64_t stop,
+                                 const int64_t *skip, Py_ssize_t nskip) {
+    int64_t iv = 0, ri[3] = {0, 0, 0}, rw[3] = {0, 0, 0};
+    int r = get_i64(i, &iv);
+    if (r != 1) return r < 0 ? -1 : ASK;
+    int planned = region_of(regions, i, ri);
+    if (planned < 0 || planned == ASK) return planned;
+    for (int64_t pc = start + 1; pc < stop; pc++) {
+        int skipped = 0;
+        for (Py_ssize_t q = 0; q < nskip && !skipped; q++) skipped = skip[q] == pc;
+        if (skipped) continue;
+        if (pc < 0 || pc >= PyList_GET_SIZE(writes_at)) return ASK;  /* (Python's raises) */
+        PyObject *ws = PyList_GET_ITEM(writes_at, pc);
+        if (!PyList_CheckExact(ws)) return ASK;
+        for (Py_ssize_t q = 0; q < PyList_GET_SIZE(ws); q++) {
+            PyObject *w = PyList_GET_ITEM(ws, q);
+            int64_t wv = 0;
+            r = get_i64(w, &wv);
+            if (r != 1) return r < 0 ? -1 : ASK;
+            if (wv == iv) return 1;
+            r = planned ? region_of(regions, w, rw) : 0;  /* _Storage.overlap(w, i) */
+            if (r < 0 || r == ASK) return r;
+            if (r == 1 && rw[0] == ri[0] && rw[1] < ri[2] && ri[1] < rw[2]) return 1;
+        }
+    }
+    return 0;
+}
+
+/* A link's int attribute (an exact int of 64 bits): 1, ASK, -1. */
+static int link_int(PyObject *ln, PyObject *name, PyObject **obj, int64_t *v) {
+    *obj = PyObject_GetAttr(ln, name);
+    if (*obj == NULL) return -1;
+    int r = get_i64(*obj, v);
+    return r == 0 ? ASK : r;
+}
+
+#define CHAIN_SKIP 64  /* pcs of copies left out (skip and the chain's) handled here */
+
+/* chain_sources(links, pc, skip, Link, instructions, lists, values, template, written, slots,
+ * outputs, inputs, regions, writes_at, to_numpy, Tensor, ndarray, ask) -> _Matcher.chain_sources
+ * (links, pc, skip): the tuple of valid lengths; ``ask`` when the Python code is to answer (a
+ * link or value of another shape); None when an input is not of the type _Matcher makes. */
+static PyObject *chain_sources(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *links, *skip, *link_t, *instructions, *outputs, *inputs, *regions, *writes_at, *ask;
+    long long reader_pc;
+    Plan p = {0};
+    Extra e = {0};
+    if (!PyArg_ParseTuple(args, "OLOOOOOOOOOOOOOOOO", &links, &reader_pc, &skip, &link_t, &instructions, &p.lists,
+                          &p.values, &p.template_, &p.written, &e.slots, &outputs, &inputs, &regions, &writes_at,
+                          &p.to_numpy, &p.tensor_t, &e.ndarray_t, &ask))
+        return NULL;
+    if (!PyList_CheckExact(links) || !PyAnySet_CheckExact(skip) || !PyType_Check(link_t) ||
+        !PyList_CheckExact(instructions) || !PyDict_CheckExact(p.lists) || !PyTuple_CheckExact(p.values) ||
+        !PyList_CheckExact(p.template_) || !PyAnySet_CheckExact(p.written) || !PyList_CheckExact(e.slots) ||
+        !PyAnySet_CheckExact(outputs) || !PyAnySet_CheckExact(inputs) || !PyDict_CheckExact(regions) ||
+        !PyList_CheckExact(writes_at) || !PyDict_CheckExact(p.to_numpy) || !PyType_Check(p.tensor_t) ||
+        !PyType_Check(e.ndarray_t))
+        Py_RETURN_NONE;
+    int64_t pcs[CHAIN_SKIP];  /* skip, then the pcs of the chain's links so far */
+    Py_ssize_t npcs = 0;
+    int r = PySet_GET_SIZE(skip) + PyList_GET_SIZE(links) <= CHAIN_SKIP ? 1 : ASK;
+    if (r == 1) {
+        PyObject *it = PyObject_GetIter(skip), *o;
+        if (it == NULL) r = -1;
+        while (r == 1 && (o = PyIter_Next(it)) != NULL) {
+            r = get_i64(o, &pcs[npcs++]);
+            if (r == 0) r = ASK;
+            Py_DECREF(o);
+        }
+        Py_XDECREF(it);
+        if (r == 1 && PyErr_Occurred()) r = -1;
+    }
+    p.s_val = PyUnicode_InternFromString("val");
+    p.s_sizes = PyUnicode_InternFromString("sizes");
+    p.s_dyn = PyUnicode_InternFromString("shape_dynamism");
+    p.s_st = PyUnicode_InternFromString("scalar_type");
+    PyObject *names[6] = {PyUnicode_InternFromString("pc"), PyUnicode_InternFromString("src"),
+                          PyUnicode_InternFromString("out"), PyUnicode_InternFromString("reader"),
+                          PyUnicode_InternFromString("read"), PyUnicode_InternFromString("args")};
+    if (!p.s_val || !p.s_sizes || !p.s_dyn || !p.s_st) r = -1;
+    for (int k = 0; k < 6; k++)
+        if (names[k] == NULL) r = -1;
+    PyObject *valid = r == 1 ? PyList_New(0) : NULL;
+    if (r == 1 && valid == NULL) r = -1;
+    for (Py_ssize_t m = 1; r == 1 && m <= PyList_GET_SIZE(links); m++) {
+        PyObject *ln = PyList_GET_ITEM(links, m - 1), *o[5] = {NULL, NULL, NULL, NULL, NULL}, *a_args = NULL;
+        int64_t v[5] = {0, 0, 0, 0, 0};  /* pc, src, out, reader, read */
+        if ((PyObject *)Py_TYPE(ln) != link_t) r = ASK;
+        for (int k = 0; r == 1 && k < 5; k++) r = link_int(ln, names[k], &o[k], &v[k]);
+        if (r == 1 && (v[3] < 0 || v[3] >= PyList_GET_SIZE(instructions))) r = ASK;
+        if (r == 1) r = (a_args = PyObject_GetAttr(PyList_GET_ITEM(instructions, v[3]), names[5])) ? 1 : -1;
+        if (r == 1 && !PyTuple_CheckExact(a_args)) r = ASK;
+        Py_ssize_t count = 0;
+        if (r == 1) r = count_named(&p, a_args, PyTuple_GET_SIZE(a_args), v[4], &count);
+        int stop = r == 1 && count != 1;  /* every longer prefix holds this link too */
+        if (r == 1 && !stop) {
+            int t = PySet_Contains(outputs, o[2]);
+            r = t < 0 ? -1 : 1;
+            stop = t == 1;
+        }
+        if (r == 1 && !stop) {
+            int t = chain_written_between(writes_at, regions, o[2], v[0], v[3], NULL, 0);
+            r = t < 0 || t == ASK ? t : 1;
+            stop = t == 1;
+        }
+        if (r == 1 && !stop) {
+            pcs[npcs++] = v[0];
+            PyObject *arr = NULL, *dt = NULL, *sizes = NULL;
+            int ok = constant(&p, &e, o[1], &arr);
+            if (ok == 0) {
+                ok = static_tensor(&p, o[1], &dt, &sizes);
+                Py_XDECREF(sizes);
+                if (ok == 1) {
+                    int in = PyDict_Contains(regions, o[1]);
+                    if (in == 0) in = PySet_Contains(inputs, o[1]);
+                    ok = in;
+                }
+                if (ok == 1) {
+                    int t = chain_written_between(writes_at, regions, o[1], v[0], (int64_t)reader_pc, pcs, npcs);
+                    ok = t == 1 ? 0 : t == 0 ? 1 : t;
+                }
+            }
+            if (ok < 0 || ok == ASK) r = ok;
+            else if (ok == 1) {
+                PyObject *mo = PyLong_FromSsize_t(m);
+                if (mo == NULL || PyList_Append(valid, mo) < 0) r = -1;
+                Py_XDECREF(mo);
+            }
+        }
+        for (int k = 0; k < 5; k++) Py_XDECREF(o[k]);
+        Py_XDECREF(a_args);
+        if (stop) break;
+    }
+    for (int k = 0; k < 6; k++) Py_XDECREF(names[k]);
+    plan_clear(&p);
+    PyObject *res = r == 1 ? PyList_AsTuple(valid) : NULL;
+    Py_XDECREF(valid);
+    if (r == 1) return res;
+    if (r < 0) return NULL;
+    return Py_NewRef(ask);
+}
+
+/* ==== end of the layout chains ==== */
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS,
      "scan(instructions, rets, lists, ops, KernelCall, MoveCall, FreeCall) -> (mentions, writers, defines, "
@@ -2748,6 +3158,18 @@ static PyMethodDef methods[] = {
      "ew_chain(context, pc, taken) -> _Matcher.ew_chain's (x, ops, dtype), None, or ask (the Python code's)."},
     {"ew_static_ok", ew_static_ok, METH_VARARGS,
      "ew_static_ok(context, x, ops, skip) -> _ew_static_ok's answer for that chain, or ask (the Python code's)."},
+    /* ---- layout chains ---- */
+    {"producer", producer, METH_VARARGS,
+     "producer(groups, table, defines, value, reader, ask) -> _Matcher.producer(value, reader) (ask: the Python "
+     "code's)."},
+    {"layout_chain", layout_chain, METH_VARARGS,
+     "layout_chain(cur, reader, most, links, groups, table, defines, values, template, to_numpy, Tensor, Link, ask) -> "
+     "_Matcher.layout_chain's links (ask: the Python code's), or None."},
+    {"chain_sources", chain_sources, METH_VARARGS,
+     "chain_sources(links, pc, skip, Link, instructions, lists, values, template, written, slots, outputs, inputs, "
+     "regions, writes_at, to_numpy, Tensor, ndarray, ask) -> _Matcher.chain_sources (ask: the Python code's), "
+     "or None."},
+    /* ---- end of layout chains ---- */
     {NULL, NULL, 0, NULL},
 };
 
