@@ -1,13 +1,14 @@
 """Build configuration beyond pyproject.toml: orchestra's five optional C extensions.
 
 ``orchestra.runtime.kernels._native`` (the compiled kernels), ``orchestra.runtime._uses`` (the
-loop of a plan's use analysis), ``orchestra.runtime._plan`` (the loops over a plan's values when
+hot loops of a plan's analysis: its use analysis, the memory proofs and the matchers of the plan
+rewrites), ``orchestra.runtime._plan`` (the loops over a plan's values when
 it is compiled and when a Method is made), ``orchestra.program._decode`` (the program reader's
 decoding of values and instructions, and its verifier's checks of each) and
 ``orchestra.backends.xnnpack._xdecode`` (the XNNPACK delegate blob's values, nodes and
 constants) are one C file each, need no numpy headers, and are optional: where no C compiler is
 available the install goes on without them, every kernel runs its numpy path
-(``orchestra.runtime.kernels.NATIVE_KERNELS`` is then False), the use analysis and the value
+(``orchestra.runtime.kernels.NATIVE_KERNELS`` is then False), the plan analysis and the value
 loops run in Python (``orchestra.runtime._optimize._uses`` and ``orchestra.runtime._method._plan``
 are then None) and the readers decode in Python (``orchestra.program._reader._native_decode``
 and ``orchestra.backends.xnnpack._blob._native_xdecode`` are then None)."""

@@ -1,5 +1,9 @@
-/* orchestra.runtime._uses: the per-instruction loop of a plan's use analysis
- * (orchestra/runtime/_optimize.py, analyse_uses) in C.
+/* orchestra.runtime._uses: the hot loops of a plan's analysis (orchestra/runtime/_optimize.py)
+ * in C: the use analysis' loop (scan), _Storage's memory proofs, _Matcher's per-plan tables and
+ * the chain walks over them. Every function gives exactly its Python counterpart's answers, or
+ * hands the question back to that code (None, or the caller's ``ask`` object for one answer);
+ * tests/test_load_analysis.py compares them on every fixture and real model and on random
+ * plans, and tests/test_without_extensions.py runs every fixture with this module blocked.
  *
  * scan(instructions, rets, lists, ops, KernelCall, MoveCall, FreeCall) walks the plan's
  * instructions once and fills, for the kernel calls, moves and frees, the same dicts as the
@@ -25,8 +29,12 @@
  * The last ones are tables of _optimize._Matcher's answers, made once per plan where the Python
  * matchers would each make a dozen small calls per question (layout_links: layout_link of
  * every instruction; ew_ops: ew_op's; conv_folds: conv's, with the convolution's literals and the
- * checks of the batch norm after it; const_copies: _constant_copy's checks). Per instruction they give the Python answer, or the caller's ``ask``
- * object where something is not of the shape the Python code makes (then it answers that one).
+ * checks of the batch norm after it; const_copies: _constant_copy's checks; same_bytes:
+ * _Storage.same_bytes' groups). Per instruction they give the Python answer, or the caller's
+ * ``ask`` object where something is not of the shape the Python code makes (then it answers that
+ * one). The chain walks go over those tables: ew_chain (an elementwise chain from one
+ * instruction) and ew_static_ok (its memory checks); producer, layout_chain and chain_sources (the
+ * layout copies feeding a matmul's or a delegate's operand).
  * The inputs derive from a .pte file: nothing here indexes with a value it has not checked. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
