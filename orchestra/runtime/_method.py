@@ -791,20 +791,20 @@ class CompiledPlan:
         if self.lists and not self.lists.keys().isdisjoint(params):
             static = getattr(self, "static_lists", frozenset())
             lists = tuple(i for i in params if i in self.lists and i not in static)
-        if n == 0:
-            def getter(vals: list[Any]) -> tuple:
-                return ()
-        elif n == 1:
-            p0 = params[0]
-
-            def getter(vals: list[Any]) -> tuple:
-                return (vals[p0],)
-        else:
-            getter = operator.itemgetter(*params)
-        if len(rets) == 1 and not lists:
-            r0 = rets[0]
-
-            def step(vals: list[Any], m: Method) -> None:
+        # The common steps bind what they read as default arguments rather than capturing it:
+        # a closure makes one cell per captured name (and a getter closure of its own), kept
+        # for the plan's life and walked by the collector's pass after every load; defaults
+        # are one tuple, read as fast locals (executes do not slow down).
+        getter = self._getter(params) if n != 1 or len(rets) != 1 or lists else None
+        if getter is None:  # one operand, one result: the most common kernel call
+            def step(vals: list[Any], m: Method, fn: Callable[..., Any] = fn, p0: int = params[0], r0: int = rets[0],
+                     what: str = what) -> None:
+                res = fn(vals[p0])
+                if res is not vals[r0] and res is not None:
+                    m._write(r0, res, what)
+        elif len(rets) == 1 and not lists:
+            def step(vals: list[Any], m: Method, fn: Callable[..., Any] = fn, getter: Callable[..., Any] = getter,
+                     r0: int = rets[0], what: str = what) -> None:
                 res = fn(*getter(vals))
                 if res is not vals[r0] and res is not None:
                     m._write(r0, res, what)
@@ -827,6 +827,16 @@ class CompiledPlan:
 
         step.__qualname__ = label
         return step
+
+    @staticmethod
+    def _getter(params: tuple[int, ...]) -> Callable[[list[Any]], tuple]:
+        """``vals -> tuple(vals[i] for i in params)``, as cheaply as it runs."""
+        if len(params) > 1:
+            return operator.itemgetter(*params)
+        if not params:
+            return lambda vals: ()
+        p0 = params[0]
+        return lambda vals: (vals[p0],)
 
     def _step(self, ci: int, ii: int, a: Any, pc: int) -> Step:
         """The step of instruction ``a``, other than a kernel call, as written (a kernel

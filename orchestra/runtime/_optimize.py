@@ -1719,7 +1719,7 @@ def _conv_bn_step(cp: CompiledPlan, params: tuple[int, ...], out: int, w: np.nda
     (``w`` then the file's weight, not a copy); the unplanned kernel gets a scaled copy of
     ``w``, made the first time it runs."""
     conv = convolution_act  # aten::convolution.out's kernel, with conv2d's activation
-    x, _, _, st, pd, dl, tr, op, g, _ = params
+    x = params[0]
     lists = tuple(i for i in params if i in cp.lists)
     planned: dict[tuple[int, ...], Any] = {}  # input shape -> plan_conv2d's run (False: none)
     may_share = np.may_share_memory
@@ -1727,36 +1727,42 @@ def _conv_bn_step(cp: CompiledPlan, params: tuple[int, ...], out: int, w: np.nda
     # (x, out, whether the spare is used) last decided, as weak references (the same arrays
     # every execute of a Method; a closed Method's are not kept alive); one tuple, replaced whole
     last: list[Any] = [None]
-    ref = weakref.ref
     scaled: list[np.ndarray] = []  # w times scale, for the unplanned kernel (made once)
 
-    def use_spare(xv: np.ndarray, o: Any) -> bool:
-        p = last[0]
-        if p is not None and p[0]() is xv and p[1]() is o:
-            return p[2]
-        found = type(o) is np.ndarray and o.nbytes <= xv.nbytes and bool(may_share(xv, o))
-        last[0] = (ref(xv), ref(o), found) if type(o) is np.ndarray else None
-        return found
-
-    def step(vals: list[Any], m: Method) -> None:
+    # Everything the step reads is bound as a default argument, not captured: a closure
+    # makes one cell per captured name (22 here), kept for the plan's life and walked by the
+    # collector's pass after every load; defaults are one tuple, and read as fast locals.
+    def step(vals: list[Any], m: Method, out: int = out, x: int = x, static: Any = static, planned: dict = planned,
+             w: np.ndarray = w, b: Any = b, act: Any = act, scale: Any = scale, spare: Any = spare,
+             lists: tuple[int, ...] = lists, last: list[Any] = last, scaled: list[np.ndarray] = scaled,
+             what: str = what, params: tuple[int, ...] = params, conv: Any = conv, may_share: Any = may_share,
+             copyto: Any = copyto, ref: Any = weakref.ref, nd: type = np.ndarray) -> None:
         o = vals[out]
         xv = vals[x]
-        if static is not None and type(xv) is np.ndarray:
+        if static is not None and type(xv) is nd:
             run = planned.get(xv.shape)
             if run is None:
                 run = planned[xv.shape] = plan_conv2d(xv.shape, xv.dtype, w, b, *static, act, scale) or False
             if run:
-                if spare is not None and use_spare(xv, o):
-                    t = vals[spare]
-                    if not may_share(xv, t) and run(xv, t) is not None:
-                        copyto(o, t)
-                        return
+                if spare is not None:  # whether out shares the input's memory (see last)
+                    p = last[0]
+                    if p is not None and p[0]() is xv and p[1]() is o:
+                        use = p[2]
+                    else:
+                        use = type(o) is nd and o.nbytes <= xv.nbytes and bool(may_share(xv, o))
+                        last[0] = (ref(xv), ref(o), use) if type(o) is nd else None
+                    if use:
+                        t = vals[spare]
+                        if not may_share(xv, t) and run(xv, t) is not None:
+                            copyto(o, t)
+                            return
                 if run(xv, o) is not None:
                     return
         if lists:
             m._refresh_lists(lists)
         if scale is not None and not scaled:
             scaled.append(scale_weight(w, scale))
+        _, _, _, st, pd, dl, tr, op, g, _ = params
         res = conv(xv, scaled[0] if scaled else w, b, vals[st], vals[pd], vals[dl], vals[tr], vals[op], vals[g], o,
                    act)
         if res is not o:
