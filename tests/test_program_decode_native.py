@@ -74,9 +74,14 @@ def test_the_extension_is_set_up_and_used(monkeypatch: pytest.MonkeyPatch) -> No
             calls.append("instructions")
             return _decode.instructions(*a)
 
+        def operators(self, *a):  # noqa: ANN002, ANN202
+            calls.append("operators")
+            return _decode.operators(*a)
+
     monkeypatch.setattr(_reader, "_native_decode", Spy())
     loads((FIXTURES / "two_methods.pte").read_bytes())
     assert calls.count("evalues") == 2 and calls.count("instructions") >= 2
+    assert calls.count("operators") == 2
 
 
 def test_setup_refuses_classes_that_do_not_fit() -> None:
@@ -131,8 +136,8 @@ def _fb(data: bytes) -> memoryview:
 
 
 def _vectors(fb: memoryview) -> list[tuple[str, int, int]]:
-    """("evalues" | "instructions", start, n) of every plan's values and every chain's
-    instructions, found with the checked reader (empty where it refuses the bytes)."""
+    """("evalues" | "operators" | "instructions", start, n) of every plan's values and
+    operators and every chain's instructions, found with the checked reader (empty where it refuses the bytes)."""
     out: list[tuple[str, int, int]] = []
     try:
         r = _FlatReader(fb, None)
@@ -141,6 +146,9 @@ def _vectors(fb: memoryview) -> list[tuple[str, int, int]]:
             v = r._vector(pt, 2, 4, pp)
             if v is not None:
                 out.append(("evalues", *v))
+            v = r._vector(pt, 6, 4, pp)
+            if v is not None:
+                out.append(("operators", *v))
             for ct, cp in r.tables(pt, 5, pp) or []:
                 v = r._vector(ct, 2, 4, cp)
                 if v is not None:
@@ -370,16 +378,16 @@ def test_mutated_programs_decode_the_same_or_fall_back(name: str, count: int, py
     assert loads_refused > count // 10
 
 
-def _tables(fb: memoryview, start: int, count: int) -> list[int]:
-    """Positions of the first ``count`` tables of a vector of offsets at ``start`` and of the
-    union members they point to (read from well-formed bytes)."""
+def _tables(fb: memoryview, start: int, count: int, members: bool = True) -> list[int]:
+    """Positions of the first ``count`` tables of a vector of offsets at ``start`` and, with
+    ``members``, of the union members they point to (read from well-formed bytes)."""
     u16, u32 = (lambda p: struct.unpack_from("<H", fb, p)[0]), (lambda p: struct.unpack_from("<I", fb, p)[0])
     out = []
     for i in range(count):
         pos = start + 4 * i + u32(start + 4 * i)
         out.append(pos)
         vt = pos - struct.unpack_from("<i", fb, pos)[0]
-        if u16(vt) >= 8 and u16(vt + 6):
+        if members and u16(vt) >= 8 and u16(vt + 6):
             out.append(pos + u16(vt + 6) + u32(pos + u16(vt + 6)))
     return out
 
@@ -394,7 +402,8 @@ def test_edge_values_in_tables_vtables_and_offsets_decode_the_same_or_fall_back(
     end = fb_size
     seen = {"both decode": 0, "both refuse": 0}
     for kind, start, n in _vectors(_fb(bytes(data))):
-        for pos in _tables(memoryview(data)[:fb_size], start, 14 if kind == "evalues" else 5):
+        for pos in _tables(memoryview(data)[:fb_size], start, min(n, 14 if kind == "evalues" else 5),
+                           members=kind != "operators"):
             edits = [(pos, "<i", pos - vt) for vt in (-1, -2, -4, 1, end - 2, end - 3, end - 4, end)]
             vt = pos - struct.unpack_from("<i", data, pos)[0]
             vtsize, objsize = struct.unpack_from("<HH", data, vt)

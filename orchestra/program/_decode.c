@@ -701,6 +701,23 @@ static PyObject *named(Ctx *c, int64_t pos) {
     return Py_BuildValue("(Nk)", key, (unsigned long)(o[1] ? rd_u32(c->b + pos + o[1]) : 0));
 }
 
+/* An Operator table: (name, overload), the overload "" where absent; no name falls back
+ * (_Fast.operators). */
+static PyObject *operator_pair(Ctx *c, int64_t pos) {
+    static const uint8_t sizes[2] = {4, 4};
+    Tab t;
+    uint32_t o[2];
+    if (table(c, pos, &t) < 0 || layout(c, &t, 2, sizes, o) < 0 || !o[0]) return NULL;
+    PyObject *name = string(c, pos + o[0]);
+    if (name == NULL) return NULL;
+    PyObject *overload = o[1] ? string(c, pos + o[1]) : PyUnicode_FromStringAndSize("", 0);
+    if (overload == NULL) {
+        Py_DECREF(name);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", name, overload);
+}
+
 PyDoc_STRVAR(segments_doc,
              "segments(buf, end, start, n) -> (tuple of (offset, size), objects spent) | None\n\n"
              "The program's DataSegment tables of a vector of n offsets at start, as _loads' fast path reads them.");
@@ -712,6 +729,12 @@ PyDoc_STRVAR(named_data_doc,
              "The program's NamedData tables of a vector of n offsets at start, as _loads' fast path reads them.");
 
 static PyObject *named_data(PyObject *Py_UNUSED(self), PyObject *args) { return decode(args, named); }
+
+PyDoc_STRVAR(operators_doc,
+             "operators(buf, end, start, n) -> (tuple of (name, overload), objects spent) | None\n\n"
+             "_Fast.operators(start, n) of the flatbuffer buf[0:end]; None where it raises.");
+
+static PyObject *operators(PyObject *Py_UNUSED(self), PyObject *args) { return decode(args, operator_pair); }
 
 /* -- the verifier's fast paths (_verify_plan) ------------------------------------------------------
  *
@@ -994,6 +1017,7 @@ static PyMethodDef methods[] = {
     {"instructions", instructions, METH_VARARGS, instructions_doc},
     {"segments", segments, METH_VARARGS, segments_doc},
     {"named_data", named_data, METH_VARARGS, named_data_doc},
+    {"operators", operators, METH_VARARGS, operators_doc},
     {"plain_values", plain_values, METH_VARARGS, plain_values_doc},
     {"plain_instructions", plain_instructions, METH_VARARGS, plain_instructions_doc},
     {"extra_info_values", extra_info_values, METH_VARARGS, extra_info_values_doc},

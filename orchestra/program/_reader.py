@@ -16,6 +16,7 @@ import dataclasses
 import mmap
 import os
 import struct
+from itertools import starmap
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import NoReturn
@@ -396,6 +397,22 @@ class _Fast:
             raise _Fallback
         self.spent += r[1]
         return r[0]
+
+    def operators(self, start: int, n: int) -> tuple[tuple[str, str], ...]:
+        """(name, overload) of the Operator tables of a vector of ``n`` offsets at ``start``,
+        the overload "" where absent; an operator without a name falls back (the checked
+        path names it). The same checks and charge as the checked path's ``r.tables`` and
+        ``r.string``: a plan's few dozen operators then build no path string each."""
+        done = self.in_c("operators", start, n)
+        if done is not None:
+            return done
+        out = []
+        for pos, vt in self.tables(start, n):
+            o_name, o_overload = vt.layout(_F_TWO_I32)  # two string offsets
+            if not o_name:
+                raise _Fallback
+            out.append((self.string(pos + o_name), self.string(pos + o_overload) if o_overload else ""))
+        return tuple(out)
 
     def evalues(self, start: int, n: int) -> tuple[S.EValue, ...]:
         """The EValues of a vector of ``n`` table offsets at ``start`` (tables() then
@@ -804,7 +821,8 @@ def _plan(r: _FlatReader, t: _Table, path: str, limits: Limits, fast: _Fast | No
         _fail(path + ".name", "execution plan has no name")
     cm = r.sub_table(t, 1, path + ".container_meta_type")
     if fast is not None:
-        vv = fast.field_vector(fast.table(t.pos), 2, 4)
+        ft = fast.table(t.pos)
+        vv = fast.field_vector(ft, 2, 4)
         nvalues = 0 if vv is None else vv[1]
         if limits.max_values is not None and nvalues > limits.max_values:
             raise _Fallback
@@ -822,12 +840,16 @@ def _plan(r: _FlatReader, t: _Table, path: str, limits: Limits, fast: _Fast | No
             total += 0 if v is None else v[1]
         if total > limits.max_instructions:
             _fail(path + ".chains", f"{total} instructions exceed the cap of {limits.max_instructions}")
-    ops = []
-    for ot, op in r.tables(t, 6, path + ".operators") or []:
-        oname = r.string(ot, 0, op + ".name")
-        if oname is None:
-            _fail(op + ".name", "operator has no name")
-        ops.append(S.Operator(oname, r.string(ot, 1, op + ".overload") or ""))
+    if fast is not None:
+        ov = fast.field_vector(ft, 6, 4)
+        ops = [] if ov is None else list(starmap(S.Operator, fast.operators(*ov)))
+    else:
+        ops = []
+        for ot, op in r.tables(t, 6, path + ".operators") or []:
+            oname = r.string(ot, 0, op + ".name")
+            if oname is None:
+                _fail(op + ".name", "operator has no name")
+            ops.append(S.Operator(oname, r.string(ot, 1, op + ".overload") or ""))
     return S.ExecutionPlan(
         name=name,
         container_meta_type=None
