@@ -258,6 +258,28 @@ static int get_i64(PyObject *o, int64_t *v) {
     return 1;
 }
 
+/* A growing array ``p`` of *cap items of ``size`` bytes, n in use, with room for one more:
+ * ``p`` itself while there is room, else it doubled (first 64), the byte count checked before
+ * it is asked for; NULL with MemoryError set (``p`` is then still the caller's to free). */
+static void *grow_for_one(void *p, Py_ssize_t n, Py_ssize_t *cap, size_t size) {
+    if (n < *cap) return p;
+    Py_ssize_t want = *cap ? *cap : 64;
+    if (*cap) {
+        if (want > PY_SSIZE_T_MAX / 2 / (Py_ssize_t)size) {
+            PyErr_NoMemory();
+            return NULL;
+        }
+        want *= 2;
+    }
+    void *q = PyMem_Realloc(p, (size_t)want * size);
+    if (q == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    *cap = want;
+    return q;
+}
+
 /* A growing array of int64. */
 typedef struct {
     int64_t *p;
@@ -265,23 +287,9 @@ typedef struct {
 } I64s;
 
 static int i64s_push(I64s *b, int64_t v) {
-    if (b->n == b->cap) {
-        Py_ssize_t cap = b->cap ? b->cap : 64;
-        if (b->cap) {
-            if (cap > PY_SSIZE_T_MAX / 2 / (Py_ssize_t)sizeof(int64_t)) {
-                PyErr_NoMemory();
-                return -1;
-            }
-            cap *= 2;
-        }
-        int64_t *q = PyMem_Realloc(b->p, (size_t)cap * sizeof(int64_t));
-        if (q == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        b->p = q;
-        b->cap = cap;
-    }
+    int64_t *q = grow_for_one(b->p, b->n, &b->cap, sizeof(int64_t));
+    if (q == NULL) return -1;
+    b->p = q;
     b->p[b->n++] = v;
     return 0;
 }
@@ -563,23 +571,9 @@ typedef struct {
 } Writes;
 
 static int writes_push(Writes *b, Write v) {
-    if (b->n == b->cap) {
-        Py_ssize_t cap = b->cap ? b->cap : 64;
-        if (b->cap) {
-            if (cap > PY_SSIZE_T_MAX / 2 / (Py_ssize_t)sizeof(Write)) {
-                PyErr_NoMemory();
-                return -1;
-            }
-            cap *= 2;
-        }
-        Write *q = PyMem_Realloc(b->p, (size_t)cap * sizeof(Write));
-        if (q == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        b->p = q;
-        b->cap = cap;
-    }
+    Write *q = grow_for_one(b->p, b->n, &b->cap, sizeof(Write));
+    if (q == NULL) return -1;
+    b->p = q;
     b->p[b->n++] = v;
     return 0;
 }
@@ -2757,16 +2751,9 @@ typedef struct {
 
 static int group_defs_push(void *ctx, int64_t w) {
     GroupDefs *b = ctx;
-    if (b->n == b->cap) {
-        Py_ssize_t cap = b->cap ? 2 * b->cap : 16;
-        GroupDef *q = PyMem_Realloc(b->p, (size_t)cap * sizeof(GroupDef));
-        if (q == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        b->p = q;
-        b->cap = cap;
-    }
+    GroupDef *q = grow_for_one(b->p, b->n, &b->cap, sizeof(GroupDef));
+    if (q == NULL) return -1;
+    b->p = q;
     b->p[b->n++] = (GroupDef){w, b->k, b->x};
     return 0;
 }
