@@ -52,3 +52,76 @@ def test_a_bound_kernel_step_reports_the_full_text(n_params: int) -> None:
         with pytest.raises(OrchestraError) as e:
             step(m._vals, m)
         assert f"{m._where}: chains[0].instructions[3] (aten::x.out): result of shape [7] does not fit output values[{out}]" in str(e.value)
+
+
+# -- the other step factories: bound the same way, same labels, same error texts -----------------
+
+def _plain(shape: tuple[int, ...], body: object) -> Method:
+    b = ProgramBuilder()
+    f = b.method("forward")
+    body(f, f.input(np.float32, shape))  # type: ignore[operator]
+    return load_program(b.to_bytes()).load_method()
+
+
+def _static_out(m: Method) -> int:
+    return next(i for i, s in enumerate(m._cp.slots) if s is not None and not s.dynamic)
+
+
+def test_elementwise_chain_and_gelu_steps_capture_no_cells() -> None:
+    def chain(f: object, x: object) -> None:
+        f.output(f.call("aten::mul.out", f.call("aten::relu.out", f.call("aten::add.out", x, x, 1.0)), x))  # type: ignore[attr-defined]
+
+    with _plain((2, 4), chain) as m:
+        step = m._cp.steps[-1]
+        assert step.__qualname__ == "step[2] aten::relu.out + aten::mul.out (elementwise chain)"
+        assert step.__closure__ is None, step.__code__.co_freevars
+    with _plain((1, 3, 24, 32), lambda f, x: f.output(f.call("aten::gelu.out", x, "none"))) as m:
+        (step,) = m._cp.steps
+        assert step.__qualname__ == "step[0] aten::gelu.out (float32 fit, scratch)"
+        assert step.__closure__ is None, step.__code__.co_freevars
+
+
+def test_a_views_step_captures_no_cells_and_reports_the_full_text() -> None:
+    from orchestra.runtime._optimize import _views_step
+    with _method() as m:
+        cp, out = m._cp, _static_out(m)
+        seen: list[tuple[int, ...]] = []
+
+        def wrong(a: np.ndarray, b: object) -> np.ndarray:
+            seen.append(a.shape)
+            return np.zeros(7, np.float32)
+
+        what = "chains[0].instructions[1], chains[0].instructions[2] (aten::t_copy.out + aten::mm.out (as views))"
+        step = _views_step(cp, wrong, (0, 0), out, {0: (0, lambda v: v[:, :1])}, what, "step[2] views")
+        assert step.__qualname__ == "step[2] views" and step.__closure__ is None
+        with pytest.raises(OrchestraError) as e:
+            step(m._vals, m)
+        assert seen == [(1, 1, 8, 8)]  # operand 0 read through its view
+        assert f"{m._where}: {what}: result of shape [7] does not fit output values[{out}]" in str(e.value)
+
+
+def test_a_kernel_step_with_several_results_captures_no_cells_and_reports_the_count() -> None:
+    with _method() as m:
+        out = _static_out(m)
+        step = m._cp._kernel_step(lambda a, b: (a,), (0, 0), (out, out), "chains[0].instructions[5] (aten::y.out)",
+                                  "step[5] aten::y.out")
+        assert step.__qualname__ == "step[5] aten::y.out" and step.__closure__ is None
+        with pytest.raises(OrchestraError) as e:
+            step(m._vals, m)
+        assert f"{m._where}: chains[0].instructions[5] (aten::y.out): kernel returned 1 results for 2 returns" in str(e.value)
+
+
+def test_delegate_and_squeeze_excite_steps_capture_no_cells() -> None:
+    from orchestra.runtime._optimize import _se_step
+    with _method() as m:
+        step = m._cp.delegate_step(0, (0, 1), "chains[0].instructions[0] (delegate 0, X)", "step[0] delegate X",
+                                   {1: (0, lambda v: v)})
+        assert step.__qualname__ == "step[0] delegate X" and step.__closure__ is None
+    ran: list[int] = []
+    as_written = tuple((lambda vals, m, k=k: ran.append(k)) for k in range(6))
+    consts = tuple(np.zeros(2, np.float64) for _ in range(6))  # not float32: the compiled call declines
+    step = _se_step((0, 0, 0, 0, 0, 0, 0), consts, as_written, "step[5] squeeze-and-excite")
+    assert step.__qualname__ == "step[5] squeeze-and-excite" and step.__closure__ is None
+    step([np.zeros((1, 2, 1, 1), np.float64)], None)  # type: ignore[arg-type]
+    assert ran == [0, 1, 2, 3, 4, 5]  # declined: the six steps as written, in order
+    assert all(not c.flags.writeable for c in consts)

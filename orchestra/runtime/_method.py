@@ -810,7 +810,8 @@ class CompiledPlan:
                     m._write(r0, res, what)
         else:
 
-            def step(vals: list[Any], m: Method) -> None:
+            def step(vals: list[Any], m: Method, fn: Callable[..., Any] = fn, getter: Callable[..., Any] = getter,
+                     lists: tuple[int, ...] = lists, rets: tuple[int, ...] = rets, what: str = what) -> None:
                 if lists:
                     m._refresh_lists(lists)
                 res = fn(*getter(vals))
@@ -880,7 +881,9 @@ class CompiledPlan:
         lists = tuple(i for i in args_idx if i in self.lists)
         fns = tuple((k, src, f) for k, (src, f) in (views or {}).items())
 
-        def step(vals: list[Any], m: Method) -> None:
+        # defaults, not closure cells (as _kernel_step's): one tuple for the collector to walk
+        def step(vals: list[Any], m: Method, lists: tuple[int, ...] = lists, args_idx: tuple[int, ...] = args_idx,
+                 fns: tuple[tuple[int, int, Callable[..., Any]], ...] = fns, di: int = di, what: str = what) -> None:
             if lists:
                 m._refresh_lists(lists)
             args = [vals[i] for i in args_idx]

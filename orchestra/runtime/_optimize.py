@@ -1863,7 +1863,11 @@ def _views_step(cp: CompiledPlan, fn: Callable[..., Any], params: tuple[int, ...
     getter = operator.itemgetter(*(views[k][0] if k in views else p for k, p in enumerate(params)))
     fns = tuple((k, f) for k, (_, f) in views.items())
 
-    def step(vals: list[Any], m: Method) -> None:
+    # Bound as default arguments, not captured (as _conv_bn_step: one tuple instead of a
+    # cell per name for the collector to walk after every load; read as fast locals).
+    def step(vals: list[Any], m: Method, lists: tuple[int, ...] = lists, getter: Callable[..., Any] = getter,
+             fns: tuple[tuple[int, Callable[..., Any]], ...] = fns, fn: Callable[..., Any] = fn, out: int = out,
+             what: str = what) -> None:
         if lists:
             m._refresh_lists(lists)
         a = list(getter(vals))
@@ -2069,7 +2073,9 @@ def _ew_step(chain: _EwChain, out: int, label: str, const: Callable[[int], np.nd
         k += 1
     first, rest = fns[0], tuple(fns[1:])
 
-    def step(vals: list[Any], m: Method) -> None:
+    # defaults, not cells (see _views_step)
+    def step(vals: list[Any], m: Method, first: Callable[..., None] = first,
+             rest: tuple[Callable[..., None], ...] = rest, x: int = x, out: int = out) -> None:
         buf = vals[out]
         first(vals[x], buf, vals)
         for f in rest:
@@ -2264,8 +2270,10 @@ def _gelu_step(x: int, out: int, scratch: int, label: str) -> Step:
     """One step running the float32 gelu fit of value ``x`` into ``out`` in scratch value
     ``scratch``."""
 
-    def step(vals: list[Any], m: Method) -> None:
-        gelu_fit_f32_into(vals[x], vals[out], vals[scratch])
+    # defaults, not cells (see _views_step)
+    def step(vals: list[Any], m: Method, x: int = x, out: int = out, scratch: int = scratch,
+             fit: Callable[..., Any] = gelu_fit_f32_into) -> None:
+        fit(vals[x], vals[out], vals[scratch])
 
     step.__qualname__ = label
     return step
@@ -2425,14 +2433,15 @@ def _se_step(values: tuple[int, ...], consts: tuple[np.ndarray, ...], as_written
     """One step running a squeeze-and-excite block (``_fuse_squeeze_excite``): values (x, out,
     s, t1, t2, t3, g), constants (w1, b1, w2, b2, ops1, ops2); the six steps as written where
     the compiled call declines."""
-    x, out, s, t1, t2, t3, g = values
-    w1, b1, w2, b2, ops1, ops2 = consts
     for a in consts:
         a.setflags(write=False)
 
-    def step(vals: list[Any], m: Method) -> None:
-        if not squeeze_excite_into(vals[x], vals[out], vals[s], vals[t1], vals[t2], vals[t3], vals[g],
-                                   w1, b1, w2, b2, ops1, ops2):
+    # The fourteen operands are bound as defaults, not captured: fourteen cells (and the
+    # closure's tuple) for the collector to walk after every load become one tuple.
+    def step(vals: list[Any], m: Method, values: tuple[int, ...] = values, consts: tuple[np.ndarray, ...] = consts,
+             as_written: tuple[Step, ...] = as_written, se: Callable[..., bool] = squeeze_excite_into) -> None:
+        x, out, s, t1, t2, t3, g = values
+        if not se(vals[x], vals[out], vals[s], vals[t1], vals[t2], vals[t3], vals[g], *consts):
             for f in as_written:
                 f(vals, m)
 
