@@ -725,6 +725,7 @@ def _fuzz_matcher(seed: int) -> _optimize._Matcher:
     plan = SimpleNamespace(values=tuple(values))
     cp = SimpleNamespace(lists=lists, template=template, plan=plan)
     mt = object.__new__(_optimize._Matcher)
+    mt.to_numpy = dict(_optimize._NUMPY_OF)
     mt.cp, mt.values, mt.instructions, mt.rets, mt.op_names = cp, plan.values, instructions, rets, tuple(names)
     mt.uses = _optimize.PlanUses(mentions={}, written=frozenset(written), outputs=frozenset(), straight=True)
     mt.storage = object.__new__(_Storage)
@@ -870,6 +871,7 @@ def _fuzz_conv_matcher(seed: int) -> _optimize._Matcher:
     plan = SimpleNamespace(values=tuple(values))
     cp = SimpleNamespace(lists=lists, template=template, plan=plan, slots=slots)
     mt = object.__new__(_optimize._Matcher)
+    mt.to_numpy = dict(_optimize._NUMPY_OF)
     mt.cp, mt.values, mt.instructions, mt.rets = cp, plan.values, instructions, rets
     mt.op_names = (_optimize._CONV, _optimize._BN, "aten::relu.out")
     mt.uses = _optimize.PlanUses(mentions=mentions, written=frozenset(written), outputs=frozenset(outputs), straight=True)
@@ -926,7 +928,7 @@ def test_the_conv_fold_tables_leave_odd_inputs_to_python() -> None:
         args = {"instructions": mt.instructions, "rets": mt.rets, "lists": mt.cp.lists, "values": mt.values,
                 "template": mt.cp.template, "written": mt.uses.written, "slots": mt.cp.slots,
                 "mentions": mt.uses.mentions, "outputs": mt.uses.outputs, "codes": [1, 2, None],
-                "dtypes": _optimize._FOLD_DTYPES, "to_numpy": _optimize._NUMPY_OF, "ndarray": np.ndarray}
+                "dtypes": _optimize._FOLD_DTYPES, "to_numpy": dict(_optimize._NUMPY_OF), "ndarray": np.ndarray}
         args.update(kw)
         return _optimize._match.conv_folds(*args.values(), KernelCall, Tensor, Int, Null, Bool, Double, ask)  # type: ignore[union-attr]
 
@@ -1054,6 +1056,7 @@ def _fuzz_copy_matcher(seed: int) -> _optimize._Matcher:
     plan = SimpleNamespace(values=tuple(values))
     cp = SimpleNamespace(lists=lists, template=template, plan=plan, slots=slots)
     mt = object.__new__(_optimize._Matcher)
+    mt.to_numpy = dict(_optimize._NUMPY_OF)
     mt.cp, mt.values, mt.instructions, mt.rets = cp, plan.values, instructions, rets
     mt.op_names = ("dim_order_ops::_to_dim_order_copy.out", "aten::_to_copy.out", "aten::add.out", "aten::relu.out")
     mt.uses = _optimize.PlanUses(mentions=mentions, written=frozenset(written), outputs=frozenset(outputs),
@@ -1222,6 +1225,7 @@ def _random_ew_matcher(seed: int) -> _optimize._Matcher:
                          meta=SimpleNamespace(operators=_EW_NAMES))
     uses = _optimize.PlanUses(mentions=mentions, written=frozenset(written), outputs=outputs, straight=True)
     mt = object.__new__(_optimize._Matcher)
+    mt.to_numpy = dict(_optimize._NUMPY_OF)
     storage = object.__new__(_Storage)
     storage.cp = cp  # type: ignore[assignment]
     for k, v in {"cp": cp, "plan": cp.plan, "values": cp.plan.values, "instructions": instructions, "rets": rets,
@@ -1462,7 +1466,7 @@ def _c_chain(mt: _optimize._Matcher, pc: int, k: int, links: object) -> object:
     """_uses.layout_chain's answer for operand ``k`` of instruction ``pc`` as tuples, after
     checking that its _Link objects are those tuples'."""
     args = (mt.instructions[pc].args[k], pc, _optimize._MAX_LINKS, links, mt.storage.same_bytes(), mt._chain_defs,  # type: ignore[attr-defined]
-            mt.uses.defines, mt.values, mt.cp.template, _optimize._NUMPY_OF, _optimize.Tensor)
+            mt.uses.defines, mt.values, mt.cp.template, mt.to_numpy, _optimize.Tensor)
     found = _optimize._match_chains.layout_chain(*args, None, _optimize._ASK)  # type: ignore[union-attr]
     objs = _optimize._match_chains.layout_chain(*args, _optimize._Link, _optimize._ASK)  # type: ignore[union-attr]
     if isinstance(found, list):
@@ -1478,7 +1482,7 @@ def _c_sources(mt: _optimize._Matcher, links: list[_optimize._Link], pc: int, sk
     st = mt.storage
     return _optimize._match_chains.chain_sources(  # type: ignore[union-attr]
         links, pc, skip, _optimize._Link, mt.instructions, mt.cp.lists, mt.values, mt.cp.template, mt.uses.written,
-        mt.cp.slots, mt.uses.outputs, st.inputs, st.regions, st.writes_at, _optimize._NUMPY_OF, _optimize.Tensor,
+        mt.cp.slots, mt.uses.outputs, st.inputs, st.regions, st.writes_at, mt.to_numpy, _optimize.Tensor,
         np.ndarray, _optimize._ASK)
 
 
@@ -1570,6 +1574,7 @@ def _fuzz_chain_matcher(seed: int) -> _optimize._Matcher:
     plan = SimpleNamespace(values=values)
     cp = SimpleNamespace(template=[None] * nv, plan=plan)
     mt = object.__new__(_optimize._Matcher)
+    mt.to_numpy = dict(_optimize._NUMPY_OF)
     mt.cp, mt.values, mt.instructions = cp, values, [SimpleNamespace(args=(int(v),)) for v in rng.integers(0, nv, n)]
     mt.uses = _optimize.PlanUses(mentions={}, written=frozenset(), defines=defines, outputs=frozenset(), straight=True)
     mt.storage = object.__new__(_Storage)
@@ -1633,7 +1638,7 @@ def test_the_layout_chains_leave_odd_inputs_to_python() -> None:
     from orchestra.program import EValue, Tensor
 
     values = (EValue(Tensor(6, 0, (2, 3), (0, 1))), EValue(Tensor(6, 0, (3, 2), (0, 1))))
-    args = ([None, (0, 1, (("T", (1, 0)),))], {}, {}, {1: {1}}, values, [None, None], _optimize._NUMPY_OF, Tensor, None,
+    args = ([None, (0, 1, (("T", (1, 0)),))], {}, {}, {1: {1}}, values, [None, None], dict(_optimize._NUMPY_OF), Tensor, None,
             ask)
     assert u.layout_chain(1, 2, 8, *args) == [(1, 0, 1, 2, 1, (("T", (1, 0)),))]
     assert u.layout_chain(1, 2, 0, *args) == []
@@ -1683,6 +1688,7 @@ def test_chain_sources_in_c_are_the_python_ones_on_random_plans(seed: int) -> No
     writes_at = [[int(x) for x in rng.integers(0, nv, int(rng.integers(0, 3)))] for _ in range(n)]
     cp = SimpleNamespace(template=template, slots=slots, lists=lists, plan=SimpleNamespace(values=values))
     mt = object.__new__(_optimize._Matcher)
+    mt.to_numpy = dict(_optimize._NUMPY_OF)
     mt.cp, mt.values, mt.instructions = cp, values, instructions
     mt.uses = _optimize.PlanUses(mentions={}, written=frozenset(int(x) for x in rng.integers(0, nv, 6)),
                                  outputs=frozenset(int(x) for x in rng.integers(0, nv, 4)), straight=True)

@@ -286,9 +286,9 @@ _LAYOUT_KINDS = MappingProxyType({
     "aten::expand_copy.out": 7,
     "aten::slice_copy.Tensor_out": 8,
 })
-# scalar type -> numpy dtype, as numpy_dtype answers for an int (for the C tables, which take
-# a dict; never changed).
-_NUMPY_OF: dict[int, np.dtype] = {int(t): dt for t in ScalarType if (dt := numpy_dtype(t)) is not None}
+# scalar type -> numpy dtype, as numpy_dtype answers for an int (read-only; the C tables take a
+# dict: each _Matcher hands them its own copy, _Matcher.to_numpy).
+_NUMPY_OF = MappingProxyType({int(t): dt for t in ScalarType if (dt := numpy_dtype(t)) is not None})
 _MAX_LINKS = 8  # copies followed back from one matmul operand
 # Elementwise operators an elementwise chain may hold: name -> parameters (out last).
 _EW_UNARY = MappingProxyType({
@@ -955,6 +955,8 @@ class _Matcher:
         # _conv_static's answer per convolution (asked when a fold is matched and again when
         # its step is built)
         self.conv_statics: dict[tuple[int, ...], Any] = {}
+        # _NUMPY_OF as the plain dict the C tables take (the module's is read-only)
+        self.to_numpy: dict[int, np.dtype] = dict(_NUMPY_OF)
         # layout_link's answer per instruction made in C on the first question (_ASK: the
         # Python code's to give), [] without it
         self._links: list[Any] | None = None
@@ -1075,7 +1077,7 @@ class _Matcher:
             kd = None if nparams is None else get_kernel(name)
             params.append(None if kd is None or kd.num_params != nparams else (name, nparams))
         found = _match.ew_ops(self.instructions, self.rets, self.cp.lists, self.values, self.cp.template,
-                              self.uses.written, self.cp.slots, params, _NUMPY_OF, _FOLD_DTYPES, KernelCall, Tensor, Int,
+                              self.uses.written, self.cp.slots, params, self.to_numpy, _FOLD_DTYPES, KernelCall, Tensor, Int,
                               Null, _ASK)
         return [] if found is None else found
 
@@ -1144,7 +1146,7 @@ class _Matcher:
             return ()
         return (self.instructions, self.cp.lists, self.values, self.cp.template, self.uses.written, self.cp.slots,
                 self.uses.mentions, self.uses.outputs, table, self.op_names, frozenset(_EW_UNARY),
-                _EW_ORDERED, _EW_SKIPPABLE, _MAX_SKIPS, _NUMPY_OF, np.ndarray, KernelCall, Tensor, Int, Null,
+                _EW_ORDERED, _EW_SKIPPABLE, _MAX_SKIPS, self.to_numpy, np.ndarray, KernelCall, Tensor, Int, Null,
                 Double, _ASK)
 
     def ew_chain_py(self, pc: int, taken: set[int]) -> _EwChain | None:
@@ -1278,7 +1280,7 @@ class _Matcher:
             codes.append(None if kd is None or kd.num_params != 10 else code)
         found = _match_folds.conv_folds(self.instructions, self.rets, self.cp.lists, self.values, self.cp.template,
                                         self.uses.written, self.cp.slots, self.uses.mentions, self.uses.outputs, codes,
-                                        _FOLD_DTYPES, _NUMPY_OF, np.ndarray, KernelCall, Tensor, Int, Null, Bool, Double,
+                                        _FOLD_DTYPES, self.to_numpy, np.ndarray, KernelCall, Tensor, Int, Null, Bool, Double,
                                         _ASK)
         return ([], [], []) if found is None else found
 
@@ -1322,7 +1324,7 @@ class _Matcher:
         uses = self.uses
         found = _match_folds.const_copies(self.instructions, self.rets, self.cp.lists, self.values, self.cp.template,
                                           uses.written, self.cp.slots, uses.mentions, uses.writers, uses.outputs,
-                                          self.storage.inputs, copy_ops, nparams, _NUMPY_OF, np.ndarray, KernelCall,
+                                          self.storage.inputs, copy_ops, nparams, self.to_numpy, np.ndarray, KernelCall,
                                           DelegateCall, Tensor, Int, Null, Bool, _ASK)
         return [] if found is None else found
 
@@ -1466,7 +1468,7 @@ class _Matcher:
             kd = None if nparams is None else get_kernel(name)
             kinds.append(None if kd is None or kd.num_params != nparams else (_LAYOUT_KINDS[name], nparams))
         found = _match.layout_links(self.instructions, self.rets, self.cp.lists, self.values, self.cp.template,
-                                    self.uses.written, self.storage.regions, kinds, _NUMPY_OF, KernelCall, Tensor, Int,
+                                    self.uses.written, self.storage.regions, kinds, self.to_numpy, KernelCall, Tensor, Int,
                                     Null, _ASK)
         return [] if found is None else found
 
@@ -1578,7 +1580,7 @@ class _Matcher:
         if links and _match is not None and _match_chains is not None:
             found = _match_chains.layout_chain(self.instructions[pc].args[k], pc, _MAX_LINKS, links,
                                                self.storage.same_bytes(), self._chain_defs, self.uses.defines,
-                                               self.values, self.cp.template, _NUMPY_OF, Tensor, _Link, _ASK)
+                                               self.values, self.cp.template, self.to_numpy, Tensor, _Link, _ASK)
             if found is not None and found is not _ASK:
                 return found
         return self.layout_chain_py(pc, k)
@@ -1615,7 +1617,7 @@ class _Matcher:
             st = self.storage
             found = _match_chains.chain_sources(links, pc, skip, _Link, self.instructions, self.cp.lists, self.values,
                                                 self.cp.template, self.uses.written, self.cp.slots, self.uses.outputs,
-                                                st.inputs, st.regions, st.writes_at, _NUMPY_OF, Tensor, np.ndarray,
+                                                st.inputs, st.regions, st.writes_at, self.to_numpy, Tensor, np.ndarray,
                                                 _ASK)
             if found is not None and found is not _ASK:
                 return found
