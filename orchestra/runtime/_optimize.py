@@ -234,6 +234,12 @@ _memo_views = True
 # A matcher's answer the C table leaves to the Python code.
 _ASK = object()
 
+
+def _answer(table: Sequence[Any], pc: int) -> Any:
+    """A per-instruction C table's answer for instruction ``pc``: _ASK where the table has none
+    (not built, declined, or left to the Python code)."""
+    return table[pc] if 0 <= pc < len(table) else _ASK
+
 if TYPE_CHECKING:
     from ._method import CompiledPlan, Method, Step
 
@@ -1060,11 +1066,8 @@ class _Matcher:
         found = self._ew_ops
         if found is None:
             found = self._ew_ops = self.ew_ops()
-        if 0 <= pc < len(found):
-            op = found[pc]
-            if op is not _ASK:
-                return op
-        return self.ew_op_py(pc)
+        op = _answer(found, pc)
+        return op if op is not _ASK else self.ew_op_py(pc)
 
     def ew_ops(self) -> list[Any]:
         """ew_op's answers made in C, per instruction (_ASK where the C code leaves the
@@ -1248,12 +1251,8 @@ class _Matcher:
 
         Answered for every instruction at once in C where it is built (``conv_folds``: asked
         of every instruction, twice)."""
-        convs = self._conv_tables()[0]
-        if 0 <= pc < len(convs):
-            found = convs[pc]
-            if found is not _ASK:
-                return found
-        return self.conv_py(pc)
+        found = _answer(self._conv_tables()[0], pc)
+        return found if found is not _ASK else self.conv_py(pc)
 
     def _conv_tables(self) -> tuple[list[Any], list[Any], list[Any]]:
         found = self._folds
@@ -1293,11 +1292,8 @@ class _Matcher:
         found = self._copies
         if found is None:
             found = self._copies = self.const_copies()
-        if 0 <= pc < len(found):
-            c = found[pc]
-            if c is not _ASK:
-                return c
-        return _copy_checks_py(self, pc)
+        c = _answer(found, pc)
+        return c if c is not _ASK else _copy_checks_py(self, pc)
 
     def copy_candidates(self) -> Iterable[int]:
         """The instructions copy_checks may pass (all where the C table is not built)."""
@@ -1451,11 +1447,8 @@ class _Matcher:
         links = self._links
         if links is None:
             links = self._links = self.layout_links()
-        if 0 <= pc < len(links):
-            found = links[pc]
-            if found is not _ASK:
-                return found
-        return self.layout_link_py(pc)
+        found = _answer(links, pc)
+        return found if found is not _ASK else self.layout_link_py(pc)
 
     def layout_links(self) -> list[Any]:
         """layout_link's answers made in C, per instruction (_ASK where the C code leaves the
